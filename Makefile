@@ -1,0 +1,56 @@
+# Thin wrapper over CMake. `make` builds into build/ (binaries in build/bin/).
+#   make            RelWithDebInfo build
+#   make debug      Debug build in build-debug/
+#   make release    Release build in build-release/
+#   make asan       ASan+UBSan build in build-asan/
+#   make test       build, then run the test suite (CTest) over tcp and shm
+#   make test-asan  the suite under ASan+UBSan
+#   make demo       build, then run rdmx-demo's modes between two processes
+#   make install    install into PREFIX (default /usr/local)
+#   make format     clang-format the sources
+
+PREFIX ?= /usr/local
+JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all build debug release asan test test-asan demo install format clean deps
+
+all: build
+
+deps:
+	@scripts/bootstrap.sh --check >/dev/null 2>&1 || scripts/bootstrap.sh
+
+define cmake_build
+	@cmake -S . -B $(1) -DCMAKE_BUILD_TYPE=$(2) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(3) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(1) -j $(JOBS)
+endef
+
+build: deps
+	$(call cmake_build,build,RelWithDebInfo,)
+
+debug: deps
+	$(call cmake_build,build-debug,Debug,)
+
+release: deps
+	$(call cmake_build,build-release,Release,)
+
+asan: deps
+	$(call cmake_build,build-asan,Debug,-DRDMX_SANITIZE=ON)
+
+test: build
+	cd build && ctest --output-on-failure --timeout 300 -j 2
+
+test-asan: asan
+	cd build-asan && ctest --output-on-failure --timeout 600 -j 2
+
+demo: build
+	scripts/demo.sh build/bin
+
+install: build
+	cmake --install build
+
+format:
+	clang-format -i include/rdmx/*.h src/*/*.[ch] tools/*.c tests/*.[ch]
+
+clean:
+	rm -rf build build-debug build-release build-asan

@@ -1,0 +1,463 @@
+/*
+ * rdmx — core: contexts, workers, connections, registered memory and the
+ * operations on them (send/receive, put, get, put-with-notify, atomics).
+ *
+ * Threading: a worker and everything created on it (listeners, endpoints,
+ * operations) belong to one thread at a time — the thread that calls
+ * rdmx_worker_progress(). Completion callbacks run inside
+ * rdmx_worker_progress() (or inside the call that started the operation, if
+ * it completes at once), on that thread. A callback may start new operations
+ * but must not call rdmx_worker_progress() or a blocking wrapper.
+ * A worker created with RDMX_WORKER_FLAG_PROGRESS_THREAD is progressed by a
+ * thread of its own; then every function on it may be called from any thread
+ * and the blocking wrappers sleep until their operation completes.
+ *
+ * Back-pressure: RDMX_ERR_NO_RESOURCE means "progress the worker, then retry".
+ */
+#ifndef RDMX_CORE_H
+#define RDMX_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rdmx/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rdmx_context rdmx_context_t;   /**< UCX context, memory */
+typedef struct rdmx_worker rdmx_worker_t;     /**< progress engine */
+typedef struct rdmx_listener rdmx_listener_t; /**< accepts connections */
+typedef struct rdmx_ep rdmx_ep_t;             /**< one connection */
+typedef struct rdmx_mr rdmx_mr_t;             /**< local registered memory */
+typedef struct rdmx_rmem rdmx_rmem_t;         /**< a peer's memory, unpacked */
+
+/**
+ * Completion of a non-blocking operation. Runs exactly once.
+ * @param status  RDMX_OK or a negative error.
+ * @param length  bytes transferred (for a receive: the message length; with
+ *                RDMX_ERR_TOO_BIG, the length the message needs).
+ * @param arg     the user argument given when the operation started.
+ */
+typedef void (*rdmx_cb_t)(rdmx_status_t status, size_t length, void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    RDMX_TRANSPORT_AUTO = 0, /**< whatever UCX finds: rdma, shm, tcp */
+    RDMX_TRANSPORT_SHM = 1,  /**< shared memory (tcp for the handshake) */
+    RDMX_TRANSPORT_TCP = 2,  /**< tcp only */
+    RDMX_TRANSPORT_RDMA = 3  /**< InfiniBand / RoCE; fails without a device */
+} rdmx_transport_t;
+
+enum {
+    RDMX_CONTEXT_PARAM_FIELD_TRANSPORT = 1u << 0,
+    RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES = 1u << 1,
+    RDMX_CONTEXT_PARAM_FIELD_NAME = 1u << 2,
+};
+
+typedef struct {
+    uint64_t field_mask;
+    /** Default RDMX_TRANSPORT_AUTO; the environment's RDMX_TRANSPORT
+     *  (auto|shm|tcp|rdma) overrides the default, not an explicit value. */
+    rdmx_transport_t transport;
+    /** Network devices UCX may use, as UCX_NET_DEVICES ("lo", "eth0",
+     *  "mlx5_0:1"). Default: UCX_NET_DEVICES from the environment, else all.
+     *  Use "lo" when every peer is on this host: UCX's tcp transport
+     *  otherwise opens connections over every interface. */
+    const char *net_devices;
+    /** Name shown in logs. Default "rdmx". */
+    const char *name;
+} rdmx_context_params_t;
+
+/**
+ * Create a context. It reads UCX's configuration, turns on what rdmx relies
+ * on (shared memory with peer failure detection, listener port reuse after
+ * a crash) and selects the transport.
+ * @return RDMX_ERR_UNSUPPORTED for RDMX_TRANSPORT_RDMA without an RDMA
+ *         device; RDMX_ERR_IO if UCX cannot start.
+ */
+rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
+                                  rdmx_context_t **context_p);
+
+/** Destroy a context. Its workers and memory must be destroyed first. */
+void rdmx_context_destroy(rdmx_context_t *context);
+
+/** The transport the context was created for. */
+rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context);
+
+/** "auto", "shm", "tcp", "rdma"; NULL for an unknown value. */
+const char *rdmx_transport_name(rdmx_transport_t transport);
+
+/** Parse "auto", "shm", "tcp" or "rdma". */
+rdmx_status_t rdmx_transport_parse(const char *name,
+                                   rdmx_transport_t *transport_p);
+
+/* ------------------------------------------------------------------------ */
+/* Worker                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    RDMX_WORKER_PARAM_FIELD_FLAGS = 1u << 0,
+};
+
+enum {
+    /** Progress the worker on a thread of its own; every call on the worker
+     *  may then come from any thread. */
+    RDMX_WORKER_FLAG_PROGRESS_THREAD = 1u << 0,
+};
+
+typedef struct {
+    uint64_t field_mask;
+    uint64_t flags; /**< RDMX_WORKER_FLAG_*; default 0 */
+} rdmx_worker_params_t;
+
+/** Counters of a worker. Only ever grow. */
+typedef struct {
+    uint64_t eps_opened;        /**< endpoints that completed the handshake */
+    uint64_t eps_failed;        /**< endpoints that failed (peer died, ...) */
+    uint64_t msgs_sent;         /**< two-sided messages sent */
+    uint64_t msgs_received;     /**< two-sided messages delivered */
+    uint64_t msgs_unexpected;   /**< messages that arrived before a receive */
+    uint64_t recv_too_small;    /**< receives failed with RDMX_ERR_TOO_BIG */
+    uint64_t notifies_received; /**< put-with-notify notifications */
+    uint64_t rma_refused;       /**< put/get/atomic refused by bounds/rights */
+    uint64_t bad_descriptors;   /**< descriptors refused by unpack */
+    uint64_t proto_errors;      /**< malformed or unknown messages dropped */
+} rdmx_worker_stats_t;
+
+rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
+                                 const rdmx_worker_params_t *params,
+                                 rdmx_worker_t **worker_p);
+
+/**
+ * Destroy a worker: closes its endpoints (pending operations complete with
+ * RDMX_ERR_CANCELED) and listeners, waits a bounded time for closes to
+ * finish, and frees everything.
+ */
+void rdmx_worker_destroy(rdmx_worker_t *worker);
+
+/**
+ * Make progress: deliver arrived messages, complete operations, run their
+ * callbacks, accept connections. Never blocks.
+ * @return how many events were processed; 0 when there was nothing to do.
+ */
+unsigned rdmx_worker_progress(rdmx_worker_t *worker);
+
+/**
+ * A file descriptor that becomes readable when the worker has events, for
+ * epoll/poll. Arm the worker with rdmx_worker_arm() before sleeping on it.
+ */
+rdmx_status_t rdmx_worker_efd(rdmx_worker_t *worker, int *fd_p);
+
+/**
+ * Prepare to sleep on the worker's fd.
+ * @return RDMX_OK: sleep is safe; RDMX_ERR_BUSY: events are pending,
+ *         call rdmx_worker_progress() again first.
+ */
+rdmx_status_t rdmx_worker_arm(rdmx_worker_t *worker);
+
+/**
+ * Progress, and sleep on the worker's fd when there is nothing to do, until
+ * at least one event was processed or @p timeout_ms passed (-1: forever).
+ */
+rdmx_status_t rdmx_worker_wait(rdmx_worker_t *worker, int timeout_ms);
+
+/** Wake a worker sleeping in rdmx_worker_wait() (from any thread). */
+void rdmx_worker_signal(rdmx_worker_t *worker);
+
+/** Copy the worker's counters into @p stats_p. */
+void rdmx_worker_stats(rdmx_worker_t *worker, rdmx_worker_stats_t *stats_p);
+
+/* ------------------------------------------------------------------------ */
+/* Connections                                                              */
+/* ------------------------------------------------------------------------ */
+
+/** A received put-with-notify: the data is visible when this is delivered. */
+typedef struct {
+    uint64_t imm;     /**< the sender's 64-bit immediate value */
+    uint64_t offset;  /**< where the data starts, from the start of @p mr */
+    uint64_t length;  /**< how many bytes were written */
+    rdmx_mr_t *mr;    /**< the written region; NULL if it was deregistered */
+} rdmx_notify_t;
+
+/** A put-with-notify arrived on @p ep. */
+typedef void (*rdmx_notify_cb_t)(rdmx_ep_t *ep, const rdmx_notify_t *notify,
+                                 void *arg);
+
+/**
+ * The connection failed or the peer left. Runs once per endpoint, after every
+ * pending operation on it has completed with an error. @p status is
+ * RDMX_ERR_CONN_CLOSED when the peer closed its side in order, another error
+ * when it failed. The endpoint stays valid until rdmx_ep_close().
+ */
+typedef void (*rdmx_ep_error_cb_t)(rdmx_ep_t *ep, rdmx_status_t status,
+                                   void *arg);
+
+/** A connection completed (status RDMX_OK, @p ep usable) or failed. */
+typedef void (*rdmx_connect_cb_t)(rdmx_ep_t *ep, rdmx_status_t status,
+                                  void *arg);
+
+enum {
+    RDMX_EP_PARAM_FIELD_ERROR_CB = 1u << 0,
+    RDMX_EP_PARAM_FIELD_NOTIFY_CB = 1u << 1,
+    RDMX_EP_PARAM_FIELD_USER_DATA = 1u << 2,
+};
+
+/** Callbacks of an endpoint, for connect and for accepted connections. */
+typedef struct {
+    uint64_t field_mask;
+    rdmx_ep_error_cb_t error_cb;   /**< default: none */
+    rdmx_notify_cb_t notify_cb;    /**< default: notifications are counted
+                                        and dropped */
+    void *user_data;               /**< passed to both callbacks */
+} rdmx_ep_params_t;
+
+/**
+ * Start connecting to @p address ("host:port", "[v6addr]:port").
+ * @p ep_p is written at once; @p cb runs once the handshake completed or
+ * failed (RDMX_ERR_CONN_REFUSED, RDMX_ERR_UNREACHABLE, RDMX_ERR_TIMEOUT after
+ * @p timeout_ms, 0 for no limit). After a failure call rdmx_ep_close().
+ */
+rdmx_status_t rdmx_connect_nb(rdmx_worker_t *worker, const char *address,
+                              const rdmx_ep_params_t *params, int timeout_ms,
+                              rdmx_connect_cb_t cb, void *arg,
+                              rdmx_ep_t **ep_p);
+
+/** Connect and wait up to @p timeout_ms (0: no limit). */
+rdmx_status_t rdmx_connect(rdmx_worker_t *worker, const char *address,
+                           const rdmx_ep_params_t *params, int timeout_ms,
+                           rdmx_ep_t **ep_p);
+
+/**
+ * Close an endpoint. Operations still pending on it complete with
+ * RDMX_ERR_CANCELED before this returns; the peer sees an orderly close.
+ * Descriptors unpacked on it stop working. @p ep is invalid afterwards.
+ */
+void rdmx_ep_close(rdmx_ep_t *ep);
+
+/** The user_data given in the endpoint's params. */
+void *rdmx_ep_user_data(const rdmx_ep_t *ep);
+
+/** Replace the endpoint's callbacks (fields named in params->field_mask). */
+rdmx_status_t rdmx_ep_set_params(rdmx_ep_t *ep, const rdmx_ep_params_t *params);
+
+/** The worker @p ep belongs to. */
+rdmx_worker_t *rdmx_ep_worker(const rdmx_ep_t *ep);
+
+/** RDMX_OK while connected, else the error that ended the connection. */
+rdmx_status_t rdmx_ep_status(const rdmx_ep_t *ep);
+
+/** The peer's address as "host:port" into @p buf (NUL-terminated). */
+rdmx_status_t rdmx_ep_peer_address(const rdmx_ep_t *ep, char *buf,
+                                   size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Listener                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/** A new connection was accepted. Set its callbacks with rdmx_ep_set_params;
+ *  close it with rdmx_ep_close() to refuse it. */
+typedef void (*rdmx_accept_cb_t)(rdmx_ep_t *ep, void *arg);
+
+enum {
+    RDMX_LISTENER_PARAM_FIELD_ADDRESS = 1u << 0,
+    RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB = 1u << 1,
+    RDMX_LISTENER_PARAM_FIELD_EP_PARAMS = 1u << 2,
+};
+
+typedef struct {
+    uint64_t field_mask;
+    /** "host:port"; port 0 picks a free port. Default "0.0.0.0:0". */
+    const char *address;
+    rdmx_accept_cb_t accept_cb; /**< required */
+    void *arg;                  /**< passed to accept_cb */
+    /** Callbacks given to each accepted endpoint. Default: none. */
+    rdmx_ep_params_t ep_params;
+} rdmx_listener_params_t;
+
+/** Listen on params->address. RDMX_ERR_ADDR_IN_USE if the port is taken. */
+rdmx_status_t rdmx_listener_create(rdmx_worker_t *worker,
+                                   const rdmx_listener_params_t *params,
+                                   rdmx_listener_t **listener_p);
+
+/** Stop listening. Accepted endpoints stay open. */
+void rdmx_listener_destroy(rdmx_listener_t *listener);
+
+/** The port the listener is bound to (the chosen one for port 0). */
+uint16_t rdmx_listener_port(const rdmx_listener_t *listener);
+
+/* ------------------------------------------------------------------------ */
+/* Registered memory and descriptors                                        */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    RDMX_ACCESS_READ = 1u << 0,   /**< peers may get from it */
+    RDMX_ACCESS_WRITE = 1u << 1,  /**< peers may put into it */
+    RDMX_ACCESS_ATOMIC = 1u << 2, /**< peers may run atomics on it */
+    RDMX_ACCESS_ALL = 7u,
+};
+
+/**
+ * Register @p length bytes at @p addr for local use in operations and for
+ * remote access with the rights in @p access (RDMX_ACCESS_*).
+ */
+rdmx_status_t rdmx_mem_register(rdmx_context_t *context, void *addr,
+                                size_t length, unsigned access,
+                                rdmx_mr_t **mr_p);
+
+/**
+ * Allocate and register @p length bytes (zeroed). Memory allocated this way
+ * is reachable truly one-sided over shared memory: a peer's put/get/atomic
+ * does not need this process to progress.
+ */
+rdmx_status_t rdmx_mem_alloc(rdmx_context_t *context, size_t length,
+                             unsigned access, rdmx_mr_t **mr_p);
+
+/** Deregister (and free, for rdmx_mem_alloc) the region. */
+void rdmx_mem_deregister(rdmx_mr_t *mr);
+
+void *rdmx_mr_addr(const rdmx_mr_t *mr);
+size_t rdmx_mr_length(const rdmx_mr_t *mr);
+
+/**
+ * Pack a descriptor of bytes [offset, offset + length) of @p mr with the
+ * rights @p access (a subset of the region's) into @p buf. The descriptor is
+ * versioned, little-endian and checksummed; any peer can unpack it.
+ * With @p buf NULL, only writes the size needed to @p size_p.
+ * @return RDMX_ERR_OUT_OF_RANGE, RDMX_ERR_DENIED (rights the region lacks),
+ *         RDMX_ERR_TOO_BIG (@p size smaller than needed; @p size_p says).
+ */
+rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
+                           uint64_t length, unsigned access, void *buf,
+                           size_t size, size_t *size_p);
+
+/**
+ * Unpack a peer's descriptor for use on @p ep.
+ * @return RDMX_ERR_BAD_DESCRIPTOR for a truncated, corrupt or unknown-version
+ *         blob (and counts it in the worker's bad_descriptors).
+ */
+rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
+                               rdmx_rmem_t **rmem_p);
+
+/** Release an unpacked descriptor. */
+void rdmx_rmem_destroy(rdmx_rmem_t *rmem);
+
+/** Length in bytes of the remote range the descriptor covers. */
+uint64_t rdmx_rmem_length(const rdmx_rmem_t *rmem);
+
+/** The rights (RDMX_ACCESS_*) the descriptor grants. */
+unsigned rdmx_rmem_access(const rdmx_rmem_t *rmem);
+
+/* ------------------------------------------------------------------------ */
+/* Operations                                                               */
+/*                                                                          */
+/* Each returns RDMX_INPROGRESS when @p cb will run later, RDMX_OK when the */
+/* operation completed at once (and @p cb does NOT run), or an error (cb    */
+/* does not run). Local buffers must stay valid until completion. @p mr,    */
+/* where a function takes one, is the registered region holding the local   */
+/* buffer, or NULL (then UCX registers on the fly or copies). Remote        */
+/* offsets are from the start of the descriptor's range; bounds and rights  */
+/* are checked before anything is issued (RDMX_ERR_OUT_OF_RANGE,            */
+/* RDMX_ERR_DENIED).                                                        */
+/* ------------------------------------------------------------------------ */
+
+/** Send a message of 0 B to 1 TiB. Large messages move zero-copy. */
+rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
+                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
+
+/**
+ * Post a receive of up to @p capacity bytes into @p buf. Messages fill posted
+ * receives in the order both were made; messages that arrive first wait.
+ * A message longer than @p capacity fails this receive with RDMX_ERR_TOO_BIG
+ * (length: the size it needs) and waits for the next receive.
+ * Always RDMX_INPROGRESS or an error: the callback always runs.
+ */
+rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
+                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
+
+/** Write @p length bytes from @p buf to the peer at @p offset of @p rmem. */
+rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, const void *buf, size_t length,
+                          rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset,
+                          rdmx_cb_t cb, void *arg);
+
+/**
+ * Write, then notify: the peer's notify callback runs with @p imm, the
+ * offset within its region and @p length, after the data is visible there.
+ * Completes locally when the notification was delivered.
+ */
+rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
+                                 size_t length, rdmx_mr_t *mr,
+                                 rdmx_rmem_t *rmem, uint64_t offset,
+                                 uint64_t imm, rdmx_cb_t cb, void *arg);
+
+/** Read @p length bytes at @p offset of @p rmem into @p buf. */
+rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, void *buf, size_t length,
+                          rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset,
+                          rdmx_cb_t cb, void *arg);
+
+/**
+ * Atomically add @p value to the 64-bit word at @p offset (8-byte aligned)
+ * and store its previous value in @p *old_p (host byte order) when the
+ * callback runs.
+ */
+rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                  uint64_t offset, uint64_t value,
+                                  uint64_t *old_p, rdmx_cb_t cb, void *arg);
+
+/**
+ * Atomically: if the word at @p offset equals @p compare, set it to @p swap.
+ * The previous value lands in @p *old_p (== compare means the swap happened).
+ */
+rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                   uint64_t offset, uint64_t compare,
+                                   uint64_t swap, uint64_t *old_p,
+                                   rdmx_cb_t cb, void *arg);
+
+/** Complete when every put/get/atomic issued on @p ep so far is done at the
+ *  peer. */
+rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg);
+
+/* Blocking wrappers: start the operation and progress (or, with a progress
+ * thread, sleep) until it completes. Return its final status. */
+rdmx_status_t rdmx_send(rdmx_ep_t *ep, const void *buf, size_t length,
+                        rdmx_mr_t *mr);
+rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
+                        rdmx_mr_t *mr, int timeout_ms, size_t *length_p);
+rdmx_status_t rdmx_put(rdmx_ep_t *ep, const void *buf, size_t length,
+                       rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset);
+rdmx_status_t rdmx_put_notify(rdmx_ep_t *ep, const void *buf, size_t length,
+                              rdmx_mr_t *mr, rdmx_rmem_t *rmem,
+                              uint64_t offset, uint64_t imm);
+rdmx_status_t rdmx_get(rdmx_ep_t *ep, void *buf, size_t length,
+                       rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset);
+rdmx_status_t rdmx_atomic_fadd(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                               uint64_t offset, uint64_t value,
+                               uint64_t *old_p);
+rdmx_status_t rdmx_atomic_cswap(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                uint64_t offset, uint64_t compare,
+                                uint64_t swap, uint64_t *old_p);
+rdmx_status_t rdmx_ep_flush(rdmx_ep_t *ep);
+
+/* ------------------------------------------------------------------------ */
+/* Misc                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/** rdmx's version, "MAJOR.MINOR.PATCH". */
+const char *rdmx_version(void);
+
+/** Split "host:port" / "[v6]:port" into its parts. */
+rdmx_status_t rdmx_addr_parse(const char *address, char *host,
+                              size_t host_size, uint16_t *port_p);
+
+/** Non-zero when @p host names a loopback address (127/8, ::1, localhost). */
+int rdmx_host_is_loopback(const char *host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RDMX_CORE_H */

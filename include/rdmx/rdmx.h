@@ -1,0 +1,24 @@
+/*
+ * rdmx — RDMA communication stack over UCX.
+ *
+ * One include for the whole public API.
+ *
+ * @code
+ *   rdmx_context_t *ctx;  rdmx_worker_t *w;  rdmx_ep_t *ep;
+ *   rdmx_context_create(NULL, &ctx);
+ *   rdmx_worker_create(ctx, NULL, &w);
+ *   if (rdmx_connect(w, "10.0.0.2:13337", NULL, 5000, &ep) == RDMX_OK)
+ *       rdmx_send(ep, "hello", 5, NULL);
+ * @endcode
+ */
+#ifndef RDMX_H
+#define RDMX_H
+
+#include <rdmx/status.h>
+#include <rdmx/core.h>
+
+#define RDMX_VERSION_MAJOR 0
+#define RDMX_VERSION_MINOR 1
+#define RDMX_VERSION_PATCH 0
+
+#endif /* RDMX_H */

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install the Debian packages rdmx needs to build, test and benchmark.
+# Idempotent: installs only what is missing. Uses sudo when not root.
+#   scripts/bootstrap.sh          install what is missing
+#   scripts/bootstrap.sh --check  exit 0 if nothing is missing, 1 otherwise
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config clang
+  libucx-dev ucx-utils
+  iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${1:-}" = "--check" ]; then
+  [ ${#missing[@]} -eq 0 ]
+  exit
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then sudo="sudo"; else
+    echo "bootstrap: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+echo "bootstrap: installing ${missing[*]}"
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
