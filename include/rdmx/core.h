@@ -83,7 +83,8 @@ typedef struct {
 rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
                                   rdmx_context_t **context_p);
 
-/** Destroy a context. Its workers and memory must be destroyed first. */
+/** Destroy a context. Its workers must be destroyed first; regions still
+ *  registered are released (their handles become invalid). */
 void rdmx_context_destroy(rdmx_context_t *context);
 
 /** The transport the context was created for. */

@@ -1,0 +1,195 @@
+/*
+ * Context: the UCX context, the transport choice, and the registry of
+ * regions (so a notification can name the region it wrote).
+ */
+#include "core/internal.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const transport_names[] = {"auto", "shm", "tcp", "rdma"};
+
+const char *rdmx_transport_name(rdmx_transport_t transport)
+{
+    if ((unsigned)transport >= sizeof(transport_names) / sizeof(char *))
+        return NULL;
+    return transport_names[transport];
+}
+
+rdmx_status_t rdmx_transport_parse(const char *name,
+                                   rdmx_transport_t *transport_p)
+{
+    for (unsigned i = 0; name && i < 4; i++) {
+        if (!strcmp(name, transport_names[i])) {
+            *transport_p = (rdmx_transport_t)i;
+            return RDMX_OK;
+        }
+    }
+    return rdmx__error(RDMX_ERR_INVALID,
+                       "transport '%s': expected auto, shm, tcp or rdma",
+                       name ? name : "(null)");
+}
+
+rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context)
+{
+    return context->transport;
+}
+
+/* Does this host have an RDMA device (InfiniBand, RoCE, iWARP)? */
+static int have_rdma_device(void)
+{
+    DIR *d = opendir("/sys/class/infiniband");
+    struct dirent *e;
+    int found = 0;
+
+    if (d == NULL)
+        return 0;
+    while (!found && (e = readdir(d)) != NULL)
+        found = e->d_name[0] != '.';
+    closedir(d);
+    return found;
+}
+
+/* UCX_TLS for each transport. Shared memory still needs tcp: the sockaddr
+ * connection manager and the wire-up run over it (UCX_NOTES gotcha 2). */
+static const char *transport_tls(rdmx_transport_t t)
+{
+    switch (t) {
+    case RDMX_TRANSPORT_SHM:
+        return "sm,self,tcp";
+    case RDMX_TRANSPORT_TCP:
+        return "tcp,self";
+    case RDMX_TRANSPORT_RDMA:
+        return "ib,sm,self";
+    default:
+        return NULL;
+    }
+}
+
+rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
+                                  rdmx_context_t **context_p)
+{
+    rdmx_context_params_t p = {0};
+    rdmx_context_t *ctx;
+    ucp_config_t *config;
+    ucp_params_t up = {0};
+    ucs_status_t us;
+    rdmx_status_t status;
+    const char *tls, *env;
+
+    if (context_p == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "context_create: NULL output");
+    if (params != NULL)
+        p = *params;
+    if (!(p.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT)) {
+        p.transport = RDMX_TRANSPORT_AUTO;
+        env = getenv("RDMX_TRANSPORT");
+        if (env != NULL && *env != '\0' &&
+            rdmx_transport_parse(env, &p.transport) != RDMX_OK)
+            return rdmx__error(RDMX_ERR_INVALID,
+                               "RDMX_TRANSPORT='%s': expected auto, shm, tcp "
+                               "or rdma",
+                               env);
+    }
+    if (rdmx_transport_name(p.transport) == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "context: unknown transport %d",
+                           (int)p.transport);
+    if (p.transport == RDMX_TRANSPORT_RDMA && !have_rdma_device())
+        return rdmx__error(RDMX_ERR_UNSUPPORTED,
+                           "transport rdma: no RDMA device on this host "
+                           "(/sys/class/infiniband is empty); use shm or tcp");
+
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
+    ctx->transport = p.transport;
+    snprintf(ctx->name, sizeof(ctx->name), "%s",
+             (p.field_mask & RDMX_CONTEXT_PARAM_FIELD_NAME) && p.name ? p.name
+                                                                      : "rdmx");
+    ctx->next_region_id = 1;
+    pthread_mutex_init(&ctx->mr_lock, NULL);
+    if (rdmx_ptrmap_init(&ctx->regions) != 0) {
+        status = rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
+        goto err_free;
+    }
+
+    /* These are transport-level settings that ucp_config_modify cannot
+     * reach; they must be in the environment before ucp_config_read. A
+     * value the user set wins. Shared memory with peer failure detection
+     * (gotcha 3) and port reuse after a crash (gotcha 4). */
+    if (p.transport != RDMX_TRANSPORT_TCP)
+        setenv("UCX_MM_ERROR_HANDLING", "y", 0);
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+
+    us = ucp_config_read(NULL, NULL, &config);
+    if (us != UCS_OK) {
+        status = rdmx__error(RDMX_ERR_IO, "UCX configuration: %s",
+                             ucs_status_string(us));
+        goto err_map;
+    }
+    tls = transport_tls(p.transport);
+    if (tls != NULL && ucp_config_modify(config, "TLS", tls) != UCS_OK) {
+        status = rdmx__error(RDMX_ERR_IO, "UCX: cannot set TLS=%s", tls);
+        goto err_config;
+    }
+    if ((p.field_mask & RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES) &&
+        p.net_devices != NULL &&
+        ucp_config_modify(config, "NET_DEVICES", p.net_devices) != UCS_OK) {
+        status = rdmx__error(RDMX_ERR_INVALID, "UCX: bad net_devices '%s'",
+                             p.net_devices);
+        goto err_config;
+    }
+
+    up.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                    UCP_PARAM_FIELD_NAME;
+    up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_AMO64 |
+                  UCP_FEATURE_WAKEUP;
+    up.mt_workers_shared = 1; /* workers of one context on many threads */
+    up.name = ctx->name;
+    us = ucp_init(&up, config, &ctx->ucp);
+    ucp_config_release(config);
+    if (us != UCS_OK) {
+        status = rdmx__error(RDMX_ERR_IO, "UCX init (transport %s): %s",
+                             rdmx_transport_name(p.transport),
+                             ucs_status_string(us));
+        goto err_map;
+    }
+    *context_p = ctx;
+    return RDMX_OK;
+
+err_config:
+    ucp_config_release(config);
+err_map:
+    rdmx_ptrmap_cleanup(&ctx->regions);
+err_free:
+    pthread_mutex_destroy(&ctx->mr_lock);
+    free(ctx);
+    return status;
+}
+
+void rdmx_context_destroy(rdmx_context_t *context)
+{
+    if (context == NULL)
+        return;
+    /* Regions still registered would trip UCX's cache at cleanup: release
+     * them here; their handles are invalid from now on. */
+    if (context->regions.count != 0) {
+        rdmx_warn("context destroyed with %zu regions still registered; "
+                  "releasing them",
+                  context->regions.count);
+        for (size_t i = 0; i <= context->regions.mask; i++) {
+            rdmx_mr_t *mr = context->regions.slots[i].value;
+            if (context->regions.slots[i].key != NULL) {
+                context->regions.slots[i].key = NULL;
+                rdmx__mr_release(mr);
+            }
+        }
+        context->regions.count = 0;
+    }
+    ucp_cleanup(context->ucp);
+    rdmx_ptrmap_cleanup(&context->regions);
+    pthread_mutex_destroy(&context->mr_lock);
+    free(context);
+}

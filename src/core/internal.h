@@ -1,0 +1,293 @@
+/*
+ * rdmx core — private structures shared by the files of src/core.
+ *
+ * Ownership and threads: a worker and everything hanging off it (endpoints,
+ * listeners, operations, unpacked descriptors) is touched only by the thread
+ * that progresses it, or, with a progress thread, under worker->lock.
+ * The context's region registry has its own lock (regions are registered
+ * from any thread). Lock order: worker->lock before context->mr_lock.
+ */
+#ifndef RDMX_CORE_INTERNAL_H
+#define RDMX_CORE_INTERNAL_H
+
+#include <rdmx/core.h>
+
+#include "util/list.h"
+#include "util/log.h"
+#include "util/ptrmap.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <ucp/api/ucp.h>
+
+/* Active-message ids. Core uses 0..15; the RPC layer takes 16 and up. */
+enum {
+    RDMX_AM_HELLO = 0,     /* client -> server: magic, version */
+    RDMX_AM_HELLO_ACK = 1, /* server -> client: status */
+    RDMX_AM_MSG = 2,       /* two-sided message, payload only */
+    RDMX_AM_NOTIFY = 3,    /* put-with-notify: imm, region, offset, length */
+    RDMX_AM_BYE = 4,       /* orderly close */
+    RDMX_AM_CORE_LAST = 16
+};
+
+#define RDMX_WIRE_MAGIC   0x58444d52u /* "RMDX" little-endian */
+#define RDMX_WIRE_VERSION 1u
+#define RDMX_HELLO_SIZE   8
+#define RDMX_NOTIFY_SIZE  32
+
+typedef enum {
+    RDMX_EP_CONNECTING, /* client: waiting for HELLO_ACK */
+    RDMX_EP_ACCEPTING,  /* server: waiting for HELLO */
+    RDMX_EP_CONNECTED,
+    RDMX_EP_FAILED,     /* transport gone; waiting for rdmx_ep_close */
+    RDMX_EP_CLOSING     /* user closed; struct lives until UCX is done */
+} rdmx_ep_state_t;
+
+/* Endpoint events, handled in progress (never inside a UCX callback). */
+enum {
+    RDMX_EPEV_ACCEPTED = 1u << 0,  /* HELLO arrived: run accept_cb */
+    RDMX_EPEV_CONNECTED = 1u << 1, /* HELLO_ACK arrived: run connect_cb */
+    RDMX_EPEV_FAILED = 1u << 2,    /* tear down, then report */
+};
+
+typedef enum {
+    RDMX_OP_SEND,
+    RDMX_OP_RECV,
+    RDMX_OP_RMA,      /* put, get, flush: one UCX request */
+    RDMX_OP_NOTIFY,   /* put -> flush -> notify AM */
+    RDMX_OP_ATOMIC,
+    RDMX_OP_CONNECT,  /* HELLO send of a connecting endpoint */
+    RDMX_OP_INTERNAL  /* fire-and-forget internal sends */
+} rdmx_op_kind_t;
+
+typedef struct rdmx_op rdmx_op_t;
+
+/* One operation in flight. Taken from the worker's free list, returned when
+ * its callback has run. Owned by the worker's thread. */
+struct rdmx_op {
+    rdmx_list_t link;     /* ep->recvs, worker->done, or the free list */
+    rdmx_ep_t *ep;        /* the endpoint; holds a reference (ep->ops) */
+    rdmx_op_kind_t kind;
+    rdmx_cb_t cb;
+    void *arg;
+    rdmx_status_t status; /* final status, for deferred completion */
+    size_t length;        /* bytes moved / message length */
+    void *buf;            /* recv: destination */
+    size_t capacity;      /* recv: size of buf */
+    rdmx_mr_t *mr;        /* recv: region of buf, or NULL */
+    uint64_t *old_p;      /* atomic: where the old value goes */
+    uint64_t result;      /* atomic: reply buffer */
+    uint64_t operand;     /* atomic: value / compare */
+    unsigned char hdr[RDMX_NOTIFY_SIZE]; /* AM header: lives as long as the
+                                            send (UCX 1.13 does not copy) */
+};
+
+/* A message that arrived before a receive was posted. */
+typedef struct {
+    rdmx_list_t link; /* ep->unexpected */
+    size_t length;
+    void *rndv_desc;  /* rendezvous: UCX's descriptor, data not yet moved */
+    unsigned char data[]; /* eager: the copied payload */
+} rdmx_unexp_t;
+
+struct rdmx_context {
+    ucp_context_h ucp;
+    rdmx_transport_t transport;
+    char name[32];
+    pthread_mutex_t mr_lock; /* guards regions, next_region_id */
+    rdmx_ptrmap_t regions;   /* region id (as pointer key) -> rdmx_mr_t */
+    uint64_t next_region_id;
+};
+
+struct rdmx_mr {
+    rdmx_context_t *ctx;
+    ucp_mem_h memh;
+    void *addr;
+    size_t length;
+    unsigned access;
+    uint64_t id;      /* context-unique, carried in descriptors */
+    void *rkey_buf;   /* packed UCX rkey, made once at registration */
+    size_t rkey_size;
+};
+
+struct rdmx_rmem {
+    rdmx_list_t link;   /* ep->rmems */
+    rdmx_ep_t *ep;      /* NULL once the endpoint went away */
+    ucp_rkey_h rkey;    /* NULL once the endpoint went away */
+    uint64_t addr;      /* remote virtual address of the range start */
+    uint64_t length;    /* length of the range */
+    uint64_t region_id; /* the owner's region id */
+    uint64_t region_offset; /* range start, from the region's start */
+    unsigned access;
+};
+
+struct rdmx_ep {
+    rdmx_list_t link;       /* worker->eps or worker->closing */
+    rdmx_worker_t *worker;
+    ucp_ep_h ucp_ep;        /* NULL once closed at the UCX level */
+    rdmx_ep_state_t state;
+    rdmx_status_t status;   /* RDMX_OK while healthy */
+    rdmx_ep_params_t params;
+    int user_closed;        /* rdmx_ep_close was called */
+    unsigned events;        /* RDMX_EPEV_* waiting in worker->ep_events */
+    rdmx_list_t event_link; /* worker->ep_events */
+    int torn_down;          /* UCX ep closed, rkeys gone, receives failed */
+    uint64_t fail_ns;       /* when the failure was noticed */
+    unsigned ops;           /* operations in flight that point here */
+    void *closer;           /* rdmx_closer_t of a UCX close in flight */
+    int reported;           /* connect_cb/accept_cb ran with success */
+    int error_done;         /* the failure was reported (or never will be) */
+    rdmx_accept_cb_t accept_cb; /* server side: the listener's callback */
+    void *accept_arg;
+    uint64_t close_deadline_ns;
+    uint64_t connect_deadline_ns; /* 0: none */
+    rdmx_connect_cb_t connect_cb;
+    void *connect_arg;
+    rdmx_list_t recvs;      /* posted receives, in order (rdmx_op_t) */
+    rdmx_list_t unexpected; /* messages waiting for a receive */
+    rdmx_list_t rmems;      /* descriptors unpacked on this endpoint */
+    char peer[64];          /* "host:port" */
+};
+
+/* A connection request the listener got; the endpoint is made outside the
+ * UCX callback. */
+typedef struct {
+    rdmx_list_t link;
+    rdmx_listener_t *listener;
+    ucp_conn_request_h req;
+} rdmx_conn_req_t;
+
+struct rdmx_listener {
+    rdmx_list_t link; /* worker->listeners */
+    rdmx_worker_t *worker;
+    ucp_listener_h ucp;
+    rdmx_listener_params_t params;
+    uint16_t port;
+};
+
+struct rdmx_worker {
+    rdmx_context_t *ctx;
+    ucp_worker_h ucp;
+    int efd;
+    rdmx_ptrmap_t ep_map;     /* ucp_ep_h -> rdmx_ep_t, for AM dispatch */
+    rdmx_list_t eps;          /* live endpoints (any state but CLOSING) */
+    rdmx_list_t closing;      /* endpoints the user closed, not yet freed */
+    rdmx_list_t listeners;
+    rdmx_list_t conn_reqs;    /* rdmx_conn_req_t waiting to be accepted */
+    rdmx_list_t done;         /* ops whose callback runs at next progress */
+    rdmx_list_t free_ops;     /* op free list */
+    unsigned nfree_ops;
+    rdmx_list_t ep_events;    /* endpoints with RDMX_EPEV_* to handle */
+    unsigned connecting;      /* endpoints with a connect deadline */
+    rdmx_worker_stats_t stats;
+    /* progress thread mode */
+    int mt;
+    pthread_mutex_t lock;     /* recursive; held around every call in mt */
+    pthread_cond_t cond;      /* signalled when an op completes (mt) */
+    pthread_t thread;
+    volatile int stop;
+};
+
+/* --- errors (status.c) --------------------------------------------------- */
+
+/* Record a detail message for rdmx_error_detail() and return @status. */
+rdmx_status_t rdmx__error(rdmx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+rdmx_status_t rdmx__from_ucs(ucs_status_t status);
+
+/* --- worker.c ------------------------------------------------------------ */
+
+static inline void rdmx__lock(rdmx_worker_t *w)
+{
+    if (w->mt)
+        pthread_mutex_lock(&w->lock);
+}
+
+static inline void rdmx__unlock(rdmx_worker_t *w)
+{
+    if (w->mt)
+        pthread_mutex_unlock(&w->lock);
+}
+
+rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
+                        rdmx_cb_t cb, void *arg);
+void rdmx__op_put(rdmx_worker_t *w, rdmx_op_t *op);
+/* Run the op's callback with @status and release it (and its ep ref). */
+void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length);
+/* Queue the op to complete at the next progress (never calls back inline). */
+void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length);
+/* Status for a UCX completion on @ep: the ep's error if it failed. */
+rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status);
+
+/* --- ep.c ---------------------------------------------------------------- */
+
+rdmx_ep_t *rdmx__ep_lookup(rdmx_worker_t *w, const ucp_am_recv_param_t *param);
+/* Create the endpoint for an accepted connection request. */
+void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr);
+/* Mark @ep failed with @status; the rest happens in rdmx__ep_progress. */
+void rdmx__ep_fail(rdmx_ep_t *ep, rdmx_status_t status);
+/* Deadlines, failures and closes; returns the number of events. */
+unsigned rdmx__ep_progress(rdmx_worker_t *w);
+void rdmx__ep_release(rdmx_ep_t *ep); /* an op let go of @ep */
+void rdmx__ep_destroy_all(rdmx_worker_t *w);
+ucs_status_t rdmx__am_hello(void *arg, const void *header, size_t hlen,
+                            void *data, size_t len,
+                            const ucp_am_recv_param_t *param);
+ucs_status_t rdmx__am_hello_ack(void *arg, const void *header, size_t hlen,
+                                void *data, size_t len,
+                                const ucp_am_recv_param_t *param);
+ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
+                          void *data, size_t len,
+                          const ucp_am_recv_param_t *param);
+
+/* --- msg.c ---------------------------------------------------------------- */
+
+ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,
+                          void *data, size_t len,
+                          const ucp_am_recv_param_t *param);
+/* Fail posted receives with @status and drop unexpected messages. */
+void rdmx__msg_purge(rdmx_ep_t *ep, rdmx_status_t status);
+/* Post a receive; returns the op so a blocking caller can cancel it. */
+rdmx_status_t rdmx__recv_post(rdmx_ep_t *ep, void *buf, size_t capacity,
+                              rdmx_mr_t *mr, rdmx_cb_t cb, void *arg,
+                              rdmx_op_t **op_p);
+/* Cancel a posted receive that has not matched a message yet. */
+int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op);
+
+/* --- rma.c ---------------------------------------------------------------- */
+
+ucs_status_t rdmx__am_notify(void *arg, const void *header, size_t hlen,
+                             void *data, size_t len,
+                             const ucp_am_recv_param_t *param);
+
+/* --- mem.c ---------------------------------------------------------------- */
+
+/* Find a region by id (takes the context's mr_lock); NULL if gone. */
+rdmx_mr_t *rdmx__mr_find(rdmx_context_t *ctx, uint64_t id);
+/* Unmap and free a region already removed from the registry. */
+void rdmx__mr_release(rdmx_mr_t *mr);
+/* Destroy the rkeys of descriptors unpacked on @ep (before the UCX close). */
+void rdmx__rmem_detach_all(rdmx_ep_t *ep);
+
+/* Fill the memory-handle field of a UCX request from @mr, if any. */
+static inline void rdmx__param_memh(ucp_request_param_t *p, rdmx_mr_t *mr)
+{
+    if (mr != NULL) {
+        p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p->memh = mr->memh;
+    }
+}
+
+/* May operations start on @ep? An error (with its detail) if not. */
+static inline rdmx_status_t rdmx__ep_usable(rdmx_ep_t *ep)
+{
+    if (ep->status != RDMX_OK)
+        return rdmx__error(ep->status, "endpoint %s: %s", ep->peer,
+                           rdmx_strerror(ep->status));
+    if (ep->state != RDMX_EP_CONNECTED)
+        return rdmx__error(RDMX_ERR_BUSY, "endpoint %s: still connecting",
+                           ep->peer);
+    return RDMX_OK;
+}
+
+#endif /* RDMX_CORE_INTERNAL_H */

@@ -1,0 +1,132 @@
+/*
+ * Listener: a UCX listener on a socket address. Connection requests are
+ * queued from UCX's callback and turned into endpoints by the worker's
+ * progress (UCX_NOTES: do not create endpoints inside the callback).
+ */
+#include "core/internal.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_conn_request(ucp_conn_request_h req, void *arg)
+{
+    rdmx_listener_t *l = arg;
+    rdmx_conn_req_t *cr = malloc(sizeof(*cr));
+
+    if (cr == NULL) {
+        ucp_listener_reject(l->ucp, req);
+        return;
+    }
+    cr->listener = l;
+    cr->req = req;
+    rdmx_list_insert_tail(&l->worker->conn_reqs, &cr->link);
+}
+
+rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
+                                   const rdmx_listener_params_t *params,
+                                   rdmx_listener_t **listener_p)
+{
+    const char *address = "0.0.0.0:0";
+    char host[256], port_str[8];
+    uint16_t port;
+    struct addrinfo hints = {0}, *res;
+    ucp_listener_params_t lp = {0};
+    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    rdmx_listener_t *l;
+    ucs_status_t us;
+    rdmx_status_t st;
+    int rc;
+
+    if (w == NULL || params == NULL || listener_p == NULL ||
+        !(params->field_mask & RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB) ||
+        params->accept_cb == NULL)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "listener: worker, params and accept_cb required");
+    if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_ADDRESS) &&
+        params->address != NULL)
+        address = params->address;
+    st = rdmx_addr_parse(address, host, sizeof(host), &port);
+    if (st != RDMX_OK)
+        return st;
+    snprintf(port_str, sizeof(port_str), "%u", port);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    rc = getaddrinfo(host, port_str, &hints, &res);
+    if (rc != 0)
+        return rdmx__error(RDMX_ERR_UNREACHABLE, "listen on '%s': %s",
+                           address, gai_strerror(rc));
+
+    l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        freeaddrinfo(res);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "listener: out of memory");
+    }
+    l->worker = w;
+    l->params = *params;
+    if (!(params->field_mask & RDMX_LISTENER_PARAM_FIELD_EP_PARAMS))
+        memset(&l->params.ep_params, 0, sizeof(l->params.ep_params));
+
+    lp.field_mask =
+        UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = res->ai_addr;
+    lp.sockaddr.addrlen = res->ai_addrlen;
+    lp.conn_handler.cb = on_conn_request;
+    lp.conn_handler.arg = l;
+    rdmx__lock(w);
+    us = ucp_listener_create(w->ucp, &lp, &l->ucp);
+    freeaddrinfo(res);
+    if (us != UCS_OK) {
+        rdmx__unlock(w);
+        free(l);
+        if (us == UCS_ERR_BUSY)
+            return rdmx__error(RDMX_ERR_ADDR_IN_USE, "listen on %s: address "
+                                                     "already in use",
+                               address);
+        return rdmx__error(RDMX_ERR_UNREACHABLE, "listen on %s: %s", address,
+                           ucs_status_string(us));
+    }
+    if (ucp_listener_query(l->ucp, &attr) == UCS_OK) {
+        if (attr.sockaddr.ss_family == AF_INET)
+            l->port = ntohs(((struct sockaddr_in *)&attr.sockaddr)->sin_port);
+        else if (attr.sockaddr.ss_family == AF_INET6)
+            l->port =
+                ntohs(((struct sockaddr_in6 *)&attr.sockaddr)->sin6_port);
+    }
+    rdmx_list_insert_tail(&w->listeners, &l->link);
+    rdmx__unlock(w);
+    *listener_p = l;
+    return RDMX_OK;
+}
+
+void rdmx_listener_destroy(rdmx_listener_t *l)
+{
+    rdmx_worker_t *w;
+    rdmx_list_t *pos, *tmp;
+
+    if (l == NULL)
+        return;
+    w = l->worker;
+    rdmx__lock(w);
+    /* Refuse requests that arrived but were not accepted yet. */
+    rdmx_list_for_each_safe(pos, tmp, &w->conn_reqs)
+    {
+        rdmx_conn_req_t *cr = rdmx_container_of(pos, rdmx_conn_req_t, link);
+        if (cr->listener == l) {
+            rdmx_list_del(&cr->link);
+            ucp_listener_reject(l->ucp, cr->req);
+            free(cr);
+        }
+    }
+    ucp_listener_destroy(l->ucp);
+    rdmx_list_del(&l->link);
+    rdmx__unlock(w);
+    free(l);
+}
+
+uint16_t rdmx_listener_port(const rdmx_listener_t *l)
+{
+    return l->port;
+}

@@ -1,0 +1,338 @@
+/*
+ * Registered memory and descriptors.
+ *
+ * A descriptor ("rdmx_mr_pack") is a portable, versioned blob; all integers
+ * little-endian:
+ *
+ *   off  size  field
+ *     0     4  magic "RDMD"
+ *     4     2  version (1)
+ *     6     2  access rights (RDMX_ACCESS_*)
+ *     8     8  region id (names the region in notifications)
+ *    16     8  remote virtual address of the range start
+ *    24     8  range length
+ *    32     8  range start, as an offset from the region start
+ *    40     4  UCX rkey length n (at most RDMX_RKEY_MAX)
+ *    44     4  reserved, zero
+ *    48     n  UCX packed rkey
+ *  48+n     8  FNV-1a 64 of bytes [0, 48+n)
+ *
+ * Rights in a descriptor are enforced by the rdmx library that issues the
+ * operation (it refuses before issuing); the transport enforces only that
+ * the whole registration is reachable, as with any UCX rkey.
+ */
+#include "core/internal.h"
+
+#include "util/endian.h"
+#include "util/hash.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RDMX_DESC_MAGIC   0x444d4452u /* "RDMD" */
+#define RDMX_DESC_VERSION 1
+#define RDMX_DESC_FIXED   48
+#define RDMX_RKEY_MAX     4096
+
+static rdmx_status_t mr_create(rdmx_context_t *ctx, void *addr, size_t length,
+                               unsigned access, int allocate, rdmx_mr_t **mr_p)
+{
+    ucp_mem_map_params_t mp = {0};
+    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS |
+                                         UCP_MEM_ATTR_FIELD_LENGTH};
+    rdmx_mr_t *mr;
+    ucs_status_t us;
+    rdmx_status_t st;
+
+    if (ctx == NULL || mr_p == NULL || length == 0 ||
+        (!allocate && addr == NULL))
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "mem: context, output, address and a non-zero "
+                           "length are required");
+    if (access & ~(unsigned)RDMX_ACCESS_ALL)
+        return rdmx__error(RDMX_ERR_INVALID, "mem: unknown access bits 0x%x",
+                           access & ~(unsigned)RDMX_ACCESS_ALL);
+    mr = calloc(1, sizeof(*mr));
+    if (mr == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "mem: out of memory");
+
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = allocate ? NULL : addr;
+    mp.length = length;
+    mp.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+    us = ucp_mem_map(ctx->ucp, &mp, &mr->memh);
+    if (us != UCS_OK) {
+        st = rdmx__error(us == UCS_ERR_NO_MEMORY ? RDMX_ERR_NO_MEMORY
+                                                 : RDMX_ERR_IO,
+                         "mem: cannot register %zu bytes: %s", length,
+                         ucs_status_string(us));
+        goto err_free;
+    }
+    us = ucp_mem_query(mr->memh, &attr);
+    if (us != UCS_OK) {
+        st = rdmx__error(RDMX_ERR_IO, "mem: query: %s", ucs_status_string(us));
+        goto err_unmap;
+    }
+    mr->ctx = ctx;
+    mr->addr = attr.address;
+    mr->length = length;
+    mr->access = access;
+    if (allocate)
+        memset(mr->addr, 0, length);
+    us = ucp_rkey_pack(ctx->ucp, mr->memh, &mr->rkey_buf, &mr->rkey_size);
+    if (us != UCS_OK) {
+        st = rdmx__error(RDMX_ERR_IO, "mem: rkey pack: %s",
+                         ucs_status_string(us));
+        goto err_unmap;
+    }
+    if (mr->rkey_size > RDMX_RKEY_MAX) {
+        st = rdmx__error(RDMX_ERR_UNSUPPORTED, "mem: UCX rkey of %zu bytes",
+                         mr->rkey_size);
+        goto err_rkey;
+    }
+
+    pthread_mutex_lock(&ctx->mr_lock);
+    mr->id = ctx->next_region_id++;
+    if (rdmx_ptrmap_put(&ctx->regions, (void *)(uintptr_t)mr->id, mr) != 0) {
+        pthread_mutex_unlock(&ctx->mr_lock);
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "mem: out of memory");
+        goto err_rkey;
+    }
+    pthread_mutex_unlock(&ctx->mr_lock);
+    *mr_p = mr;
+    return RDMX_OK;
+
+err_rkey:
+    ucp_rkey_buffer_release(mr->rkey_buf);
+err_unmap:
+    ucp_mem_unmap(ctx->ucp, mr->memh);
+err_free:
+    free(mr);
+    return st;
+}
+
+rdmx_status_t rdmx_mem_register(rdmx_context_t *context, void *addr,
+                                size_t length, unsigned access,
+                                rdmx_mr_t **mr_p)
+{
+    return mr_create(context, addr, length, access, 0, mr_p);
+}
+
+rdmx_status_t rdmx_mem_alloc(rdmx_context_t *context, size_t length,
+                             unsigned access, rdmx_mr_t **mr_p)
+{
+    return mr_create(context, NULL, length, access, 1, mr_p);
+}
+
+void rdmx_mem_deregister(rdmx_mr_t *mr)
+{
+    rdmx_context_t *ctx;
+
+    if (mr == NULL)
+        return;
+    ctx = mr->ctx;
+    pthread_mutex_lock(&ctx->mr_lock);
+    rdmx_ptrmap_del(&ctx->regions, (void *)(uintptr_t)mr->id);
+    pthread_mutex_unlock(&ctx->mr_lock);
+    rdmx__mr_release(mr);
+}
+
+void rdmx__mr_release(rdmx_mr_t *mr)
+{
+    ucp_rkey_buffer_release(mr->rkey_buf);
+    ucp_mem_unmap(mr->ctx->ucp, mr->memh);
+    free(mr);
+}
+
+void *rdmx_mr_addr(const rdmx_mr_t *mr)
+{
+    return mr->addr;
+}
+
+size_t rdmx_mr_length(const rdmx_mr_t *mr)
+{
+    return mr->length;
+}
+
+rdmx_mr_t *rdmx__mr_find(rdmx_context_t *ctx, uint64_t id)
+{
+    rdmx_mr_t *mr;
+
+    pthread_mutex_lock(&ctx->mr_lock);
+    mr = rdmx_ptrmap_get(&ctx->regions, (void *)(uintptr_t)id);
+    pthread_mutex_unlock(&ctx->mr_lock);
+    return mr;
+}
+
+rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
+                           uint64_t length, unsigned access, void *buf,
+                           size_t size, size_t *size_p)
+{
+    size_t need;
+    unsigned char *p = buf;
+
+    if (mr == NULL || size_p == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "mr_pack: NULL argument");
+    need = RDMX_DESC_FIXED + mr->rkey_size + 8;
+    if (offset > mr->length || length > mr->length - offset)
+        return rdmx__error(RDMX_ERR_OUT_OF_RANGE,
+                           "mr_pack: offset %llu + length %llu exceeds the "
+                           "region's %zu bytes",
+                           (unsigned long long)offset,
+                           (unsigned long long)length, mr->length);
+    if (access & ~mr->access)
+        return rdmx__error(RDMX_ERR_DENIED,
+                           "mr_pack: rights 0x%x not in the region's 0x%x",
+                           access, mr->access);
+    if (buf == NULL) {
+        *size_p = need;
+        return RDMX_OK;
+    }
+    if (size < need) {
+        *size_p = need;
+        return rdmx__error(RDMX_ERR_TOO_BIG,
+                           "mr_pack: buffer of %zu bytes, need %zu", size,
+                           need);
+    }
+    rdmx_put_le32(p, RDMX_DESC_MAGIC);
+    rdmx_put_le16(p + 4, RDMX_DESC_VERSION);
+    rdmx_put_le16(p + 6, (uint16_t)access);
+    rdmx_put_le64(p + 8, mr->id);
+    rdmx_put_le64(p + 16, (uint64_t)(uintptr_t)mr->addr + offset);
+    rdmx_put_le64(p + 24, length);
+    rdmx_put_le64(p + 32, offset);
+    rdmx_put_le32(p + 40, (uint32_t)mr->rkey_size);
+    rdmx_put_le32(p + 44, 0);
+    memcpy(p + RDMX_DESC_FIXED, mr->rkey_buf, mr->rkey_size);
+    rdmx_put_le64(p + RDMX_DESC_FIXED + mr->rkey_size,
+                  rdmx_fnv1a64(p, RDMX_DESC_FIXED + mr->rkey_size));
+    *size_p = need;
+    return RDMX_OK;
+}
+
+static rdmx_status_t bad_descriptor(rdmx_worker_t *w, const char *why)
+{
+    w->stats.bad_descriptors++;
+    return rdmx__error(RDMX_ERR_BAD_DESCRIPTOR, "descriptor: %s", why);
+}
+
+rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
+                               rdmx_rmem_t **rmem_p)
+{
+    const unsigned char *p = buf;
+    rdmx_worker_t *w;
+    rdmx_rmem_t *rm;
+    uint64_t addr, length, rkey_len;
+    unsigned access;
+    void *rkey_copy;
+    ucs_status_t us;
+    rdmx_status_t st = RDMX_OK;
+
+    if (ep == NULL || rmem_p == NULL || (buf == NULL && size != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "rmem_unpack: NULL argument");
+    w = ep->worker;
+    rdmx__lock(w);
+    if (size < RDMX_DESC_FIXED + 8) {
+        st = bad_descriptor(w, "truncated");
+        goto out;
+    }
+    if (rdmx_get_le32(p) != RDMX_DESC_MAGIC) {
+        st = bad_descriptor(w, "bad magic, not an rdmx descriptor");
+        goto out;
+    }
+    if (rdmx_get_le16(p + 4) != RDMX_DESC_VERSION) {
+        st = bad_descriptor(w, "unsupported version");
+        goto out;
+    }
+    rkey_len = rdmx_get_le32(p + 40);
+    if (rkey_len == 0 || rkey_len > RDMX_RKEY_MAX ||
+        size != RDMX_DESC_FIXED + rkey_len + 8) {
+        st = bad_descriptor(w, "length does not match its rkey length");
+        goto out;
+    }
+    if (rdmx_get_le64(p + RDMX_DESC_FIXED + rkey_len) !=
+        rdmx_fnv1a64(p, RDMX_DESC_FIXED + rkey_len)) {
+        st = bad_descriptor(w, "checksum mismatch (corrupt)");
+        goto out;
+    }
+    access = rdmx_get_le16(p + 6);
+    addr = rdmx_get_le64(p + 16);
+    length = rdmx_get_le64(p + 24);
+    if ((access & ~(unsigned)RDMX_ACCESS_ALL) || addr + length < addr ||
+        rdmx_get_le32(p + 44) != 0) {
+        st = bad_descriptor(w, "invalid rights, range or reserved field");
+        goto out;
+    }
+    if (ep->ucp_ep == NULL || ep->status != RDMX_OK) {
+        st = rdmx__error(ep->status != RDMX_OK ? ep->status
+                                               : RDMX_ERR_CONN_CLOSED,
+                         "rmem_unpack: endpoint is not connected");
+        goto out;
+    }
+
+    rm = calloc(1, sizeof(*rm));
+    rkey_copy = malloc(rkey_len); /* aligned copy for UCX's parser */
+    if (rm == NULL || rkey_copy == NULL) {
+        free(rm);
+        free(rkey_copy);
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "rmem_unpack: out of memory");
+        goto out;
+    }
+    memcpy(rkey_copy, p + RDMX_DESC_FIXED, rkey_len);
+    us = ucp_ep_rkey_unpack(ep->ucp_ep, rkey_copy, &rm->rkey);
+    free(rkey_copy);
+    if (us != UCS_OK) {
+        free(rm);
+        st = bad_descriptor(w, "UCX cannot unpack its rkey");
+        goto out;
+    }
+    rm->ep = ep;
+    rm->addr = addr;
+    rm->length = length;
+    rm->access = access;
+    rm->region_id = rdmx_get_le64(p + 8);
+    rm->region_offset = rdmx_get_le64(p + 32);
+    rdmx_list_insert_tail(&ep->rmems, &rm->link);
+    *rmem_p = rm;
+out:
+    rdmx__unlock(w);
+    return st;
+}
+
+void rdmx__rmem_detach_all(rdmx_ep_t *ep)
+{
+    rdmx_list_t *e;
+
+    while ((e = rdmx_list_pop(&ep->rmems)) != NULL) {
+        rdmx_rmem_t *rm = rdmx_container_of(e, rdmx_rmem_t, link);
+        ucp_rkey_destroy(rm->rkey);
+        rm->rkey = NULL;
+        rm->ep = NULL;
+    }
+}
+
+void rdmx_rmem_destroy(rdmx_rmem_t *rm)
+{
+    if (rm == NULL)
+        return;
+    if (rm->ep != NULL) {
+        rdmx_worker_t *w = rm->ep->worker;
+        rdmx__lock(w);
+        rdmx_list_del(&rm->link);
+        ucp_rkey_destroy(rm->rkey);
+        rdmx__unlock(w);
+    }
+    free(rm);
+}
+
+uint64_t rdmx_rmem_length(const rdmx_rmem_t *rm)
+{
+    return rm->length;
+}
+
+unsigned rdmx_rmem_access(const rdmx_rmem_t *rm)
+{
+    return rm->access;
+}

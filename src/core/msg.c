@@ -1,0 +1,234 @@
+/*
+ * Two-sided messages: rdmx_send_nb / rdmx_recv_nb over UCX active messages.
+ *
+ * Matching: each endpoint keeps its posted receives and its unexpected
+ * messages in arrival order; at most one of the two lists is non-empty.
+ * Small messages arrive eagerly and are copied into the receive (or into an
+ * unexpected buffer). Large ones arrive as a rendezvous descriptor: the
+ * data moves straight into the posted buffer (zero-copy, RDMA read on
+ * verbs), and an unexpected one waits as a descriptor, not a copy.
+ */
+#include "core/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void send_done(void *req, ucs_status_t us, void *user_data)
+{
+    rdmx_op_t *op = user_data;
+
+    ucp_request_free(req);
+    rdmx__op_complete(op, rdmx__op_status(op->ep, us), op->length);
+}
+
+rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
+                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg)
+{
+    rdmx_worker_t *w;
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+    rdmx_status_t st;
+    rdmx_op_t *op;
+
+    if (ep == NULL || (buf == NULL && length != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "send: NULL argument");
+    w = ep->worker;
+    rdmx__lock(w);
+    if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
+        goto out;
+    op = rdmx__op_get(w, ep, RDMX_OP_SEND, cb, arg);
+    if (op == NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
+        goto out;
+    }
+    op->length = length;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    p.cb.send = send_done;
+    p.user_data = op;
+    rdmx__param_memh(&p, mr);
+    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_MSG, NULL, 0, buf, length, &p);
+    w->stats.msgs_sent++;
+    if (r == NULL) {
+        rdmx__op_put(w, op);
+        st = RDMX_OK;
+    } else if (UCS_PTR_IS_ERR(r)) {
+        rdmx__op_put(w, op);
+        st = rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
+                         ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
+    } else {
+        st = RDMX_INPROGRESS;
+    }
+out:
+    rdmx__unlock(w);
+    return st;
+}
+
+static void rndv_done(void *req, ucs_status_t us, size_t length,
+                      void *user_data)
+{
+    rdmx_op_t *op = user_data;
+
+    ucp_request_free(req);
+    rdmx__op_complete(op, rdmx__op_status(op->ep, us), length);
+}
+
+/* Move a rendezvous message into @op's buffer. */
+static void rndv_start(rdmx_op_t *op, void *desc, size_t length)
+{
+    rdmx_worker_t *w = op->ep->worker;
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = rndv_done;
+    p.user_data = op;
+    rdmx__param_memh(&p, op->mr);
+    r = ucp_am_recv_data_nbx(w->ucp, desc, op->buf, length, &p);
+    if (r == NULL)
+        rdmx__op_defer(op, RDMX_OK, length);
+    else if (UCS_PTR_IS_ERR(r))
+        rdmx__op_defer(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
+}
+
+ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,
+                          void *data, size_t len,
+                          const ucp_am_recv_param_t *param)
+{
+    rdmx_worker_t *w = arg;
+    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+    int rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+    rdmx_unexp_t *u;
+    rdmx_list_t *e;
+
+    if (ep == NULL || ep->status != RDMX_OK || hlen != 0) {
+        if (hlen != 0)
+            w->stats.proto_errors++;
+        return UCS_OK; /* dropped: closing, or not ours */
+    }
+    while ((e = rdmx_list_pop(&ep->recvs)) != NULL) {
+        rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
+        if (len > op->capacity) {
+            /* This receive is too small; the message tries the next. */
+            w->stats.recv_too_small++;
+            rdmx__error(RDMX_ERR_TOO_BIG, "recv: message of %zu bytes, buffer "
+                                          "of %zu",
+                        len, op->capacity);
+            rdmx__op_defer(op, RDMX_ERR_TOO_BIG, len);
+            continue;
+        }
+        w->stats.msgs_received++;
+        if (rndv) {
+            rndv_start(op, data, len);
+            return UCS_INPROGRESS;
+        }
+        if (len != 0)
+            memcpy(op->buf, data, len);
+        rdmx__op_defer(op, RDMX_OK, len);
+        return UCS_OK;
+    }
+
+    /* No receive posted: keep the message until one is. */
+    u = malloc(sizeof(*u) + (rndv ? 0 : len));
+    if (u == NULL) {
+        rdmx_error("recv from %s: out of memory, message of %zu bytes lost",
+                   ep->peer, len);
+        rdmx__ep_fail(ep, RDMX_ERR_NO_MEMORY);
+        return UCS_OK;
+    }
+    w->stats.msgs_unexpected++;
+    u->length = len;
+    u->rndv_desc = rndv ? data : NULL;
+    if (!rndv && len != 0)
+        memcpy(u->data, data, len);
+    rdmx_list_insert_tail(&ep->unexpected, &u->link);
+    return rndv ? UCS_INPROGRESS : UCS_OK;
+}
+
+rdmx_status_t rdmx__recv_post(rdmx_ep_t *ep, void *buf, size_t capacity,
+                              rdmx_mr_t *mr, rdmx_cb_t cb, void *arg,
+                              rdmx_op_t **op_p)
+{
+    rdmx_worker_t *w = ep->worker;
+    rdmx_op_t *op;
+    rdmx_unexp_t *u;
+    rdmx_status_t st;
+
+    rdmx__lock(w);
+    if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
+        goto out;
+    op = rdmx__op_get(w, ep, RDMX_OP_RECV, cb, arg);
+    if (op == NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "recv: out of memory");
+        goto out;
+    }
+    op->buf = buf;
+    op->capacity = capacity;
+    op->mr = mr;
+    if (op_p != NULL)
+        *op_p = op;
+    st = RDMX_INPROGRESS;
+    if (rdmx_list_empty(&ep->unexpected)) {
+        rdmx_list_insert_tail(&ep->recvs, &op->link);
+        goto out;
+    }
+    u = rdmx_container_of(ep->unexpected.next, rdmx_unexp_t, link);
+    if (u->length > capacity) {
+        w->stats.recv_too_small++;
+        rdmx__error(RDMX_ERR_TOO_BIG, "recv: message of %zu bytes, buffer "
+                                      "of %zu",
+                    u->length, capacity);
+        rdmx__op_defer(op, RDMX_ERR_TOO_BIG, u->length);
+        goto out;
+    }
+    rdmx_list_del(&u->link);
+    w->stats.msgs_received++;
+    if (u->rndv_desc != NULL) {
+        rndv_start(op, u->rndv_desc, u->length);
+    } else {
+        if (u->length != 0)
+            memcpy(buf, u->data, u->length);
+        rdmx__op_defer(op, RDMX_OK, u->length);
+    }
+    free(u);
+out:
+    rdmx__unlock(w);
+    return st;
+}
+
+rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
+                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg)
+{
+    if (ep == NULL || (buf == NULL && capacity != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "recv: NULL argument");
+    return rdmx__recv_post(ep, buf, capacity, mr, cb, arg, NULL);
+}
+
+int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op)
+{
+    rdmx_list_t *pos, *tmp;
+
+    rdmx_list_for_each_safe(pos, tmp, &ep->recvs)
+    {
+        if (pos == &op->link) {
+            rdmx__op_defer(op, RDMX_ERR_TIMEOUT, 0);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void rdmx__msg_purge(rdmx_ep_t *ep, rdmx_status_t status)
+{
+    rdmx_list_t *e;
+
+    while ((e = rdmx_list_pop(&ep->recvs)) != NULL)
+        rdmx__op_defer(rdmx_container_of(e, rdmx_op_t, link), status, 0);
+    while ((e = rdmx_list_pop(&ep->unexpected)) != NULL) {
+        rdmx_unexp_t *u = rdmx_container_of(e, rdmx_unexp_t, link);
+        if (u->rndv_desc != NULL)
+            ucp_am_data_release(ep->worker->ucp, u->rndv_desc);
+        free(u);
+    }
+}

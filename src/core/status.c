@@ -1,0 +1,90 @@
+/*
+ * Status strings and the per-thread error detail.
+ */
+#include "core/internal.h"
+
+#include <stdio.h>
+
+static __thread char error_detail[256];
+
+const char *rdmx_strerror(rdmx_status_t status)
+{
+    switch (status) {
+#define RDMX_STATUS_STR_(name, value, desc)                                    \
+    case name:                                                                 \
+        return desc;
+        RDMX_STATUS_LIST(RDMX_STATUS_STR_)
+#undef RDMX_STATUS_STR_
+    }
+    return "unknown status";
+}
+
+const char *rdmx_status_name(rdmx_status_t status)
+{
+    switch (status) {
+#define RDMX_STATUS_NAME_(name, value, desc)                                   \
+    case name:                                                                 \
+        return #name;
+        RDMX_STATUS_LIST(RDMX_STATUS_NAME_)
+#undef RDMX_STATUS_NAME_
+    }
+    return "RDMX_UNKNOWN";
+}
+
+const char *rdmx_error_detail(void)
+{
+    return error_detail;
+}
+
+rdmx_status_t rdmx__error(rdmx_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_detail, sizeof(error_detail), fmt, ap);
+    va_end(ap);
+    rdmx_debug("%s: %s", rdmx_status_name(status), error_detail);
+    return status;
+}
+
+/* Map a UCX status to ours. Connection-level failures keep their meaning;
+ * anything unexpected is an I/O error. */
+rdmx_status_t rdmx__from_ucs(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK:
+        return RDMX_OK;
+    case UCS_INPROGRESS:
+        return RDMX_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:
+        return RDMX_ERR_NO_MEMORY;
+    case UCS_ERR_NO_RESOURCE:
+    case UCS_ERR_EXCEEDS_LIMIT:
+        return RDMX_ERR_NO_RESOURCE;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+        return RDMX_ERR_TIMEOUT;
+    case UCS_ERR_CANCELED:
+        return RDMX_ERR_CANCELED;
+    case UCS_ERR_NO_ELEM:
+        return RDMX_ERR_NOT_FOUND;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        return RDMX_ERR_TOO_BIG;
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+        return RDMX_ERR_CONN_REFUSED;
+    case UCS_ERR_CONNECTION_RESET:
+        return RDMX_ERR_CONN_RESET;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_INVALID_ADDR:
+        return RDMX_ERR_UNREACHABLE;
+    case UCS_ERR_BUSY:
+        return RDMX_ERR_BUSY;
+    case UCS_ERR_UNSUPPORTED:
+    case UCS_ERR_NO_DEVICE:
+        return RDMX_ERR_UNSUPPORTED;
+    case UCS_ERR_INVALID_PARAM:
+        return RDMX_ERR_INVALID;
+    default:
+        return RDMX_ERR_IO;
+    }
+}

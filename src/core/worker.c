@@ -1,0 +1,347 @@
+/*
+ * Worker: the UCX worker, the progress loop, sleeping on its event fd, the
+ * optional progress thread, and the pool of operation records.
+ */
+#include "core/internal.h"
+
+#include "util/time.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RDMX_OP_POOL_MAX 4096 /* free op records kept for reuse */
+
+/* --- operation records --------------------------------------------------- */
+
+rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
+                        rdmx_cb_t cb, void *arg)
+{
+    rdmx_list_t *e = rdmx_list_pop(&w->free_ops);
+    rdmx_op_t *op;
+
+    if (e != NULL) {
+        w->nfree_ops--;
+        op = rdmx_container_of(e, rdmx_op_t, link);
+    } else {
+        op = malloc(sizeof(*op));
+        if (op == NULL)
+            return NULL;
+    }
+    rdmx_list_init(&op->link);
+    op->ep = ep;
+    op->kind = kind;
+    op->cb = cb;
+    op->arg = arg;
+    op->status = RDMX_OK;
+    op->length = 0;
+    op->old_p = NULL;
+    if (ep != NULL)
+        ep->ops++;
+    return op;
+}
+
+void rdmx__op_put(rdmx_worker_t *w, rdmx_op_t *op)
+{
+    rdmx_ep_t *ep = op->ep;
+
+    if (w->nfree_ops < RDMX_OP_POOL_MAX) {
+        rdmx_list_insert_tail(&w->free_ops, &op->link);
+        w->nfree_ops++;
+    } else {
+        free(op);
+    }
+    if (ep != NULL)
+        rdmx__ep_release(ep);
+}
+
+void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length)
+{
+    rdmx_cb_t cb = op->cb;
+    void *arg = op->arg;
+    rdmx_ep_t *ep = op->ep;
+    rdmx_worker_t *w = ep->worker;
+
+    if (op->kind == RDMX_OP_ATOMIC && status == RDMX_OK && op->old_p)
+        *op->old_p = op->result;
+    op->ep = NULL; /* keep the ep alive through the callback */
+    rdmx__op_put(w, op);
+    if (cb != NULL)
+        cb(status, length, arg);
+    rdmx__ep_release(ep);
+    if (w->mt)
+        pthread_cond_broadcast(&w->cond);
+}
+
+void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length)
+{
+    op->status = status;
+    op->length = length;
+    rdmx_list_del(&op->link);
+    rdmx_list_insert_tail(&op->ep->worker->done, &op->link);
+}
+
+rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status)
+{
+    if (status == UCS_OK)
+        return RDMX_OK;
+    if (ep->status != RDMX_OK)
+        return ep->status;
+    return rdmx__from_ucs(status);
+}
+
+/* --- progress thread ------------------------------------------------------ */
+
+static void *progress_thread(void *arg)
+{
+    rdmx_worker_t *w = arg;
+    struct pollfd pfd = {.fd = w->efd, .events = POLLIN};
+
+    while (!w->stop) {
+        unsigned n;
+        rdmx_status_t st = RDMX_ERR_BUSY;
+
+        pthread_mutex_lock(&w->lock);
+        n = rdmx_worker_progress(w);
+        if (n == 0)
+            st = rdmx_worker_arm(w);
+        pthread_mutex_unlock(&w->lock);
+        /* Sleep at most 100 ms so deadlines and stop are noticed. */
+        if (n == 0 && st == RDMX_OK)
+            poll(&pfd, 1, 100);
+    }
+    return NULL;
+}
+
+/* --- worker --------------------------------------------------------------- */
+
+static rdmx_status_t set_am_handler(rdmx_worker_t *w, unsigned id,
+                                    ucp_am_recv_callback_t cb)
+{
+    ucp_am_handler_param_t p = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                      UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = id,
+        .cb = cb,
+        .arg = w,
+        .flags = UCP_AM_FLAG_WHOLE_MSG,
+    };
+    ucs_status_t us = ucp_worker_set_am_recv_handler(w->ucp, &p);
+    if (us != UCS_OK)
+        return rdmx__error(RDMX_ERR_IO, "UCX: AM handler %u: %s", id,
+                           ucs_status_string(us));
+    return RDMX_OK;
+}
+
+rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
+                                 const rdmx_worker_params_t *params,
+                                 rdmx_worker_t **worker_p)
+{
+    rdmx_worker_t *w;
+    ucp_worker_params_t wp = {0};
+    pthread_mutexattr_t ma;
+    ucs_status_t us;
+    rdmx_status_t status;
+    uint64_t flags = 0;
+
+    if (context == NULL || worker_p == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "worker_create: NULL argument");
+    if (params != NULL && (params->field_mask & RDMX_WORKER_PARAM_FIELD_FLAGS))
+        flags = params->flags;
+
+    w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
+    w->ctx = context;
+    w->mt = !!(flags & RDMX_WORKER_FLAG_PROGRESS_THREAD);
+    rdmx_list_init(&w->eps);
+    rdmx_list_init(&w->closing);
+    rdmx_list_init(&w->listeners);
+    rdmx_list_init(&w->conn_reqs);
+    rdmx_list_init(&w->done);
+    rdmx_list_init(&w->ep_events);
+    rdmx_list_init(&w->free_ops);
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&w->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    pthread_cond_init(&w->cond, NULL);
+    if (rdmx_ptrmap_init(&w->ep_map) != 0) {
+        status = rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
+        goto err_free;
+    }
+
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    /* With a progress thread rdmx serializes every call under w->lock. */
+    wp.thread_mode =
+        w->mt ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
+    us = ucp_worker_create(context->ucp, &wp, &w->ucp);
+    if (us != UCS_OK) {
+        status = rdmx__error(RDMX_ERR_IO, "UCX worker: %s",
+                             ucs_status_string(us));
+        goto err_map;
+    }
+    us = ucp_worker_get_efd(w->ucp, &w->efd);
+    if (us != UCS_OK) {
+        status = rdmx__error(RDMX_ERR_IO, "UCX worker event fd: %s",
+                             ucs_status_string(us));
+        goto err_worker;
+    }
+    if ((status = set_am_handler(w, RDMX_AM_HELLO, rdmx__am_hello)) ||
+        (status = set_am_handler(w, RDMX_AM_HELLO_ACK, rdmx__am_hello_ack)) ||
+        (status = set_am_handler(w, RDMX_AM_MSG, rdmx__am_msg)) ||
+        (status = set_am_handler(w, RDMX_AM_NOTIFY, rdmx__am_notify)) ||
+        (status = set_am_handler(w, RDMX_AM_BYE, rdmx__am_bye)))
+        goto err_worker;
+
+    if (w->mt && pthread_create(&w->thread, NULL, progress_thread, w) != 0) {
+        status = rdmx__error(RDMX_ERR_NO_RESOURCE,
+                             "worker: cannot start progress thread");
+        goto err_worker;
+    }
+    *worker_p = w;
+    return RDMX_OK;
+
+err_worker:
+    ucp_worker_destroy(w->ucp);
+err_map:
+    rdmx_ptrmap_cleanup(&w->ep_map);
+err_free:
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+    return status;
+}
+
+void rdmx_worker_destroy(rdmx_worker_t *w)
+{
+    rdmx_list_t *e;
+
+    if (w == NULL)
+        return;
+    if (w->mt) {
+        w->stop = 1;
+        ucp_worker_signal(w->ucp);
+        pthread_join(w->thread, NULL);
+        w->mt = 0; /* only this thread from here on */
+    }
+    while (!rdmx_list_empty(&w->listeners))
+        rdmx_listener_destroy(
+            rdmx_container_of(w->listeners.next, rdmx_listener_t, link));
+    while ((e = rdmx_list_pop(&w->conn_reqs)) != NULL) {
+        rdmx_conn_req_t *cr = rdmx_container_of(e, rdmx_conn_req_t, link);
+        free(cr); /* its listener, and with it the request, is gone */
+    }
+    rdmx__ep_destroy_all(w);
+    while ((e = rdmx_list_pop(&w->free_ops)) != NULL)
+        free(rdmx_container_of(e, rdmx_op_t, link));
+    ucp_worker_destroy(w->ucp);
+    rdmx_ptrmap_cleanup(&w->ep_map);
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}
+
+/* Run callbacks that were deferred to progress (never inline in a call). */
+static unsigned run_deferred(rdmx_worker_t *w)
+{
+    unsigned n = 0;
+    rdmx_list_t *e;
+
+    while ((e = rdmx_list_pop(&w->done)) != NULL) {
+        rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
+        rdmx__op_complete(op, op->status, op->length);
+        n++;
+    }
+    return n;
+}
+
+unsigned rdmx_worker_progress(rdmx_worker_t *w)
+{
+    unsigned n;
+
+    rdmx__lock(w);
+    n = ucp_worker_progress(w->ucp);
+    while (!rdmx_list_empty(&w->conn_reqs)) {
+        rdmx_list_t *e = rdmx_list_pop(&w->conn_reqs);
+        rdmx__ep_accept(w, rdmx_container_of(e, rdmx_conn_req_t, link));
+        n++;
+    }
+    if (!rdmx_list_empty(&w->done))
+        n += run_deferred(w);
+    if (!rdmx_list_empty(&w->ep_events) || w->connecting ||
+        !rdmx_list_empty(&w->closing))
+        n += rdmx__ep_progress(w);
+    rdmx__unlock(w);
+    return n;
+}
+
+rdmx_status_t rdmx_worker_efd(rdmx_worker_t *w, int *fd_p)
+{
+    *fd_p = w->efd;
+    return RDMX_OK;
+}
+
+rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
+{
+    rdmx_status_t st = RDMX_OK;
+    ucs_status_t us;
+
+    rdmx__lock(w);
+    if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
+        !rdmx_list_empty(&w->ep_events)) {
+        st = RDMX_ERR_BUSY;
+    } else {
+        us = ucp_worker_arm(w->ucp);
+        if (us == UCS_ERR_BUSY)
+            st = RDMX_ERR_BUSY;
+        else if (us != UCS_OK)
+            st = rdmx__error(RDMX_ERR_IO, "UCX arm: %s",
+                             ucs_status_string(us));
+    }
+    rdmx__unlock(w);
+    return st;
+}
+
+rdmx_status_t rdmx_worker_wait(rdmx_worker_t *w, int timeout_ms)
+{
+    uint64_t deadline =
+        timeout_ms < 0 ? UINT64_MAX
+                       : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    struct pollfd pfd = {.fd = w->efd, .events = POLLIN};
+
+    for (;;) {
+        if (rdmx_worker_progress(w) > 0)
+            return RDMX_OK;
+        rdmx_status_t st = rdmx_worker_arm(w);
+        if (st == RDMX_ERR_BUSY)
+            continue;
+        if (st != RDMX_OK)
+            return st;
+        uint64_t now = rdmx_now_ns();
+        if (now >= deadline)
+            return RDMX_ERR_TIMEOUT;
+        uint64_t left_ms = (deadline - now + 999999) / 1000000;
+        /* Wake up for connect and close deadlines too. */
+        if ((w->connecting || !rdmx_list_empty(&w->closing)) && left_ms > 10)
+            left_ms = 10;
+        if (poll(&pfd, 1, left_ms > 1000000 ? 1000000 : (int)left_ms) < 0 &&
+            errno != EINTR)
+            return rdmx__error(RDMX_ERR_IO, "poll: %s", strerror(errno));
+    }
+}
+
+void rdmx_worker_signal(rdmx_worker_t *w)
+{
+    ucp_worker_signal(w->ucp);
+}
+
+void rdmx_worker_stats(rdmx_worker_t *w, rdmx_worker_stats_t *stats_p)
+{
+    rdmx__lock(w);
+    *stats_p = w->stats;
+    rdmx__unlock(w);
+}
