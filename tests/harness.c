@@ -511,19 +511,30 @@ void th_req_wait(rdmx_worker_t *worker, th_req_t *reqs, size_t n,
 /* Test server protocol, client side                                        */
 /* ------------------------------------------------------------------------ */
 
+void ts_msg_init(ts_msg_t *m, uint32_t cmd, uint64_t a, uint64_t b,
+                 uint64_t c, uint64_t d)
+{
+    memset(m, 0, sizeof(*m));
+    m->magic = TS_MAGIC;
+    m->cmd = cmd;
+    m->a = a;
+    m->b = b;
+    m->c = c;
+    m->d = d;
+}
+
+void ts_post_msg(rdmx_ep_t *ep, const ts_msg_t *msg)
+{
+    CHECK_OK(rdmx_send(ep, msg, sizeof(*msg), NULL));
+}
+
 void ts_post(rdmx_ep_t *ep, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
              uint64_t d)
 {
     ts_msg_t m;
 
-    memset(&m, 0, sizeof(m));
-    m.magic = TS_MAGIC;
-    m.cmd = cmd;
-    m.a = a;
-    m.b = b;
-    m.c = c;
-    m.d = d;
-    CHECK_OK(rdmx_send(ep, &m, sizeof(m), NULL));
+    ts_msg_init(&m, cmd, a, b, c, d);
+    ts_post_msg(ep, &m);
 }
 
 void ts_reply(rdmx_ep_t *ep, ts_reply_t *reply)
@@ -587,11 +598,15 @@ void ts_fill(rdmx_ep_t *ep, const ts_region_t *r, uint64_t offset,
 
 void ts_verify_at(const char *file, int line, rdmx_ep_t *ep,
                   const ts_region_t *r, uint64_t offset, uint64_t length,
-                  uint64_t seed)
+                  uint64_t seed, uint64_t pos)
 {
+    ts_msg_t m;
     ts_reply_t rep;
 
-    ts_call(ep, TS_VERIFY, r->region, offset, length, seed, &rep);
+    ts_msg_init(&m, TS_VERIFY, r->region, offset, length, seed);
+    m.pos = pos;
+    ts_post_msg(ep, &m);
+    ts_reply(ep, &rep);
     if (rep.status != RDMX_OK)
         th_fail(file, line, "server verify failed: %s",
                 rdmx_status_name((rdmx_status_t)rep.status));

@@ -260,6 +260,7 @@ typedef struct {
     uint32_t magic;
     uint32_t cmd;
     uint64_t a, b, c, d;
+    uint64_t pos; /* TS_FILL/TS_VERIFY: pattern position of the first byte */
 } ts_msg_t;
 
 typedef struct {
@@ -283,6 +284,9 @@ void ts_call(rdmx_ep_t *ep, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
 /* Send a command without waiting for a reply (TS_SEND, TS_RECV, TS_DATA). */
 void ts_post(rdmx_ep_t *ep, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
              uint64_t d);
+void ts_post_msg(rdmx_ep_t *ep, const ts_msg_t *msg);
+void ts_msg_init(ts_msg_t *m, uint32_t cmd, uint64_t a, uint64_t b,
+                 uint64_t c, uint64_t d);
 void ts_reply(rdmx_ep_t *ep, ts_reply_t *reply);
 
 typedef struct {
@@ -299,12 +303,15 @@ void ts_alloc(rdmx_ep_t *ep, ts_region_t *r, uint64_t size, unsigned access,
 void ts_free(rdmx_ep_t *ep, ts_region_t *r);
 void ts_fill(rdmx_ep_t *ep, const ts_region_t *r, uint64_t offset,
              uint64_t length, uint64_t seed);
-/* Fail unless the server's region holds the pattern there. */
+/* Fail unless the server's region holds the pattern of @p seed there,
+ * starting at pattern position @p pos (0 for TS_VERIFY_REMOTE). */
 void ts_verify_at(const char *file, int line, rdmx_ep_t *ep,
                   const ts_region_t *r, uint64_t offset, uint64_t length,
-                  uint64_t seed);
+                  uint64_t seed, uint64_t pos);
 #define TS_VERIFY_REMOTE(ep, r, off, len, seed)                                \
-    ts_verify_at(__FILE__, __LINE__, (ep), (r), (off), (len), (seed))
+    ts_verify_at(__FILE__, __LINE__, (ep), (r), (off), (len), (seed), 0)
+#define TS_VERIFY_REMOTE_POS(ep, r, off, len, seed, pos)                       \
+    ts_verify_at(__FILE__, __LINE__, (ep), (r), (off), (len), (seed), (pos))
 uint64_t ts_read64(rdmx_ep_t *ep, const ts_region_t *r, uint64_t offset);
 void ts_set64(rdmx_ep_t *ep, const ts_region_t *r, uint64_t offset,
               uint64_t value);

@@ -313,7 +313,7 @@ static int srv_dispatch(const uint8_t *buf, size_t len)
     case TS_FILL:
         r = srv_region(m->a, m->b, m->c);
         if (m->d)
-            th_fill(r->addr + m->b, m->c, m->d);
+            th_fill_at(r->addr + m->b, m->c, m->d, m->pos);
         else
             memset(r->addr + m->b, 0, m->c);
         srv_reply(RDMX_OK, 0, 0, 0, 0, NULL, 0);
@@ -323,7 +323,7 @@ static int srv_dispatch(const uint8_t *buf, size_t len)
 
         r = srv_region(m->a, m->b, m->c);
         if (m->d) {
-            bad = th_check(r->addr + m->b, m->c, m->d);
+            bad = th_check_at(r->addr + m->b, m->c, m->d, m->pos);
         } else {
             uint64_t i;
 

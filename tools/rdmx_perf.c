@@ -122,6 +122,7 @@ enum {
     OP_DONE = 3,     /* client: the test is over */
     OP_DONE_ACK = 4, /* server: released the test's resources */
     OP_QUIT = 5,     /* client: leaving */
+    OP_QUIT_ACK = 6, /* server: the client may close now */
 };
 
 typedef struct {
@@ -222,7 +223,7 @@ typedef struct {
     rdmx_worker_t *worker;
     rdmx_ep_t *ep;               /* the connection being served / used */
     rdmx_status_t conn_status;   /* set by the endpoint's error callback */
-    bool quiet_close;            /* an orderly close is not an error */
+    bool quiet_close;            /* losing the connection is not an error */
     rdmx_ep_t *pending;          /* server: accepted, not yet served */
     rdmx_status_t pending_status;
 
@@ -309,7 +310,7 @@ static int fail_msg(const char *what)
 
 static int conn_failed(perf_t *p, const char *what)
 {
-    if (p->quiet_close && p->conn_status == RDMX_ERR_CONN_CLOSED) {
+    if (p->quiet_close) {
         return -1; /* the caller expects that the peer may leave */
     }
     fprintf(stderr, "rdmx-perf: %s: connection lost: %s (%s)\n", what,
@@ -347,13 +348,13 @@ static inline int started(perf_t *p, rdmx_status_t st, ops_t *o,
         (_rc) = started((_p), (_call), (_ops), (_what));                       \
     } while ((_rc) > 0)
 
-static inline int progress(perf_t *p, const char *what)
+/* Progress once; true when the connection has failed. An operation may
+ * have completed in the same call, so callers check for it before giving
+ * up. */
+static inline bool progress_lost(perf_t *p)
 {
     rdmx_worker_progress(p->worker);
-    if (__builtin_expect(p->conn_status != RDMX_OK, 0)) {
-        return conn_failed(p, what);
-    }
-    return 0;
+    return __builtin_expect(p->conn_status != RDMX_OK, 0);
 }
 
 /* Progress until @p o has at least @p target completions. */
@@ -361,8 +362,8 @@ static inline int wait_done(perf_t *p, ops_t *o, uint64_t target,
                             const char *what)
 {
     while (o->done < target) {
-        if (progress(p, what) < 0) {
-            return -1;
+        if (progress_lost(p) && o->done < target) {
+            return conn_failed(p, what);
         }
     }
     if (__builtin_expect(o->err != RDMX_OK, 0)) {
@@ -383,8 +384,8 @@ static inline int wait_byte(perf_t *p, const volatile uint8_t *addr,
                             uint8_t sn, const char *what)
 {
     while (*addr != sn) {
-        if (progress(p, what) < 0) {
-            return -1;
+        if (progress_lost(p) && *addr != sn) {
+            return conn_failed(p, what);
         }
     }
     return 0;
@@ -471,10 +472,10 @@ static size_t buffer_size(size_t size)
 }
 
 /* Allocate the local buffers and pack a descriptor of the receive buffer
- * into @p desc. The last byte of each buffer is the put_lat sequence
- * number; start it at 0xff, like ucx_perftest's "unknown" value. */
-static int test_setup(perf_t *p, size_t size, unsigned char *desc,
-                      size_t desc_cap, size_t *desc_len)
+ * into @p desc. In put_lat the last byte of each buffer is a sequence
+ * number; it starts at 0xff, like ucx_perftest's "unknown" value. */
+static int test_setup(perf_t *p, test_id_t test, size_t size,
+                      unsigned char *desc, size_t desc_cap, size_t *desc_len)
 {
     size_t len = buffer_size(size);
     rdmx_status_t st;
@@ -488,7 +489,7 @@ static int test_setup(perf_t *p, size_t size, unsigned char *desc,
     if (st != RDMX_OK) {
         return fail("allocate receive buffer", st);
     }
-    if (size > 0) {
+    if (test == TEST_PUT_LAT) {
         ((uint8_t *)rdmx_mr_addr(p->smr))[size - 1] = 0xff;
         ((uint8_t *)rdmx_mr_addr(p->rmr))[size - 1] = 0xff;
     }
@@ -648,8 +649,8 @@ static int server_send_bw_phase(perf_t *p, uint64_t count, uint64_t window)
             }
             acks++;
         }
-        if (acks < nwin && progress(p, rx) < 0) {
-            return -1;
+        if (acks < nwin && progress_lost(p)) {
+            return conn_failed(p, rx);
         }
         if (p->rx.err != RDMX_OK) {
             return fail(rx, p->rx.err);
@@ -696,7 +697,8 @@ static int server_test(perf_t *p, const ctrl_t *c)
         reply.status = RDMX_ERR_INVALID;
         return ctrl_send(p, &reply, NULL, "reply");
     }
-    if (test_setup(p, c->size, desc, sizeof(desc), &desc_len) < 0) {
+    if (test_setup(p, (test_id_t)c->test, c->size, desc, sizeof(desc),
+                   &desc_len) < 0) {
         reply.status = RDMX_ERR_NO_MEMORY;
         test_cleanup(p);
         return ctrl_send(p, &reply, NULL, "reply");
@@ -747,26 +749,46 @@ static int server_test(perf_t *p, const ctrl_t *c)
     return rc;
 }
 
+/* The client said QUIT: acknowledge, then let the client close first, so
+ * that nothing the server sent can be overtaken by the disconnect. */
+static int server_quit(perf_t *p)
+{
+    ctrl_t ack = {.op = OP_QUIT_ACK};
+    uint64_t deadline = now_ns() + 2000000000ull;
+
+    if (ctrl_send(p, &ack, NULL, "quit ack") < 0) {
+        return -1;
+    }
+    while (p->conn_status == RDMX_OK && now_ns() < deadline) {
+        rdmx_worker_wait(p->worker, 10);
+    }
+    return 0;
+}
+
 /* Serve one connected client until it quits or fails. */
 static int serve_client(perf_t *p)
 {
     for (;;) {
         ctrl_t c;
-
         int rc;
 
         if (ctrl_post_recv(p) < 0) {
             return -1;
         }
-        /* an orderly disconnect between tests is not an error */
+        /* between tests, a client may go away without QUIT */
         p->quiet_close = true;
         rc = ctrl_wait(p, &c, "wait for a request");
         p->quiet_close = false;
         if (rc < 0) {
-            return p->conn_status == RDMX_ERR_CONN_CLOSED ? 0 : -1;
+            if (p->conn_status == RDMX_OK) {
+                return -1;
+            }
+            fprintf(stderr, "rdmx-perf: the client left without QUIT: %s\n",
+                    rdmx_strerror(p->conn_status));
+            return 0;
         }
         if (c.op == OP_QUIT) {
-            return 0;
+            return server_quit(p);
         }
         if (c.op != OP_TEST) {
             return fail_msg("protocol error: expected a test request");
@@ -1136,7 +1158,7 @@ static int client_test(perf_t *p, const opts_t *o, test_id_t test,
             return fail_msg("out of memory for samples");
         }
     }
-    if (test_setup(p, size, desc, sizeof(desc), &desc_len) < 0) {
+    if (test_setup(p, test, size, desc, sizeof(desc), &desc_len) < 0) {
         goto out;
     }
     req.desc_len = (uint32_t)desc_len;
@@ -1266,10 +1288,16 @@ static int run_client(perf_t *p, const opts_t *o)
             }
         }
     }
+    /* QUIT -> QUIT_ACK, then close: the server waits for our close */
     {
-        ctrl_t quit = {.op = OP_QUIT};
-        if (ctrl_send(p, &quit, NULL, "quit") < 0) {
+        ctrl_t quit = {.op = OP_QUIT}, ack;
+
+        if (ctrl_post_recv(p) < 0 || ctrl_send(p, &quit, NULL, "quit") < 0 ||
+            ctrl_wait(p, &ack, "wait for the server's quit ack") < 0) {
             return -1;
+        }
+        if (ack.op != OP_QUIT_ACK) {
+            return fail_msg("protocol error: expected QUIT_ACK");
         }
     }
     return 0;

@@ -81,12 +81,15 @@ static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
     rdmx_ep_t *ep = arg;
     rdmx_status_t st;
 
-    /* A refused or unreachable connect shows up here too. */
-    if (ep->state == RDMX_EP_CONNECTING && us == UCS_ERR_UNREACHABLE)
+    /* A refused or unreachable connect shows up here too; once connected,
+     * any transport error means the peer is gone. */
+    if (ep->state == RDMX_EP_CONNECTING &&
+        (us == UCS_ERR_UNREACHABLE || us == UCS_ERR_REJECTED ||
+         us == UCS_ERR_NOT_CONNECTED || us == UCS_ERR_CONNECTION_RESET))
         st = RDMX_ERR_CONN_REFUSED;
-    else
+    else if (ep->state == RDMX_EP_CONNECTING)
         st = rdmx__from_ucs(us);
-    if (st == RDMX_ERR_IO || st == RDMX_ERR_CANCELED)
+    else
         st = RDMX_ERR_CONN_RESET;
     rdmx_debug("ep %p (%s): UCX error %s", (void *)ep, ep->peer,
                ucs_status_string(us));
