@@ -234,9 +234,13 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *worker, const char *address,
                            rdmx_ep_t **ep_p);
 
 /**
- * Close an endpoint. Operations still pending on it complete with
- * RDMX_ERR_CANCELED before this returns; the peer sees an orderly close.
- * Descriptors unpacked on it stop working. @p ep is invalid afterwards.
+ * Close an endpoint. The peer sees an orderly close (its error_cb gets
+ * RDMX_ERR_CONN_CLOSED). Posted receives complete with RDMX_ERR_CANCELED;
+ * operations already issued finish or fail. Their callbacks run from later
+ * rdmx_worker_progress() calls (rdmx_worker_destroy() runs them too).
+ * Descriptors unpacked on it stop working (RDMX_ERR_CONN_CLOSED).
+ * @p ep is invalid afterwards. A close that the peer does not acknowledge
+ * is abandoned after 2 s.
  */
 void rdmx_ep_close(rdmx_ep_t *ep);
 
@@ -388,7 +392,9 @@ rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, const void *buf, size_t length,
 /**
  * Write, then notify: the peer's notify callback runs with @p imm, the
  * offset within its region and @p length, after the data is visible there.
- * Completes locally when the notification was delivered.
+ * Completes when the data is at the peer and the notification was sent.
+ * Costs one more round trip than a put (an endpoint flush orders the data
+ * before the notification; see docs/CORE.md).
  */
 rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
                                  size_t length, rdmx_mr_t *mr,
