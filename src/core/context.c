@@ -121,6 +121,13 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
      * (gotcha 3) and port reuse after a crash (gotcha 4). */
     if (p.transport != RDMX_TRANSPORT_TCP)
         setenv("UCX_MM_ERROR_HANDLING", "y", 0);
+    /* With shm, tcp is there only for connection setup. If its put_zcopy
+     * is on, UCX makes tcp an rma_bw lane of every endpoint: rendezvous
+     * data then moves over tcp, and every progress call polls the tcp
+     * iface with a syscall (7x the latency). Process-wide, like the two
+     * above: UCX reads transport settings only from the environment. */
+    if (p.transport == RDMX_TRANSPORT_SHM)
+        setenv("UCX_TCP_PUT_ENABLE", "n", 0);
     setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
 
     us = ucp_config_read(NULL, NULL, &config);

@@ -81,6 +81,7 @@ static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
     rdmx_ep_t *ep = arg;
     rdmx_status_t st;
 
+    ep->dead = 1;
     /* A refused or unreachable connect shows up here too; once connected,
      * any transport error means the peer is gone. */
     if (ep->state == RDMX_EP_CONNECTING &&
@@ -89,6 +90,8 @@ static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
         st = RDMX_ERR_CONN_REFUSED;
     else if (ep->state == RDMX_EP_CONNECTING)
         st = rdmx__from_ucs(us);
+    else if (ep->peer_closed)
+        st = RDMX_ERR_CONN_CLOSED; /* the disconnect that follows a BYE */
     else
         st = RDMX_ERR_CONN_RESET;
     rdmx_debug("ep %p (%s): UCX error %s", (void *)ep, ep->peer,
@@ -109,6 +112,7 @@ static rdmx_ep_t *ep_alloc(rdmx_worker_t *w, const rdmx_ep_params_t *params)
     rdmx_list_init(&ep->recvs);
     rdmx_list_init(&ep->unexpected);
     rdmx_list_init(&ep->rmems);
+    rdmx_list_init(&ep->inflight);
     rdmx_list_init(&ep->event_link);
     rdmx_list_insert_tail(&w->eps, &ep->link);
     return ep;
@@ -200,6 +204,9 @@ static void tear_down(rdmx_ep_t *ep)
     set_deadline(ep, 0);
     rdmx__msg_purge(ep, ep->status);
     ucp_close(ep, 1);
+    /* Requests the forced close did not complete (a rendezvous send whose
+     * receiver died, on shared memory) complete now, with the error. */
+    rdmx__op_orphan_all(ep);
 }
 
 /* Handle one endpoint's queued events. Returns 1 if it stays queued. */
@@ -268,6 +275,10 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
             if (ep->connect_deadline_ns != 0 &&
                 now >= ep->connect_deadline_ns) {
                 set_deadline(ep, 0);
+                if (ep->peer_closed) {
+                    rdmx__ep_fail(ep, RDMX_ERR_CONN_CLOSED);
+                    continue;
+                }
                 rdmx__error(RDMX_ERR_TIMEOUT, "connect to %s: timed out",
                             ep->peer);
                 rdmx__ep_fail(ep, RDMX_ERR_TIMEOUT);
@@ -293,6 +304,14 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
         rdmx_list_for_each_safe(pos, tmp, &w->closing)
         {
             rdmx_ep_t *ep = rdmx_container_of(pos, rdmx_ep_t, link);
+            if (ep->ucp_ep != NULL) {
+                /* BYE sent: close once the peer has everything. */
+                if (!ep->bye_acked && !ep->dead &&
+                    now < ep->close_deadline_ns)
+                    continue;
+                ucp_close(ep, ep->dead);
+                n++;
+            }
             if (ep->closer != NULL && now >= ep->close_deadline_ns) {
                 /* A flush close can hang on a stopped peer (UCX_NOTES 8):
                  * the request finishes on its own, without the endpoint. */
@@ -301,7 +320,10 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
                 ((rdmx_closer_t *)ep->closer)->ep = NULL;
                 ep->closer = NULL;
             }
-            if (ep->closer == NULL && ep->ops == 0) {
+            if (ep->closer != NULL)
+                continue;
+            rdmx__op_orphan_all(ep);
+            if (ep->ops == 0) {
                 ep_free(ep);
                 n++;
             }
@@ -346,17 +368,6 @@ static rdmx_status_t resolve(const char *address, struct sockaddr_storage *ss,
     return RDMX_OK;
 }
 
-static void hello_sent(void *req, ucs_status_t us, void *user_data)
-{
-    rdmx_ep_t *ep = user_data;
-
-    ucp_request_free(req);
-    if (us != UCS_OK && ep->status == RDMX_OK)
-        rdmx__ep_fail(ep, us == UCS_ERR_UNREACHABLE ? RDMX_ERR_CONN_REFUSED
-                                                    : rdmx__from_ucs(us));
-    rdmx__ep_release(ep);
-}
-
 rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
                               const rdmx_ep_params_t *params, int timeout_ms,
                               rdmx_connect_cb_t cb, void *arg,
@@ -365,8 +376,6 @@ rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
     ucp_ep_params_t ep_params = {0};
-    ucp_request_param_t rp = {0};
-    ucs_status_ptr_t r;
     ucs_status_t us;
     rdmx_status_t st;
     rdmx_ep_t *ep;
@@ -413,19 +422,9 @@ rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
     if (timeout_ms > 0)
         set_deadline(ep, rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull);
 
-    /* The HELLO: a small first message, whose failure also reports a
-     * refused connection. */
-    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
-                      UCP_OP_ATTR_FIELD_USER_DATA;
-    rp.flags = UCP_AM_SEND_FLAG_REPLY;
-    rp.cb.send = hello_sent;
-    rp.user_data = ep;
-    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_HELLO, hello_hdr,
-                        RDMX_HELLO_SIZE, NULL, 0, &rp);
-    if (UCS_PTR_IS_PTR(r))
-        ep->ops++; /* hello_sent holds the endpoint */
-    else if (UCS_PTR_IS_ERR(r))
-        rdmx__ep_fail(ep, rdmx__from_ucs(UCS_PTR_STATUS(r)));
+    /* The HELLO: a small first message. A refused connection shows up in
+     * the error handler. */
+    send_control(ep, RDMX_AM_HELLO, hello_hdr);
     *ep_p = ep;
     rdmx__unlock(w);
     return RDMX_INPROGRESS;
@@ -602,6 +601,9 @@ ucs_status_t rdmx__am_hello_ack(void *arg, const void *header, size_t hlen,
     return UCS_OK;
 }
 
+/* The peer closes in order: everything it sent arrived before its BYE (one
+ * lane, in order). Acknowledge, keep delivering, and expect its disconnect;
+ * if none comes, end the connection as closed after a bound. */
 ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
                           void *data, size_t len,
                           const ucp_am_recv_param_t *param)
@@ -609,11 +611,25 @@ ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
     rdmx_worker_t *w = arg;
     rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
 
-    if (ep != NULL) {
-        rdmx__error(RDMX_ERR_CONN_CLOSED, "%s closed the connection",
-                    ep->peer);
-        rdmx__ep_fail(ep, RDMX_ERR_CONN_CLOSED);
+    if (ep == NULL)
+        return UCS_OK;
+    send_control(ep, RDMX_AM_BYE_ACK, bye_hdr);
+    if (!ep->peer_closed && ep->status == RDMX_OK) {
+        ep->peer_closed = 1;
+        set_deadline(ep, rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS);
     }
+    return UCS_OK;
+}
+
+ucs_status_t rdmx__am_bye_ack(void *arg, const void *header, size_t hlen,
+                              void *data, size_t len,
+                              const ucp_am_recv_param_t *param)
+{
+    rdmx_worker_t *w = arg;
+    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+
+    if (ep != NULL)
+        ep->bye_acked = 1;
     return UCS_OK;
 }
 
@@ -639,9 +655,15 @@ void rdmx_ep_close(rdmx_ep_t *ep)
     rdmx_list_del(&ep->link);
     rdmx_list_insert_tail(&w->closing, &ep->link);
     rdmx__msg_purge(ep, RDMX_ERR_CANCELED);
-    if (healthy)
+    rdmx__rmem_detach_all(ep);
+    if (healthy && !ep->peer_closed && ep->ucp_ep != NULL) {
+        /* BYE, then close when the peer acknowledged it (progress does). */
         send_control(ep, RDMX_AM_BYE, bye_hdr);
-    ucp_close(ep, !healthy);
+        ep->bye_sent = 1;
+        ep->close_deadline_ns = rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS;
+    } else {
+        ucp_close(ep, !healthy || ep->dead);
+    }
     rdmx__unlock(w);
 }
 

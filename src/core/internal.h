@@ -26,7 +26,8 @@ enum {
     RDMX_AM_HELLO_ACK = 1, /* server -> client: status */
     RDMX_AM_MSG = 2,       /* two-sided message, payload only */
     RDMX_AM_NOTIFY = 3,    /* put-with-notify: imm, region, offset, length */
-    RDMX_AM_BYE = 4,       /* orderly close */
+    RDMX_AM_BYE = 4,       /* orderly close: "I sent everything" */
+    RDMX_AM_BYE_ACK = 5,   /* "I have received everything before BYE" */
     RDMX_AM_CORE_LAST = 16
 };
 
@@ -65,7 +66,9 @@ typedef struct rdmx_op rdmx_op_t;
 /* One operation in flight. Taken from the worker's free list, returned when
  * its callback has run. Owned by the worker's thread. */
 struct rdmx_op {
-    rdmx_list_t link;     /* ep->recvs, worker->done, or the free list */
+    rdmx_list_t link;     /* ep->recvs, ep->inflight, worker->done,
+                             worker->orphans or the free list */
+    int orphaned;         /* completed by rdmx; UCX still owns the request */
     rdmx_ep_t *ep;        /* the endpoint; holds a reference (ep->ops) */
     rdmx_op_kind_t kind;
     rdmx_cb_t cb;
@@ -146,6 +149,11 @@ struct rdmx_ep {
     rdmx_list_t recvs;      /* posted receives, in order (rdmx_op_t) */
     rdmx_list_t unexpected; /* messages waiting for a receive */
     rdmx_list_t rmems;      /* descriptors unpacked on this endpoint */
+    rdmx_list_t inflight;   /* ops whose UCX request is outstanding */
+    int bye_sent;           /* closing: BYE sent, waiting for BYE_ACK */
+    int bye_acked;          /* closing: the peer acknowledged the BYE */
+    int peer_closed;        /* the peer sent BYE: its disconnect is orderly */
+    int dead;               /* UCX reported the transport failed */
     char peer[64];          /* "host:port" */
 };
 
@@ -176,6 +184,7 @@ struct rdmx_worker {
     rdmx_list_t conn_reqs;    /* rdmx_conn_req_t waiting to be accepted */
     rdmx_list_t done;         /* ops whose callback runs at next progress */
     rdmx_list_t free_ops;     /* op free list */
+    rdmx_list_t orphans;      /* ops rdmx completed while UCX holds them */
     unsigned nfree_ops;
     rdmx_list_t ep_events;    /* endpoints with RDMX_EPEV_* to handle */
     unsigned connecting;      /* endpoints with a connect deadline */
@@ -218,6 +227,15 @@ void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length);
 void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length);
 /* Status for a UCX completion on @ep: the ep's error if it failed. */
 rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status);
+/* The op's UCX request is outstanding: track it on its endpoint. */
+void rdmx__op_issued(rdmx_op_t *op);
+/* UCX completed the op's request @req. Returns 0 if the op was orphaned
+ * (then it is freed here and must not be touched), 1 otherwise (the op is
+ * off the in-flight list; complete it). */
+int rdmx__op_ucx_done(rdmx_op_t *op, void *req);
+/* Complete every op still in flight on @ep with the ep's status; UCX keeps
+ * their requests (some never complete after a peer died). */
+void rdmx__op_orphan_all(rdmx_ep_t *ep);
 
 /* --- ep.c ---------------------------------------------------------------- */
 
@@ -239,6 +257,9 @@ ucs_status_t rdmx__am_hello_ack(void *arg, const void *header, size_t hlen,
 ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
                           void *data, size_t len,
                           const ucp_am_recv_param_t *param);
+ucs_status_t rdmx__am_bye_ack(void *arg, const void *header, size_t hlen,
+                              void *data, size_t len,
+                              const ucp_am_recv_param_t *param);
 
 /* --- msg.c ---------------------------------------------------------------- */
 

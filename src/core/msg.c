@@ -17,8 +17,8 @@ static void send_done(void *req, ucs_status_t us, void *user_data)
 {
     rdmx_op_t *op = user_data;
 
-    ucp_request_free(req);
-    rdmx__op_complete(op, rdmx__op_status(op->ep, us), op->length);
+    if (rdmx__op_ucx_done(op, req))
+        rdmx__op_complete(op, rdmx__op_status(op->ep, us), op->length);
 }
 
 rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
@@ -58,6 +58,7 @@ rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
         st = rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
                          ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
     } else {
+        rdmx__op_issued(op);
         st = RDMX_INPROGRESS;
     }
 out:
@@ -70,8 +71,8 @@ static void rndv_done(void *req, ucs_status_t us, size_t length,
 {
     rdmx_op_t *op = user_data;
 
-    ucp_request_free(req);
-    rdmx__op_complete(op, rdmx__op_status(op->ep, us), length);
+    if (rdmx__op_ucx_done(op, req))
+        rdmx__op_complete(op, rdmx__op_status(op->ep, us), length);
 }
 
 /* Move a rendezvous message into @op's buffer. */
@@ -90,6 +91,8 @@ static void rndv_start(rdmx_op_t *op, void *desc, size_t length)
         rdmx__op_defer(op, RDMX_OK, length);
     else if (UCS_PTR_IS_ERR(r))
         rdmx__op_defer(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
+    else
+        rdmx__op_issued(op);
 }
 
 ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,

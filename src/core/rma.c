@@ -56,8 +56,8 @@ static void rma_done(void *req, ucs_status_t us, void *user_data)
 {
     rdmx_op_t *op = user_data;
 
-    ucp_request_free(req);
-    rdmx__op_complete(op, rdmx__op_status(op->ep, us), op->length);
+    if (rdmx__op_ucx_done(op, req))
+        rdmx__op_complete(op, rdmx__op_status(op->ep, us), op->length);
 }
 
 static void request_param(ucp_request_param_t *p, rdmx_op_t *op,
@@ -76,8 +76,10 @@ static rdmx_status_t finish_issue(rdmx_op_t *op, ucs_status_ptr_t r,
     rdmx_worker_t *w = op->ep->worker;
     rdmx_ep_t *ep = op->ep;
 
-    if (UCS_PTR_IS_PTR(r))
+    if (UCS_PTR_IS_PTR(r)) {
+        rdmx__op_issued(op);
         return RDMX_INPROGRESS;
+    }
     if (op->kind == RDMX_OP_ATOMIC && r == NULL && op->old_p != NULL)
         *op->old_p = op->result;
     rdmx__op_put(w, op);
@@ -162,7 +164,8 @@ static void notify_flushed(void *req, ucs_status_t us, void *user_data)
     rdmx_op_t *op = user_data;
     ucs_status_ptr_t r;
 
-    ucp_request_free(req);
+    if (!rdmx__op_ucx_done(op, req))
+        return;
     if (us != UCS_OK) {
         rdmx__op_complete(op, rdmx__op_status(op->ep, us), 0);
         return;
@@ -172,6 +175,8 @@ static void notify_flushed(void *req, ucs_status_t us, void *user_data)
         rdmx__op_complete(op, RDMX_OK, op->length);
     else if (UCS_PTR_IS_ERR(r))
         rdmx__op_complete(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
+    else
+        rdmx__op_issued(op);
 }
 
 rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,

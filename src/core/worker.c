@@ -37,6 +37,7 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     op->status = RDMX_OK;
     op->length = 0;
     op->old_p = NULL;
+    op->orphaned = 0;
     if (ep != NULL)
         ep->ops++;
     return op;
@@ -80,6 +81,45 @@ void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length)
     op->length = length;
     rdmx_list_del(&op->link);
     rdmx_list_insert_tail(&op->ep->worker->done, &op->link);
+}
+
+void rdmx__op_issued(rdmx_op_t *op)
+{
+    rdmx_list_insert_tail(&op->ep->inflight, &op->link);
+}
+
+int rdmx__op_ucx_done(rdmx_op_t *op, void *req)
+{
+    ucp_request_free(req);
+    rdmx_list_del(&op->link);
+    if (op->orphaned) {
+        free(op);
+        return 0;
+    }
+    return 1;
+}
+
+void rdmx__op_orphan_all(rdmx_ep_t *ep)
+{
+    rdmx_worker_t *w = ep->worker;
+    rdmx_list_t *e;
+
+    while ((e = rdmx_list_pop(&ep->inflight)) != NULL) {
+        rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
+        rdmx_op_t *stand_in = rdmx__op_get(w, NULL, op->kind, op->cb, op->arg);
+        /* The record stays with UCX; a stand-in carries the completion. */
+        op->orphaned = 1;
+        op->ep = NULL;
+        rdmx_list_insert_tail(&w->orphans, &op->link);
+        if (stand_in == NULL) {
+            if (op->cb)
+                op->cb(ep->status, 0, op->arg);
+            rdmx__ep_release(ep);
+            continue;
+        }
+        stand_in->ep = ep; /* takes over op's reference */
+        rdmx__op_defer(stand_in, ep->status, 0);
+    }
 }
 
 rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status)
@@ -164,6 +204,7 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     rdmx_list_init(&w->done);
     rdmx_list_init(&w->ep_events);
     rdmx_list_init(&w->free_ops);
+    rdmx_list_init(&w->orphans);
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&w->lock, &ma);
@@ -194,7 +235,8 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
         (status = set_am_handler(w, RDMX_AM_HELLO_ACK, rdmx__am_hello_ack)) ||
         (status = set_am_handler(w, RDMX_AM_MSG, rdmx__am_msg)) ||
         (status = set_am_handler(w, RDMX_AM_NOTIFY, rdmx__am_notify)) ||
-        (status = set_am_handler(w, RDMX_AM_BYE, rdmx__am_bye)))
+        (status = set_am_handler(w, RDMX_AM_BYE, rdmx__am_bye)) ||
+        (status = set_am_handler(w, RDMX_AM_BYE_ACK, rdmx__am_bye_ack)))
         goto err_worker;
 
     if (w->mt && pthread_create(&w->thread, NULL, progress_thread, w) != 0) {
@@ -239,6 +281,9 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     while ((e = rdmx_list_pop(&w->free_ops)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
     ucp_worker_destroy(w->ucp);
+    /* Requests UCX never completed went with its worker. */
+    while ((e = rdmx_list_pop(&w->orphans)) != NULL)
+        free(rdmx_container_of(e, rdmx_op_t, link));
     rdmx_ptrmap_cleanup(&w->ep_map);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
