@@ -100,8 +100,8 @@ static int measure(size_t size)
         mbs[t] = (double)copies * (double)size / ((double)elapsed / 1e9) / 1e6;
     }
     qsort(mbs, TRIALS, sizeof(mbs[0]), cmp_double);
-    printf("bytes=%zu median_mb_s=%.1f best_mb_s=%.1f\n", size,
-           mbs[TRIALS / 2], mbs[TRIALS - 1]);
+    printf("bytes=%zu median_mb_s=%.1f best_mb_s=%.1f\n", size, mbs[TRIALS / 2],
+           mbs[TRIALS - 1]);
     free(src);
     free(dst);
     return 0;

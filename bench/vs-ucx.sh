@@ -18,6 +18,9 @@
 #   send_bw    1 MiB  ucp_am_bw -O 16    bandwidth (MB/s, 10^6 B/s)
 #   put_bw     1 MiB  ucp_put_bw -O 16   bandwidth
 #   get_bw     1 MiB  ucp_get -O 16      bandwidth
+# put_bw/get_bw: rdmx-perf runs with --flush end, ucx_perftest's method (up to
+# W operations in flight, one flush at the end); --flush window makes it
+# flush after every window instead (rdmx-perf's default).
 # Memory: rdmx-perf allocates every buffer with rdmx_mem_alloc (ucp_mem_map
 # with UCP_MEM_MAP_ALLOCATE) and passes the registration to each operation;
 # ucx_perftest -m host allocates the same way, and -z makes it pass its
@@ -31,7 +34,7 @@
 # printed beside the shared-memory figures as the physical limit.
 #
 # Usage: bench/vs-ucx.sh [--quick] [--rounds N] [--transport shm|tcp|all]
-#                        [--only TEST[,TEST...]] [--keep]
+#                        [--only TEST[,TEST...]] [--flush end|window] [--keep]
 # Environment: RDMX_PERF (default build/bin/rdmx-perf), UCX_PERFTEST.
 set -euo pipefail
 
@@ -40,6 +43,7 @@ QUICK=0
 TRANSPORTS="shm tcp"
 ONLY=""
 KEEP=0
+FLUSH=end
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
@@ -57,6 +61,12 @@ while [ $# -gt 0 ]; do
         esac
         shift ;;
     --only) ONLY="$2"; shift ;;
+    --flush)
+        case "$2" in
+        end | window) FLUSH="$2" ;;
+        *) echo "vs-ucx: --flush end|window" >&2; exit 2 ;;
+        esac
+        shift ;;
     --keep) KEEP=1 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "vs-ucx: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -178,7 +188,7 @@ run_rdmx() { # transport test size iters warmup window kind
     port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$WORK/rs.out")
     [ -n "$port" ] || die "rdmx-perf server did not start: $(cat "$WORK/rs.err")"
     if ! "$RDMX_PERF" "127.0.0.1:$port" -t "$test" -s "$size" -n "$n" \
-        -w "$w" -W "$win" --transport "$tr" --json \
+        -w "$w" -W "$win" --flush "$FLUSH" --transport "$tr" --json \
         >"$WORK/rc.out" 2>"$WORK/rc.err"; then
         die "rdmx-perf $test ($tr) failed: $(cat "$WORK/rc.err")"
     fi
@@ -266,6 +276,10 @@ selected() { # test -> 0 if selected by --only
 
 echo "# vs-ucx: rdmx-perf vs ucx_perftest, $ROUNDS round(s)$([ "$QUICK" = 1 ] && echo ", quick"), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# $(nproc) CPUs, $(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' | head -1)"
+extra_env=$(env | grep -E '^(UCX|RDMX)_' | grep -v -E '^(UCX_NET_DEVICES|UCX_WARN_UNUSED_ENV_VARS|RDMX_PERF)=' |
+    sort | tr '\n' ' ' || true)
+echo "# extra environment (passed to both tools): ${extra_env:-none}"
+echo "# rdmx-perf put_bw/get_bw: --flush $FLUSH"
 load_note before
 "$WORK/memcpy_bw" 1m 64m >"$WORK/memcpy.before"
 start=$(date +%s)

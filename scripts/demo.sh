@@ -52,8 +52,8 @@ run_mode() {
   local mode=$1 slog="$logdir/$1.server.log" clog="$logdir/$1.client.log"
   local port="" i rc_s rc_c
 
-  timeout -k 5 "$limit" "$demo" "$mode" --listen 0 --host "$host" "${extra[@]}" \
-    >"$slog" 2>&1 &
+  timeout -k 5 "$limit" "$demo" "$mode" --listen 0 --host "$host" \
+    "${extra[@]}" >"$slog" 2>&1 &
   server_pid=$!
 
   # Wait (up to 10 s) for "listening on HOST:PORT".
@@ -81,7 +81,8 @@ run_mode() {
 
   if [ $rc_c -eq 0 ] && [ $rc_s -eq 0 ]; then
     # The client's last line says what was verified.
-    printf '  %-7s ok    %s\n' "$mode" "$(tail -n1 "$clog" | sed "s/^$mode: ok, //")"
+    printf '  %-7s ok    %s\n' "$mode" \
+      "$(tail -n1 "$clog" | sed "s/^$mode: ok, //")"
     return 0
   fi
   printf '  %-7s FAIL  client exit %d, server exit %d%s\n' "$mode" $rc_c $rc_s \

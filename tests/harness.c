@@ -32,8 +32,7 @@ void th_fail(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "%s[%d]: FAIL %s:%d: ", th_name, (int)getpid(), file,
-            line);
+    fprintf(stderr, "%s[%d]: FAIL %s:%d: ", th_name, (int)getpid(), file, line);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -72,8 +71,8 @@ static void th_on_alarm(int sig)
     int n;
 
     (void)sig;
-    n = snprintf(msg, sizeof(msg), "%s[%d]: FAIL: timed out (alarm)\n",
-                 th_name, (int)getpid());
+    n = snprintf(msg, sizeof(msg), "%s[%d]: FAIL: timed out (alarm)\n", th_name,
+                 (int)getpid());
     if (n > 0 && write(2, msg, (size_t)n) < 0) {
         /* nothing to do */
     }
@@ -311,8 +310,7 @@ void th_spawn_self(th_proc_t *proc, const char *role, int timeout_ms, ...)
     {
         unsigned port = 0;
 
-        CHECKF(sscanf(line, "PORT %u", &port) == 1 && port > 0 &&
-                   port < 65536,
+        CHECKF(sscanf(line, "PORT %u", &port) == 1 && port > 0 && port < 65536,
                "bad port line from server: '%s'", line);
         proc->port = (uint16_t)port;
     }
@@ -369,8 +367,7 @@ void th_check_exit_ok(const char *what, int ws)
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
         return;
     if (WIFEXITED(ws))
-        th_fail(__FILE__, __LINE__, "%s exited with %d", what,
-                WEXITSTATUS(ws));
+        th_fail(__FILE__, __LINE__, "%s exited with %d", what, WEXITSTATUS(ws));
     th_fail(__FILE__, __LINE__, "%s died of signal %d", what,
             WIFSIGNALED(ws) ? WTERMSIG(ws) : -1);
 }
@@ -458,8 +455,7 @@ rdmx_status_t th_req_start(th_req_t *req, rdmx_status_t st, size_t length)
         return st;
     /* The callback must not have run for an immediate result. */
     CHECKF(atomic_load(&req->cb_calls) == 0,
-           "callback ran although the call returned %s",
-           rdmx_status_name(st));
+           "callback ran although the call returned %s", rdmx_status_name(st));
     req->immediate = 1;
     req->status = st;
     req->length = st == RDMX_OK ? length : 0;
@@ -511,8 +507,8 @@ void th_req_wait(rdmx_worker_t *worker, th_req_t *reqs, size_t n,
 /* Test server protocol, client side                                        */
 /* ------------------------------------------------------------------------ */
 
-void ts_msg_init(ts_msg_t *m, uint32_t cmd, uint64_t a, uint64_t b,
-                 uint64_t c, uint64_t d)
+void ts_msg_init(ts_msg_t *m, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
+                 uint64_t d)
 {
     memset(m, 0, sizeof(*m));
     m->magic = TS_MAGIC;
@@ -541,8 +537,7 @@ void ts_reply(rdmx_ep_t *ep, ts_reply_t *reply)
 {
     size_t len = 0;
 
-    CHECK_OK(rdmx_recv(ep, reply, sizeof(*reply), NULL, 60000 * TH_SLOW,
-                       &len));
+    CHECK_OK(rdmx_recv(ep, reply, sizeof(*reply), NULL, 60000 * TH_SLOW, &len));
     CHECKF(len >= TS_REPLY_HDR && reply->magic == TS_MAGIC &&
                len == TS_REPLY_HDR + reply->blob_len,
            "malformed reply from the test server (%zu bytes)", len);

@@ -221,7 +221,7 @@ void th_progress_for(rdmx_worker_t *worker, int ms);
 /* The test server's protocol                                               */
 /* ------------------------------------------------------------------------ */
 
-#define TS_MAGIC 0x52444d58u /* "RDMX" */
+#define TS_MAGIC    0x52444d58u /* "RDMX" */
 #define TS_MAX_BLOB 4096u
 #define TS_MAX_DATA (4 * TH_MIB) /* largest DATA payload */
 
@@ -285,8 +285,8 @@ void ts_call(rdmx_ep_t *ep, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
 void ts_post(rdmx_ep_t *ep, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
              uint64_t d);
 void ts_post_msg(rdmx_ep_t *ep, const ts_msg_t *msg);
-void ts_msg_init(ts_msg_t *m, uint32_t cmd, uint64_t a, uint64_t b,
-                 uint64_t c, uint64_t d);
+void ts_msg_init(ts_msg_t *m, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
+                 uint64_t d);
 void ts_reply(rdmx_ep_t *ep, ts_reply_t *reply);
 
 typedef struct {

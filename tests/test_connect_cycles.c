@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CYCLES 200
-#define WARMUP 20
+#define CYCLES  200
+#define WARMUP  20
 #define MAX_EPS 64
 #define MSG_CAP 256
 
@@ -61,10 +61,10 @@ static void post_recv(slot_t *s)
 {
     th_req_init(&s->req);
     s->posted = 1;
-    th_req_start(&s->req,
-                 rdmx_recv_nb(s->ep, s->buf, sizeof(s->buf), NULL, th_req_cb,
-                              &s->req),
-                 0);
+    th_req_start(
+        &s->req,
+        rdmx_recv_nb(s->ep, s->buf, sizeof(s->buf), NULL, th_req_cb, &s->req),
+        0);
 }
 
 static void srv_accept(rdmx_ep_t *ep, void *arg)
@@ -141,8 +141,8 @@ static int cycles_server(void)
 
                         rdmx_worker_stats(worker, &ws);
                         sstats.eps_opened = ws.eps_opened;
-                        CHECK_OK(rdmx_send(s->ep, &sstats, sizeof(sstats),
-                                           NULL));
+                        CHECK_OK(
+                            rdmx_send(s->ep, &sstats, sizeof(sstats), NULL));
                     } else if (len == 4 && memcmp(s->buf, "QUIT", 4) == 0) {
                         CHECK_OK(rdmx_send(s->ep, "BYE", 3, NULL));
                         quit = 1;
@@ -186,6 +186,12 @@ static int cycles_server(void)
 
 static rdmx_worker_t *worker;
 static th_proc_t server;
+
+typedef struct {
+    int srv_fds, cli_fds;
+    long srv_rss_kib;
+    cyc_stats_t st;
+} sample_t;
 static uint64_t closed; /* connections the client has closed */
 
 static rdmx_ep_t *cconnect(void)
@@ -210,11 +216,31 @@ static void one_cycle(int i)
     closed++;
 }
 
-typedef struct {
-    int srv_fds, cli_fds;
-    long srv_rss_kib;
-    cyc_stats_t st;
-} sample_t;
+/* Closes finish asynchronously (BYE, acknowledgement, UCX teardown, at
+ * most ~2 s for an unacknowledged one): progress until both processes' fd
+ * counts have been stable for 200 ms, then sample. */
+static void settle_and_sample(sample_t *s)
+{
+    double deadline = th_now_ms() + 5000.0 * TH_SLOW, stable_since;
+    int cli = th_fd_count(0), srv = th_fd_count(server.pid);
+
+    stable_since = th_now_ms();
+    while (th_now_ms() - stable_since < 200.0 && th_now_ms() < deadline) {
+        int c, v;
+
+        th_progress_for(worker, 20);
+        c = th_fd_count(0);
+        v = th_fd_count(server.pid);
+        if (c != cli || v != srv) {
+            cli = c;
+            srv = v;
+            stable_since = th_now_ms();
+        }
+    }
+    s->cli_fds = cli;
+    s->srv_fds = srv;
+    s->srv_rss_kib = th_rss_kib(server.pid);
+}
 
 /* Wait until the server processed every close so far, then sample. */
 static void take_sample(sample_t *s)
@@ -226,14 +252,12 @@ static void take_sample(sample_t *s)
         size_t len = 0;
 
         CHECK_OK(rdmx_send(ep, "STATS", 5, NULL));
-        CHECK_OK(rdmx_recv(ep, &s->st, sizeof(s->st), NULL, 10000 * TH_SLOW,
-                           &len));
+        CHECK_OK(
+            rdmx_recv(ep, &s->st, sizeof(s->st), NULL, 10000 * TH_SLOW, &len));
         CHECK(len == sizeof(s->st));
         if (s->st.closed_ok + s->st.closed_err == closed &&
             s->st.open_eps == 1) {
-            s->srv_fds = th_fd_count(server.pid);
-            s->srv_rss_kib = th_rss_kib(server.pid);
-            s->cli_fds = th_fd_count(0);
+            settle_and_sample(s);
             rdmx_ep_close(ep);
             closed++;
             return;
@@ -244,8 +268,7 @@ static void take_sample(sample_t *s)
                "server never caught up: %llu closes seen, %llu made, %llu "
                "endpoints open",
                (unsigned long long)(s->st.closed_ok + s->st.closed_err),
-               (unsigned long long)closed,
-               (unsigned long long)s->st.open_eps);
+               (unsigned long long)closed, (unsigned long long)s->st.open_eps);
         th_sleep_ms(20);
     }
 }
@@ -277,8 +300,8 @@ int main(int argc, char **argv)
     take_sample(&s2);
     th_log("%d cycles in %.0f ms", CYCLES, th_now_ms() - t0);
     th_log("server fds %d -> %d, RSS %ld -> %ld KiB; client fds %d -> %d",
-           s1.srv_fds, s2.srv_fds, s1.srv_rss_kib, s2.srv_rss_kib,
-           s1.cli_fds, s2.cli_fds);
+           s1.srv_fds, s2.srv_fds, s1.srv_rss_kib, s2.srv_rss_kib, s1.cli_fds,
+           s2.cli_fds);
     th_log("server: %llu orderly closes, %llu errors, %llu accepted, "
            "eps_opened %llu",
            (unsigned long long)s2.st.closed_ok,
@@ -292,10 +315,10 @@ int main(int argc, char **argv)
     CHECK_EQ_U64(s2.st.closed_ok, closed - 1);
     CHECK_EQ_U64(s2.st.accepted, closed);
     CHECK_EQ_U64(s2.st.eps_opened, closed);
-    CHECKF(abs(s2.srv_fds - s1.srv_fds) <= 2, "server fds %d -> %d",
-           s1.srv_fds, s2.srv_fds);
-    CHECKF(abs(s2.cli_fds - s1.cli_fds) <= 2, "client fds %d -> %d",
-           s1.cli_fds, s2.cli_fds);
+    CHECKF(abs(s2.srv_fds - s1.srv_fds) <= 2, "server fds %d -> %d", s1.srv_fds,
+           s2.srv_fds);
+    CHECKF(abs(s2.cli_fds - s1.cli_fds) <= 2, "client fds %d -> %d", s1.cli_fds,
+           s2.cli_fds);
     if (!TH_SANITIZED)
         CHECKF(s2.srv_rss_kib - s1.srv_rss_kib < 4096,
                "server RSS grew by %ld KiB over %d cycles",

@@ -25,15 +25,15 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#define N_SEND 8
-#define N_PUT 8
-#define N_GET 8
-#define N_PUTN 4
-#define N_RECV 2
-#define N_OPS (N_SEND + N_PUT + N_GET + N_PUTN + N_RECV + 1)
+#define N_SEND    8
+#define N_PUT     8
+#define N_GET     8
+#define N_PUTN    4
+#define N_RECV    2
+#define N_OPS     (N_SEND + N_PUT + N_GET + N_PUTN + N_RECV + 1)
 #define SEND_SIZE (16 * TH_MIB)
-#define RMA_SIZE (8 * TH_MIB)
-#define REG_SIZE (64 * TH_MIB)
+#define RMA_SIZE  (8 * TH_MIB)
+#define REG_SIZE  (64 * TH_MIB)
 
 static th_req_t reqs[N_OPS];
 static const char *kinds[N_OPS];
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
     ts_region_t r1, r2;
     uint8_t *src, *dst, *rbuf;
     size_t i, n = 0, pending = 0, failed = 0;
-    double t_kill, t_last = 0, deadline;
+    double t_start, t_post0, t_posted, t_kill, t_last = 0, deadline;
     int ws;
     uint64_t old = 0;
 
@@ -117,6 +117,7 @@ int main(int argc, char **argv)
         return ts_server_main(argc, argv);
 
     th_init("kill_server", 110);
+    t_start = th_now_ms();
     /* Both servers before any rdmx context exists. */
     th_spawn_self(&a, "--server", 30000, NULL);
     th_spawn_self(&b, "--server", 30000, NULL);
@@ -124,8 +125,8 @@ int main(int argc, char **argv)
     worker = th_worker(ctx, 0);
 
     memset(&params, 0, sizeof(params));
-    params.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB |
-                        RDMX_EP_PARAM_FIELD_USER_DATA;
+    params.field_mask =
+        RDMX_EP_PARAM_FIELD_ERROR_CB | RDMX_EP_PARAM_FIELD_USER_DATA;
     params.error_cb = error_cb;
     params.user_data = &err_calls;
     ep = th_connect(worker, &a, &params);
@@ -147,6 +148,7 @@ int main(int argc, char **argv)
 
     for (i = 0; i < N_OPS; i++)
         th_req_init(&reqs[i]);
+    t_post0 = th_now_ms();
     for (i = 0; i < N_SEND; i++, n++)
         start(n, "send",
               rdmx_send_nb(ep, src + (i % 4) * SEND_SIZE, SEND_SIZE, NULL,
@@ -166,8 +168,7 @@ int main(int argc, char **argv)
     for (i = 0; i < N_PUTN; i++, n++)
         start(n, "put_notify",
               rdmx_put_notify_nb(ep, src + i * RMA_SIZE, RMA_SIZE, NULL,
-                                 r1.rmem, i * RMA_SIZE, i, th_req_cb,
-                                 &reqs[n]),
+                                 r1.rmem, i * RMA_SIZE, i, th_req_cb, &reqs[n]),
               RMA_SIZE);
     for (i = 0; i < N_RECV; i++, n++) {
         kinds[n] = "recv";
@@ -179,6 +180,7 @@ int main(int argc, char **argv)
     n++;
     CHECK(n == N_OPS);
 
+    t_posted = th_now_ms();
     th_progress_for(worker, 5);
     for (i = 0; i < N_OPS; i++) {
         if (atomic_load(&reqs[i].done))
@@ -192,6 +194,9 @@ int main(int argc, char **argv)
 
     th_kill(&a, SIGKILL);
     t_kill = th_now_ms();
+    th_log("posted %d operations after %.0f ms (posting took %.0f ms), "
+           "killed server A %.0f ms later",
+           N_OPS, t_posted - t_start, t_posted - t_post0, t_kill - t_posted);
     ws = th_wait_exit(&a, 5000);
     CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
 
@@ -216,8 +221,9 @@ int main(int argc, char **argv)
     th_req_wait(worker, reqs, N_OPS, 1000);
     for (i = 0; i < N_OPS; i++) {
         if (reqs[i].t_done > t_kill) {
-            CHECKF(reqs[i].status < 0, "%s #%zu completed with %s after the kill",
-                   kinds[i], i, rdmx_status_name(reqs[i].status));
+            CHECKF(reqs[i].status < 0,
+                   "%s #%zu completed with %s after the kill", kinds[i], i,
+                   rdmx_status_name(reqs[i].status));
             failed++;
         }
         if (reqs[i].t_done > t_last)

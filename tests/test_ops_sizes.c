@@ -19,7 +19,9 @@
  * Finally: a message that arrives before its receive (counted as
  * unexpected) is delivered intact, and a receive that is too small fails
  * with RDMX_ERR_TOO_BIG and the needed length, writes nothing past its
- * capacity, and the message then goes to the next, bigger receive.
+ * capacity, and the message then goes to the next, bigger receive; a
+ * blocking receive that times out returns RDMX_ERR_TIMEOUT and does not
+ * swallow the next message.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -28,15 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BUF_SIZE (64 * TH_MIB + 64 * TH_KIB)
-#define REG_SIZE (64 * TH_MIB + 64 * TH_KIB)
-#define BIG_LIMIT (TH_MIB + 3) /* sizes above run fewer variants */
-#define MAX_BATCH 8
+#define BUF_SIZE      (64 * TH_MIB + 64 * TH_KIB)
+#define REG_SIZE      (64 * TH_MIB + 64 * TH_KIB)
+#define BIG_LIMIT     (TH_MIB + 3) /* sizes above run fewer variants */
+#define MAX_BATCH     8
 #define OP_TIMEOUT_MS 120000
 
-static const size_t sizes[] = {0,     1,           7,         8,
-                               4095,  4096,        65537,     TH_MIB + 3,
-                               16 * TH_MIB, 64 * TH_MIB};
+static const size_t sizes[] = {
+    0, 1, 7, 8, 4095, 4096, 65537, TH_MIB + 3, 16 * TH_MIB, 64 * TH_MIB};
 
 typedef struct {
     const char *name;
@@ -125,8 +126,7 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     check_reply_ok(&rep, "recv of a sent message");
     CHECKF(rep.v[0] == size && rep.v[1] == 1,
            "send %zu B (%s): server received %llu bytes, content %s", size,
-           v->name, (unsigned long long)rep.v[0],
-           rep.v[1] ? "ok" : "WRONG");
+           v->name, (unsigned long long)rep.v[0], rep.v[1] ? "ok" : "WRONG");
 
     /* send, server -> client */
     seed = th_seed(2, size, vi);
@@ -156,8 +156,8 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     seed = th_seed(4, size, vi);
     th_fill(v->src, size, seed);
     remote_guards_set(v, off, size, gseed);
-    CHECK_OK(rdmx_put_notify(ep, v->src, size, v->smr, v->remote->rmem, off,
-                             seed));
+    CHECK_OK(
+        rdmx_put_notify(ep, v->src, size, v->smr, v->remote->rmem, off, seed));
     n_notifies++;
     check_notify(seed, v, off, size);
     remote_guards_check(v, off, size, gseed);
@@ -185,8 +185,7 @@ static void start_ok(th_req_t *req, rdmx_status_t st, size_t len)
            rdmx_error_detail());
 }
 
-static void wait_all_ok(th_req_t *reqs, size_t n, const char *what,
-                        size_t size)
+static void wait_all_ok(th_req_t *reqs, size_t n, const char *what, size_t size)
 {
     size_t i;
 
@@ -220,9 +219,9 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
     for (i = 0; i < k; i++) {
         th_req_t *r = &reqs[2 * k + i];
 
-        CHECK_ST(rdmx_recv_nb(ep, &reps[i], sizeof(reps[i]), NULL,
-                              th_req_cb, r),
-                 RDMX_INPROGRESS);
+        CHECK_ST(
+            rdmx_recv_nb(ep, &reps[i], sizeof(reps[i]), NULL, th_req_cb, r),
+            RDMX_INPROGRESS);
     }
     for (i = 0; i < k; i++) {
         start_ok(&reqs[2 * i],
@@ -343,9 +342,10 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
                               &reqs[n++]),
                  RDMX_INPROGRESS);
         for (i = 0; i < h; i++) {
-            start_ok(&reqs[n], rdmx_put_nb(ep, v->src + i * size, size, v->smr,
-                                           v->remote->rmem, off + i * size,
-                                           th_req_cb, &reqs[n]),
+            start_ok(&reqs[n],
+                     rdmx_put_nb(ep, v->src + i * size, size, v->smr,
+                                 v->remote->rmem, off + i * size, th_req_cb,
+                                 &reqs[n]),
                      size);
             n++;
             start_ok(&reqs[n],
@@ -355,13 +355,13 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
                      size);
             n++;
         }
-        start_ok(&reqs[n], rdmx_send_nb(ep, &cmds[0], sizeof(cmds[0]), NULL,
-                                        th_req_cb, &reqs[n]),
+        start_ok(&reqs[n],
+                 rdmx_send_nb(ep, &cmds[0], sizeof(cmds[0]), NULL, th_req_cb,
+                              &reqs[n]),
                  sizeof(cmds[0]));
         n++;
         start_ok(&reqs[n],
-                 rdmx_send_nb(ep, mbuf, mlen, NULL, th_req_cb, &reqs[n]),
-                 mlen);
+                 rdmx_send_nb(ep, mbuf, mlen, NULL, th_req_cb, &reqs[n]), mlen);
         n++;
         wait_all_ok(reqs, n, "mixed", size);
         CHECK_OK(rdmx_ep_flush(ep));
@@ -532,8 +532,8 @@ static void too_small_nb(uint8_t *dst, size_t msg, size_t cap)
            req.length, msg);
     for (i = cap; i < msg + 8; i++)
         CHECKF(dst[i] == 0xee,
-               "receive of capacity %zu wrote byte %zu of a %zu B message",
-               cap, i, msg);
+               "receive of capacity %zu wrote byte %zu of a %zu B message", cap,
+               i, msg);
     rdmx_worker_stats(worker, &s1);
     CHECK_EQ_U64(s1.recv_too_small, s0.recv_too_small + 1);
 
@@ -556,6 +556,24 @@ static void too_small_blocking(uint8_t *dst)
     CHECK_OK(rdmx_recv(ep, dst, 8192, NULL, OP_TIMEOUT_MS, &len));
     CHECK_EQ_U64(len, 5000);
     CHECK_PATTERN(dst, 5000, seed, 0);
+}
+
+/* A blocking receive that times out gives up its place: the next message
+ * goes to the next receive, intact. */
+static void recv_timeout(uint8_t *dst)
+{
+    uint64_t seed = th_seed(82, 333, 0);
+    size_t len = 12345;
+    double t0 = th_now_ms(), dt;
+
+    CHECK_ST(rdmx_recv(ep, dst, 4096, NULL, 100, &len), RDMX_ERR_TIMEOUT);
+    dt = th_now_ms() - t0;
+    CHECKF(dt >= 90.0 && dt < 2000.0 * TH_SLOW,
+           "a receive with a 100 ms timeout returned after %.0f ms", dt);
+    ts_post(ep, TS_SEND, 333, seed, 0, 0);
+    CHECK_OK(rdmx_recv(ep, dst, 4096, NULL, OP_TIMEOUT_MS, &len));
+    CHECK_EQ_U64(len, 333);
+    CHECK_PATTERN(dst, 333, seed, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -600,15 +618,28 @@ int main(int argc, char **argv)
     ts_alloc(ep, &ra, REG_SIZE, RDMX_ACCESS_ALL, TS_KIND_ALLOC, 0);
     ts_alloc(ep, &rm, REG_SIZE, RDMX_ACCESS_ALL, TS_KIND_REGISTER, 0);
 
-    variants[0] = (variant_t){"unregistered->registered", src, dst, NULL,
-                              NULL, &rm, 3, 0, 1};
-    variants[1] = (variant_t){"registered->allocated", src_r,
-                              rdmx_mr_addr(dst_mr), src_mr, dst_mr, &ra, 0,
-                              TS_FLAG_REGISTERED, 1};
-    variants[2] = (variant_t){"unregistered->allocated", src, dst, NULL, NULL,
-                              &ra, 1, TS_FLAG_REGISTERED, 0};
-    variants[3] = (variant_t){"registered->registered", src_r,
-                              rdmx_mr_addr(dst_mr), src_mr, dst_mr, &rm, 8, 0,
+    variants[0] = (variant_t){
+        "unregistered->registered", src, dst, NULL, NULL, &rm, 3, 0, 1};
+    variants[1] = (variant_t){"registered->allocated",
+                              src_r,
+                              rdmx_mr_addr(dst_mr),
+                              src_mr,
+                              dst_mr,
+                              &ra,
+                              0,
+                              TS_FLAG_REGISTERED,
+                              1};
+    variants[2] =
+        (variant_t){"unregistered->allocated", src, dst, NULL, NULL, &ra, 1,
+                    TS_FLAG_REGISTERED,        0};
+    variants[3] = (variant_t){"registered->registered",
+                              src_r,
+                              rdmx_mr_addr(dst_mr),
+                              src_mr,
+                              dst_mr,
+                              &rm,
+                              8,
+                              0,
                               0};
 
     for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
@@ -631,6 +662,7 @@ int main(int argc, char **argv)
     too_small_nb(dst, 1, 0);
     too_small_nb(dst, 2 * TH_MIB + 1, TH_MIB);
     too_small_blocking(dst);
+    recv_timeout(dst);
     th_log("unexpected / too small ok");
 
     /* Every notification was delivered once, none lost. */

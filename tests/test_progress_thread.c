@@ -23,11 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define THREADS 4
-#define ITERS 40
-#define SLICE (2 * TH_MIB)
+#define THREADS    4
+#define ITERS      40
+#define SLICE      (2 * TH_MIB)
 #define GET_REGION (4 * TH_MIB)
-#define MAX_SIZE TH_MIB
+#define MAX_SIZE   TH_MIB
 
 static const size_t sizes[] = {64, 4096, 65536 + 5, 262144, MAX_SIZE};
 
@@ -136,19 +136,18 @@ int main(int argc, char **argv)
         t->dst = th_alloc(MAX_SIZE);
         t->msg = th_alloc(sizeof(ts_msg_t) + MAX_SIZE);
         if (i % 2) {
-            CHECK_OK(rdmx_mem_register(ctx, t->src, MAX_SIZE,
-                                       RDMX_ACCESS_READ, &t->smr));
-            CHECK_OK(rdmx_mem_register(ctx, t->dst, MAX_SIZE,
-                                       RDMX_ACCESS_WRITE, &t->dmr));
-            CHECK_OK(rdmx_mem_register(ctx, t->msg,
-                                       sizeof(ts_msg_t) + MAX_SIZE,
+            CHECK_OK(rdmx_mem_register(ctx, t->src, MAX_SIZE, RDMX_ACCESS_READ,
+                                       &t->smr));
+            CHECK_OK(rdmx_mem_register(ctx, t->dst, MAX_SIZE, RDMX_ACCESS_WRITE,
+                                       &t->dmr));
+            CHECK_OK(rdmx_mem_register(ctx, t->msg, sizeof(ts_msg_t) + MAX_SIZE,
                                        RDMX_ACCESS_READ, &t->mmr));
         }
     }
     t0 = th_now_ms();
     for (i = 0; i < THREADS; i++)
-        CHECK(pthread_create(&threads[i].tid, NULL, thread_main,
-                             &threads[i]) == 0);
+        CHECK(pthread_create(&threads[i].tid, NULL, thread_main, &threads[i]) ==
+              0);
     for (i = 0; i < THREADS; i++)
         CHECK(pthread_join(threads[i].tid, NULL) == 0);
     th_log("%d threads x %d iterations in %.0f ms", THREADS, ITERS,

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SRV_MAX_REGIONS 64
+#define SRV_MAX_REGIONS  64
 #define SRV_MAX_NOTIFIES 256
 
 typedef struct {
@@ -188,8 +188,8 @@ static void srv_alloc(const ts_msg_t *m)
         CHECK(r->addr == r->mem);
     if (m->d)
         th_fill(r->addr, r->size, m->d);
-    CHECK_OK(rdmx_mr_pack(r->mr, 0, r->size, (unsigned)m->b, blob,
-                          sizeof(blob), &blob_len));
+    CHECK_OK(rdmx_mr_pack(r->mr, 0, r->size, (unsigned)m->b, blob, sizeof(blob),
+                          &blob_len));
     srv_reply(RDMX_OK, (uint64_t)(r - S.regions), 0, 0, 0, blob, blob_len);
 }
 
@@ -301,8 +301,8 @@ static int srv_dispatch(const uint8_t *buf, size_t len)
         rdmx_status_t st;
 
         r = srv_region(m->a, 0, 0);
-        st = rdmx_mr_pack(r->mr, m->b, m->c, (unsigned)m->d, blob,
-                          sizeof(blob), &blob_len);
+        st = rdmx_mr_pack(r->mr, m->b, m->c, (unsigned)m->d, blob, sizeof(blob),
+                          &blob_len);
         srv_reply(st, 0, 0, 0, 0, blob, st == RDMX_OK ? blob_len : 0);
         break;
     }
@@ -331,8 +331,7 @@ static int srv_dispatch(const uint8_t *buf, size_t len)
                 if (r->addr[m->b + i])
                     bad = (int64_t)i;
         }
-        srv_reply(RDMX_OK, bad < 0, bad < 0 ? 0 : (uint64_t)bad, 0, 0, NULL,
-                  0);
+        srv_reply(RDMX_OK, bad < 0, bad < 0 ? 0 : (uint64_t)bad, 0, 0, NULL, 0);
         break;
     }
     case TS_SET64:
@@ -369,8 +368,8 @@ static int srv_dispatch(const uint8_t *buf, size_t len)
         rdmx_worker_stats_t stats;
 
         rdmx_worker_stats(S.worker, &stats);
-        srv_reply(RDMX_OK, S.data_ok, S.data_bad, S.notify_count,
-                  S.notify_lost, &stats, sizeof(stats));
+        srv_reply(RDMX_OK, S.data_ok, S.data_bad, S.notify_count, S.notify_lost,
+                  &stats, sizeof(stats));
         break;
     }
     case TS_HANG:

@@ -41,12 +41,10 @@ static void test_statuses(void)
 
         CHECKF(name != NULL && strcmp(name, statuses[i].name) == 0,
                "rdmx_status_name(%d) = %s, expected %s",
-               (int)statuses[i].status, name ? name : "NULL",
-               statuses[i].name);
+               (int)statuses[i].status, name ? name : "NULL", statuses[i].name);
         CHECKF(str != NULL && strcmp(str, statuses[i].desc) == 0 &&
                    str[0] != '\0',
-               "rdmx_strerror(%s) = %s", statuses[i].name,
-               str ? str : "NULL");
+               "rdmx_strerror(%s) = %s", statuses[i].name, str ? str : "NULL");
         /* Values are unique; OK is 0, INPROGRESS 1, errors negative. */
         for (j = 0; j < i; j++)
             CHECK(statuses[j].status != statuses[i].status);
@@ -79,8 +77,8 @@ static void parse_ok(const char *addr, const char *want_host,
            rdmx_status_name(rdmx_addr_parse(addr, host, sizeof(host), &port)),
            rdmx_error_detail());
     CHECKF(strcmp(host, want_host) == 0 && port == want_port,
-           "rdmx_addr_parse(\"%s\") = \"%s\" port %u, expected \"%s\" %u",
-           addr, host, (unsigned)port, want_host, want_port);
+           "rdmx_addr_parse(\"%s\") = \"%s\" port %u, expected \"%s\" %u", addr,
+           host, (unsigned)port, want_host, want_port);
 }
 
 static void parse_bad(const char *addr)
@@ -129,8 +127,10 @@ static void test_addr_parse(void)
         CHECKF(st == RDMX_ERR_TOO_BIG || st == RDMX_ERR_INVALID,
                "host too long for the buffer: %s", rdmx_status_name(st));
         for (i = 8; i < sizeof(buf); i++)
-            CHECKF(buf[i] == 0x5a, "rdmx_addr_parse wrote byte %zu of a "
-                                   "host buffer of 8", i);
+            CHECKF(buf[i] == 0x5a,
+                   "rdmx_addr_parse wrote byte %zu of a "
+                   "host buffer of 8",
+                   i);
     }
     /* Exactly fitting (7 chars + NUL). */
     CHECK_OK(rdmx_addr_parse("abcdefg:9", small, sizeof(small), &port));
@@ -139,17 +139,17 @@ static void test_addr_parse(void)
 
 static void test_loopback(void)
 {
-    const char *yes[] = {"127.0.0.1", "127.1.2.3", "127.255.255.254",
-                         "::1", "localhost"};
-    const char *no[] = {"0.0.0.0", "10.0.0.1", "128.0.0.1", "192.168.1.1",
-                        "::", "fe80::1", "", "example.org", "1.127.0.0"};
+    const char *yes[] = {"127.0.0.1", "127.1.2.3", "127.255.255.254", "::1",
+                         "localhost"};
+    const char *no[] = {"0.0.0.0",  "10.0.0.1", "128.0.0.1", "192.168.1.1",
+                        "::",       "fe80::1",  "",          "example.org",
+                        "1.127.0.0"};
     size_t i;
 
     for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
         CHECKF(rdmx_host_is_loopback(yes[i]), "\"%s\" is loopback", yes[i]);
     for (i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-        CHECKF(!rdmx_host_is_loopback(no[i]), "\"%s\" is not loopback",
-               no[i]);
+        CHECKF(!rdmx_host_is_loopback(no[i]), "\"%s\" is not loopback", no[i]);
 }
 
 static void test_transport(void)

@@ -33,16 +33,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEMO_MAGIC 0x31444d52u /* "RMD1" */
-#define DEMO_MAX_BLOB 16384
-#define DEMO_TEXT 200
+#define DEMO_MAGIC         0x31444d52u /* "RMD1" */
+#define DEMO_MAX_BLOB      16384
+#define DEMO_TEXT          200
 #define CONNECT_TIMEOUT_MS 10000
-#define STEP_TIMEOUT_MS 60000
-#define ATOMIC_ADD 42
+#define STEP_TIMEOUT_MS    60000
+#define ATOMIC_ADD         42
 
 enum { MODE_SEND, MODE_WRITE, MODE_READ, MODE_ATOMIC, MODE_COUNT };
-static const char *mode_names[MODE_COUNT] = {"send", "write", "read",
-                                             "atomic"};
+static const char *mode_names[MODE_COUNT] = {"send", "write", "read", "atomic"};
 
 enum { MSG_HELLO = 1, MSG_DESC, MSG_DONE, MSG_RESULT };
 
@@ -69,8 +68,8 @@ static int g_mode = -1;
 /* Helpers                                                                  */
 /* ------------------------------------------------------------------------ */
 
-__attribute__((noreturn, format(printf, 1, 2))) static void
-die(const char *fmt, ...)
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt,
+                                                                ...)
 {
     va_list ap;
 
@@ -85,15 +84,14 @@ die(const char *fmt, ...)
 }
 
 /* Fail with the status and the library's detail of the last error. */
-__attribute__((noreturn)) static void die_st(const char *what,
-                                             rdmx_status_t st)
+__attribute__((noreturn)) static void die_st(const char *what, rdmx_status_t st)
 {
     const char *detail = rdmx_error_detail();
     char copy[256];
 
     snprintf(copy, sizeof(copy), "%s", detail ? detail : "");
-    die("%s failed: %s (%s)%s%s", what, rdmx_strerror(st),
-        rdmx_status_name(st), copy[0] ? ": " : "", copy);
+    die("%s failed: %s (%s)%s%s", what, rdmx_strerror(st), rdmx_status_name(st),
+        copy[0] ? ": " : "", copy);
 }
 
 static double now_ms(void)
@@ -291,8 +289,7 @@ static void notify_cb(rdmx_ep_t *ep, const rdmx_notify_t *n, void *arg)
                  n->imm, g.seed);
         return;
     }
-    if (n->mr != g.mr || n->offset != 0 ||
-        n->length != rdmx_mr_length(g.mr)) {
+    if (n->mr != g.mr || n->offset != 0 || n->length != rdmx_mr_length(g.mr)) {
         snprintf(g.notify_text, sizeof(g.notify_text),
                  "notification for offset %" PRIu64 " length %" PRIu64
                  ", expected 0 and %zu",
@@ -425,8 +422,8 @@ static int run_server(const char *host, unsigned port,
         die("out of memory");
     create_context(transport, host);
     memset(&lp, 0, sizeof(lp));
-    snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%u" : "%s:%u",
-             host, port);
+    snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,
+             port);
     lp.field_mask = RDMX_LISTENER_PARAM_FIELD_ADDRESS |
                     RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB |
                     RDMX_LISTENER_PARAM_FIELD_EP_PARAMS;
@@ -486,8 +483,8 @@ static int run_server(const char *host, unsigned port,
             snprintf(result, sizeof(result), "received %zu bytes, not %zu",
                      r.length, size);
         else if ((bad = pattern_check(buf, size, g.seed)) >= 0)
-            snprintf(result, sizeof(result),
-                     "data differs at byte %" PRId64, bad);
+            snprintf(result, sizeof(result), "data differs at byte %" PRId64,
+                     bad);
         else
             ok = 1;
         break;
@@ -647,8 +644,7 @@ static int run_client(const char *address, const char *host, size_t size,
     memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB;
     ep_params.error_cb = ep_error_cb;
-    st = rdmx_connect(g.worker, address, &ep_params, CONNECT_TIMEOUT_MS,
-                      &g.ep);
+    st = rdmx_connect(g.worker, address, &ep_params, CONNECT_TIMEOUT_MS, &g.ep);
     if (st != RDMX_OK) {
         char what[300];
 

@@ -24,7 +24,9 @@
  *               progressing, then puts back into the client's buffer, which
  *               the client polls; one-way = round trip / 2 (ucp_put_lat).
  *   put_bw,     W operations in flight, then a flush, per window; reported
- *   get_bw      as MB/s and messages/s (ucp_put_bw, ucp_get with -O W).
+ *   get_bw      as MB/s and messages/s. With --flush end: up to W
+ *               operations in flight and one flush at the end, which is
+ *               exactly ucx_perftest's ucp_put_bw / ucp_get with -O W.
  *   get_lat     one get at a time; the latency of each get (ucp_get -O 1).
  *   atomic_lat  one 64-bit fetch-and-add at a time (ucp_fadd -O 1).
  * All buffers on both sides come from rdmx_mem_alloc(), which like
@@ -104,6 +106,7 @@ typedef struct {
     bool transport_set;
     bool json;
     bool once;
+    bool flush_windows; /* put_bw/get_bw: flush per window (else at end) */
     unsigned timeout_s;
 } opts_t;
 
@@ -221,10 +224,10 @@ typedef struct {
 typedef struct {
     rdmx_context_t *ctx;
     rdmx_worker_t *worker;
-    rdmx_ep_t *ep;               /* the connection being served / used */
-    rdmx_status_t conn_status;   /* set by the endpoint's error callback */
-    bool quiet_close;            /* losing the connection is not an error */
-    rdmx_ep_t *pending;          /* server: accepted, not yet served */
+    rdmx_ep_t *ep;             /* the connection being served / used */
+    rdmx_status_t conn_status; /* set by the endpoint's error callback */
+    bool quiet_close;          /* losing the connection is not an error */
+    rdmx_ep_t *pending;        /* server: accepted, not yet served */
     rdmx_status_t pending_status;
 
     unsigned char ctrl_rx[CTRL_MAX];
@@ -271,7 +274,9 @@ static void ack_cb(rdmx_status_t status, size_t length, void *arg)
 {
     perf_t *p = arg;
 
-    p->ack_time[p->ack_rx.done] = now_ns();
+    if (status == RDMX_OK && p->ack_time != NULL) {
+        p->ack_time[p->ack_rx.done] = now_ns();
+    }
     ops_cb(status, length, &p->ack_rx);
 }
 
@@ -296,9 +301,16 @@ static int fail(const char *what, rdmx_status_t status)
 {
     const char *detail = rdmx_error_detail();
 
-    fprintf(stderr, "rdmx-perf: %s: %s (%s)%s%s\n", what,
-            rdmx_strerror(status), rdmx_status_name(status),
-            detail[0] ? ": " : "", detail);
+    fprintf(stderr, "rdmx-perf: %s: %s (%s)%s%s\n", what, rdmx_strerror(status),
+            rdmx_status_name(status), detail[0] ? ": " : "", detail);
+    return -1;
+}
+
+/* The same for an error a completion callback reported (no detail). */
+static int fail_status(const char *what, rdmx_status_t status)
+{
+    fprintf(stderr, "rdmx-perf: %s: %s (%s)\n", what, rdmx_strerror(status),
+            rdmx_status_name(status));
     return -1;
 }
 
@@ -367,7 +379,7 @@ static inline int wait_done(perf_t *p, ops_t *o, uint64_t target,
         }
     }
     if (__builtin_expect(o->err != RDMX_OK, 0)) {
-        return fail(what, o->err);
+        return fail_status(what, o->err);
     }
     return 0;
 }
@@ -380,8 +392,8 @@ static inline int wait_inflight(perf_t *p, ops_t *o, uint64_t max,
 }
 
 /* Progress until the byte at @p addr equals @p sn. */
-static inline int wait_byte(perf_t *p, const volatile uint8_t *addr,
-                            uint8_t sn, const char *what)
+static inline int wait_byte(perf_t *p, const volatile uint8_t *addr, uint8_t sn,
+                            const char *what)
 {
     while (*addr != sn) {
         if (progress_lost(p) && *addr != sn) {
@@ -433,8 +445,8 @@ static int ctrl_wait(perf_t *p, ctrl_t *c, const char *what)
     }
     if (!ctrl_decode(p->ctrl_rx, p->ctrl_rx_ops.last_length, c)) {
         fprintf(stderr,
-                "rdmx-perf: %s: malformed control message (%zu bytes)\n",
-                what, p->ctrl_rx_ops.last_length);
+                "rdmx-perf: %s: malformed control message (%zu bytes)\n", what,
+                p->ctrl_rx_ops.last_length);
         return -1;
     }
     return 0;
@@ -493,8 +505,8 @@ static int test_setup(perf_t *p, test_id_t test, size_t size,
         ((uint8_t *)rdmx_mr_addr(p->smr))[size - 1] = 0xff;
         ((uint8_t *)rdmx_mr_addr(p->rmr))[size - 1] = 0xff;
     }
-    st = rdmx_mr_pack(p->rmr, 0, len, RDMX_ACCESS_ALL, desc, desc_cap,
-                      desc_len);
+    st =
+        rdmx_mr_pack(p->rmr, 0, len, RDMX_ACCESS_ALL, desc, desc_cap, desc_len);
     if (st != RDMX_OK) {
         return fail("pack descriptor", st);
     }
@@ -505,6 +517,11 @@ static int test_setup(perf_t *p, test_id_t test, size_t size,
     ops_reset(&p->ack_tx);
     ops_reset(&p->ack_rx);
     return 0;
+}
+
+static bool ops_idle(const ops_t *o)
+{
+    return o->done >= o->posted;
 }
 
 static void test_cleanup(perf_t *p)
@@ -523,6 +540,27 @@ static void test_cleanup(perf_t *p)
     }
     free(p->ack_time);
     p->ack_time = NULL;
+}
+
+/* Close the connection, let its operations finish or fail (a pending one
+ * may still point into the test's memory), then release the memory. */
+static void teardown_conn(perf_t *p)
+{
+    const ops_t *all[] = {&p->ctrl_rx_ops, &p->ctrl_tx_ops, &p->tx,
+                          &p->rx,          &p->rma,         &p->flush,
+                          &p->ack_tx,      &p->ack_rx};
+    uint64_t deadline = now_ns() + 2000000000ull;
+
+    if (p->ep != NULL) {
+        rdmx_ep_close(p->ep);
+        p->ep = NULL;
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+            while (!ops_idle(all[i]) && now_ns() < deadline) {
+                rdmx_worker_progress(p->worker);
+            }
+        }
+    }
+    test_cleanup(p);
 }
 
 static uint64_t nwindows(uint64_t count, uint64_t window)
@@ -564,8 +602,8 @@ static inline int post_put(perf_t *p, const char *what)
     int rc;
 
     START(rc, p, &p->rma, what,
-          rdmx_put_nb(p->ep, rdmx_mr_addr(p->smr), p->size, p->smr, p->peer,
-                      0, ops_cb, &p->rma));
+          rdmx_put_nb(p->ep, rdmx_mr_addr(p->smr), p->size, p->smr, p->peer, 0,
+                      ops_cb, &p->rma));
     return rc;
 }
 
@@ -574,8 +612,8 @@ static inline int post_get(perf_t *p, const char *what)
     int rc;
 
     START(rc, p, &p->rma, what,
-          rdmx_get_nb(p->ep, rdmx_mr_addr(p->rmr), p->size, p->rmr, p->peer,
-                      0, ops_cb, &p->rma));
+          rdmx_get_nb(p->ep, rdmx_mr_addr(p->rmr), p->size, p->rmr, p->peer, 0,
+                      ops_cb, &p->rma));
     return rc;
 }
 
@@ -653,7 +691,7 @@ static int server_send_bw_phase(perf_t *p, uint64_t count, uint64_t window)
             return conn_failed(p, rx);
         }
         if (p->rx.err != RDMX_OK) {
-            return fail(rx, p->rx.err);
+            return fail_status(rx, p->rx.err);
         }
     }
     return wait_done(p, &p->ack_tx, p->ack_tx.posted, tx);
@@ -712,7 +750,6 @@ static int server_test(perf_t *p, const ctrl_t *c)
     }
     reply.desc_len = (uint32_t)desc_len;
     if (ctrl_send(p, &reply, desc, "reply") < 0) {
-        test_cleanup(p);
         return -1;
     }
 
@@ -745,7 +782,9 @@ static int server_test(perf_t *p, const ctrl_t *c)
         ctrl_t ack = {.op = OP_DONE_ACK, .test = c->test};
         rc = ctrl_send(p, &ack, NULL, "done ack");
     }
-    test_cleanup(p);
+    if (rc == 0) {
+        test_cleanup(p); /* else teardown_conn() does it after the close */
+    }
     return rc;
 }
 
@@ -974,9 +1013,15 @@ static int client_rma_lat(perf_t *p, test_id_t test, uint64_t warmup,
     return 0;
 }
 
-/* put_bw and get_bw: windows of W operations, each closed by a flush. */
+/*
+ * put_bw and get_bw. With @p flush_windows: windows of W operations, each
+ * closed by a flush (the default). Without: up to W operations in flight
+ * (counted by local completion) and one flush at the end of the phase,
+ * exactly as ucx_perftest's ucp_put_bw / ucp_get with -O W; the per-window
+ * times are then the times to issue W operations.
+ */
 static int client_rma_bw_phase(perf_t *p, test_id_t test, uint64_t count,
-                               uint64_t window, timing_t *t)
+                               uint64_t window, bool flush_windows, timing_t *t)
 {
     uint64_t nwin = nwindows(count, window), t_last;
     const bool put = test == TEST_PUT_BW;
@@ -985,6 +1030,26 @@ static int client_rma_bw_phase(perf_t *p, test_id_t test, uint64_t count,
     t_last = now_ns();
     if (t != NULL) {
         t->t_start = t_last;
+    }
+    if (!flush_windows) {
+        for (uint64_t i = 0; i < count; i++) {
+            if (wait_inflight(p, &p->rma, window - 1, what) < 0 ||
+                (put ? post_put(p, what) : post_get(p, what)) < 0) {
+                return -1;
+            }
+            if (t != NULL && (i + 1) % window == 0) {
+                sample(t, &t_last);
+            }
+        }
+        if (post_flush(p, "flush") < 0 ||
+            wait_done(p, &p->flush, p->flush.posted, "flush") < 0 ||
+            wait_done(p, &p->rma, p->rma.posted, what) < 0) {
+            return -1;
+        }
+        if (t != NULL) {
+            t->t_end = now_ns();
+        }
+        return 0;
     }
     for (uint64_t k = 0; k < nwin; k++) {
         uint64_t n = window_end(k, count, window) - k * window;
@@ -1066,21 +1131,46 @@ static void compute(result_t *r, timing_t *t)
     r->mb_s = r->msg_s * (double)r->size / 1e6;
 }
 
+/* What one timestamp costs (ns): every latency sample includes one. */
+static double g_clock_ns;
+
+static double clock_cost_ns(void)
+{
+    double best = 1e9;
+
+    for (int r = 0; r < 5; r++) {
+        uint64_t t0 = now_ns(), t1;
+        volatile uint64_t sink = 0;
+
+        for (int i = 0; i < 10000; i++) {
+            sink += now_ns();
+        }
+        t1 = now_ns();
+        if ((double)(t1 - t0) / 10000.0 < best) {
+            best = (double)(t1 - t0) / 10000.0;
+        }
+        (void)sink;
+    }
+    return best;
+}
+
 static void print_header(const opts_t *o, const char *server_transport)
 {
     if (o->json) {
         return;
     }
     printf("# rdmx-perf %s -> %s, transport %s (server: %s), window %" PRIu64
-           "\n",
+           ", put/get_bw flush per %s\n",
            rdmx_version(), o->address,
            rdmx_transport_name(o->transport) ? rdmx_transport_name(o->transport)
                                              : "?",
-           server_transport, o->window);
+           server_transport, o->window, o->flush_windows ? "window" : "run");
     printf("# latency columns: one-way (round trip / 2) for send_lat and "
            "put_lat, per operation\n"
            "# for get_lat and atomic_lat, per window of W operations for "
-           "*_bw; MB = 10^6 bytes\n");
+           "*_bw; MB = 10^6 bytes\n"
+           "# each sample includes one clock_gettime (%.1f ns here)\n",
+           g_clock_ns);
     printf("%-10s %10s %9s %10s %10s %10s %10s %11s %12s\n", "test", "bytes",
            "iters", "p50[us]", "p99[us]", "p99.9[us]", "avg[us]", "MB/s",
            "msg/s");
@@ -1093,10 +1183,12 @@ static void print_result(const opts_t *o, const result_t *r)
         printf("{\"test\":\"%s\",\"bytes\":%zu,\"iterations\":%" PRIu64
                ",\"window\":%" PRIu64 ",\"transport\":\"%s\","
                "\"p50_us\":%.4f,\"p99_us\":%.4f,\"p999_us\":%.4f,"
-               "\"avg_us\":%.4f,\"mb_per_s\":%.2f,\"msg_per_s\":%.1f}\n",
+               "\"avg_us\":%.4f,\"mb_per_s\":%.2f,\"msg_per_s\":%.1f,"
+               "\"flush\":\"%s\",\"clock_ns\":%.1f}\n",
                g_tests[r->test].name, r->size, r->iters, r->window,
                rdmx_transport_name(o->transport), r->p50_us, r->p99_us,
-               r->p999_us, r->avg_us, r->mb_s, r->msg_s);
+               r->p999_us, r->avg_us, r->mb_s, r->msg_s,
+               o->flush_windows ? "window" : "end", g_clock_ns);
     } else {
         printf("%-10s %10zu %9" PRIu64
                " %10.3f %10.3f %10.3f %10.3f %11.2f %12.0f\n",
@@ -1121,8 +1213,8 @@ static uint64_t default_iters(size_t size)
     return n;
 }
 
-static int client_test(perf_t *p, const opts_t *o, test_id_t test,
-                       size_t size, const char **server_transport)
+static int client_test(perf_t *p, const opts_t *o, test_id_t test, size_t size,
+                       const char **server_transport)
 {
     unsigned char desc[CTRL_MAX - CTRL_HDR];
     size_t desc_len = 0;
@@ -1135,7 +1227,7 @@ static int client_test(perf_t *p, const opts_t *o, test_id_t test,
 
     r.iters = o->iters ? o->iters : default_iters(size);
     r.window = g_tests[test].bw ? o->window : 1;
-    req.warmup = o->warmup != UINT64_MAX ? o->warmup
+    req.warmup = o->warmup != UINT64_MAX         ? o->warmup
                  : r.iters / 10 < DEFAULT_WARMUP ? r.iters / 10
                                                  : DEFAULT_WARMUP;
     req.size = size;
@@ -1150,8 +1242,8 @@ static int client_test(perf_t *p, const opts_t *o, test_id_t test,
         return fail_msg("out of memory for samples");
     }
     if (test == TEST_SEND_BW) {
-        uint64_t maxwin = nwindows(r.iters > req.warmup ? r.iters : req.warmup,
-                                   r.window);
+        uint64_t maxwin =
+            nwindows(r.iters > req.warmup ? r.iters : req.warmup, r.window);
         p->ack_time = calloc(maxwin + 1, sizeof(*p->ack_time));
         if (p->ack_time == NULL) {
             free(t.samples);
@@ -1208,9 +1300,11 @@ static int client_test(perf_t *p, const opts_t *o, test_id_t test,
         break;
     case TEST_PUT_BW:
     case TEST_GET_BW:
-        rc = client_rma_bw_phase(p, test, req.warmup, r.window, NULL);
+        rc = client_rma_bw_phase(p, test, req.warmup, r.window,
+                                 o->flush_windows, NULL);
         if (rc == 0) {
-            rc = client_rma_bw_phase(p, test, r.iters, r.window, &t);
+            rc = client_rma_bw_phase(p, test, r.iters, r.window,
+                                     o->flush_windows, &t);
         }
         break;
     default:
@@ -1236,9 +1330,9 @@ static int client_test(perf_t *p, const opts_t *o, test_id_t test,
     }
     compute(&r, &t);
     print_result(o, &r);
-    rc = 0;
-out:
     test_cleanup(p);
+    rc = 0;
+out: /* on failure, teardown_conn() releases the memory after the close */
     free(t.samples);
     return rc;
 }
@@ -1247,21 +1341,19 @@ static int run_client(perf_t *p, const opts_t *o)
 {
     const char *server_transport = NULL;
     rdmx_ep_params_t ep_params = {
-        .field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB |
-                      RDMX_EP_PARAM_FIELD_USER_DATA,
+        .field_mask =
+            RDMX_EP_PARAM_FIELD_ERROR_CB | RDMX_EP_PARAM_FIELD_USER_DATA,
         .error_cb = ep_error_cb,
         .user_data = p,
     };
     rdmx_status_t st;
 
+    g_clock_ns = clock_cost_ns();
     watchdog_arm(o->timeout_s);
     st = rdmx_connect(p->worker, o->address, &ep_params, CONNECT_TIMEOUT,
                       &p->ep);
     if (st != RDMX_OK) {
-        char what[300];
-
-        snprintf(what, sizeof(what), "connect to %s", o->address);
-        fail(what, st);
+        fail("connect", st); /* the detail names the address */
         if (p->ep) {
             rdmx_ep_close(p->ep);
             p->ep = NULL;
@@ -1282,8 +1374,7 @@ static int run_client(perf_t *p, const opts_t *o)
                 }
                 size = 8;
             }
-            if (client_test(p, o, (test_id_t)ti, size, &server_transport) <
-                0) {
+            if (client_test(p, o, (test_id_t)ti, size, &server_transport) < 0) {
                 return -1;
             }
         }
@@ -1357,9 +1448,7 @@ static int run_server(perf_t *p, const opts_t *o, const char *host)
         ops_reset(&p->ctrl_rx_ops);
         ops_reset(&p->ctrl_tx_ops);
         rc = p->conn_status == RDMX_OK ? serve_client(p) : 0;
-        test_cleanup(p);
-        rdmx_ep_close(p->ep);
-        p->ep = NULL;
+        teardown_conn(p);
         p->conn_status = RDMX_OK;
         if (o->once) {
             break;
@@ -1385,30 +1474,34 @@ out:
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: rdmx-perf --listen [HOST:]PORT [--once] [--transport T]\n"
-            "       rdmx-perf HOST:PORT -t TEST[,TEST...|all] [-s SIZE[,SIZE...] "
-            "| -a]\n"
-            "                 [-n ITERS] [-w WARMUP] [-W WINDOW] "
-            "[--transport T] [--json]\n"
-            "\n"
-            "tests: send_lat send_bw put_lat put_bw get_lat get_bw "
-            "atomic_lat (or all)\n"
-            "  -s SIZE      message size in bytes; k/m/g suffixes are "
-            "binary (default 8)\n"
-            "  -a           sweep sizes 8 B .. 8 MiB in powers of 4\n"
-            "  -n ITERS     measured iterations (default %d, fewer above "
-            "64 KiB)\n"
-            "  -w WARMUP    warm-up iterations (default min(%d, ITERS/10))\n"
-            "  -W WINDOW    operations in flight in *_bw tests (default %d)\n"
-            "  --transport  auto|shm|tcp|rdma (default auto, or "
-            "RDMX_TRANSPORT)\n"
-            "  --json       one JSON object per result line\n"
-            "  --once       server: exit after the first client\n"
-            "  --timeout S  give up when a test takes longer (default %d s, "
-            "0: never)\n"
-            "Loopback addresses use UCX_NET_DEVICES=lo unless it is set.\n",
-            DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_WINDOW, DEFAULT_TIMEOUT_S);
+    fprintf(
+        f,
+        "usage: rdmx-perf --listen [HOST:]PORT [--once] [--transport T]\n"
+        "       rdmx-perf HOST:PORT -t TEST[,TEST...|all] [-s SIZE[,SIZE...] "
+        "| -a]\n"
+        "                 [-n ITERS] [-w WARMUP] [-W WINDOW] "
+        "[--transport T] [--json]\n"
+        "\n"
+        "tests: send_lat send_bw put_lat put_bw get_lat get_bw "
+        "atomic_lat (or all)\n"
+        "  -s SIZE      message size in bytes; k/m/g suffixes are "
+        "binary (default 8)\n"
+        "  -a           sweep sizes 8 B .. 8 MiB in powers of 4\n"
+        "  -n ITERS     measured iterations (default %d, fewer above "
+        "64 KiB)\n"
+        "  -w WARMUP    warm-up iterations (default min(%d, ITERS/10))\n"
+        "  -W WINDOW    operations in flight in *_bw tests (default %d)\n"
+        "  --flush M    put_bw/get_bw: flush after each window (window, "
+        "default)\n"
+        "               or only at the end, like ucx_perftest (end)\n"
+        "  --transport  auto|shm|tcp|rdma (default auto, or "
+        "RDMX_TRANSPORT)\n"
+        "  --json       one JSON object per result line\n"
+        "  --once       server: exit after the first client\n"
+        "  --timeout S  give up when a test takes longer (default %d s, "
+        "0: never)\n"
+        "Loopback addresses use UCX_NET_DEVICES=lo unless it is set.\n",
+        DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_WINDOW, DEFAULT_TIMEOUT_S);
 }
 
 static int parse_u64(const char *s, uint64_t *v, bool suffixes)
@@ -1506,6 +1599,7 @@ enum {
     OPT_JSON,
     OPT_ONCE,
     OPT_TIMEOUT,
+    OPT_FLUSH,
 };
 
 static int parse_args(int argc, char **argv, opts_t *o)
@@ -1516,6 +1610,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"json", no_argument, NULL, OPT_JSON},
         {"once", no_argument, NULL, OPT_ONCE},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"flush", required_argument, NULL, OPT_FLUSH},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1529,6 +1624,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
     o->warmup = UINT64_MAX;
     o->window = DEFAULT_WINDOW;
     o->timeout_s = DEFAULT_TIMEOUT_S;
+    o->flush_windows = true;
     while ((c = getopt_long(argc, argv, "t:s:an:w:W:h", longopts, NULL)) !=
            -1) {
         switch (c) {
@@ -1577,6 +1673,14 @@ static int parse_args(int argc, char **argv, opts_t *o)
             break;
         case OPT_JSON:
             o->json = true;
+            break;
+        case OPT_FLUSH:
+            if (strcmp(optarg, "window") == 0 || strcmp(optarg, "end") == 0) {
+                o->flush_windows = strcmp(optarg, "window") == 0;
+            } else {
+                fprintf(stderr, "rdmx-perf: bad --flush '%s'\n", optarg);
+                return -1;
+            }
             break;
         case OPT_ONCE:
             o->once = true;
@@ -1681,11 +1785,7 @@ int main(int argc, char **argv)
 
     rc = o.listen ? run_server(p, &o, host) : run_client(p, &o);
 
-    test_cleanup(p);
-    if (p->ep) {
-        rdmx_ep_close(p->ep);
-        p->ep = NULL;
-    }
+    teardown_conn(p);
     rdmx_worker_destroy(p->worker);
     rdmx_context_destroy(p->ctx);
     return rc < 0 ? 1 : 0;

@@ -238,6 +238,8 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *worker, const char *address,
  * RDMX_ERR_CONN_CLOSED). Posted receives complete with RDMX_ERR_CANCELED;
  * operations already issued finish or fail. Their callbacks run from later
  * rdmx_worker_progress() calls (rdmx_worker_destroy() runs them too).
+ * Messages sent before the close reach the peer before its error_cb; call
+ * rdmx_ep_flush() first if puts must be complete at the peer.
  * Descriptors unpacked on it stop working (RDMX_ERR_CONN_CLOSED).
  * @p ep is invalid afterwards. A close that the peer does not acknowledge
  * is abandoned after 2 s.

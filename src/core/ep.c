@@ -46,6 +46,7 @@ static const unsigned char bye_hdr[RDMX_HELLO_SIZE] = {0};
 /* A close request outlives its endpoint when the close times out. */
 typedef struct {
     rdmx_ep_t *ep; /* NULL once the endpoint gave up waiting */
+    void *req;     /* the UCX close request */
 } rdmx_closer_t;
 
 static void queue_event(rdmx_ep_t *ep, unsigned ev)
@@ -154,10 +155,13 @@ static void close_done(void *req, ucs_status_t us, void *user_data)
 {
     rdmx_closer_t *closer = user_data;
 
-    if (closer->ep != NULL)
+    rdmx_debug("UCX close done: %s", ucs_status_string(us));
+
+    if (closer->ep != NULL) {
         closer->ep->closer = NULL;
+        ucp_request_free(req);
+    } /* else: released when the endpoint gave up on it */
     free(closer);
-    ucp_request_free(req);
 }
 
 /* Close the UCX endpoint: orderly (flush) when healthy, forced otherwise.
@@ -183,9 +187,12 @@ static void ucp_close(rdmx_ep_t *ep, int force)
         p.cb.send = close_done;
         p.user_data = closer;
     }
+    rdmx_debug("ep %p (%s): UCX close, %s", (void *)ep, ep->peer,
+               force ? "forced" : "flush");
     r = ucp_ep_close_nbx(ep->ucp_ep, &p);
     ep->ucp_ep = NULL;
     if (UCS_PTR_IS_PTR(r) && closer != NULL) {
+        closer->req = r;
         ep->closer = closer;
         ep->close_deadline_ns = rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS;
     } else {
@@ -215,21 +222,30 @@ static int handle_events(rdmx_ep_t *ep)
     rdmx_worker_t *w = ep->worker;
     unsigned ev = ep->events;
 
+    if (!ep->user_closed && ep->status == RDMX_OK &&
+        (ev & (RDMX_EPEV_CONNECTED | RDMX_EPEV_ACCEPTED))) {
+        ep->events &= ~(RDMX_EPEV_CONNECTED | RDMX_EPEV_ACCEPTED);
+        ep->reported = 1;
+        if ((ev & RDMX_EPEV_CONNECTED) && ep->connect_cb)
+            ep->connect_cb(ep, RDMX_OK, ep->connect_arg);
+        if (ev & RDMX_EPEV_ACCEPTED)
+            ep->accept_cb(ep, ep->accept_arg);
+    }
     if (ep->user_closed) {
         ep->events = 0;
         return 0;
     }
+    if (ep->status == RDMX_OK && (ep->events & RDMX_EPEV_PEER_CLOSED)) {
+        /* Rendezvous receives of messages sent before the BYE finish. */
+        if (!rdmx_list_empty(&ep->inflight))
+            return 1;
+        rdmx__error(RDMX_ERR_CONN_CLOSED, "%s closed the connection",
+                    ep->peer);
+        rdmx__ep_fail(ep, RDMX_ERR_CONN_CLOSED);
+        rdmx_list_del(&ep->event_link); /* handled right here */
+    }
     if (ep->status == RDMX_OK) {
         ep->events = 0;
-        if (ev & RDMX_EPEV_CONNECTED) {
-            ep->reported = 1;
-            if (ep->connect_cb)
-                ep->connect_cb(ep, RDMX_OK, ep->connect_arg);
-        }
-        if (ev & RDMX_EPEV_ACCEPTED) {
-            ep->reported = 1;
-            ep->accept_cb(ep, ep->accept_arg);
-        }
         return 0;
     }
 
@@ -248,8 +264,8 @@ static int handle_events(rdmx_ep_t *ep)
         }
         return 0;
     }
-    /* Report after the endpoint's operations completed with their errors,
-     * or after a bound in case UCX holds one back. */
+    /* Report after the endpoint's operations completed with their errors
+     * (they complete at the next progress at the latest). */
     if (ep->ops > 0 && rdmx_now_ns() - ep->fail_ns < RDMX_REPORT_MAX_NS)
         return 1;
     ep->events = 0;
@@ -291,7 +307,7 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
         rdmx_list_t *e = rdmx_list_pop(&w->ep_events);
         rdmx_ep_t *ep = rdmx_container_of(e, rdmx_ep_t, event_link);
         n++;
-        if (handle_events(ep))
+        if (handle_events(ep) && rdmx_list_empty(&ep->event_link))
             rdmx_list_insert_tail(&again, &ep->event_link);
     }
     while (!rdmx_list_empty(&again)) {
@@ -305,11 +321,15 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
         {
             rdmx_ep_t *ep = rdmx_container_of(pos, rdmx_ep_t, link);
             if (ep->ucp_ep != NULL) {
-                /* BYE sent: close once the peer has everything. */
-                if (!ep->bye_acked && !ep->dead &&
-                    now < ep->close_deadline_ns)
+                /* BYE sent: close once the peer has acknowledged it and
+                 * our own operations are done. Forced: a flush close on
+                 * shared memory leaves a socket behind per connection in
+                 * UCX 1.13, and after the BYE_ACK nothing is left to flush
+                 * but what rdmx_ep_flush covers. */
+                if (!(ep->bye_acked && rdmx_list_empty(&ep->inflight)) &&
+                    !ep->dead && now < ep->close_deadline_ns)
                     continue;
-                ucp_close(ep, ep->dead);
+                ucp_close(ep, 1);
                 n++;
             }
             if (ep->closer != NULL && now >= ep->close_deadline_ns) {
@@ -317,7 +337,9 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
                  * the request finishes on its own, without the endpoint. */
                 rdmx_debug("ep %p (%s): close timed out", (void *)ep,
                            ep->peer);
-                ((rdmx_closer_t *)ep->closer)->ep = NULL;
+                rdmx_closer_t *closer = ep->closer;
+                closer->ep = NULL;
+                ucp_request_free(closer->req);
                 ep->closer = NULL;
             }
             if (ep->closer != NULL)
@@ -602,8 +624,8 @@ ucs_status_t rdmx__am_hello_ack(void *arg, const void *header, size_t hlen,
 }
 
 /* The peer closes in order: everything it sent arrived before its BYE (one
- * lane, in order). Acknowledge, keep delivering, and expect its disconnect;
- * if none comes, end the connection as closed after a bound. */
+ * lane, in order). Acknowledge; end the connection (RDMX_ERR_CONN_CLOSED)
+ * once rendezvous receives still moving data are done, or after a bound. */
 ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
                           void *data, size_t len,
                           const ucp_am_recv_param_t *param)
@@ -617,6 +639,7 @@ ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
     if (!ep->peer_closed && ep->status == RDMX_OK) {
         ep->peer_closed = 1;
         set_deadline(ep, rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS);
+        queue_event(ep, RDMX_EPEV_PEER_CLOSED);
     }
     return UCS_OK;
 }

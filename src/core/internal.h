@@ -49,6 +49,8 @@ enum {
     RDMX_EPEV_ACCEPTED = 1u << 0,  /* HELLO arrived: run accept_cb */
     RDMX_EPEV_CONNECTED = 1u << 1, /* HELLO_ACK arrived: run connect_cb */
     RDMX_EPEV_FAILED = 1u << 2,    /* tear down, then report */
+    RDMX_EPEV_PEER_CLOSED = 1u << 3, /* BYE arrived: end once receives
+                                        in flight are done */
 };
 
 typedef enum {
@@ -69,6 +71,7 @@ struct rdmx_op {
     rdmx_list_t link;     /* ep->recvs, ep->inflight, worker->done,
                              worker->orphans or the free list */
     int orphaned;         /* completed by rdmx; UCX still owns the request */
+    void *req;            /* the outstanding UCX request, while in flight */
     rdmx_ep_t *ep;        /* the endpoint; holds a reference (ep->ops) */
     rdmx_op_kind_t kind;
     rdmx_cb_t cb;
@@ -228,7 +231,7 @@ void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length);
 /* Status for a UCX completion on @ep: the ep's error if it failed. */
 rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status);
 /* The op's UCX request is outstanding: track it on its endpoint. */
-void rdmx__op_issued(rdmx_op_t *op);
+void rdmx__op_issued(rdmx_op_t *op, void *req);
 /* UCX completed the op's request @req. Returns 0 if the op was orphaned
  * (then it is freed here and must not be touched), 1 otherwise (the op is
  * off the in-flight list; complete it). */

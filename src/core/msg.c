@@ -58,7 +58,7 @@ rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
         st = rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
                          ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
     } else {
-        rdmx__op_issued(op);
+        rdmx__op_issued(op, r);
         st = RDMX_INPROGRESS;
     }
 out:
@@ -92,7 +92,7 @@ static void rndv_start(rdmx_op_t *op, void *desc, size_t length)
     else if (UCS_PTR_IS_ERR(r))
         rdmx__op_defer(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
     else
-        rdmx__op_issued(op);
+        rdmx__op_issued(op, r);
 }
 
 ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,

@@ -77,7 +77,7 @@ static rdmx_status_t finish_issue(rdmx_op_t *op, ucs_status_ptr_t r,
     rdmx_ep_t *ep = op->ep;
 
     if (UCS_PTR_IS_PTR(r)) {
-        rdmx__op_issued(op);
+        rdmx__op_issued(op, r);
         return RDMX_INPROGRESS;
     }
     if (op->kind == RDMX_OP_ATOMIC && r == NULL && op->old_p != NULL)
@@ -176,7 +176,7 @@ static void notify_flushed(void *req, ucs_status_t us, void *user_data)
     else if (UCS_PTR_IS_ERR(r))
         rdmx__op_complete(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
     else
-        rdmx__op_issued(op);
+        rdmx__op_issued(op, r);
 }
 
 rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,

@@ -83,19 +83,20 @@ void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length)
     rdmx_list_insert_tail(&op->ep->worker->done, &op->link);
 }
 
-void rdmx__op_issued(rdmx_op_t *op)
+void rdmx__op_issued(rdmx_op_t *op, void *req)
 {
+    op->req = req;
     rdmx_list_insert_tail(&op->ep->inflight, &op->link);
 }
 
 int rdmx__op_ucx_done(rdmx_op_t *op, void *req)
 {
-    ucp_request_free(req);
     rdmx_list_del(&op->link);
     if (op->orphaned) {
-        free(op);
+        free(op); /* its request was released when it was orphaned */
         return 0;
     }
+    ucp_request_free(req);
     return 1;
 }
 
@@ -110,6 +111,9 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep)
         /* The record stays with UCX; a stand-in carries the completion. */
         op->orphaned = 1;
         op->ep = NULL;
+        /* Released now: UCX frees it when (if ever) it completes, and must
+         * find it released when the worker is destroyed. */
+        ucp_request_free(op->req);
         rdmx_list_insert_tail(&w->orphans, &op->link);
         if (stand_in == NULL) {
             if (op->cb)
