@@ -192,6 +192,7 @@ typedef struct {
     long srv_rss_kib;
     cyc_stats_t st;
 } sample_t;
+
 static uint64_t closed; /* connections the client has closed */
 
 static rdmx_ep_t *cconnect(void)

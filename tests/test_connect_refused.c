@@ -14,7 +14,8 @@
  *   the timeout, not much earlier and not much later.
  * - A malformed address fails with RDMX_ERR_INVALID.
  * - After all that the worker connects to a real server and exchanges a
- *   message.
+ *   message; closing that endpoint with a receive posted completes the
+ *   receive with RDMX_ERR_CANCELED, and the server sees an orderly close.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -186,7 +187,21 @@ int main(int argc, char **argv)
     ep = th_connect(worker, &server, NULL);
     ts_call(ep, TS_STATS, 0, 0, 0, 0, &rep);
     CHECK(rep.status == RDMX_OK);
-    ts_quit(ep);
+    ts_call(ep, TS_QUIT, 0, 0, 0, 0, &rep);
+    CHECK(rep.status == RDMX_OK);
+    /* Closing with a receive posted: it completes with RDMX_ERR_CANCELED
+     * (from a later progress call), exactly once. */
+    {
+        th_req_t req;
+        char buf[16];
+
+        th_req_init(&req);
+        CHECK_ST(rdmx_recv_nb(ep, buf, sizeof(buf), NULL, th_req_cb, &req),
+                 RDMX_INPROGRESS);
+        rdmx_ep_close(ep);
+        th_req_wait(worker, &req, 1, 5000);
+        CHECK_ST(req.status, RDMX_ERR_CANCELED);
+    }
     th_check_exit_ok("server", th_wait_exit(&server, 20000));
 
     rdmx_worker_destroy(worker);

@@ -601,6 +601,21 @@ int main(int argc, char **argv)
     ep = th_connect(worker, &server, NULL);
     th_log("transport %s, server %s", th_transport_env(), server.addr);
 
+    /* Endpoint and context accessors. */
+    {
+        char peer[64], tiny[4];
+        rdmx_transport_t want = RDMX_TRANSPORT_AUTO;
+
+        CHECK(rdmx_ep_worker(ep) == worker);
+        CHECK_OK(rdmx_ep_peer_address(ep, peer, sizeof(peer)));
+        CHECKF(strcmp(peer, server.addr) == 0, "peer address %s, not %s",
+               peer, server.addr);
+        CHECK_ST(rdmx_ep_peer_address(ep, tiny, sizeof(tiny)),
+                 RDMX_ERR_TOO_BIG);
+        CHECK_OK(rdmx_transport_parse(th_transport_env(), &want));
+        CHECK(rdmx_context_transport(ctx) == want);
+    }
+
     /* Local buffers: malloc'ed, malloc'ed + registered, rdmx_mem_alloc'ed.
      * Eight spare bytes for guards. */
     src = th_alloc(BUF_SIZE + 8);
