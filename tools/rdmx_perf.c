@@ -8,7 +8,9 @@
  * buffer; the server allocates its buffers with rdmx_mem_alloc(), replies
  * with a descriptor of its own and runs its half of the test. At the end the
  * client sends DONE and waits for the server's acknowledgement, so the two
- * halves start every test from the same point.
+ * halves start every test from the same point; QUIT / QUIT_ACK ends the
+ * session, and the client closes first so that nothing the server sent can
+ * be overtaken by the disconnect.
  *
  * The methodology follows ucx_perftest (UCP tests) so that their figures can
  * be compared directly:
@@ -1273,6 +1275,13 @@ static int client_test(perf_t *p, const opts_t *o, test_id_t test, size_t size,
     if (*server_transport == NULL) {
         *server_transport =
             rdmx_transport_name((rdmx_transport_t)reply.transport);
+        if (reply.transport != (uint32_t)o->transport) {
+            fprintf(stderr,
+                    "rdmx-perf: warning: the server runs transport %s, this "
+                    "client %s; UCX uses what both have\n",
+                    *server_transport ? *server_transport : "?",
+                    rdmx_transport_name(o->transport));
+        }
         print_header(o, *server_transport ? *server_transport : "?");
     }
     st = rdmx_rmem_unpack(p->ep, reply.desc, reply.desc_len, &p->peer);
@@ -1480,7 +1489,8 @@ static void usage(FILE *f)
         "       rdmx-perf HOST:PORT -t TEST[,TEST...|all] [-s SIZE[,SIZE...] "
         "| -a]\n"
         "                 [-n ITERS] [-w WARMUP] [-W WINDOW] "
-        "[--transport T] [--json]\n"
+        "[--flush window|end]\n"
+        "                 [--transport T] [--json] [--timeout S]\n"
         "\n"
         "tests: send_lat send_bw put_lat put_bw get_lat get_bw "
         "atomic_lat (or all)\n"
