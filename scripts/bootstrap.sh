@@ -5,9 +5,11 @@
 #   scripts/bootstrap.sh --check  exit 0 if nothing is missing, 1 otherwise
 set -euo pipefail
 
+# libclang-rt-14-dev: libFuzzer and sanitizer runtimes for `make fuzz` (clang
+# only recommends it, and recommends are not installed).
 packages=(
-  build-essential cmake pkg-config clang
-  libucx-dev ucx-utils
+  build-essential cmake pkg-config clang libclang-rt-14-dev
+  libucx-dev ucx-utils libssl-dev
   iproute2 procps
 )
 

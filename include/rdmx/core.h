@@ -274,6 +274,7 @@ enum {
     RDMX_LISTENER_PARAM_FIELD_ADDRESS = 1u << 0,
     RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB = 1u << 1,
     RDMX_LISTENER_PARAM_FIELD_EP_PARAMS = 1u << 2,
+    RDMX_LISTENER_PARAM_FIELD_WORKERS = 1u << 3,
 };
 
 typedef struct {
@@ -284,6 +285,12 @@ typedef struct {
     void *arg;                  /**< passed to accept_cb */
     /** Callbacks given to each accepted endpoint. Default: none. */
     rdmx_ep_params_t ep_params;
+    /** Spread accepted connections round-robin over these workers (the
+     *  listener's own may be one of them), each progressed by its own
+     *  thread; accept_cb then runs on the receiving worker's thread.
+     *  Default: the listener's worker takes every connection. */
+    rdmx_worker_t *const *workers;
+    unsigned nworkers;
 } rdmx_listener_params_t;
 
 /** Listen on params->address. RDMX_ERR_ADDR_IN_USE if the port is taken. */

@@ -16,6 +16,7 @@
 
 #include <rdmx/status.h>
 #include <rdmx/core.h>
+#include <rdmx/rpc.h>
 
 #define RDMX_VERSION_MAJOR 0
 #define RDMX_VERSION_MINOR 1

@@ -500,22 +500,21 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *w, const char *address,
 
 void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
 {
-    rdmx_listener_t *l = cr->listener;
     ucp_conn_request_attr_t attr = {
         .field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR};
     ucp_ep_params_t ep_params = {0};
     rdmx_ep_t *ep;
     ucs_status_t us;
 
-    ep = ep_alloc(w, &l->params.ep_params);
+    ep = ep_alloc(w, &cr->ep_params);
     if (ep == NULL) {
-        ucp_listener_reject(l->ucp, cr->req);
+        ucp_listener_reject(cr->ucp_listener, cr->req);
         free(cr);
         return;
     }
     ep->state = RDMX_EP_ACCEPTING;
-    ep->accept_cb = l->params.accept_cb;
-    ep->accept_arg = l->params.arg;
+    ep->accept_cb = cr->accept_cb;
+    ep->accept_arg = cr->accept_arg;
     if (ucp_conn_request_query(cr->req, &attr) == UCS_OK) {
         char host[INET6_ADDRSTRLEN] = "?";
         uint16_t port = 0;

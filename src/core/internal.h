@@ -35,6 +35,7 @@ enum {
 #define RDMX_WIRE_VERSION 1u
 #define RDMX_HELLO_SIZE   8
 #define RDMX_NOTIFY_SIZE  32
+#define RDMX_OP_HDR_MAX   40 /* largest AM header an op carries (RPC's) */
 
 typedef enum {
     RDMX_EP_CONNECTING, /* client: waiting for HELLO_ACK */
@@ -84,8 +85,8 @@ struct rdmx_op {
     uint64_t *old_p;      /* atomic: where the old value goes */
     uint64_t result;      /* atomic: reply buffer */
     uint64_t operand;     /* atomic: value / compare */
-    unsigned char hdr[RDMX_NOTIFY_SIZE]; /* AM header: lives as long as the
-                                            send (UCX 1.13 does not copy) */
+    unsigned char hdr[RDMX_OP_HDR_MAX]; /* AM header: lives as long as the
+                                           send (UCX 1.13 does not copy) */
 };
 
 /* A message that arrived before a receive was posted. */
@@ -158,15 +159,29 @@ struct rdmx_ep {
     int peer_closed;        /* the peer sent BYE: its disconnect is orderly */
     int dead;               /* UCX reported the transport failed */
     char peer[64];          /* "host:port" */
+    void *upper;            /* the RPC connection riding on this endpoint */
 };
 
 /* A connection request the listener got; the endpoint is made outside the
  * UCX callback. */
 typedef struct {
     rdmx_list_t link;
-    rdmx_listener_t *listener;
+    rdmx_listener_t *listener; /* NULL once handed to another worker */
+    ucp_listener_h ucp_listener; /* for a reject */
     ucp_conn_request_h req;
+    rdmx_ep_params_t ep_params;  /* copied from the listener */
+    rdmx_accept_cb_t accept_cb;
+    void *accept_arg;
 } rdmx_conn_req_t;
+
+/* A timer the layers above core run from progress (RPC channels, servers).
+ * @fn runs when rdmx_now_ns() >= @next_ns and sets the next time itself
+ * (UINT64_MAX: not armed). */
+typedef struct rdmx_hook {
+    rdmx_list_t link; /* worker->hooks */
+    unsigned (*fn)(struct rdmx_hook *hook, uint64_t now_ns);
+    uint64_t next_ns;
+} rdmx_hook_t;
 
 struct rdmx_listener {
     rdmx_list_t link; /* worker->listeners */
@@ -174,6 +189,9 @@ struct rdmx_listener {
     ucp_listener_h ucp;
     rdmx_listener_params_t params;
     uint16_t port;
+    rdmx_worker_t **targets;  /* workers accepted connections go to */
+    unsigned ntargets;
+    unsigned next_target;
 };
 
 struct rdmx_worker {
@@ -192,6 +210,12 @@ struct rdmx_worker {
     rdmx_list_t ep_events;    /* endpoints with RDMX_EPEV_* to handle */
     unsigned connecting;      /* endpoints with a connect deadline */
     rdmx_worker_stats_t stats;
+    rdmx_list_t hooks;        /* rdmx_hook_t timers of upper layers */
+    unsigned hook_tick;
+    /* connection requests handed over by another worker's listener */
+    pthread_mutex_t handoff_lock;
+    rdmx_list_t handoff;
+    volatile int handoff_pending;
     /* progress thread mode */
     int mt;
     pthread_mutex_t lock;     /* recursive; held around every call in mt */
@@ -240,6 +264,14 @@ int rdmx__op_ucx_done(rdmx_op_t *op, void *req);
  * their requests (some never complete after a peer died). */
 void rdmx__op_orphan_all(rdmx_ep_t *ep);
 
+/* Install an active-message handler (arg = the worker) for an upper layer. */
+rdmx_status_t rdmx__worker_set_am(rdmx_worker_t *w, unsigned id,
+                                  ucp_am_recv_callback_t cb);
+void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook);
+void rdmx__hook_del(rdmx_hook_t *hook);
+/* Hand a connection request to worker @w (any thread). */
+void rdmx__worker_handoff(rdmx_worker_t *w, rdmx_conn_req_t *cr);
+
 /* --- ep.c ---------------------------------------------------------------- */
 
 rdmx_ep_t *rdmx__ep_lookup(rdmx_worker_t *w, const ucp_am_recv_param_t *param);
@@ -277,6 +309,17 @@ rdmx_status_t rdmx__recv_post(rdmx_ep_t *ep, void *buf, size_t capacity,
                               rdmx_op_t **op_p);
 /* Cancel a posted receive that has not matched a message yet. */
 int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op);
+
+/* For upper layers: send active message @id with header @hdr (copied,
+ * <= RDMX_OP_HDR_MAX) and @length bytes of @data (must stay valid until
+ * completion). RDMX_OK: done at once, cb will not run; RDMX_INPROGRESS. */
+rdmx_status_t rdmx__am_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                            size_t hlen, const void *data, size_t length,
+                            rdmx_cb_t cb, void *arg);
+/* Receive the data of a rendezvous active message (@desc from the AM
+ * callback) into @buf; @cb always runs (from progress). */
+rdmx_status_t rdmx__am_recv_data(rdmx_ep_t *ep, void *desc, void *buf,
+                                 size_t length, rdmx_cb_t cb, void *arg);
 
 /* --- rma.c ---------------------------------------------------------------- */
 

@@ -20,7 +20,19 @@ static void on_conn_request(ucp_conn_request_h req, void *arg)
         return;
     }
     cr->listener = l;
+    cr->ucp_listener = l->ucp;
     cr->req = req;
+    cr->ep_params = l->params.ep_params;
+    cr->accept_cb = l->params.accept_cb;
+    cr->accept_arg = l->params.arg;
+    if (l->ntargets > 0) {
+        rdmx_worker_t *t = l->targets[l->next_target++ % l->ntargets];
+        if (t != l->worker) {
+            cr->listener = NULL;
+            rdmx__worker_handoff(t, cr);
+            return;
+        }
+    }
     rdmx_list_insert_tail(&l->worker->conn_reqs, &cr->link);
 }
 
@@ -68,6 +80,34 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
     l->params = *params;
     if (!(params->field_mask & RDMX_LISTENER_PARAM_FIELD_EP_PARAMS))
         memset(&l->params.ep_params, 0, sizeof(l->params.ep_params));
+    if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_WORKERS) &&
+        params->nworkers > 0) {
+        if (params->workers == NULL) {
+            freeaddrinfo(res);
+            free(l);
+            return rdmx__error(RDMX_ERR_INVALID, "listener: workers is NULL");
+        }
+        l->targets = malloc(params->nworkers * sizeof(*l->targets));
+        if (l->targets == NULL) {
+            freeaddrinfo(res);
+            free(l);
+            return rdmx__error(RDMX_ERR_NO_MEMORY, "listener: out of memory");
+        }
+        for (unsigned i = 0; i < params->nworkers; i++) {
+            if (params->workers[i] == NULL ||
+                params->workers[i]->ctx != w->ctx) {
+                freeaddrinfo(res);
+                free(l->targets);
+                free(l);
+                return rdmx__error(RDMX_ERR_INVALID,
+                                   "listener: worker %u is NULL or of "
+                                   "another context",
+                                   i);
+            }
+            l->targets[i] = params->workers[i];
+        }
+        l->ntargets = params->nworkers;
+    }
 
     lp.field_mask =
         UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -80,6 +120,7 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
     freeaddrinfo(res);
     if (us != UCS_OK) {
         rdmx__unlock(w);
+        free(l->targets);
         free(l);
         if (us == UCS_ERR_BUSY)
             return rdmx__error(RDMX_ERR_ADDR_IN_USE, "listen on %s: address "
@@ -123,6 +164,7 @@ void rdmx_listener_destroy(rdmx_listener_t *l)
     ucp_listener_destroy(l->ucp);
     rdmx_list_del(&l->link);
     rdmx__unlock(w);
+    free(l->targets);
     free(l);
 }
 

@@ -66,6 +66,44 @@ out:
     return st;
 }
 
+rdmx_status_t rdmx__am_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                            size_t hlen, const void *data, size_t length,
+                            rdmx_cb_t cb, void *arg)
+{
+    rdmx_worker_t *w = ep->worker;
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+    rdmx_status_t st;
+    rdmx_op_t *op;
+
+    if (hlen > RDMX_OP_HDR_MAX)
+        return rdmx__error(RDMX_ERR_INVALID, "AM header of %zu bytes", hlen);
+    if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
+        return st;
+    op = rdmx__op_get(w, ep, RDMX_OP_SEND, cb, arg);
+    if (op == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
+    op->length = length;
+    memcpy(op->hdr, hdr, hlen);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    p.cb.send = send_done;
+    p.user_data = op;
+    r = ucp_am_send_nbx(ep->ucp_ep, id, op->hdr, hlen, data, length, &p);
+    if (r == NULL) {
+        rdmx__op_put(w, op);
+        return RDMX_OK;
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+        rdmx__op_put(w, op);
+        return rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
+                           ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
+    }
+    rdmx__op_issued(op, r);
+    return RDMX_INPROGRESS;
+}
+
 static void rndv_done(void *req, ucs_status_t us, size_t length,
                       void *user_data)
 {
@@ -93,6 +131,22 @@ static void rndv_start(rdmx_op_t *op, void *desc, size_t length)
         rdmx__op_defer(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
     else
         rdmx__op_issued(op, r);
+}
+
+rdmx_status_t rdmx__am_recv_data(rdmx_ep_t *ep, void *desc, void *buf,
+                                 size_t length, rdmx_cb_t cb, void *arg)
+{
+    rdmx_op_t *op = rdmx__op_get(ep->worker, ep, RDMX_OP_RECV, cb, arg);
+
+    if (op == NULL) {
+        ucp_am_data_release(ep->worker->ucp, desc);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "recv: out of memory");
+    }
+    op->buf = buf;
+    op->capacity = length;
+    op->mr = NULL;
+    rndv_start(op, desc, length);
+    return RDMX_INPROGRESS;
 }
 
 ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,

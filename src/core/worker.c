@@ -137,6 +137,8 @@ rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status)
 
 /* --- progress thread ------------------------------------------------------ */
 
+static uint64_t next_hook_ns(rdmx_worker_t *w);
+
 static void *progress_thread(void *arg)
 {
     rdmx_worker_t *w = arg;
@@ -145,23 +147,32 @@ static void *progress_thread(void *arg)
     while (!w->stop) {
         unsigned n;
         rdmx_status_t st = RDMX_ERR_BUSY;
+        int sleep_ms = 100;
 
         pthread_mutex_lock(&w->lock);
         n = rdmx_worker_progress(w);
-        if (n == 0)
+        if (n == 0) {
             st = rdmx_worker_arm(w);
+            uint64_t next = next_hook_ns(w), now = rdmx_now_ns();
+            if (next != UINT64_MAX)
+                sleep_ms = next <= now ? 0
+                           : next - now >= 100000000ull
+                               ? 100
+                               : (int)((next - now + 999999) / 1000000);
+        }
         pthread_mutex_unlock(&w->lock);
         /* Sleep at most 100 ms so deadlines and stop are noticed. */
         if (n == 0 && st == RDMX_OK)
-            poll(&pfd, 1, 100);
+            poll(&pfd, 1, sleep_ms);
     }
     return NULL;
 }
 
 /* --- worker --------------------------------------------------------------- */
 
-static rdmx_status_t set_am_handler(rdmx_worker_t *w, unsigned id,
-                                    ucp_am_recv_callback_t cb)
+static rdmx_status_t set_am_handler_flags(rdmx_worker_t *w, unsigned id,
+                                          ucp_am_recv_callback_t cb,
+                                          uint32_t flags)
 {
     ucp_am_handler_param_t p = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
@@ -171,13 +182,19 @@ static rdmx_status_t set_am_handler(rdmx_worker_t *w, unsigned id,
         .id = id,
         .cb = cb,
         .arg = w,
-        .flags = UCP_AM_FLAG_WHOLE_MSG,
+        .flags = UCP_AM_FLAG_WHOLE_MSG | flags,
     };
     ucs_status_t us = ucp_worker_set_am_recv_handler(w->ucp, &p);
     if (us != UCS_OK)
         return rdmx__error(RDMX_ERR_IO, "UCX: AM handler %u: %s", id,
                            ucs_status_string(us));
     return RDMX_OK;
+}
+
+static rdmx_status_t set_am_handler(rdmx_worker_t *w, unsigned id,
+                                    ucp_am_recv_callback_t cb)
+{
+    return set_am_handler_flags(w, id, cb, 0);
 }
 
 rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
@@ -209,6 +226,9 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     rdmx_list_init(&w->ep_events);
     rdmx_list_init(&w->free_ops);
     rdmx_list_init(&w->orphans);
+    rdmx_list_init(&w->hooks);
+    rdmx_list_init(&w->handoff);
+    pthread_mutex_init(&w->handoff_lock, NULL);
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&w->lock, &ma);
@@ -256,6 +276,7 @@ err_worker:
 err_map:
     rdmx_ptrmap_cleanup(&w->ep_map);
 err_free:
+    pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
     free(w);
@@ -281,6 +302,10 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
         rdmx_conn_req_t *cr = rdmx_container_of(e, rdmx_conn_req_t, link);
         free(cr); /* its listener, and with it the request, is gone */
     }
+    pthread_mutex_lock(&w->handoff_lock);
+    while ((e = rdmx_list_pop(&w->handoff)) != NULL)
+        free(rdmx_container_of(e, rdmx_conn_req_t, link)); /* listener gone */
+    pthread_mutex_unlock(&w->handoff_lock);
     rdmx__ep_destroy_all(w);
     while ((e = rdmx_list_pop(&w->free_ops)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
@@ -289,9 +314,79 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     while ((e = rdmx_list_pop(&w->orphans)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
     rdmx_ptrmap_cleanup(&w->ep_map);
+    pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
     free(w);
+}
+
+rdmx_status_t rdmx__worker_set_am(rdmx_worker_t *w, unsigned id,
+                                  ucp_am_recv_callback_t cb)
+{
+    /* Upper layers may keep a message's data past the callback. */
+    return set_am_handler_flags(w, id, cb, UCP_AM_FLAG_PERSISTENT_DATA);
+}
+
+void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook)
+{
+    rdmx_list_insert_tail(&w->hooks, &hook->link);
+}
+
+void rdmx__hook_del(rdmx_hook_t *hook)
+{
+    rdmx_list_del(&hook->link);
+}
+
+void rdmx__worker_handoff(rdmx_worker_t *w, rdmx_conn_req_t *cr)
+{
+    pthread_mutex_lock(&w->handoff_lock);
+    rdmx_list_insert_tail(&w->handoff, &cr->link);
+    __atomic_store_n(&w->handoff_pending, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&w->handoff_lock);
+    ucp_worker_signal(w->ucp);
+}
+
+/* Take the connection requests other workers handed over. */
+static void take_handoffs(rdmx_worker_t *w)
+{
+    rdmx_list_t *e;
+
+    pthread_mutex_lock(&w->handoff_lock);
+    while ((e = rdmx_list_pop(&w->handoff)) != NULL)
+        rdmx_list_insert_tail(&w->conn_reqs, e);
+    w->handoff_pending = 0;
+    pthread_mutex_unlock(&w->handoff_lock);
+}
+
+/* Run the timers that are due; returns the events they processed. */
+static unsigned run_hooks(rdmx_worker_t *w)
+{
+    uint64_t now = rdmx_now_ns();
+    rdmx_list_t *pos, *tmp;
+    unsigned n = 0;
+
+    rdmx_list_for_each_safe(pos, tmp, &w->hooks)
+    {
+        rdmx_hook_t *h = rdmx_container_of(pos, rdmx_hook_t, link);
+        if (now >= h->next_ns)
+            n += h->fn(h, now);
+    }
+    return n;
+}
+
+/* The earliest armed timer, or UINT64_MAX. */
+static uint64_t next_hook_ns(rdmx_worker_t *w)
+{
+    uint64_t next = UINT64_MAX;
+    rdmx_list_t *pos;
+
+    rdmx_list_for_each(pos, &w->hooks)
+    {
+        rdmx_hook_t *h = rdmx_container_of(pos, rdmx_hook_t, link);
+        if (h->next_ns < next)
+            next = h->next_ns;
+    }
+    return next;
 }
 
 /* Run callbacks that were deferred to progress (never inline in a call). */
@@ -314,6 +409,8 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
 
     rdmx__lock(w);
     n = ucp_worker_progress(w->ucp);
+    if (__atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE))
+        take_handoffs(w);
     while (!rdmx_list_empty(&w->conn_reqs)) {
         rdmx_list_t *e = rdmx_list_pop(&w->conn_reqs);
         rdmx__ep_accept(w, rdmx_container_of(e, rdmx_conn_req_t, link));
@@ -324,6 +421,9 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     if (!rdmx_list_empty(&w->ep_events) || w->connecting ||
         !rdmx_list_empty(&w->closing))
         n += rdmx__ep_progress(w);
+    /* Timers: every idle pass, and every 64th busy one. */
+    if (!rdmx_list_empty(&w->hooks) && (n == 0 || (++w->hook_tick & 63) == 0))
+        n += run_hooks(w);
     rdmx__unlock(w);
     return n;
 }
@@ -341,7 +441,7 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
 
     rdmx__lock(w);
     if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
-        !rdmx_list_empty(&w->ep_events)) {
+        !rdmx_list_empty(&w->ep_events) || w->handoff_pending) {
         st = RDMX_ERR_BUSY;
     } else {
         us = ucp_worker_arm(w->ucp);
@@ -377,6 +477,15 @@ rdmx_status_t rdmx_worker_wait(rdmx_worker_t *w, int timeout_ms)
         /* Wake up for connect and close deadlines too. */
         if ((w->connecting || !rdmx_list_empty(&w->closing)) && left_ms > 10)
             left_ms = 10;
+        if (!rdmx_list_empty(&w->hooks)) {
+            uint64_t next = next_hook_ns(w);
+            if (next != UINT64_MAX) {
+                uint64_t hook_ms = next > now ? (next - now + 999999) / 1000000
+                                              : 0;
+                if (hook_ms < left_ms)
+                    left_ms = hook_ms;
+            }
+        }
         if (poll(&pfd, 1, left_ms > 1000000 ? 1000000 : (int)left_ms) < 0 &&
             errno != EINTR)
             return rdmx__error(RDMX_ERR_IO, "poll: %s", strerror(errno));

@@ -51,6 +51,9 @@ static inline rdmx_list_t *rdmx_list_pop(rdmx_list_t *head)
     return e;
 }
 
+#define rdmx_list_for_each(pos, head)                                          \
+    for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
+
 #define rdmx_list_for_each_safe(pos, tmp, head)                                \
     for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);           \
          (pos) = (tmp), (tmp) = (pos)->next)

@@ -1,0 +1,421 @@
+/*
+ * rdmx — RPC: named handlers on a multi-worker server; channels that own a
+ * connection with deadlines, cancellation, one-way messages, zero-copy bulk
+ * arguments, credits, heartbeats, reconnection, retries, a circuit breaker,
+ * optional shared-secret authentication and per-handler metrics.
+ *
+ * Server threading: a server runs N workers, each a thread with its own
+ * rdmx worker. A connection is handed to one worker and stays there; its
+ * handlers run on that worker's thread, one at a time, without locks. A
+ * request may be answered from its handler or later (deferred), but only
+ * from the same worker thread.
+ *
+ * Client threading: a channel lives on an rdmx worker and follows the
+ * worker's rules (core.h): its calls, callbacks and timers run on the thread
+ * that progresses the worker. Use one worker and channel per client thread
+ * for rate; with RDMX_WORKER_FLAG_PROGRESS_THREAD any thread may call.
+ *
+ * The wire protocol is in docs/PROTOCOL.md; the design in docs/RPC.md.
+ */
+#ifndef RDMX_RPC_H
+#define RDMX_RPC_H
+
+#include <rdmx/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rdmx_rpc_server rdmx_rpc_server_t;
+typedef struct rdmx_rpc_req rdmx_rpc_req_t; /**< one request, server side */
+typedef struct rdmx_channel rdmx_channel_t; /**< client side of a server */
+
+/** Longest handler name, without the NUL. */
+#define RDMX_RPC_NAME_MAX 63
+
+/** The 32-bit id of a handler name, as carried on the wire. */
+uint32_t rdmx_rpc_id(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Metrics                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** Counters and latency of one handler (server) or method (client). */
+typedef struct {
+    char name[RDMX_RPC_NAME_MAX + 1];
+    uint64_t calls;      /**< requests received / calls completed */
+    uint64_t errors;     /**< completed with an error status */
+    uint64_t timeouts;   /**< expired (client: deadline; server: dropped) */
+    uint64_t bytes_in;   /**< request payload bytes (server) / response */
+    uint64_t bytes_out;  /**< response payload bytes (server) / request */
+    uint64_t p50_ns;     /**< latency percentiles: server, arrival to */
+    uint64_t p99_ns;     /**< response sent; client, call to completion */
+    uint64_t p999_ns;
+    uint64_t max_ns;
+} rdmx_rpc_metrics_t;
+
+/* ------------------------------------------------------------------------ */
+/* Server                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    RDMX_RPC_SERVER_FIELD_ADDRESS = 1u << 0,
+    RDMX_RPC_SERVER_FIELD_WORKERS = 1u << 1,
+    RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS = 1u << 2,
+    RDMX_RPC_SERVER_FIELD_CREDITS = 1u << 3,
+    RDMX_RPC_SERVER_FIELD_MAX_MESSAGE = 1u << 4,
+    RDMX_RPC_SERVER_FIELD_AUTH_SECRET = 1u << 5,
+    RDMX_RPC_SERVER_FIELD_POLL = 1u << 6,
+    RDMX_RPC_SERVER_FIELD_MAX_INFLIGHT = 1u << 7,
+};
+
+/** How a server worker waits for work. */
+typedef enum {
+    RDMX_RPC_POLL_ADAPTIVE = 0, /**< spin ~100 us after work, then sleep */
+    RDMX_RPC_POLL_BUSY = 1,     /**< spin always: lowest latency, a core each */
+    RDMX_RPC_POLL_SLEEP = 2     /**< sleep on the event fd when idle */
+} rdmx_rpc_poll_t;
+
+typedef struct {
+    uint64_t field_mask;
+    /** "host:port" to listen on; port 0 picks one. Default "0.0.0.0:0". */
+    const char *address;
+    /** Worker threads. Default (0): one per online CPU. */
+    unsigned workers;
+    /** Connections at once; more are refused. Default 1024. */
+    unsigned max_connections;
+    /** Requests a connection may have in flight (its credits). The client
+     *  learns them at connect. Default 256. */
+    unsigned credits;
+    /** Largest request or response payload. Default 64 MiB. */
+    size_t max_message;
+    /** Shared secret; NULL/0 = no authentication (the default). */
+    const void *auth_secret;
+    size_t auth_secret_len;
+    rdmx_rpc_poll_t poll;
+    /** Deferred requests a worker holds at once over all its connections;
+     *  past it, new requests get RDMX_ERR_BUSY. Default 65536. */
+    unsigned max_inflight;
+} rdmx_rpc_server_params_t;
+
+/** A request arrived. Answer it with rdmx_rpc_respond*() now or later. */
+typedef void (*rdmx_rpc_handler_t)(rdmx_rpc_req_t *req, void *arg);
+
+enum {
+    /** No response: the caller does not wait (rdmx_call_oneway). */
+    RDMX_RPC_ONEWAY = 1u << 0,
+    /** Safe to run twice: channels retry it after a connection failure. */
+    RDMX_RPC_IDEMPOTENT = 1u << 1,
+};
+
+/** Create a server on @p context (not started). */
+rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *context,
+                                     const rdmx_rpc_server_params_t *params,
+                                     rdmx_rpc_server_t **server_p);
+
+/**
+ * Register a handler by @p name (1..RDMX_RPC_NAME_MAX bytes) with flags
+ * RDMX_RPC_*. Only before rdmx_rpc_server_start().
+ * @return RDMX_ERR_EXISTS if the name, or another whose id collides with it,
+ *         is registered (names starting "rdmx." are reserved).
+ */
+rdmx_status_t rdmx_rpc_server_register(rdmx_rpc_server_t *server,
+                                       const char *name,
+                                       rdmx_rpc_handler_t handler, void *arg,
+                                       unsigned flags);
+
+/** Listen and start the workers. The built-in "rdmx.stats" (metrics as
+ *  text) and "rdmx.ping" handlers are registered here. */
+rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *server);
+
+/** The port the server listens on. */
+uint16_t rdmx_rpc_server_port(const rdmx_rpc_server_t *server);
+
+/** How many workers the server runs. */
+unsigned rdmx_rpc_server_workers(const rdmx_rpc_server_t *server);
+
+/**
+ * Stop: close the listener, answer requests still deferred with
+ * RDMX_ERR_CANCELED, close connections in order (clients see
+ * RDMX_ERR_CONN_CLOSED), join the workers, free everything.
+ */
+void rdmx_rpc_server_destroy(rdmx_rpc_server_t *server);
+
+/** Server counters (summed over workers). */
+typedef struct {
+    uint64_t connections;       /**< open now */
+    uint64_t connections_total; /**< accepted since start */
+    uint64_t connections_refused; /**< over max_connections */
+    uint64_t requests;          /**< requests and one-way messages */
+    uint64_t responses;         /**< responses sent (errors included) */
+    uint64_t errors;            /**< error responses sent */
+    uint64_t unknown_handler;   /**< requests for a name not registered */
+    uint64_t malformed;         /**< bad magic, version, kind or lengths */
+    uint64_t too_big;           /**< payload over max_message */
+    uint64_t no_credit;         /**< over a connection's credits */
+    uint64_t busy;              /**< refused: worker's max_inflight */
+    uint64_t expired;           /**< deadline passed: dropped, not answered */
+    uint64_t canceled;          /**< canceled by the caller */
+    uint64_t auth_failed;       /**< wrong or missing secret */
+    uint64_t denied;            /**< calls before authentication */
+    uint64_t pings;             /**< heartbeats answered */
+} rdmx_rpc_server_stats_t;
+
+void rdmx_rpc_server_stats(rdmx_rpc_server_t *server,
+                           rdmx_rpc_server_stats_t *stats_p);
+
+/**
+ * Per-handler metrics, summed over workers, into @p out (up to @p max
+ * entries). @return the number of handlers (may exceed @p max).
+ */
+unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *server,
+                                 rdmx_rpc_metrics_t *out, unsigned max);
+
+/* --- inside a handler ----------------------------------------------------- */
+
+/** The request payload (valid until the request is answered). */
+const void *rdmx_rpc_req_data(const rdmx_rpc_req_t *req, size_t *length_p);
+
+/** The handler name's id, and the name it was registered with. */
+const char *rdmx_rpc_req_name(const rdmx_rpc_req_t *req);
+
+/** Who called: the peer's "host:port", and whether it authenticated. */
+const char *rdmx_rpc_req_peer(const rdmx_rpc_req_t *req);
+int rdmx_rpc_req_authenticated(const rdmx_rpc_req_t *req);
+
+/** The caller's deadline on this host's monotonic clock (ns, as
+ *  rdmx_now_ns), or 0 for none. */
+uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req);
+
+/** Non-zero once the caller canceled the call or its deadline passed: a
+ *  deferred handler may stop work; its response will be dropped. */
+int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req);
+
+/** Index of the worker running the handler, 0..workers-1. */
+unsigned rdmx_rpc_req_worker(const rdmx_rpc_req_t *req);
+
+/** The connection's endpoint: for rdmx_get_nb/rdmx_put_nb on bulk. */
+rdmx_ep_t *rdmx_rpc_req_ep(const rdmx_rpc_req_t *req);
+
+/** How many bulk descriptors the request carries. */
+unsigned rdmx_rpc_req_bulk_count(const rdmx_rpc_req_t *req);
+
+/**
+ * The @p index-th bulk descriptor, unpacked on the connection (owned by the
+ * request; released when it is answered). Pull with rdmx_get_nb(), push
+ * with rdmx_put_nb(), and answer once they completed.
+ */
+rdmx_status_t rdmx_rpc_req_bulk(rdmx_rpc_req_t *req, unsigned index,
+                                rdmx_rmem_t **rmem_p);
+
+/** Answer with a payload (copied or sent before return; may be 0 bytes). */
+rdmx_status_t rdmx_rpc_respond(rdmx_rpc_req_t *req, const void *data,
+                               size_t length);
+
+/** Answer with an error status (negative) and a message for the caller. */
+rdmx_status_t rdmx_rpc_respond_error(rdmx_rpc_req_t *req,
+                                     rdmx_status_t status, const char *fmt,
+                                     ...) __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------------------ */
+/* Channel (client)                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    RDMX_CHANNEL_CONNECTING = 0, /**< connecting or handshaking */
+    RDMX_CHANNEL_READY = 1,      /**< connected: calls go out */
+    RDMX_CHANNEL_DOWN = 2,       /**< lost; reconnecting after a backoff */
+    RDMX_CHANNEL_CLOSED = 3      /**< destroyed, or refused for good (auth) */
+} rdmx_channel_state_t;
+
+typedef enum {
+    RDMX_BREAKER_CLOSED = 0,    /**< calls flow */
+    RDMX_BREAKER_OPEN = 1,      /**< calls fail fast with RDMX_ERR_BUSY */
+    RDMX_BREAKER_HALF_OPEN = 2  /**< one probe call decides */
+} rdmx_breaker_state_t;
+
+/** The channel's state or its breaker's changed; @p status says why. */
+typedef void (*rdmx_channel_state_cb_t)(rdmx_channel_t *channel,
+                                        rdmx_channel_state_t state,
+                                        rdmx_breaker_state_t breaker,
+                                        rdmx_status_t status, void *arg);
+
+enum {
+    RDMX_CHANNEL_FIELD_TIMEOUT = 1u << 0,
+    RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT = 1u << 1,
+    RDMX_CHANNEL_FIELD_HEARTBEAT = 1u << 2,
+    RDMX_CHANNEL_FIELD_BACKOFF = 1u << 3,
+    RDMX_CHANNEL_FIELD_RETRIES = 1u << 4,
+    RDMX_CHANNEL_FIELD_BREAKER = 1u << 5,
+    RDMX_CHANNEL_FIELD_CREDITS = 1u << 6,
+    RDMX_CHANNEL_FIELD_QUEUE = 1u << 7,
+    RDMX_CHANNEL_FIELD_AUTH_SECRET = 1u << 8,
+    RDMX_CHANNEL_FIELD_STATE_CB = 1u << 9,
+};
+
+typedef struct {
+    uint64_t field_mask;
+    /** Default deadline of a call, ms. Default 5000; 0 = none. */
+    int timeout_ms;
+    /** Limit of one connection attempt, ms. Default 2000. */
+    int connect_timeout_ms;
+    /** Ping when nothing arrived for heartbeat_ms (default 250); declare
+     *  the server down when nothing arrived for heartbeat_timeout_ms
+     *  (default 1000). 0 turns heartbeats off. */
+    int heartbeat_ms;
+    int heartbeat_timeout_ms;
+    /** Reconnect after backoff_min_ms (default 50), doubling to
+     *  backoff_max_ms (default 2000), each with +-25 % jitter. */
+    int backoff_min_ms;
+    int backoff_max_ms;
+    /** Times an idempotent call is resent after its connection failed.
+     *  Default 3. */
+    unsigned retries;
+    /** Open the breaker after this many consecutive failed calls (transport
+     *  failures and timeouts; handler errors do not count). Default 0 (no
+     *  breaker). After breaker_open_ms (default 1000) one call probes. */
+    unsigned breaker_threshold;
+    int breaker_open_ms;
+    /** Calls in flight at most; the server's credits cap it. Default: the
+     *  server's credits. */
+    unsigned credits;
+    /** Past the credits (or while connecting): queue up to @p queue calls
+     *  (default 4096) until their deadline; 0 = fail with
+     *  RDMX_ERR_NO_RESOURCE (past credits) or RDMX_ERR_BUSY (not ready). */
+    unsigned queue;
+    const void *auth_secret; /**< must match the server's; default none */
+    size_t auth_secret_len;
+    rdmx_channel_state_cb_t state_cb;
+    void *state_arg;
+} rdmx_channel_params_t;
+
+/**
+ * Create a channel to @p address ("host:port") on @p worker and start
+ * connecting; calls made before the connection is up are queued.
+ */
+rdmx_status_t rdmx_channel_create(rdmx_worker_t *worker, const char *address,
+                                  const rdmx_channel_params_t *params,
+                                  rdmx_channel_t **channel_p);
+
+/** Complete every pending call with RDMX_ERR_CANCELED (their callbacks run
+ *  here), close the connection and free the channel. */
+void rdmx_channel_destroy(rdmx_channel_t *channel);
+
+rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *channel);
+rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *channel);
+
+/**
+ * Wait (progressing the worker) until the channel is READY, or
+ * @p timeout_ms passed (RDMX_ERR_TIMEOUT), or it was refused for good.
+ */
+rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *channel,
+                                      int timeout_ms);
+
+/** The endpoint of the current connection (NULL unless READY): for
+ *  registering bulk memory use, or core operations beside RPC. */
+rdmx_ep_t *rdmx_channel_ep(const rdmx_channel_t *channel);
+
+/** Channel counters. */
+typedef struct {
+    uint64_t calls;       /**< calls started */
+    uint64_t completed;   /**< completed with RDMX_OK */
+    uint64_t failed;      /**< completed with an error */
+    uint64_t timeouts;    /**< deadline expired */
+    uint64_t canceled;    /**< rdmx_call_cancel */
+    uint64_t retries;     /**< idempotent calls resent */
+    uint64_t fast_failed; /**< refused by the open breaker */
+    uint64_t reconnects;  /**< connections made after the first */
+    uint64_t late_responses; /**< responses to calls already completed */
+    uint64_t pings;       /**< heartbeats sent */
+    uint64_t queued;      /**< calls that waited for credits or the link */
+} rdmx_channel_stats_t;
+
+void rdmx_channel_stats(rdmx_channel_t *channel,
+                        rdmx_channel_stats_t *stats_p);
+
+/** Per-method metrics of the calls made on the channel. */
+unsigned rdmx_channel_metrics(rdmx_channel_t *channel,
+                              rdmx_rpc_metrics_t *out, unsigned max);
+
+/* --- calls ---------------------------------------------------------------- */
+
+/** A piece of caller memory a call lends the handler. */
+typedef struct {
+    rdmx_mr_t *mr;     /**< registered region */
+    uint64_t offset;   /**< start within the region */
+    uint64_t length;
+    unsigned access;   /**< RDMX_ACCESS_READ (handler pulls) and/or _WRITE */
+} rdmx_rpc_bulk_t;
+
+/** Most bulk descriptors one call carries. */
+#define RDMX_RPC_BULK_MAX 8
+
+enum {
+    RDMX_CALL_FIELD_TIMEOUT = 1u << 0,
+    RDMX_CALL_FIELD_FLAGS = 1u << 1,
+    RDMX_CALL_FIELD_BULK = 1u << 2,
+};
+
+typedef struct {
+    uint64_t field_mask;
+    int timeout_ms;              /**< this call's deadline; 0 = none */
+    unsigned flags;              /**< RDMX_RPC_IDEMPOTENT */
+    const rdmx_rpc_bulk_t *bulk; /**< up to RDMX_RPC_BULK_MAX */
+    unsigned nbulk;
+} rdmx_call_params_t;
+
+/** How a call ended. Valid during the callback only. */
+typedef struct {
+    rdmx_status_t status;  /**< RDMX_OK, the handler's error, or a local one
+                                (TIMEOUT, CANCELED, CONN_*, BUSY, ...) */
+    const void *data;      /**< response payload (RDMX_OK) */
+    size_t length;
+    const char *message;   /**< what went wrong; "" on success */
+    uint64_t call_id;
+} rdmx_call_result_t;
+
+/** Runs exactly once per call that rdmx_call_nb() accepted. */
+typedef void (*rdmx_call_cb_t)(const rdmx_call_result_t *result, void *arg);
+
+/**
+ * Call @p method with @p length bytes at @p data (copied or sent before
+ * return, so the buffer may be reused at once).
+ * @return RDMX_INPROGRESS (cb will run; *call_id_p set if not NULL), or an
+ *         error (cb will not run): RDMX_ERR_NO_RESOURCE past the credits
+ *         with no queue, RDMX_ERR_BUSY while the breaker is open,
+ *         RDMX_ERR_TOO_BIG over the server's max_message.
+ */
+rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
+                           const void *data, size_t length,
+                           const rdmx_call_params_t *params, rdmx_call_cb_t cb,
+                           void *arg, uint64_t *call_id_p);
+
+/**
+ * Call and wait. The response goes to @p resp (up to @p capacity bytes;
+ * *resp_len_p gets its length, or the length needed with RDMX_ERR_TOO_BIG).
+ * On error rdmx_error_detail() holds the message.
+ */
+rdmx_status_t rdmx_call(rdmx_channel_t *channel, const char *method,
+                        const void *data, size_t length,
+                        const rdmx_call_params_t *params, void *resp,
+                        size_t capacity, size_t *resp_len_p);
+
+/**
+ * Send a one-way message: no response, no deadline. RDMX_OK once handed to
+ * the transport; errors as for rdmx_call_nb.
+ */
+rdmx_status_t rdmx_call_oneway(rdmx_channel_t *channel, const char *method,
+                               const void *data, size_t length);
+
+/**
+ * Cancel a call: its callback runs now with RDMX_ERR_CANCELED, the server
+ * is told, a late response is dropped.
+ * @return RDMX_ERR_NOT_FOUND if the call already completed.
+ */
+rdmx_status_t rdmx_call_cancel(rdmx_channel_t *channel, uint64_t call_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RDMX_RPC_H */

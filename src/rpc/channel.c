@@ -1,0 +1,1300 @@
+/*
+ * RPC channel: the client side of one server address. It owns the
+ * connection — connects, handshakes (and authenticates), pings when idle,
+ * declares the server down when it goes silent, reconnects with exponential
+ * backoff and jitter — and the calls on it: credits, a queue, deadlines,
+ * cancellation, retries of idempotent calls and a circuit breaker.
+ * See docs/RPC.md.
+ *
+ * A call that ends before the server answered (deadline, cancel) stays as
+ * a "ghost" holding its credit until the server's answer arrives or the
+ * connection ends: the server answers every request exactly once, so the
+ * caller's count of requests in flight always matches the server's.
+ */
+#include "rpc/internal.h"
+
+#include "util/time.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CH_INLINE 192     /* request bytes kept inside the call record */
+#define CH_METHODS_MAX 256
+
+typedef enum { CALL_QUEUED, CALL_SENT } call_state_t;
+
+typedef struct call {
+    rdmx_list_t link;     /* ch->queue or ch->sent */
+    rdmx_channel_t *ch;   /* NULL once the channel is gone (zombie) */
+    uint64_t id;
+    uint32_t method;
+    int midx;             /* ch->methods index */
+    unsigned flags;       /* RDMX_RPC_F_* on the wire */
+    call_state_t state;
+    int done;             /* the user's callback ran */
+    int probe;            /* the breaker's half-open probe */
+    int holds;            /* sends / receives UCX still has of it */
+    int linked;           /* in ch->calls */
+    unsigned attempts;
+    uint64_t start_ns, deadline_ns;
+    rdmx_call_cb_t cb;
+    void *arg;
+    uint32_t aux_len, len;
+    unsigned char *buf;   /* aux || payload */
+    void *resp;           /* rendezvous response buffer */
+    unsigned char inl[CH_INLINE];
+} call_t;
+
+typedef struct {
+    uint32_t id;
+    char name[RDMX_RPC_NAME_MAX + 1];
+    rdmx_rpc_counters_t c;
+} method_t;
+
+struct rdmx_channel {
+    rdmx_rpc_link_t link; /* role CHANNEL; first */
+    rdmx_worker_t *w;
+    char address[256];
+    /* options */
+    int timeout_ms, connect_timeout_ms, hb_ms, hb_timeout_ms;
+    int backoff_min_ms, backoff_max_ms, breaker_open_ms;
+    unsigned retries, breaker_threshold, credits_opt, queue_max;
+    unsigned char *secret;
+    size_t secret_len;
+    rdmx_channel_state_cb_t state_cb;
+    void *state_arg;
+    /* connection */
+    rdmx_channel_state_t state;
+    rdmx_ep_t *ep;
+    int welcomed;         /* at least one WELCOME ever (for reconnects) */
+    int handshaking;      /* HELLO sent, waiting for WELCOME */
+    uint64_t handshake_deadline;
+    unsigned char cnonce[RDMX_RPC_NONCE_SIZE];
+    unsigned char snonce[RDMX_RPC_NONCE_SIZE]; /* from the CHALLENGE */
+    unsigned credits;
+    uint64_t max_message;
+    uint32_t nhandlers;
+    uint32_t *h_ids, *h_flags;
+    int backoff_ms;
+    uint64_t reconnect_at;
+    volatile int rx_seen; /* something arrived since the last timer */
+    uint64_t last_rx, last_ping;
+    /* calls */
+    uint64_t next_id;
+    rdmx_ptrmap_t calls;  /* id -> call_t (queued, sent, ghosts) */
+    rdmx_list_t queue;    /* waiting for credits or the connection */
+    rdmx_list_t sent;     /* on the wire, answer not yet here */
+    unsigned nqueued;
+    unsigned inflight;    /* sent + ghosts */
+    /* breaker */
+    rdmx_breaker_state_t breaker;
+    unsigned consecutive_failures;
+    uint64_t open_until;
+    int probe_inflight;
+    rdmx_status_t last_error;
+    char last_message[256];
+    rdmx_hook_t hook;
+    method_t *methods;
+    unsigned nmethods;
+    int last_midx;
+    rdmx_channel_stats_t stats;
+};
+
+static void start_connect(rdmx_channel_t *ch);
+static void pump(rdmx_channel_t *ch);
+
+/* --- helpers ------------------------------------------------------------- */
+
+static void report(rdmx_channel_t *ch, rdmx_status_t status)
+{
+    if (ch->state_cb != NULL)
+        ch->state_cb(ch, ch->state, ch->breaker, status, ch->state_arg);
+}
+
+static void set_state(rdmx_channel_t *ch, rdmx_channel_state_t state,
+                      rdmx_status_t status)
+{
+    if (ch->state == state)
+        return;
+    ch->state = state;
+    report(ch, status);
+}
+
+static void set_breaker(rdmx_channel_t *ch, rdmx_breaker_state_t b,
+                        rdmx_status_t status)
+{
+    if (ch->breaker == b)
+        return;
+    ch->breaker = b;
+    report(ch, status);
+}
+
+static void arm(rdmx_channel_t *ch, uint64_t at)
+{
+    if (at < ch->hook.next_ns)
+        ch->hook.next_ns = at;
+}
+
+static int method_index(rdmx_channel_t *ch, uint32_t id, const char *name)
+{
+    if (ch->last_midx >= 0 && ch->methods[ch->last_midx].id == id)
+        return ch->last_midx;
+    for (unsigned i = 0; i < ch->nmethods; i++)
+        if (ch->methods[i].id == id)
+            return ch->last_midx = (int)i;
+    if (ch->nmethods == CH_METHODS_MAX)
+        return -1;
+    if (ch->methods == NULL) {
+        ch->methods = calloc(CH_METHODS_MAX, sizeof(*ch->methods));
+        if (ch->methods == NULL)
+            return -1;
+    }
+    ch->methods[ch->nmethods].id = id;
+    snprintf(ch->methods[ch->nmethods].name, RDMX_RPC_NAME_MAX + 1, "%s",
+             name);
+    return ch->last_midx = (int)ch->nmethods++;
+}
+
+static int handler_idempotent(rdmx_channel_t *ch, uint32_t id)
+{
+    for (uint32_t i = 0; i < ch->nhandlers; i++)
+        if (ch->h_ids[i] == id)
+            return !!(ch->h_flags[i] & RDMX_RPC_IDEMPOTENT);
+    return 0;
+}
+
+/* Does @st say the server or the path failed (breaker, retries)? */
+static int is_failure(rdmx_status_t st)
+{
+    switch (st) {
+    case RDMX_ERR_TIMEOUT:
+    case RDMX_ERR_CONN_RESET:
+    case RDMX_ERR_CONN_CLOSED:
+    case RDMX_ERR_CONN_REFUSED:
+    case RDMX_ERR_UNREACHABLE:
+    case RDMX_ERR_IO:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* --- calls ----------------------------------------------------------------- */
+
+static void call_free(call_t *c)
+{
+    if (c->holds > 0) {
+        c->ch = NULL; /* freed by the last completion that holds it */
+        return;
+    }
+    if (c->buf != c->inl)
+        free(c->buf);
+    free(c->resp);
+    free(c);
+}
+
+static void call_unlink(rdmx_channel_t *ch, call_t *c)
+{
+    if (c->linked) {
+        rdmx_ptrmap_del(&ch->calls, (void *)(uintptr_t)c->id);
+        c->linked = 0;
+    }
+    rdmx_list_del(&c->link);
+}
+
+/* Tell the user how @c ended. The record lives on while the server still
+ * owes an answer (state SENT): it holds the credit. */
+static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
+                     const void *data, size_t len, const char *msg)
+{
+    rdmx_call_result_t r;
+    method_t *m;
+    uint64_t now;
+
+    if (c->done)
+        return;
+    c->done = 1;
+    now = rdmx_now_ns();
+    if (c->midx >= 0) {
+        m = &ch->methods[c->midx];
+        m->c.calls++;
+        m->c.bytes_out += c->len;
+        rdmx__hist_add(&m->c.hist, now - c->start_ns);
+        if (status == RDMX_OK)
+            m->c.bytes_in += len;
+        else
+            m->c.errors++;
+        if (status == RDMX_ERR_TIMEOUT)
+            m->c.timeouts++;
+    }
+    if (status == RDMX_OK)
+        ch->stats.completed++;
+    else
+        ch->stats.failed++;
+    if (status == RDMX_ERR_TIMEOUT)
+        ch->stats.timeouts++;
+
+    /* Breaker: failures of the path count, answers (even errors) reset. */
+    if (ch->breaker_threshold > 0 && status != RDMX_ERR_CANCELED) {
+        if (is_failure(status)) {
+            ch->consecutive_failures++;
+            if ((c->probe && ch->breaker == RDMX_BREAKER_HALF_OPEN) ||
+                (ch->breaker == RDMX_BREAKER_CLOSED &&
+                 ch->consecutive_failures >= ch->breaker_threshold)) {
+                ch->open_until = now + (uint64_t)ch->breaker_open_ms * 1000000;
+                arm(ch, ch->open_until);
+                set_breaker(ch, RDMX_BREAKER_OPEN, status);
+            }
+        } else {
+            ch->consecutive_failures = 0;
+            if (ch->breaker != RDMX_BREAKER_CLOSED)
+                set_breaker(ch, RDMX_BREAKER_CLOSED, RDMX_OK);
+        }
+    }
+    if (c->probe)
+        ch->probe_inflight = 0;
+    if (status != RDMX_OK) {
+        ch->last_error = status;
+        snprintf(ch->last_message, sizeof(ch->last_message), "%s",
+                 msg ? msg : rdmx_strerror(status));
+    }
+
+    r.status = status;
+    r.data = status == RDMX_OK ? data : NULL;
+    r.length = status == RDMX_OK ? len : 0;
+    r.message = msg ? msg : (status == RDMX_OK ? "" : rdmx_strerror(status));
+    r.call_id = c->id;
+    if (c->cb != NULL)
+        c->cb(&r, c->arg);
+    if (ch->w->mt)
+        pthread_cond_broadcast(&ch->w->cond);
+}
+
+/* Drop a call record that no longer waits for anything. */
+static void retire(rdmx_channel_t *ch, call_t *c)
+{
+    if (c->state == CALL_QUEUED)
+        ch->nqueued--;
+    call_unlink(ch, c);
+    call_free(c);
+}
+
+static void send_done(rdmx_status_t status, size_t length, void *arg)
+{
+    call_t *c = arg;
+
+    (void)status;
+    (void)length;
+    c->holds--;
+    if (c->ch == NULL)
+        call_free(c);
+}
+
+/* Put @c on the wire; 0 on success, -1 to keep it queued. */
+static int call_send(rdmx_channel_t *ch, call_t *c)
+{
+    rdmx_rpc_hdr_t h;
+    rdmx_status_t st;
+    uint64_t now;
+
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_REQUEST, c->method, c->id);
+    h.flags = (uint16_t)c->flags;
+    if (c->attempts > 0)
+        h.flags |= RDMX_RPC_F_RETRY;
+    h.aux = c->aux_len;
+    h.payload = c->len;
+    if (c->deadline_ns != 0) {
+        now = rdmx_now_ns();
+        uint64_t left = c->deadline_ns > now ? (c->deadline_ns - now) / 1000 : 1;
+        h.deadline_us = left == 0 ? 1 : left > UINT32_MAX ? UINT32_MAX
+                                                         : (uint32_t)left;
+    }
+    st = rdmx__rpc_send_keep(ch->ep, &h, c->buf, (size_t)c->aux_len + c->len,
+                             send_done, c);
+    if (st != RDMX_OK && st != RDMX_INPROGRESS)
+        return -1;
+    if (st == RDMX_INPROGRESS)
+        c->holds++;
+    c->attempts++;
+    c->state = CALL_SENT;
+    rdmx_list_insert_tail(&ch->sent, &c->link);
+    ch->inflight++;
+    return 0;
+}
+
+/* Send queued calls while credits last. */
+static void pump(rdmx_channel_t *ch)
+{
+    while (ch->state == RDMX_CHANNEL_READY && ch->inflight < ch->credits &&
+           !rdmx_list_empty(&ch->queue)) {
+        call_t *c = rdmx_container_of(ch->queue.next, call_t, link);
+        rdmx_list_del(&c->link);
+        ch->nqueued--;
+        if (call_send(ch, c) != 0) {
+            rdmx_list_t *head = &ch->queue;
+            /* back to the front; the endpoint's error will follow */
+            c->link.next = head->next;
+            c->link.prev = head;
+            head->next->prev = &c->link;
+            head->next = &c->link;
+            ch->nqueued++;
+            return;
+        }
+    }
+}
+
+/* --- connection --------------------------------------------------------------- */
+
+/* The connection is gone: fail or requeue what was on it, then reconnect. */
+static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
+                      const char *msg, int permanent)
+{
+    rdmx_list_t *e, retry;
+    uint64_t now = rdmx_now_ns();
+
+    if (ch->ep != NULL) {
+        ch->ep->upper = NULL;
+        rdmx_ep_close(ch->ep);
+        ch->ep = NULL;
+    }
+    ch->handshaking = 0;
+    ch->inflight = 0;
+    rdmx_list_init(&retry);
+    while ((e = rdmx_list_pop(&ch->sent)) != NULL) {
+        call_t *c = rdmx_container_of(e, call_t, link);
+        if (c->done) { /* ghost: its credit went with the connection */
+            call_unlink(ch, c);
+            call_free(c);
+            continue;
+        }
+        if (!permanent && c->attempts <= ch->retries &&
+            ((c->flags & RDMX_RPC_F_IDEMPOTENT) ||
+             handler_idempotent(ch, c->method)) &&
+            (c->deadline_ns == 0 || now < c->deadline_ns)) {
+            c->state = CALL_QUEUED;
+            rdmx_list_insert_tail(&retry, &c->link);
+            ch->stats.retries++;
+            continue;
+        }
+        c->state = CALL_QUEUED; /* not on the wire any more */
+        complete(ch, c, status, NULL, 0, msg);
+        call_unlink(ch, c);
+        call_free(c);
+    }
+    /* Retries go first, in their original order. */
+    while ((e = rdmx_list_pop(&retry)) != NULL) {
+        rdmx_list_t *head = &ch->queue;
+        rdmx_list_insert_tail(head, e); /* keep order among retries */
+        ch->nqueued++;
+    }
+    if (permanent) {
+        while ((e = rdmx_list_pop(&ch->queue)) != NULL) {
+            call_t *c = rdmx_container_of(e, call_t, link);
+            ch->nqueued--;
+            complete(ch, c, status, NULL, 0, msg);
+            call_unlink(ch, c);
+            call_free(c);
+        }
+        set_state(ch, RDMX_CHANNEL_CLOSED, status);
+        return;
+    }
+    {
+        /* exponential backoff with +-25 % jitter */
+        int b = ch->backoff_ms;
+        int jitter = b / 2 > 0 ? (int)(rdmx_now_ns() % (uint64_t)(b / 2 + 1))
+                               : 0;
+        ch->reconnect_at = now + (uint64_t)(b - b / 4 + jitter) * 1000000;
+        ch->backoff_ms = b * 2 > ch->backoff_max_ms ? ch->backoff_max_ms
+                                                    : b * 2;
+        arm(ch, ch->reconnect_at);
+    }
+    rdmx_debug("rpc channel %s: down (%s); reconnecting", ch->address, msg);
+    set_state(ch, RDMX_CHANNEL_DOWN, status);
+}
+
+static void ch_ep_error(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
+{
+    rdmx_channel_t *ch = arg;
+    char msg[400];
+
+    if (ch->ep != ep) {
+        rdmx_ep_close(ep);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "connection to %s lost: %s", ch->address,
+             rdmx_strerror(status));
+    conn_lost(ch, status == RDMX_ERR_CONN_CLOSED ? RDMX_ERR_CONN_RESET
+                                                  : status,
+              msg, 0);
+}
+
+static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
+{
+    rdmx_channel_t *ch = arg;
+    unsigned char hello[RDMX_RPC_HELLO_SIZE] = {0};
+    rdmx_rpc_hdr_t h;
+    char msg[400];
+
+    if (ch->ep != ep) {
+        rdmx_ep_close(ep);
+        return;
+    }
+    if (status != RDMX_OK) {
+        snprintf(msg, sizeof(msg), "connect to %s: %s", ch->address,
+                 rdmx_strerror(status));
+        conn_lost(ch, status, msg, 0);
+        return;
+    }
+    ep->upper = ch;
+    rdmx__rpc_nonce(ch->cnonce);
+    memcpy(hello + 4, ch->cnonce, RDMX_RPC_NONCE_SIZE);
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_HELLO, 0, 0);
+    h.aux = RDMX_RPC_HELLO_SIZE;
+    ch->handshaking = 1;
+    ch->handshake_deadline =
+        rdmx_now_ns() + (uint64_t)ch->connect_timeout_ms * 1000000;
+    arm(ch, ch->handshake_deadline);
+    if (rdmx__rpc_send(ep, &h, hello, sizeof(hello)) != RDMX_OK)
+        conn_lost(ch, RDMX_ERR_CONN_RESET, "HELLO could not be sent", 0);
+}
+
+static void start_connect(rdmx_channel_t *ch)
+{
+    rdmx_ep_params_t ep = {
+        .field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB |
+                      RDMX_EP_PARAM_FIELD_USER_DATA,
+        .error_cb = ch_ep_error,
+        .user_data = ch,
+    };
+    rdmx_status_t st;
+
+    ch->reconnect_at = UINT64_MAX;
+    set_state(ch, RDMX_CHANNEL_CONNECTING, RDMX_OK);
+    st = rdmx_connect_nb(ch->w, ch->address, &ep, ch->connect_timeout_ms,
+                         ch_connected, ch, &ch->ep);
+    if (st != RDMX_OK && st != RDMX_INPROGRESS) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "connect to %s: %s", ch->address,
+                 rdmx_error_detail());
+        ch->ep = NULL;
+        conn_lost(ch, st, msg, st == RDMX_ERR_INVALID);
+    }
+}
+
+static void on_welcome(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
+{
+    rdmx_rpc_welcome_t wl;
+    unsigned char want[RDMX_RPC_MAC_SIZE];
+    char why[160];
+    uint32_t *ids, *flags;
+
+    if (!ch->handshaking || m->h.payload != 0 ||
+        rdmx_rpc_welcome_decode(m->data, m->h.aux, &wl, why, sizeof(why)) !=
+            RDMX_OK) {
+        conn_lost(ch, RDMX_ERR_PROTO, "bad WELCOME from the server", 0);
+        return;
+    }
+    if (ch->secret != NULL) {
+        if (!wl.has_proof ||
+            rdmx__rpc_mac(ch->secret, ch->secret_len, "rdmx-server",
+                          ch->cnonce, ch->snonce, want) != RDMX_OK ||
+            !rdmx__rpc_mac_equal(want, wl.proof)) {
+            conn_lost(ch, RDMX_ERR_DENIED,
+                      "the server did not prove it knows the secret", 1);
+            return;
+        }
+    }
+    ids = malloc((wl.nhandlers + 1) * sizeof(*ids));
+    flags = malloc((wl.nhandlers + 1) * sizeof(*flags));
+    if (ids == NULL || flags == NULL) {
+        free(ids);
+        free(flags);
+        conn_lost(ch, RDMX_ERR_NO_MEMORY, "out of memory", 0);
+        return;
+    }
+    for (uint32_t i = 0; i < wl.nhandlers; i++) {
+        const unsigned char *p = wl.handlers + (size_t)i * 8;
+        ids[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                 (uint32_t)p[3] << 24;
+        flags[i] = (uint32_t)p[4] | (uint32_t)p[5] << 8 |
+                   (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+    }
+    free(ch->h_ids);
+    free(ch->h_flags);
+    ch->h_ids = ids;
+    ch->h_flags = flags;
+    ch->nhandlers = wl.nhandlers;
+    ch->credits = wl.credits;
+    if (ch->credits_opt != 0 && ch->credits_opt < ch->credits)
+        ch->credits = ch->credits_opt;
+    ch->max_message = wl.max_message;
+    ch->handshaking = 0;
+    ch->backoff_ms = ch->backoff_min_ms;
+    ch->last_rx = ch->last_ping = rdmx_now_ns();
+    if (ch->welcomed)
+        ch->stats.reconnects++;
+    ch->welcomed = 1;
+    if (ch->hb_ms > 0)
+        arm(ch, ch->last_rx + (uint64_t)ch->hb_ms * 1000000);
+    set_state(ch, RDMX_CHANNEL_READY, RDMX_OK);
+    pump(ch);
+}
+
+static void on_challenge(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
+{
+    unsigned char proof[RDMX_RPC_MAC_SIZE];
+    rdmx_rpc_hdr_t h;
+
+    if (ch->secret == NULL) {
+        conn_lost(ch, RDMX_ERR_DENIED,
+                  "the server requires authentication; no secret given", 1);
+        return;
+    }
+    if (!ch->handshaking || m->h.aux != RDMX_RPC_NONCE_SIZE ||
+        m->h.payload != 0) {
+        conn_lost(ch, RDMX_ERR_PROTO, "bad CHALLENGE from the server", 0);
+        return;
+    }
+    /* proof over server nonce || client nonce */
+    if (rdmx__rpc_mac(ch->secret, ch->secret_len, "rdmx-client", m->data,
+                      ch->cnonce, proof) != RDMX_OK) {
+        conn_lost(ch, RDMX_ERR_INTERNAL, "HMAC failed", 1);
+        return;
+    }
+    /* keep the server nonce for checking its proof */
+    memcpy(ch->snonce, m->data, RDMX_RPC_NONCE_SIZE);
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_AUTH, 0, 0);
+    h.aux = RDMX_RPC_MAC_SIZE;
+    rdmx__rpc_send(ch->ep, &h, proof, sizeof(proof));
+}
+
+/* --- receive ------------------------------------------------------------------- */
+
+static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
+                           const void *data, size_t len)
+{
+    char msg[257];
+
+    rdmx_list_del(&c->link);
+    if (ch->inflight > 0)
+        ch->inflight--;
+    if (c->done) {
+        ch->stats.late_responses++;
+    } else if (st == RDMX_OK) {
+        complete(ch, c, RDMX_OK, data, len, NULL);
+    } else {
+        size_t n = len < sizeof(msg) - 1 ? len : sizeof(msg) - 1;
+        memcpy(msg, data, n);
+        msg[n] = '\0';
+        complete(ch, c, st, NULL, 0, msg);
+    }
+    call_unlink(ch, c);
+    call_free(c);
+    pump(ch);
+}
+
+static void resp_rndv_done(rdmx_status_t status, size_t length, void *arg)
+{
+    call_t *c = arg;
+    rdmx_channel_t *ch = c->ch;
+
+    c->holds--;
+    if (ch == NULL) {
+        call_free(c);
+        return;
+    }
+    if (status != RDMX_OK || c->state != CALL_SENT || !c->linked)
+        return; /* the connection went; conn_lost handled the call */
+    answer_arrived(ch, c, RDMX_OK, c->resp, length);
+}
+
+ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                                  rdmx_rpc_msg_t *m)
+{
+    rdmx_channel_t *ch = (rdmx_channel_t *)link;
+    call_t *c;
+
+    (void)ep;
+    ch->rx_seen = 1;
+    switch (m->h.kind) {
+    case RDMX_RPC_MSG_RESPONSE:
+    case RDMX_RPC_MSG_ERROR:
+        if (m->h.id == 0 && m->h.kind == RDMX_RPC_MSG_ERROR) {
+            /* about the connection itself (handshake) */
+            char msg[257];
+            size_t n = m->rndv ? 0
+                       : m->length < sizeof(msg) - 1 ? m->length
+                                                      : sizeof(msg) - 1;
+            memcpy(msg, m->data, n);
+            msg[n] = '\0';
+            conn_lost(ch, m->h.status, msg, m->h.status == RDMX_ERR_DENIED);
+            return UCS_OK;
+        }
+        c = rdmx_ptrmap_get(&ch->calls, (void *)(uintptr_t)m->h.id);
+        if (c == NULL || c->state != CALL_SENT) {
+            ch->stats.late_responses++;
+            return UCS_OK;
+        }
+        if (m->rndv) {
+            if (m->h.kind != RDMX_RPC_MSG_RESPONSE ||
+                (c->resp = malloc(m->length ? m->length : 1)) == NULL) {
+                answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
+                               13);
+                return UCS_OK;
+            }
+            c->holds++;
+            rdmx__am_recv_data(ch->ep, m->data, c->resp, m->length,
+                               resp_rndv_done, c);
+            return UCS_INPROGRESS;
+        }
+        answer_arrived(ch, c,
+                       m->h.kind == RDMX_RPC_MSG_RESPONSE
+                           ? RDMX_OK
+                           : (rdmx_status_t)m->h.status,
+                       (const unsigned char *)m->data + m->h.aux,
+                       m->h.payload);
+        return UCS_OK;
+    case RDMX_RPC_MSG_PONG:
+        return UCS_OK;
+    case RDMX_RPC_MSG_PING:
+        rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_PONG, m->h.id, 0);
+        return UCS_OK;
+    case RDMX_RPC_MSG_WELCOME:
+        on_welcome(ch, m);
+        return UCS_OK;
+    case RDMX_RPC_MSG_CHALLENGE:
+        on_challenge(ch, m);
+        return UCS_OK;
+    default:
+        rdmx_debug("rpc channel %s: unexpected message kind %u", ch->address,
+                   m->h.kind);
+        ch->w->stats.proto_errors++;
+        return UCS_OK;
+    }
+}
+
+void rdmx__channel_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                          const rdmx_rpc_hdr_t *h, const char *why)
+{
+    rdmx_channel_t *ch = (rdmx_channel_t *)link;
+
+    (void)ep;
+    (void)h;
+    ch->w->stats.proto_errors++;
+    rdmx_warn("rpc channel %s: malformed message: %s", ch->address, why);
+}
+
+/* --- timers ------------------------------------------------------------------- */
+
+/* Expire calls whose deadline passed; returns the earliest other deadline. */
+static uint64_t expire_calls(rdmx_channel_t *ch, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    rdmx_list_t *lists[2] = {&ch->queue, &ch->sent};
+
+    for (int i = 0; i < 2; i++) {
+        rdmx_list_t *pos, *tmp;
+        rdmx_list_for_each_safe(pos, tmp, lists[i])
+        {
+            call_t *c = rdmx_container_of(pos, call_t, link);
+            char msg[96];
+            if (c->done || c->deadline_ns == 0)
+                continue;
+            if (now < c->deadline_ns) {
+                if (c->deadline_ns < next)
+                    next = c->deadline_ns;
+                continue;
+            }
+            snprintf(msg, sizeof(msg), "deadline of %llu ms passed%s",
+                     (unsigned long long)((c->deadline_ns - c->start_ns) /
+                                          1000000),
+                     c->state == CALL_QUEUED ? " before the call was sent"
+                                             : "");
+            if (c->state == CALL_SENT) {
+                /* tell the server; the ghost keeps the credit */
+                if (ch->ep != NULL)
+                    rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_CANCEL, c->id, 0);
+                complete(ch, c, RDMX_ERR_TIMEOUT, NULL, 0, msg);
+            } else {
+                complete(ch, c, RDMX_ERR_TIMEOUT, NULL, 0, msg);
+                retire(ch, c);
+            }
+        }
+    }
+    return next;
+}
+
+static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
+{
+    rdmx_channel_t *ch = rdmx_container_of(hook, rdmx_channel_t, hook);
+    uint64_t next;
+
+    ch->hook.next_ns = UINT64_MAX;
+    next = expire_calls(ch, now);
+    if (ch->breaker == RDMX_BREAKER_OPEN) {
+        if (now >= ch->open_until)
+            set_breaker(ch, RDMX_BREAKER_HALF_OPEN, RDMX_OK);
+        else if (ch->open_until < next)
+            next = ch->open_until;
+    }
+    if (ch->state == RDMX_CHANNEL_DOWN) {
+        if (now >= ch->reconnect_at)
+            start_connect(ch);
+        else if (ch->reconnect_at < next)
+            next = ch->reconnect_at;
+    }
+    if (ch->state == RDMX_CHANNEL_CONNECTING && ch->handshaking) {
+        if (now >= ch->handshake_deadline)
+            conn_lost(ch, RDMX_ERR_TIMEOUT,
+                      "the server did not finish the handshake in time", 0);
+        else if (ch->handshake_deadline < next)
+            next = ch->handshake_deadline;
+    }
+    if (ch->state == RDMX_CHANNEL_READY && ch->hb_ms > 0) {
+        uint64_t hb = (uint64_t)ch->hb_ms * 1000000;
+        uint64_t dead = (uint64_t)ch->hb_timeout_ms * 1000000;
+        if (ch->rx_seen) {
+            ch->rx_seen = 0;
+            ch->last_rx = now;
+        }
+        if (now - ch->last_rx >= dead) {
+            char msg[400];
+            snprintf(msg, sizeof(msg), "no answer from %s for %d ms",
+                     ch->address, ch->hb_timeout_ms);
+            conn_lost(ch, RDMX_ERR_TIMEOUT, msg, 0);
+        } else {
+            if (now - ch->last_rx >= hb && now - ch->last_ping >= hb) {
+                ch->last_ping = now;
+                ch->stats.pings++;
+                rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_PING, ch->stats.pings, 0);
+            }
+            /* check again within a heartbeat, and at the dead line */
+            uint64_t at = now + hb / 2;
+            if (ch->last_rx + dead < at)
+                at = ch->last_rx + dead;
+            if (at < next)
+                next = at;
+        }
+    }
+    arm(ch, next);
+    return 0;
+}
+
+/* --- public API ------------------------------------------------------------- */
+
+#define OPT(field, member, def)                                                \
+    ((f & (field)) && p->member > 0 ? p->member : (def))
+
+rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
+                                  const rdmx_channel_params_t *p,
+                                  rdmx_channel_t **channel_p)
+{
+    uint64_t f = p ? p->field_mask : 0;
+    rdmx_channel_t *ch;
+    char host[256];
+    uint16_t port;
+    rdmx_status_t st;
+
+    if (w == NULL || address == NULL || channel_p == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "channel: NULL argument");
+    if ((st = rdmx_addr_parse(address, host, sizeof(host), &port)) != RDMX_OK)
+        return st;
+    ch = calloc(1, sizeof(*ch));
+    if (ch == NULL || rdmx_ptrmap_init(&ch->calls) != 0) {
+        free(ch);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "channel: out of memory");
+    }
+    ch->link.role = RDMX_RPC_LINK_CHANNEL;
+    ch->w = w;
+    snprintf(ch->address, sizeof(ch->address), "%s", address);
+    ch->timeout_ms = (f & RDMX_CHANNEL_FIELD_TIMEOUT) ? p->timeout_ms : 5000;
+    ch->connect_timeout_ms =
+        OPT(RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT, connect_timeout_ms, 2000);
+    ch->hb_ms = (f & RDMX_CHANNEL_FIELD_HEARTBEAT) ? p->heartbeat_ms : 250;
+    ch->hb_timeout_ms =
+        OPT(RDMX_CHANNEL_FIELD_HEARTBEAT, heartbeat_timeout_ms, 1000);
+    if (ch->hb_timeout_ms < ch->hb_ms)
+        ch->hb_timeout_ms = 2 * ch->hb_ms;
+    ch->backoff_min_ms = OPT(RDMX_CHANNEL_FIELD_BACKOFF, backoff_min_ms, 50);
+    ch->backoff_max_ms = OPT(RDMX_CHANNEL_FIELD_BACKOFF, backoff_max_ms, 2000);
+    if (ch->backoff_max_ms < ch->backoff_min_ms)
+        ch->backoff_max_ms = ch->backoff_min_ms;
+    ch->retries = (f & RDMX_CHANNEL_FIELD_RETRIES) ? p->retries : 3;
+    ch->breaker_threshold =
+        (f & RDMX_CHANNEL_FIELD_BREAKER) ? p->breaker_threshold : 0;
+    ch->breaker_open_ms = OPT(RDMX_CHANNEL_FIELD_BREAKER, breaker_open_ms, 1000);
+    ch->credits_opt = (f & RDMX_CHANNEL_FIELD_CREDITS) ? p->credits : 0;
+    ch->queue_max = (f & RDMX_CHANNEL_FIELD_QUEUE) ? p->queue : 4096;
+    if ((f & RDMX_CHANNEL_FIELD_AUTH_SECRET) && p->auth_secret != NULL &&
+        p->auth_secret_len > 0) {
+        ch->secret = malloc(p->auth_secret_len);
+        if (ch->secret == NULL) {
+            rdmx_ptrmap_cleanup(&ch->calls);
+            free(ch);
+            return rdmx__error(RDMX_ERR_NO_MEMORY, "channel: out of memory");
+        }
+        memcpy(ch->secret, p->auth_secret, p->auth_secret_len);
+        ch->secret_len = p->auth_secret_len;
+    }
+    if (f & RDMX_CHANNEL_FIELD_STATE_CB) {
+        ch->state_cb = p->state_cb;
+        ch->state_arg = p->state_arg;
+    }
+    if (ch->timeout_ms < 0 || ch->hb_ms < 0) {
+        free(ch->secret);
+        rdmx_ptrmap_cleanup(&ch->calls);
+        free(ch);
+        return rdmx__error(RDMX_ERR_INVALID, "channel: negative timeout");
+    }
+    ch->credits = 1;
+    ch->max_message = 64ull << 20;
+    ch->backoff_ms = ch->backoff_min_ms;
+    ch->next_id = 1;
+    ch->last_midx = -1;
+    ch->state = RDMX_CHANNEL_CONNECTING;
+    rdmx_list_init(&ch->queue);
+    rdmx_list_init(&ch->sent);
+    ch->hook.fn = ch_timer;
+    ch->hook.next_ns = UINT64_MAX;
+
+    rdmx__lock(w);
+    if ((st = rdmx__rpc_attach(w)) != RDMX_OK) {
+        rdmx__unlock(w);
+        free(ch->secret);
+        rdmx_ptrmap_cleanup(&ch->calls);
+        free(ch);
+        return st;
+    }
+    rdmx__hook_add(w, &ch->hook);
+    start_connect(ch);
+    rdmx__unlock(w);
+    *channel_p = ch;
+    return RDMX_OK;
+}
+
+void rdmx_channel_destroy(rdmx_channel_t *ch)
+{
+    rdmx_worker_t *w;
+    rdmx_list_t *e;
+
+    if (ch == NULL)
+        return;
+    w = ch->w;
+    rdmx__lock(w);
+    rdmx__hook_del(&ch->hook);
+    if (ch->ep != NULL) {
+        ch->ep->upper = NULL;
+        rdmx_ep_close(ch->ep);
+        ch->ep = NULL;
+    }
+    ch->state_cb = NULL;
+    while ((e = rdmx_list_pop(&ch->sent)) != NULL) {
+        call_t *c = rdmx_container_of(e, call_t, link);
+        c->state = CALL_QUEUED;
+        complete(ch, c, RDMX_ERR_CANCELED, NULL, 0, "the channel was closed");
+        call_unlink(ch, c);
+        call_free(c);
+    }
+    while ((e = rdmx_list_pop(&ch->queue)) != NULL) {
+        call_t *c = rdmx_container_of(e, call_t, link);
+        complete(ch, c, RDMX_ERR_CANCELED, NULL, 0, "the channel was closed");
+        call_unlink(ch, c);
+        call_free(c);
+    }
+    rdmx__unlock(w);
+    rdmx_ptrmap_cleanup(&ch->calls);
+    free(ch->h_ids);
+    free(ch->h_flags);
+    free(ch->methods);
+    if (ch->secret != NULL) {
+        memset(ch->secret, 0, ch->secret_len);
+        free(ch->secret);
+    }
+    free(ch);
+}
+
+rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *ch)
+{
+    return ch->state;
+}
+
+rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *ch)
+{
+    return ch->breaker;
+}
+
+rdmx_ep_t *rdmx_channel_ep(const rdmx_channel_t *ch)
+{
+    return ch->state == RDMX_CHANNEL_READY ? ch->ep : NULL;
+}
+
+rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
+{
+    uint64_t deadline = rdmx_now_ns() + (uint64_t)timeout_ms * 1000000;
+
+    for (;;) {
+        if (ch->state == RDMX_CHANNEL_READY)
+            return RDMX_OK;
+        if (ch->state == RDMX_CHANNEL_CLOSED)
+            return rdmx__error(ch->last_error ? ch->last_error
+                                              : RDMX_ERR_CONN_CLOSED,
+                               "channel %s: %s", ch->address,
+                               ch->last_message);
+        if (rdmx_now_ns() >= deadline)
+            return rdmx__error(RDMX_ERR_TIMEOUT, "channel %s: not ready "
+                                                 "after %d ms",
+                               ch->address, timeout_ms);
+        if (ch->w->mt) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        } else {
+            rdmx_worker_wait(ch->w, 10);
+        }
+    }
+}
+
+void rdmx_channel_stats(rdmx_channel_t *ch, rdmx_channel_stats_t *stats_p)
+{
+    rdmx__lock(ch->w);
+    *stats_p = ch->stats;
+    rdmx__unlock(ch->w);
+}
+
+unsigned rdmx_channel_metrics(rdmx_channel_t *ch, rdmx_rpc_metrics_t *out,
+                              unsigned max)
+{
+    rdmx__lock(ch->w);
+    for (unsigned i = 0; i < ch->nmethods && i < max; i++)
+        rdmx__counters_export(&ch->methods[i].c, ch->methods[i].name, &out[i]);
+    rdmx__unlock(ch->w);
+    return ch->nmethods;
+}
+
+/* Build a call record; NULL with the error recorded. */
+static call_t *call_new(rdmx_channel_t *ch, const char *method,
+                        const void *data, size_t length,
+                        const rdmx_call_params_t *p, rdmx_status_t *st_p)
+{
+    uint64_t f = p ? p->field_mask : 0;
+    unsigned nbulk = (f & RDMX_CALL_FIELD_BULK) ? p->nbulk : 0;
+    size_t dsize[RDMX_RPC_BULK_MAX], aux = 0, name_len;
+    int timeout = (f & RDMX_CALL_FIELD_TIMEOUT) ? p->timeout_ms
+                                                 : ch->timeout_ms;
+    call_t *c;
+
+    name_len = method ? strlen(method) : 0;
+    if (name_len == 0 || name_len > RDMX_RPC_NAME_MAX) {
+        *st_p = rdmx__error(RDMX_ERR_INVALID, "call: method name of %zu "
+                                              "bytes",
+                            name_len);
+        return NULL;
+    }
+    if (data == NULL && length != 0) {
+        *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': NULL data", method);
+        return NULL;
+    }
+    if (length > ch->max_message) {
+        *st_p = rdmx__error(RDMX_ERR_TOO_BIG, "call '%s': %zu bytes exceed "
+                                              "the server's limit of %llu",
+                            method, length,
+                            (unsigned long long)ch->max_message);
+        return NULL;
+    }
+    if (nbulk > RDMX_RPC_BULK_MAX || (nbulk > 0 && p->bulk == NULL)) {
+        *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': %u bulk "
+                                              "descriptors, at most %d",
+                            method, nbulk, RDMX_RPC_BULK_MAX);
+        return NULL;
+    }
+    if (timeout < 0) {
+        *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': negative timeout",
+                            method);
+        return NULL;
+    }
+    for (unsigned i = 0; i < nbulk; i++) {
+        const rdmx_rpc_bulk_t *b = &p->bulk[i];
+        rdmx_status_t st;
+        if (b->mr == NULL) {
+            *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': bulk %u has no "
+                                                  "region",
+                                method, i);
+            return NULL;
+        }
+        st = rdmx_mr_pack(b->mr, b->offset, b->length, b->access, NULL, 0,
+                          &dsize[i]);
+        if (st != RDMX_OK && st != RDMX_ERR_TOO_BIG) {
+            *st_p = st;
+            return NULL;
+        }
+        aux += 4 + dsize[i];
+    }
+    if (nbulk > 0)
+        aux += 4;
+    c = malloc(sizeof(*c));
+    if (c == NULL) {
+        *st_p = rdmx__error(RDMX_ERR_NO_MEMORY, "call: out of memory");
+        return NULL;
+    }
+    memset(c, 0, offsetof(call_t, inl));
+    c->buf = aux + length <= CH_INLINE ? c->inl : malloc(aux + length);
+    if (c->buf == NULL) {
+        free(c);
+        *st_p = rdmx__error(RDMX_ERR_NO_MEMORY, "call: out of memory for "
+                                                "%zu bytes",
+                            length);
+        return NULL;
+    }
+    if (nbulk > 0) {
+        unsigned char *q = c->buf + 4;
+        c->buf[0] = (unsigned char)nbulk;
+        c->buf[1] = c->buf[2] = c->buf[3] = 0;
+        for (unsigned i = 0; i < nbulk; i++) {
+            const rdmx_rpc_bulk_t *b = &p->bulk[i];
+            size_t got = 0;
+            rdmx_status_t st;
+            q[0] = (unsigned char)dsize[i];
+            q[1] = (unsigned char)(dsize[i] >> 8);
+            q[2] = q[3] = 0;
+            st = rdmx_mr_pack(b->mr, b->offset, b->length, b->access, q + 4,
+                              dsize[i], &got);
+            if (st != RDMX_OK) {
+                if (c->buf != c->inl)
+                    free(c->buf);
+                free(c);
+                *st_p = st;
+                return NULL;
+            }
+            q += 4 + dsize[i];
+        }
+    }
+    if (length != 0)
+        memcpy(c->buf + aux, data, length);
+    c->aux_len = (uint32_t)aux;
+    c->len = (uint32_t)length;
+    c->method = rdmx_rpc_id(method);
+    c->midx = method_index(ch, c->method, method);
+    c->flags = (f & RDMX_CALL_FIELD_FLAGS) && (p->flags & RDMX_RPC_IDEMPOTENT)
+                   ? RDMX_RPC_F_IDEMPOTENT
+                   : 0;
+    c->start_ns = rdmx_now_ns();
+    if (timeout > 0)
+        c->deadline_ns = c->start_ns + (uint64_t)timeout * 1000000;
+    c->ch = ch;
+    c->state = CALL_QUEUED;
+    rdmx_list_init(&c->link);
+    return c;
+}
+
+/* The breaker's word on a new call: RDMX_OK, or fail fast. */
+static rdmx_status_t breaker_admit(rdmx_channel_t *ch, call_t *c)
+{
+    if (ch->breaker_threshold == 0 || ch->breaker == RDMX_BREAKER_CLOSED)
+        return RDMX_OK;
+    if (ch->breaker == RDMX_BREAKER_OPEN) {
+        uint64_t now = rdmx_now_ns();
+        if (now < ch->open_until) {
+            ch->stats.fast_failed++;
+            return rdmx__error(RDMX_ERR_BUSY,
+                               "circuit breaker open after %u failures "
+                               "(last: %s); next probe in %llu ms",
+                               ch->consecutive_failures, ch->last_message,
+                               (unsigned long long)((ch->open_until - now) /
+                                                    1000000));
+        }
+        set_breaker(ch, RDMX_BREAKER_HALF_OPEN, RDMX_OK);
+    }
+    if (ch->probe_inflight) {
+        ch->stats.fast_failed++;
+        return rdmx__error(RDMX_ERR_BUSY, "circuit breaker half-open: a "
+                                          "probe call is in flight");
+    }
+    ch->probe_inflight = 1;
+    c->probe = 1;
+    return RDMX_OK;
+}
+
+rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
+                           const void *data, size_t length,
+                           const rdmx_call_params_t *params, rdmx_call_cb_t cb,
+                           void *arg, uint64_t *call_id_p)
+{
+    rdmx_status_t st = RDMX_OK;
+    call_t *c;
+
+    if (ch == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "call: NULL channel");
+    rdmx__lock(ch->w);
+    if (ch->state == RDMX_CHANNEL_CLOSED) {
+        st = rdmx__error(ch->last_error ? ch->last_error
+                                        : RDMX_ERR_CONN_CLOSED,
+                         "channel %s is closed: %s", ch->address,
+                         ch->last_message);
+        goto out;
+    }
+    c = call_new(ch, method, data, length, params, &st);
+    if (c == NULL)
+        goto out;
+    if ((st = breaker_admit(ch, c)) != RDMX_OK) {
+        call_free(c);
+        goto out;
+    }
+    c->id = ch->next_id++;
+    c->cb = cb;
+    c->arg = arg;
+    if (ch->state == RDMX_CHANNEL_READY && ch->inflight < ch->credits &&
+        rdmx_list_empty(&ch->queue) && call_send(ch, c) == 0) {
+        /* on the wire */
+    } else if (ch->nqueued < ch->queue_max) {
+        rdmx_list_insert_tail(&ch->queue, &c->link);
+        ch->nqueued++;
+        ch->stats.queued++;
+    } else {
+        if (c->probe)
+            ch->probe_inflight = 0;
+        st = ch->state == RDMX_CHANNEL_READY
+                 ? rdmx__error(RDMX_ERR_NO_RESOURCE,
+                               "call '%s': %u calls in flight (the credits)"
+                               " and the queue is full",
+                               method, ch->inflight)
+                 : rdmx__error(RDMX_ERR_BUSY, "call '%s': channel %s is not "
+                                              "ready (%s)",
+                               method, ch->address, ch->last_message);
+        call_free(c);
+        goto out;
+    }
+    rdmx_ptrmap_put(&ch->calls, (void *)(uintptr_t)c->id, c);
+    c->linked = 1;
+    ch->stats.calls++;
+    if (c->deadline_ns != 0)
+        arm(ch, c->deadline_ns);
+    if (call_id_p != NULL)
+        *call_id_p = c->id;
+    st = RDMX_INPROGRESS;
+out:
+    rdmx__unlock(ch->w);
+    return st;
+}
+
+rdmx_status_t rdmx_call_oneway(rdmx_channel_t *ch, const char *method,
+                               const void *data, size_t length)
+{
+    rdmx_rpc_hdr_t h;
+    rdmx_status_t st;
+    size_t name_len = method ? strlen(method) : 0;
+
+    if (ch == NULL || name_len == 0 || name_len > RDMX_RPC_NAME_MAX ||
+        (data == NULL && length != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "oneway: bad argument");
+    rdmx__lock(ch->w);
+    if (ch->state != RDMX_CHANNEL_READY) {
+        st = rdmx__error(RDMX_ERR_BUSY, "oneway '%s': channel %s is not "
+                                        "ready",
+                         method, ch->address);
+    } else if (length > ch->max_message) {
+        st = rdmx__error(RDMX_ERR_TOO_BIG, "oneway '%s': %zu bytes exceed the "
+                                           "server's limit",
+                         method, length);
+    } else {
+        rdmx__rpc_hdr(&h, RDMX_RPC_MSG_ONEWAY, rdmx_rpc_id(method), 0);
+        h.payload = (uint32_t)length;
+        st = rdmx__rpc_send(ch->ep, &h, data, length);
+        if (st == RDMX_OK)
+            ch->stats.calls++;
+    }
+    rdmx__unlock(ch->w);
+    return st;
+}
+
+rdmx_status_t rdmx_call_cancel(rdmx_channel_t *ch, uint64_t call_id)
+{
+    rdmx_status_t st = RDMX_OK;
+    call_t *c;
+
+    if (ch == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "cancel: NULL channel");
+    rdmx__lock(ch->w);
+    c = rdmx_ptrmap_get(&ch->calls, (void *)(uintptr_t)call_id);
+    if (c == NULL || c->done) {
+        st = rdmx__error(RDMX_ERR_NOT_FOUND, "cancel: call %llu is not "
+                                             "pending",
+                         (unsigned long long)call_id);
+        goto out;
+    }
+    ch->stats.canceled++;
+    if (c->state == CALL_SENT) {
+        if (ch->ep != NULL)
+            rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_CANCEL, c->id, 0);
+        complete(ch, c, RDMX_ERR_CANCELED, NULL, 0, "canceled by the caller");
+    } else {
+        complete(ch, c, RDMX_ERR_CANCELED, NULL, 0, "canceled by the caller");
+        retire(ch, c);
+    }
+out:
+    rdmx__unlock(ch->w);
+    return st;
+}
+
+/* --- blocking call ------------------------------------------------------------- */
+
+typedef struct {
+    volatile int done;
+    rdmx_status_t status;
+    void *resp;
+    size_t capacity, length;
+    char message[256];
+} waiter_t;
+
+static void waiter_cb(const rdmx_call_result_t *r, void *arg)
+{
+    waiter_t *wt = arg;
+
+    wt->status = r->status;
+    wt->length = r->length;
+    if (r->status == RDMX_OK) {
+        if (r->length > wt->capacity) {
+            wt->status = RDMX_ERR_TOO_BIG;
+            snprintf(wt->message, sizeof(wt->message),
+                     "response of %zu bytes, buffer of %zu", r->length,
+                     wt->capacity);
+        } else if (r->length != 0) {
+            memcpy(wt->resp, r->data, r->length);
+        }
+    } else {
+        snprintf(wt->message, sizeof(wt->message), "%s", r->message);
+    }
+    wt->done = 1;
+}
+
+rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
+                        const void *data, size_t length,
+                        const rdmx_call_params_t *params, void *resp,
+                        size_t capacity, size_t *resp_len_p)
+{
+    waiter_t wt = {0};
+    rdmx_status_t st;
+
+    if (resp == NULL && capacity != 0)
+        return rdmx__error(RDMX_ERR_INVALID, "call: NULL response buffer");
+    wt.resp = resp;
+    wt.capacity = capacity;
+    st = rdmx_call_nb(ch, method, data, length, params, waiter_cb, &wt, NULL);
+    if (st != RDMX_INPROGRESS)
+        return st;
+    if (ch->w->mt) {
+        pthread_mutex_lock(&ch->w->lock);
+        ucp_worker_signal(ch->w->ucp);
+        while (!wt.done)
+            pthread_cond_wait(&ch->w->cond, &ch->w->lock);
+        pthread_mutex_unlock(&ch->w->lock);
+    } else {
+        while (!wt.done)
+            rdmx_worker_progress(ch->w);
+    }
+    if (resp_len_p != NULL)
+        *resp_len_p = wt.length;
+    if (wt.status != RDMX_OK)
+        return rdmx__error(wt.status, "%s: %s", method, wt.message);
+    return RDMX_OK;
+}

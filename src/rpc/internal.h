@@ -1,0 +1,126 @@
+/*
+ * rdmx RPC — private structures shared by the files of src/rpc.
+ *
+ * Every RPC message is one UCX active message (id RDMX_AM_RPC) on a core
+ * endpoint; ep->upper points at the rdmx_rpc_link_t that owns it: a server
+ * connection or a client channel. Everything here is touched only by the
+ * thread that progresses the endpoint's worker (see include/rdmx/rpc.h).
+ */
+#ifndef RDMX_RPC_INTERNAL_H
+#define RDMX_RPC_INTERNAL_H
+
+#include <rdmx/rpc.h>
+
+#include "core/internal.h"
+#include "rpc/wire.h"
+#include "util/ptrmap.h"
+
+/* --- latency histogram (metrics.c) ------------------------------------------
+ * Log-linear buckets over nanoseconds: 16 sub-buckets per power of two, so a
+ * percentile is within 1/16 (6 %) of the true value. */
+#define RDMX_HIST_SUB     16
+#define RDMX_HIST_BUCKETS (48 * RDMX_HIST_SUB)
+
+typedef struct {
+    uint64_t count;
+    uint64_t max;
+    uint32_t bucket[RDMX_HIST_BUCKETS];
+} rdmx_hist_t;
+
+void rdmx__hist_add(rdmx_hist_t *h, uint64_t ns);
+void rdmx__hist_merge(rdmx_hist_t *into, const rdmx_hist_t *from);
+/* The value at quantile @q (0..1), 0 for an empty histogram. */
+uint64_t rdmx__hist_quantile(const rdmx_hist_t *h, double q);
+
+/* Counters of one handler or method; written by one thread, read racily. */
+typedef struct {
+    uint64_t calls, errors, timeouts, bytes_in, bytes_out;
+    rdmx_hist_t hist;
+} rdmx_rpc_counters_t;
+
+void rdmx__counters_merge(rdmx_rpc_counters_t *into,
+                          const rdmx_rpc_counters_t *from);
+void rdmx__counters_export(const rdmx_rpc_counters_t *c, const char *name,
+                           rdmx_rpc_metrics_t *out);
+
+/* --- authentication (auth.c) --------------------------------------------- */
+
+/* HMAC-SHA256(secret, label || a || b), a and b RDMX_RPC_NONCE_SIZE bytes. */
+rdmx_status_t rdmx__rpc_mac(const void *secret, size_t secret_len,
+                            const char *label, const unsigned char *a,
+                            const unsigned char *b,
+                            unsigned char out[RDMX_RPC_MAC_SIZE]);
+rdmx_status_t rdmx__rpc_nonce(unsigned char out[RDMX_RPC_NONCE_SIZE]);
+/* Constant-time comparison of two MACs: 1 when equal. */
+int rdmx__rpc_mac_equal(const unsigned char *a, const unsigned char *b);
+
+/* --- links ------------------------------------------------------------------ */
+
+typedef enum { RDMX_RPC_LINK_SERVER = 1, RDMX_RPC_LINK_CHANNEL = 2 } rdmx_rpc_role_t;
+
+/* First member of a server connection and of a channel. */
+typedef struct {
+    rdmx_rpc_role_t role;
+} rdmx_rpc_link_t;
+
+/* The active-message handler for RDMX_AM_RPC (dispatch.c). */
+ucs_status_t rdmx__rpc_am(void *arg, const void *header, size_t hlen,
+                          void *data, size_t len,
+                          const ucp_am_recv_param_t *param);
+/* Install it on @w once. */
+rdmx_status_t rdmx__rpc_attach(rdmx_worker_t *w);
+
+/* A received message, header decoded. @data is aux || payload; when @rndv,
+ * @data is UCX's rendezvous descriptor and nothing has arrived yet. */
+typedef struct {
+    rdmx_rpc_hdr_t h;
+    void *data;
+    size_t length;
+    int rndv;
+    int can_hold; /* eager data may be kept by returning UCS_INPROGRESS */
+} rdmx_rpc_msg_t;
+
+/* Called by the dispatcher; return UCS_INPROGRESS to keep a rendezvous
+ * descriptor (then the callee owns it), UCS_OK otherwise. */
+ucs_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                                 rdmx_rpc_msg_t *m);
+ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                                  rdmx_rpc_msg_t *m);
+/* A message that failed to decode: @why says what. */
+void rdmx__server_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                         const rdmx_rpc_hdr_t *h, const char *why);
+void rdmx__channel_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                          const rdmx_rpc_hdr_t *h, const char *why);
+/* A message on an endpoint the server accepted but has not set up yet. */
+rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep);
+
+/* Send a message of header @h (h->aux + h->payload == @len bytes at @data).
+ * Tries to complete at once from @data; otherwise keeps @data if @keep_cb
+ * is given, or sends a copy. @return RDMX_OK (done, or on its way with a
+ * copy), RDMX_INPROGRESS (@data in use until @keep_cb runs) or an error. */
+rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
+                                  const void *data, size_t len,
+                                  rdmx_cb_t keep_cb, void *keep_arg);
+rdmx_status_t rdmx__rpc_send(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
+                             const void *data, size_t len);
+/* Send a control message (no data): PING, PONG, CANCEL, ERROR w/o text. */
+rdmx_status_t rdmx__rpc_send_ctl(rdmx_ep_t *ep, rdmx_rpc_kind_t kind,
+                                 uint64_t id, int32_t status);
+
+/* Initialise a header of @kind. */
+static inline void rdmx__rpc_hdr(rdmx_rpc_hdr_t *h, rdmx_rpc_kind_t kind,
+                                 uint32_t handler, uint64_t id)
+{
+    h->version = RDMX_RPC_VERSION;
+    h->kind = (uint8_t)kind;
+    h->flags = 0;
+    h->handler = handler;
+    h->status = 0;
+    h->id = id;
+    h->payload = 0;
+    h->aux = 0;
+    h->deadline_us = 0;
+    h->credits = 0;
+}
+
+#endif /* RDMX_RPC_INTERNAL_H */

@@ -1,0 +1,1205 @@
+/*
+ * RPC server: N worker threads, each with its own rdmx worker. The listener
+ * (on worker 0) spreads connections round-robin; a connection stays on its
+ * worker, so handlers run without locks. See docs/RPC.md.
+ *
+ * A request is a record from the worker's pool. Its payload is UCX's
+ * receive buffer, held (UCS_INPROGRESS) when the handler defers its answer,
+ * or a buffer of ours for rendezvous messages. Every REQUEST is answered
+ * exactly once — RESPONSE, or ERROR — so the caller's credits come back even
+ * for work that expired or was canceled (then only a short ERROR travels).
+ */
+#include "rpc/internal.h"
+
+#include "util/time.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SRV_DEFAULT_ADDRESS  "0.0.0.0:0"
+#define SRV_DEFAULT_CONNS    1024
+#define SRV_DEFAULT_CREDITS  256
+#define SRV_DEFAULT_MAX_MSG  (64ull << 20)
+#define SRV_DEFAULT_INFLIGHT 65536
+#define SRV_SPIN_NS          100000ull /* adaptive polling: spin 100 us */
+#define SRV_REQ_POOL_MAX     1024
+
+typedef struct {
+    char name[RDMX_RPC_NAME_MAX + 1];
+    uint32_t id;
+    unsigned flags;
+    rdmx_rpc_handler_t fn;
+    void *arg;
+} handler_t;
+
+typedef struct server_worker server_worker_t;
+
+typedef enum {
+    CONN_HELLO,  /* waiting for HELLO */
+    CONN_AUTH,   /* CHALLENGE sent, waiting for AUTH */
+    CONN_READY,  /* WELCOME sent: requests run */
+    CONN_REFUSED /* failed authentication: everything is refused */
+} conn_state_t;
+
+typedef struct {
+    rdmx_rpc_link_t link; /* role SERVER; first */
+    rdmx_list_t node;     /* sw->conns */
+    server_worker_t *sw;
+    rdmx_ep_t *ep;        /* NULL once closed */
+    conn_state_t state;
+    int authed;
+    unsigned char cnonce[RDMX_RPC_NONCE_SIZE];
+    unsigned char snonce[RDMX_RPC_NONCE_SIZE];
+    unsigned inflight;    /* requests not answered yet (credits used) */
+    unsigned refs;        /* request records pointing here */
+    rdmx_ptrmap_t deferred; /* request id -> deferred request (CANCEL) */
+    char peer[64];
+} conn_t;
+
+struct rdmx_rpc_req {
+    rdmx_list_t link;     /* pool */
+    conn_t *conn;
+    handler_t *handler;
+    unsigned hidx;
+    uint64_t id;
+    int oneway;
+    int answered;
+    int deferred;         /* the handler returned without answering */
+    int canceled;
+    const unsigned char *data; /* aux || payload */
+    size_t aux_len, len;
+    void *ucx_data;       /* UCX's buffer we hold, or NULL */
+    void *own;            /* our buffer (rendezvous, copies), or NULL */
+    uint64_t arrival_ns, deadline_ns;
+    unsigned nbulk;
+    rdmx_rpc_bulk_ref_t bulk[RDMX_RPC_BULK_MAX];
+    rdmx_rmem_t *rmem[RDMX_RPC_BULK_MAX];
+};
+
+struct server_worker {
+    rdmx_rpc_server_t *srv;
+    unsigned index;
+    rdmx_worker_t *w;
+    pthread_t thread;
+    int running;
+    rdmx_list_t conns;
+    rdmx_list_t pool;     /* free request records */
+    unsigned npool;
+    unsigned deferred;    /* requests held by handlers */
+    rdmx_rpc_counters_t *counters; /* [srv->nhandlers] */
+    rdmx_rpc_server_stats_t stats;
+};
+
+struct rdmx_rpc_server {
+    rdmx_context_t *ctx;
+    char address[256];
+    unsigned nworkers;
+    unsigned max_connections;
+    unsigned credits;
+    uint64_t max_message;
+    unsigned max_inflight;
+    rdmx_rpc_poll_t poll;
+    unsigned char *secret;
+    size_t secret_len;
+    handler_t *handlers;
+    unsigned nhandlers, cap;
+    int32_t *slots;       /* id hash -> handler index, -1 empty */
+    unsigned slot_mask;
+    uint32_t *wl_ids, *wl_flags; /* handler table for WELCOME */
+    server_worker_t *workers;
+    rdmx_listener_t *listener;
+    uint16_t port;
+    int started;
+    volatile int stop;
+    unsigned conns_now;   /* atomic */
+};
+
+static void req_finish(rdmx_rpc_req_t *req);
+
+/* --- handler table ----------------------------------------------------------- */
+
+static handler_t *handler_find(rdmx_rpc_server_t *s, uint32_t id,
+                               unsigned *idx_p)
+{
+    for (unsigned i = id & s->slot_mask;; i = (i + 1) & s->slot_mask) {
+        int32_t k = s->slots[i];
+        if (k < 0)
+            return NULL;
+        if (s->handlers[k].id == id) {
+            *idx_p = (unsigned)k;
+            return &s->handlers[k];
+        }
+    }
+}
+
+static rdmx_status_t build_slots(rdmx_rpc_server_t *s)
+{
+    unsigned n = 16;
+
+    while (n < s->nhandlers * 4)
+        n *= 2;
+    free(s->slots);
+    s->slots = malloc(n * sizeof(*s->slots));
+    s->wl_ids = malloc((s->nhandlers + 1) * sizeof(uint32_t));
+    s->wl_flags = malloc((s->nhandlers + 1) * sizeof(uint32_t));
+    if (s->slots == NULL || s->wl_ids == NULL || s->wl_flags == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "server: out of memory");
+    s->slot_mask = n - 1;
+    for (unsigned i = 0; i < n; i++)
+        s->slots[i] = -1;
+    for (unsigned k = 0; k < s->nhandlers; k++) {
+        unsigned i = s->handlers[k].id & s->slot_mask;
+        while (s->slots[i] >= 0)
+            i = (i + 1) & s->slot_mask;
+        s->slots[i] = (int32_t)k;
+        s->wl_ids[k] = s->handlers[k].id;
+        s->wl_flags[k] = s->handlers[k].flags;
+    }
+    return RDMX_OK;
+}
+
+static rdmx_status_t add_handler(rdmx_rpc_server_t *s, const char *name,
+                                 rdmx_rpc_handler_t fn, void *arg,
+                                 unsigned flags)
+{
+    uint32_t id = rdmx_rpc_id(name);
+    handler_t *h;
+
+    for (unsigned i = 0; i < s->nhandlers; i++) {
+        if (strcmp(s->handlers[i].name, name) == 0)
+            return rdmx__error(RDMX_ERR_EXISTS, "handler '%s' is already "
+                                                "registered",
+                               name);
+        if (s->handlers[i].id == id)
+            return rdmx__error(RDMX_ERR_EXISTS,
+                               "handler '%s' has the id 0x%08x of '%s'; "
+                               "choose another name",
+                               name, id, s->handlers[i].name);
+    }
+    if (s->nhandlers == s->cap) {
+        unsigned cap = s->cap ? s->cap * 2 : 16;
+        handler_t *n = realloc(s->handlers, cap * sizeof(*n));
+        if (n == NULL)
+            return rdmx__error(RDMX_ERR_NO_MEMORY, "server: out of memory");
+        s->handlers = n;
+        s->cap = cap;
+    }
+    h = &s->handlers[s->nhandlers++];
+    memset(h, 0, sizeof(*h));
+    strcpy(h->name, name);
+    h->id = id;
+    h->flags = flags;
+    h->fn = fn;
+    h->arg = arg;
+    return RDMX_OK;
+}
+
+rdmx_status_t rdmx_rpc_server_register(rdmx_rpc_server_t *s, const char *name,
+                                       rdmx_rpc_handler_t fn, void *arg,
+                                       unsigned flags)
+{
+    size_t len;
+
+    if (s == NULL || name == NULL || fn == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "register: NULL argument");
+    len = strlen(name);
+    if (len == 0 || len > RDMX_RPC_NAME_MAX)
+        return rdmx__error(RDMX_ERR_INVALID, "register: name of %zu bytes, "
+                                             "1..%d allowed",
+                           len, RDMX_RPC_NAME_MAX);
+    if (flags & ~(unsigned)(RDMX_RPC_ONEWAY | RDMX_RPC_IDEMPOTENT))
+        return rdmx__error(RDMX_ERR_INVALID, "register '%s': unknown flags "
+                                             "0x%x",
+                           name, flags);
+    if (strncmp(name, "rdmx.", 5) == 0)
+        return rdmx__error(RDMX_ERR_EXISTS, "register '%s': names starting "
+                                            "'rdmx.' are reserved",
+                           name);
+    if (s->started)
+        return rdmx__error(RDMX_ERR_BUSY, "register '%s': the server is "
+                                          "already started",
+                           name);
+    return add_handler(s, name, fn, arg, flags);
+}
+
+/* --- requests ------------------------------------------------------------- */
+
+static rdmx_rpc_req_t *req_get(server_worker_t *sw)
+{
+    rdmx_list_t *e = rdmx_list_pop(&sw->pool);
+    rdmx_rpc_req_t *req;
+
+    if (e != NULL) {
+        sw->npool--;
+        req = rdmx_container_of(e, rdmx_rpc_req_t, link);
+    } else if ((req = malloc(sizeof(*req))) == NULL) {
+        return NULL;
+    }
+    memset(req, 0, offsetof(rdmx_rpc_req_t, bulk));
+    return req;
+}
+
+static void conn_put(conn_t *c)
+{
+    if (--c->refs == 0 && c->ep == NULL) {
+        rdmx_ptrmap_cleanup(&c->deferred);
+        free(c);
+    }
+}
+
+static void send_error(conn_t *c, uint64_t id, uint32_t handler,
+                       rdmx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void send_error(conn_t *c, uint64_t id, uint32_t handler,
+                       rdmx_status_t status, const char *fmt, ...)
+{
+    rdmx_rpc_hdr_t h;
+    char msg[256];
+    va_list ap;
+    int n;
+
+    if (c->ep == NULL)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof(msg))
+        n = sizeof(msg) - 1;
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_ERROR, handler, id);
+    h.status = status;
+    h.payload = (uint32_t)n;
+    c->sw->stats.errors++;
+    c->sw->stats.responses++;
+    rdmx__rpc_send(c->ep, &h, msg, (size_t)n);
+}
+
+int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req)
+{
+    return req->canceled || req->conn->ep == NULL ||
+           (req->deadline_ns != 0 && rdmx_now_ns() >= req->deadline_ns);
+}
+
+/* Common end of an answer: metrics, credits, memory. */
+static void req_finish(rdmx_rpc_req_t *req)
+{
+    conn_t *c = req->conn;
+    server_worker_t *sw = c->sw;
+
+    for (unsigned i = 0; i < req->nbulk; i++)
+        if (req->rmem[i] != NULL)
+            rdmx_rmem_destroy(req->rmem[i]);
+    if (req->ucx_data != NULL)
+        ucp_am_data_release(sw->w->ucp, req->ucx_data);
+    free(req->own);
+    if (req->deferred) {
+        sw->deferred--;
+        rdmx_ptrmap_del(&c->deferred, (void *)(uintptr_t)req->id);
+    }
+    if (!req->oneway)
+        c->inflight--;
+    if (sw->npool < SRV_REQ_POOL_MAX) {
+        rdmx_list_insert_tail(&sw->pool, &req->link);
+        sw->npool++;
+    } else {
+        free(req);
+    }
+    conn_put(c);
+}
+
+/* Answer @req: RESPONSE when @status is RDMX_OK, else ERROR with @msg. */
+static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
+                            const void *data, size_t len, const char *msg)
+{
+    conn_t *c = req->conn;
+    server_worker_t *sw = c->sw;
+    rdmx_rpc_counters_t *m = &sw->counters[req->hidx];
+    rdmx_status_t st = RDMX_OK;
+    rdmx_rpc_hdr_t h;
+
+    if (req->answered)
+        return rdmx__error(RDMX_ERR_INVALID, "request %llu of '%s' was "
+                                             "already answered",
+                           (unsigned long long)req->id, req->handler->name);
+    req->answered = 1;
+    m->calls++;
+    rdmx__hist_add(&m->hist, rdmx_now_ns() - req->arrival_ns);
+    if (status != RDMX_OK)
+        m->errors++;
+    if (req->oneway || c->ep == NULL) {
+        /* nothing to send */
+    } else if (rdmx_rpc_req_expired(req)) {
+        /* The caller gave up: a short ERROR returns its credit. */
+        m->timeouts++;
+        sw->stats.expired++;
+        send_error(c, req->id, req->handler->id,
+                   req->canceled ? RDMX_ERR_CANCELED : RDMX_ERR_TIMEOUT,
+                   "dropped: the call %s before the handler answered",
+                   req->canceled ? "was canceled" : "expired");
+    } else if (status == RDMX_OK) {
+        if (len > sw->srv->max_message) {
+            send_error(c, req->id, req->handler->id, RDMX_ERR_TOO_BIG,
+                       "response of %zu bytes exceeds the limit of %llu",
+                       len, (unsigned long long)sw->srv->max_message);
+            st = rdmx__error(RDMX_ERR_TOO_BIG, "response of %zu bytes "
+                                               "exceeds max_message",
+                             len);
+        } else {
+            rdmx__rpc_hdr(&h, RDMX_RPC_MSG_RESPONSE, req->handler->id, req->id);
+            h.payload = (uint32_t)len;
+            sw->stats.responses++;
+            m->bytes_out += len;
+            st = rdmx__rpc_send(c->ep, &h, data, len);
+        }
+    } else {
+        send_error(c, req->id, req->handler->id, status, "%s", msg);
+    }
+    req_finish(req);
+    return st;
+}
+
+rdmx_status_t rdmx_rpc_respond(rdmx_rpc_req_t *req, const void *data,
+                               size_t length)
+{
+    if (req == NULL || (data == NULL && length != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "respond: NULL argument");
+    return answer(req, RDMX_OK, data, length, NULL);
+}
+
+rdmx_status_t rdmx_rpc_respond_error(rdmx_rpc_req_t *req,
+                                     rdmx_status_t status, const char *fmt,
+                                     ...)
+{
+    char msg[256] = "";
+    va_list ap;
+
+    if (req == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "respond_error: NULL request");
+    if (status >= 0)
+        status = RDMX_ERR_INTERNAL;
+    if (fmt != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+    }
+    return answer(req, status, NULL, 0, msg);
+}
+
+const void *rdmx_rpc_req_data(const rdmx_rpc_req_t *req, size_t *length_p)
+{
+    if (length_p != NULL)
+        *length_p = req->len;
+    return req->data + req->aux_len;
+}
+
+const char *rdmx_rpc_req_name(const rdmx_rpc_req_t *req)
+{
+    return req->handler->name;
+}
+
+const char *rdmx_rpc_req_peer(const rdmx_rpc_req_t *req)
+{
+    return req->conn->peer;
+}
+
+int rdmx_rpc_req_authenticated(const rdmx_rpc_req_t *req)
+{
+    return req->conn->authed;
+}
+
+uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req)
+{
+    return req->deadline_ns;
+}
+
+unsigned rdmx_rpc_req_worker(const rdmx_rpc_req_t *req)
+{
+    return req->conn->sw->index;
+}
+
+rdmx_ep_t *rdmx_rpc_req_ep(const rdmx_rpc_req_t *req)
+{
+    return req->conn->ep;
+}
+
+unsigned rdmx_rpc_req_bulk_count(const rdmx_rpc_req_t *req)
+{
+    return req->nbulk;
+}
+
+rdmx_status_t rdmx_rpc_req_bulk(rdmx_rpc_req_t *req, unsigned index,
+                                rdmx_rmem_t **rmem_p)
+{
+    rdmx_status_t st;
+
+    if (req == NULL || rmem_p == NULL || index >= req->nbulk)
+        return rdmx__error(RDMX_ERR_OUT_OF_RANGE, "bulk %u: the request has "
+                                                  "%u descriptors",
+                           index, req ? req->nbulk : 0);
+    if (req->conn->ep == NULL)
+        return rdmx__error(RDMX_ERR_CONN_RESET, "bulk: the caller is gone");
+    if (req->rmem[index] == NULL) {
+        st = rdmx_rmem_unpack(req->conn->ep, req->bulk[index].desc,
+                              req->bulk[index].length, &req->rmem[index]);
+        if (st != RDMX_OK)
+            return st;
+    }
+    *rmem_p = req->rmem[index];
+    return RDMX_OK;
+}
+
+/* Run the handler of a request whose bytes are all here. */
+static void run_request(rdmx_rpc_req_t *req)
+{
+    conn_t *c = req->conn;
+    char why[160];
+
+    if (req->aux_len != 0 &&
+        rdmx_rpc_bulk_decode(req->data, req->aux_len, req->bulk,
+                             RDMX_RPC_BULK_MAX, &req->nbulk, why,
+                             sizeof(why)) != RDMX_OK) {
+        c->sw->stats.malformed++;
+        req->nbulk = 0;
+        answer(req, RDMX_ERR_PROTO, NULL, 0, why);
+        return;
+    }
+    for (unsigned i = 0; i < req->nbulk; i++)
+        req->rmem[i] = NULL;
+    c->sw->counters[req->hidx].bytes_in += req->len;
+    req->handler->fn(req, req->handler->arg);
+}
+
+/* A request whose handler returned without answering: keep it findable. */
+static void mark_deferred(rdmx_rpc_req_t *req)
+{
+    req->deferred = 1;
+    req->conn->sw->deferred++;
+    rdmx_ptrmap_put(&req->conn->deferred, (void *)(uintptr_t)req->id, req);
+}
+
+static void rndv_done(rdmx_status_t status, size_t length, void *arg)
+{
+    rdmx_rpc_req_t *req = arg;
+
+    (void)length;
+    if (status != RDMX_OK) {
+        req->answered = 1; /* nothing to answer: the link is gone */
+        req->conn->sw->counters[req->hidx].errors++;
+        req_finish(req);
+        return;
+    }
+    run_request(req);
+    if (!req->answered && !req->deferred)
+        mark_deferred(req);
+}
+
+static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
+{
+    server_worker_t *sw = c->sw;
+    rdmx_rpc_server_t *s = sw->srv;
+    const rdmx_rpc_hdr_t *h = &m->h;
+    int oneway = h->kind == RDMX_RPC_MSG_ONEWAY;
+    rdmx_rpc_req_t *req;
+    handler_t *hd;
+    unsigned hidx = 0;
+
+    sw->stats.requests++;
+    if (c->state != CONN_READY) {
+        if (s->secret != NULL) {
+            sw->stats.denied++;
+            if (!oneway)
+                send_error(c, h->id, h->handler, RDMX_ERR_DENIED,
+                           "not authenticated");
+        } else {
+            sw->stats.malformed++;
+            if (!oneway)
+                send_error(c, h->id, h->handler, RDMX_ERR_PROTO,
+                           "request before the handshake (HELLO)");
+        }
+        return UCS_OK;
+    }
+    hd = handler_find(s, h->handler, &hidx);
+    if (hd == NULL) {
+        sw->stats.unknown_handler++;
+        if (!oneway)
+            send_error(c, h->id, h->handler, RDMX_ERR_NOT_FOUND,
+                       "no handler with id 0x%08x", h->handler);
+        return UCS_OK;
+    }
+    if (h->payload > s->max_message) {
+        sw->stats.too_big++;
+        if (!oneway)
+            send_error(c, h->id, h->handler, RDMX_ERR_TOO_BIG,
+                       "request of %u bytes to '%s' exceeds the limit of "
+                       "%llu",
+                       h->payload, hd->name,
+                       (unsigned long long)s->max_message);
+        return UCS_OK;
+    }
+    if (!oneway && c->inflight >= s->credits) {
+        sw->stats.no_credit++;
+        send_error(c, h->id, h->handler, RDMX_ERR_NO_RESOURCE,
+                   "more than %u requests in flight on this connection",
+                   s->credits);
+        return UCS_OK;
+    }
+    if (sw->deferred >= s->max_inflight) {
+        sw->stats.busy++;
+        if (!oneway)
+            send_error(c, h->id, h->handler, RDMX_ERR_BUSY,
+                       "server worker holds %u requests", sw->deferred);
+        return UCS_OK;
+    }
+    req = req_get(sw);
+    if (req == NULL) {
+        sw->stats.busy++;
+        if (!oneway)
+            send_error(c, h->id, h->handler, RDMX_ERR_NO_MEMORY,
+                       "server out of memory");
+        return UCS_OK;
+    }
+    req->conn = c;
+    c->refs++;
+    if (!oneway)
+        c->inflight++;
+    req->handler = hd;
+    req->hidx = hidx;
+    req->id = h->id;
+    req->oneway = oneway;
+    req->aux_len = h->aux;
+    req->len = h->payload;
+    req->arrival_ns = rdmx_now_ns();
+    if (h->deadline_us != 0)
+        req->deadline_ns = req->arrival_ns + (uint64_t)h->deadline_us * 1000;
+
+    if (m->rndv) {
+        req->own = malloc(m->length ? m->length : 1);
+        if (req->own == NULL) {
+            ucp_am_data_release(sw->w->ucp, m->data);
+            answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
+            return UCS_OK;
+        }
+        req->data = req->own;
+        rdmx__am_recv_data(c->ep, m->data, req->own, m->length, rndv_done,
+                           req);
+        return UCS_INPROGRESS;
+    }
+    if (!m->can_hold && m->length != 0) {
+        /* UCX cannot lend this buffer past the callback: copy it now. */
+        req->own = malloc(m->length);
+        if (req->own == NULL) {
+            answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
+            return UCS_OK;
+        }
+        memcpy(req->own, m->data, m->length);
+        req->data = req->own;
+    } else {
+        req->data = m->data;
+    }
+    run_request(req);
+    if (req->answered)
+        return UCS_OK;
+    mark_deferred(req);
+    if (req->own == NULL && m->length != 0) {
+        req->ucx_data = m->data;
+        return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+}
+
+/* --- handshake ------------------------------------------------------------ */
+
+static void send_welcome(conn_t *c, uint64_t id, int with_proof)
+{
+    rdmx_rpc_server_t *s = c->sw->srv;
+    rdmx_rpc_welcome_t wl = {0};
+    size_t size = rdmx_rpc_welcome_size(s->nhandlers, with_proof);
+    unsigned char *body = malloc(size);
+    rdmx_rpc_hdr_t h;
+
+    if (body == NULL)
+        return;
+    wl.credits = s->credits;
+    wl.worker = c->sw->index;
+    wl.max_message = s->max_message;
+    wl.nhandlers = s->nhandlers;
+    wl.has_proof = with_proof;
+    if (with_proof &&
+        rdmx__rpc_mac(s->secret, s->secret_len, "rdmx-server", c->cnonce,
+                      c->snonce, wl.proof) != RDMX_OK) {
+        free(body);
+        return;
+    }
+    rdmx_rpc_welcome_encode(&wl, s->wl_ids, s->wl_flags, body);
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_WELCOME, 0, id);
+    h.aux = (uint32_t)size;
+    c->state = CONN_READY;
+    rdmx__rpc_send(c->ep, &h, body, size);
+    free(body);
+}
+
+static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
+{
+    rdmx_rpc_server_t *s = c->sw->srv;
+    const unsigned char *p = m->data;
+    rdmx_rpc_hdr_t h;
+
+    if (c->state != CONN_HELLO || m->h.aux != RDMX_RPC_HELLO_SIZE ||
+        m->h.payload != 0 || p[0] | p[1] | p[2] | p[3]) {
+        c->sw->stats.malformed++;
+        send_error(c, m->h.id, 0, RDMX_ERR_PROTO,
+                   "HELLO: unexpected, or %u bytes with features set",
+                   m->h.aux);
+        return;
+    }
+    memcpy(c->cnonce, p + 4, RDMX_RPC_NONCE_SIZE);
+    if (s->secret == NULL) {
+        send_welcome(c, m->h.id, 0);
+        return;
+    }
+    if (rdmx__rpc_nonce(c->snonce) != RDMX_OK) {
+        send_error(c, m->h.id, 0, RDMX_ERR_INTERNAL, "no random bytes");
+        return;
+    }
+    c->state = CONN_AUTH;
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_CHALLENGE, 0, m->h.id);
+    h.aux = RDMX_RPC_NONCE_SIZE;
+    rdmx__rpc_send(c->ep, &h, c->snonce, RDMX_RPC_NONCE_SIZE);
+}
+
+static void on_auth(conn_t *c, rdmx_rpc_msg_t *m)
+{
+    rdmx_rpc_server_t *s = c->sw->srv;
+    unsigned char want[RDMX_RPC_MAC_SIZE];
+
+    if (c->state != CONN_AUTH || m->h.aux != RDMX_RPC_MAC_SIZE ||
+        m->h.payload != 0) {
+        c->sw->stats.auth_failed++;
+        send_error(c, m->h.id, 0, RDMX_ERR_DENIED,
+                   "AUTH: unexpected, or not %d bytes", RDMX_RPC_MAC_SIZE);
+        return;
+    }
+    if (rdmx__rpc_mac(s->secret, s->secret_len, "rdmx-client", c->snonce,
+                      c->cnonce, want) != RDMX_OK ||
+        !rdmx__rpc_mac_equal(want, m->data)) {
+        c->sw->stats.auth_failed++;
+        rdmx_warn("rpc: %s failed authentication", c->peer);
+        send_error(c, m->h.id, 0, RDMX_ERR_DENIED,
+                   "authentication failed: wrong secret");
+        c->state = CONN_REFUSED;
+        return;
+    }
+    c->authed = 1;
+    send_welcome(c, m->h.id, 1);
+}
+
+/* --- connections ----------------------------------------------------------- */
+
+static void conn_ep_error(rdmx_ep_t *ep, rdmx_status_t status, void *arg);
+static void server_accept(rdmx_ep_t *ep, void *arg);
+
+static server_worker_t *worker_of(rdmx_rpc_server_t *s, rdmx_worker_t *w)
+{
+    for (unsigned i = 0; i < s->nworkers; i++)
+        if (s->workers[i].w == w)
+            return &s->workers[i];
+    return NULL;
+}
+
+static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
+{
+    server_worker_t *sw = worker_of(s, ep->worker);
+    conn_t *c;
+
+    if (sw == NULL)
+        return NULL;
+    if (__atomic_add_fetch(&s->conns_now, 1, __ATOMIC_RELAXED) >
+        s->max_connections) {
+        __atomic_sub_fetch(&s->conns_now, 1, __ATOMIC_RELAXED);
+        sw->stats.connections_refused++;
+        rdmx_warn("rpc: refusing %s: %u connections open", ep->peer,
+                  s->max_connections);
+        return NULL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || rdmx_ptrmap_init(&c->deferred) != 0) {
+        free(c);
+        __atomic_sub_fetch(&s->conns_now, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    c->link.role = RDMX_RPC_LINK_SERVER;
+    c->sw = sw;
+    c->ep = ep;
+    c->refs = 1; /* the connection's own */
+    c->state = CONN_HELLO;
+    snprintf(c->peer, sizeof(c->peer), "%s", ep->peer);
+    rdmx_list_insert_tail(&sw->conns, &c->node);
+    sw->stats.connections_total++;
+    ep->upper = c;
+    return c;
+}
+
+/* Close and forget a connection; requests still held keep the record. */
+static void conn_close(conn_t *c)
+{
+    rdmx_ep_t *ep = c->ep;
+
+    if (ep == NULL)
+        return;
+    ep->upper = NULL;
+    c->ep = NULL;
+    rdmx_list_del(&c->node);
+    __atomic_sub_fetch(&c->sw->srv->conns_now, 1, __ATOMIC_RELAXED);
+    rdmx_ep_close(ep);
+    conn_put(c);
+}
+
+rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep)
+{
+    conn_t *c;
+
+    if (ep->accept_cb != server_accept || ep->state != RDMX_EP_CONNECTED)
+        return NULL;
+    c = conn_create(ep, ep->accept_arg);
+    return c ? &c->link : NULL;
+}
+
+static void server_accept(rdmx_ep_t *ep, void *arg)
+{
+    if (ep->upper != NULL)
+        return; /* set up by its first message */
+    if (conn_create(ep, arg) == NULL)
+        rdmx_ep_close(ep);
+}
+
+static void conn_ep_error(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
+{
+    conn_t *c = ep->upper;
+
+    (void)arg;
+    (void)status;
+    if (c != NULL)
+        conn_close(c);
+    else
+        rdmx_ep_close(ep);
+}
+
+ucs_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                                 rdmx_rpc_msg_t *m)
+{
+    conn_t *c = (conn_t *)link;
+    rdmx_rpc_req_t *req;
+
+    (void)ep;
+    if (m->rndv && m->h.kind != RDMX_RPC_MSG_REQUEST &&
+        m->h.kind != RDMX_RPC_MSG_ONEWAY) {
+        c->sw->stats.malformed++;
+        send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
+                   "message of kind %u too large", m->h.kind);
+        return UCS_OK;
+    }
+    switch (m->h.kind) {
+    case RDMX_RPC_MSG_REQUEST:
+    case RDMX_RPC_MSG_ONEWAY:
+        return on_request(c, m);
+    case RDMX_RPC_MSG_CANCEL:
+        req = rdmx_ptrmap_get(&c->deferred, (void *)(uintptr_t)m->h.id);
+        if (req != NULL && !req->canceled) {
+            req->canceled = 1;
+            c->sw->stats.canceled++;
+        }
+        return UCS_OK;
+    case RDMX_RPC_MSG_PING:
+        c->sw->stats.pings++;
+        rdmx__rpc_send_ctl(c->ep, RDMX_RPC_MSG_PONG, m->h.id, 0);
+        return UCS_OK;
+    case RDMX_RPC_MSG_HELLO:
+        on_hello(c, m);
+        return UCS_OK;
+    case RDMX_RPC_MSG_AUTH:
+        on_auth(c, m);
+        return UCS_OK;
+    default:
+        c->sw->stats.malformed++;
+        send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
+                   "a server does not take messages of kind %u", m->h.kind);
+        return UCS_OK;
+    }
+}
+
+void rdmx__server_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                         const rdmx_rpc_hdr_t *h, const char *why)
+{
+    conn_t *c = (conn_t *)link;
+
+    (void)ep;
+    c->sw->stats.malformed++;
+    rdmx_debug("rpc: malformed message from %s: %s", c->peer, why);
+    if (h->kind != RDMX_RPC_MSG_ONEWAY && h->kind != RDMX_RPC_MSG_ERROR &&
+        h->kind != RDMX_RPC_MSG_RESPONSE)
+        send_error(c, h->id, h->handler, RDMX_ERR_PROTO, "malformed: %s",
+                   why);
+}
+
+/* --- built-in handlers ------------------------------------------------------ */
+
+static void h_ping(rdmx_rpc_req_t *req, void *arg)
+{
+    size_t len;
+    const void *data = rdmx_rpc_req_data(req, &len);
+
+    (void)arg;
+    rdmx_rpc_respond(req, data, len);
+}
+
+static void h_stats(rdmx_rpc_req_t *req, void *arg)
+{
+    rdmx_rpc_server_t *s = arg;
+    rdmx_rpc_server_stats_t st;
+    rdmx_rpc_metrics_t *m;
+    unsigned n, i;
+    size_t cap = 4096, off = 0;
+    char *out;
+
+    rdmx_rpc_server_stats(s, &st);
+    n = s->nhandlers;
+    m = calloc(n ? n : 1, sizeof(*m));
+    cap += (size_t)n * 200;
+    out = malloc(cap);
+    if (m == NULL || out == NULL) {
+        free(m);
+        free(out);
+        rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    rdmx_rpc_server_metrics(s, m, n);
+#define S(name) off += (size_t)snprintf(out + off, cap - off, "%s %llu\n", \
+                                        #name, (unsigned long long)st.name)
+    off += (size_t)snprintf(out + off, cap - off, "workers %u\n",
+                            s->nworkers);
+    S(connections); S(connections_total); S(connections_refused);
+    S(requests); S(responses); S(errors); S(unknown_handler); S(malformed);
+    S(too_big); S(no_credit); S(busy); S(expired); S(canceled);
+    S(auth_failed); S(denied); S(pings);
+#undef S
+    off += (size_t)snprintf(out + off, cap - off,
+                            "%-24s %10s %8s %8s %12s %12s %9s %9s %9s "
+                            "%9s\n",
+                            "handler", "calls", "errors", "timeouts",
+                            "bytes_in", "bytes_out", "p50_us", "p99_us",
+                            "p999_us", "max_us");
+    for (i = 0; i < n && off < cap; i++)
+        off += (size_t)snprintf(
+            out + off, cap - off,
+            "%-24s %10llu %8llu %8llu %12llu %12llu %9.1f %9.1f %9.1f "
+            "%9.1f\n",
+            m[i].name, (unsigned long long)m[i].calls,
+            (unsigned long long)m[i].errors,
+            (unsigned long long)m[i].timeouts,
+            (unsigned long long)m[i].bytes_in,
+            (unsigned long long)m[i].bytes_out, m[i].p50_ns / 1e3,
+            m[i].p99_ns / 1e3, m[i].p999_ns / 1e3, m[i].max_ns / 1e3);
+    if (off > cap)
+        off = cap;
+    rdmx_rpc_respond(req, out, off);
+    free(out);
+    free(m);
+}
+
+/* --- workers ---------------------------------------------------------------- */
+
+static void worker_shutdown(server_worker_t *sw)
+{
+    rdmx_list_t *pos, *tmp;
+
+    if (sw->index == 0 && sw->srv->listener != NULL) {
+        rdmx_listener_destroy(sw->srv->listener);
+        sw->srv->listener = NULL;
+    }
+    rdmx_list_for_each_safe(pos, tmp, &sw->conns)
+    {
+        conn_t *c = rdmx_container_of(pos, conn_t, node);
+        /* Requests still deferred are answered CANCELED and freed. */
+        while (c->deferred.count > 0) {
+            rdmx_rpc_req_t *req = NULL;
+            for (size_t i = 0; i <= c->deferred.mask && req == NULL; i++)
+                if (c->deferred.slots[i].key != NULL)
+                    req = c->deferred.slots[i].value;
+            if (req == NULL)
+                break;
+            answer(req, RDMX_ERR_CANCELED, NULL, 0,
+                   "the server is shutting down");
+        }
+        conn_close(c);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    server_worker_t *sw = arg;
+    rdmx_rpc_server_t *s = sw->srv;
+    uint64_t last_work = rdmx_now_ns();
+    unsigned spins = 0;
+
+    while (!s->stop) {
+        if (rdmx_worker_progress(sw->w) > 0) {
+            spins = 0;
+            if (s->poll == RDMX_RPC_POLL_ADAPTIVE)
+                last_work = rdmx_now_ns();
+            continue;
+        }
+        if (s->poll == RDMX_RPC_POLL_BUSY)
+            continue;
+        if (s->poll == RDMX_RPC_POLL_ADAPTIVE && (++spins & 63) != 0)
+            continue;
+        if (s->poll == RDMX_RPC_POLL_ADAPTIVE &&
+            rdmx_now_ns() - last_work < SRV_SPIN_NS)
+            continue;
+        rdmx_worker_wait(sw->w, 100);
+        last_work = rdmx_now_ns();
+    }
+    worker_shutdown(sw);
+    return NULL;
+}
+
+/* --- server ------------------------------------------------------------------- */
+
+rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *ctx,
+                                     const rdmx_rpc_server_params_t *p,
+                                     rdmx_rpc_server_t **server_p)
+{
+    rdmx_rpc_server_t *s;
+    uint64_t f = p ? p->field_mask : 0;
+    long ncpu;
+
+    if (ctx == NULL || server_p == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "rpc server: NULL argument");
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "rpc server: out of memory");
+    s->ctx = ctx;
+    snprintf(s->address, sizeof(s->address), "%s",
+             (f & RDMX_RPC_SERVER_FIELD_ADDRESS) && p->address
+                 ? p->address
+                 : SRV_DEFAULT_ADDRESS);
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->nworkers = (f & RDMX_RPC_SERVER_FIELD_WORKERS) && p->workers
+                      ? p->workers
+                      : (unsigned)(ncpu > 0 ? ncpu : 1);
+    s->max_connections = (f & RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS) &&
+                                 p->max_connections
+                             ? p->max_connections
+                             : SRV_DEFAULT_CONNS;
+    s->credits = (f & RDMX_RPC_SERVER_FIELD_CREDITS) && p->credits
+                     ? p->credits
+                     : SRV_DEFAULT_CREDITS;
+    s->max_message = (f & RDMX_RPC_SERVER_FIELD_MAX_MESSAGE) && p->max_message
+                         ? p->max_message
+                         : SRV_DEFAULT_MAX_MSG;
+    if (s->max_message > UINT32_MAX - 4096)
+        s->max_message = UINT32_MAX - 4096;
+    s->max_inflight = (f & RDMX_RPC_SERVER_FIELD_MAX_INFLIGHT) &&
+                              p->max_inflight
+                          ? p->max_inflight
+                          : SRV_DEFAULT_INFLIGHT;
+    s->poll = (f & RDMX_RPC_SERVER_FIELD_POLL) ? p->poll
+                                                : RDMX_RPC_POLL_ADAPTIVE;
+    if (s->nworkers > 1024 || s->poll > RDMX_RPC_POLL_SLEEP) {
+        rdmx_status_t st = rdmx__error(RDMX_ERR_INVALID,
+                                       "rpc server: %u workers, poll mode %d",
+                                       s->nworkers, (int)s->poll);
+        free(s);
+        return st;
+    }
+    if ((f & RDMX_RPC_SERVER_FIELD_AUTH_SECRET) && p->auth_secret != NULL &&
+        p->auth_secret_len > 0) {
+        s->secret = malloc(p->auth_secret_len);
+        if (s->secret == NULL) {
+            free(s);
+            return rdmx__error(RDMX_ERR_NO_MEMORY, "rpc server: out of "
+                                                   "memory");
+        }
+        memcpy(s->secret, p->auth_secret, p->auth_secret_len);
+        s->secret_len = p->auth_secret_len;
+    }
+    *server_p = s;
+    return RDMX_OK;
+}
+
+rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
+{
+    rdmx_listener_params_t lp = {0};
+    rdmx_worker_t **ws = NULL;
+    rdmx_status_t st;
+    unsigned i;
+
+    if (s == NULL || s->started)
+        return rdmx__error(RDMX_ERR_INVALID, "rpc server: NULL or started");
+    if ((st = add_handler(s, "rdmx.stats", h_stats, s, RDMX_RPC_IDEMPOTENT)) ||
+        (st = add_handler(s, "rdmx.ping", h_ping, s, RDMX_RPC_IDEMPOTENT)) ||
+        (st = build_slots(s)))
+        return st;
+    s->workers = calloc(s->nworkers, sizeof(*s->workers));
+    ws = calloc(s->nworkers, sizeof(*ws));
+    if (s->workers == NULL || ws == NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "rpc server: out of memory");
+        goto err;
+    }
+    for (i = 0; i < s->nworkers; i++) {
+        server_worker_t *sw = &s->workers[i];
+        sw->srv = s;
+        sw->index = i;
+        rdmx_list_init(&sw->conns);
+        rdmx_list_init(&sw->pool);
+        sw->counters = calloc(s->nhandlers, sizeof(*sw->counters));
+        if (sw->counters == NULL) {
+            st = rdmx__error(RDMX_ERR_NO_MEMORY, "rpc server: out of memory");
+            goto err;
+        }
+        if ((st = rdmx_worker_create(s->ctx, NULL, &sw->w)) != RDMX_OK ||
+            (st = rdmx__rpc_attach(sw->w)) != RDMX_OK)
+            goto err;
+        ws[i] = sw->w;
+    }
+    lp.field_mask = RDMX_LISTENER_PARAM_FIELD_ADDRESS |
+                    RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB |
+                    RDMX_LISTENER_PARAM_FIELD_EP_PARAMS |
+                    RDMX_LISTENER_PARAM_FIELD_WORKERS;
+    lp.address = s->address;
+    lp.accept_cb = server_accept;
+    lp.arg = s;
+    lp.ep_params.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB;
+    lp.ep_params.error_cb = conn_ep_error;
+    lp.workers = ws;
+    lp.nworkers = s->nworkers;
+    if ((st = rdmx_listener_create(s->workers[0].w, &lp, &s->listener)) !=
+        RDMX_OK)
+        goto err;
+    s->port = rdmx_listener_port(s->listener);
+    s->started = 1;
+    for (i = 0; i < s->nworkers; i++) {
+        if (pthread_create(&s->workers[i].thread, NULL, worker_main,
+                           &s->workers[i]) != 0) {
+            st = rdmx__error(RDMX_ERR_NO_RESOURCE, "rpc server: cannot start "
+                                                   "worker thread %u",
+                             i);
+            s->stop = 1;
+            goto err;
+        }
+        s->workers[i].running = 1;
+    }
+    free(ws);
+    rdmx_debug("rpc server: listening on port %u with %u workers", s->port,
+               s->nworkers);
+    return RDMX_OK;
+
+err:
+    free(ws);
+    s->stop = 1;
+    for (i = 0; s->workers != NULL && i < s->nworkers; i++) {
+        if (s->workers[i].running) {
+            rdmx_worker_signal(s->workers[i].w);
+            pthread_join(s->workers[i].thread, NULL);
+            s->workers[i].running = 0;
+        }
+    }
+    if (s->listener != NULL) {
+        rdmx_listener_destroy(s->listener);
+        s->listener = NULL;
+    }
+    for (i = 0; s->workers != NULL && i < s->nworkers; i++) {
+        if (s->workers[i].w != NULL)
+            rdmx_worker_destroy(s->workers[i].w);
+        free(s->workers[i].counters);
+    }
+    free(s->workers);
+    s->workers = NULL;
+    s->nhandlers -= 2;
+    s->started = 0;
+    s->stop = 0;
+    return st;
+}
+
+uint16_t rdmx_rpc_server_port(const rdmx_rpc_server_t *s)
+{
+    return s->port;
+}
+
+unsigned rdmx_rpc_server_workers(const rdmx_rpc_server_t *s)
+{
+    return s->nworkers;
+}
+
+void rdmx_rpc_server_destroy(rdmx_rpc_server_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->started) {
+        s->stop = 1;
+        for (unsigned i = 0; i < s->nworkers; i++)
+            rdmx_worker_signal(s->workers[i].w);
+        for (unsigned i = 0; i < s->nworkers; i++)
+            pthread_join(s->workers[i].thread, NULL);
+        for (unsigned i = 0; i < s->nworkers; i++) {
+            server_worker_t *sw = &s->workers[i];
+            rdmx_list_t *e;
+            rdmx_worker_destroy(sw->w);
+            while ((e = rdmx_list_pop(&sw->pool)) != NULL)
+                free(rdmx_container_of(e, rdmx_rpc_req_t, link));
+            free(sw->counters);
+        }
+        free(s->workers);
+    }
+    free(s->handlers);
+    free(s->slots);
+    free(s->wl_ids);
+    free(s->wl_flags);
+    if (s->secret != NULL) {
+        memset(s->secret, 0, s->secret_len);
+        free(s->secret);
+    }
+    free(s);
+}
+
+void rdmx_rpc_server_stats(rdmx_rpc_server_t *s,
+                           rdmx_rpc_server_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (s == NULL || !s->started)
+        return;
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        const rdmx_rpc_server_stats_t *w = &s->workers[i].stats;
+#define ADD(f) out->f += __atomic_load_n(&w->f, __ATOMIC_RELAXED)
+        ADD(connections_total); ADD(connections_refused); ADD(requests);
+        ADD(responses); ADD(errors); ADD(unknown_handler); ADD(malformed);
+        ADD(too_big); ADD(no_credit); ADD(busy); ADD(expired); ADD(canceled);
+        ADD(auth_failed); ADD(denied); ADD(pings);
+#undef ADD
+    }
+    out->connections = __atomic_load_n(&s->conns_now, __ATOMIC_RELAXED);
+}
+
+unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *s,
+                                 rdmx_rpc_metrics_t *out, unsigned max)
+{
+    rdmx_rpc_counters_t *sum;
+
+    if (s == NULL || !s->started)
+        return 0;
+    sum = malloc(sizeof(*sum));
+    if (sum == NULL)
+        return 0;
+    for (unsigned k = 0; k < s->nhandlers && k < max; k++) {
+        memset(sum, 0, sizeof(*sum));
+        for (unsigned i = 0; i < s->nworkers; i++)
+            rdmx__counters_merge(sum, &s->workers[i].counters[k]);
+        rdmx__counters_export(sum, s->handlers[k].name, &out[k]);
+    }
+    free(sum);
+    return s->nhandlers;
+}

@@ -1,0 +1,117 @@
+/*
+ * RPC wire format: the fixed 40-byte header every RPC message carries as its
+ * UCX active-message header, and the bodies of the handshake and of bulk
+ * descriptor tables. Encoders write, decoders validate everything they read
+ * and say what was wrong. docs/PROTOCOL.md is the reference.
+ */
+#ifndef RDMX_RPC_WIRE_H
+#define RDMX_RPC_WIRE_H
+
+#include <rdmx/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RDMX_RPC_MAGIC    0x50525852u /* "RXRP" little-endian */
+#define RDMX_RPC_VERSION  1u
+#define RDMX_RPC_HDR_SIZE 40
+
+/* The UCX active-message id of every RPC message (core uses 0..15). */
+#define RDMX_AM_RPC 16
+
+typedef enum {
+    RDMX_RPC_MSG_REQUEST = 1,   /* call: handler id, request id, deadline */
+    RDMX_RPC_MSG_RESPONSE = 2,  /* success: payload is the response */
+    RDMX_RPC_MSG_ERROR = 3,     /* failure: status < 0, payload is a message */
+    RDMX_RPC_MSG_ONEWAY = 4,    /* call without a response */
+    RDMX_RPC_MSG_CANCEL = 5,    /* caller gave up on request id */
+    RDMX_RPC_MSG_PING = 6,      /* heartbeat; answered with PONG, same id */
+    RDMX_RPC_MSG_PONG = 7,
+    RDMX_RPC_MSG_HELLO = 8,     /* client -> server, first message */
+    RDMX_RPC_MSG_CHALLENGE = 9, /* server -> client: authenticate first */
+    RDMX_RPC_MSG_AUTH = 10,     /* client -> server: proof of the secret */
+    RDMX_RPC_MSG_WELCOME = 11,  /* server -> client: ready, credits, handlers */
+    RDMX_RPC_MSG_KIND_MAX = 11
+} rdmx_rpc_kind_t;
+
+enum {
+    RDMX_RPC_F_IDEMPOTENT = 1u << 0, /* the caller may resend it */
+    RDMX_RPC_F_RETRY = 1u << 1,      /* this is a resend */
+    RDMX_RPC_F_KNOWN = 3u            /* flags a version-1 peer may set */
+};
+
+typedef struct {
+    uint8_t version;
+    uint8_t kind;
+    uint16_t flags;
+    uint32_t handler;   /* rdmx_rpc_id of the name */
+    int32_t status;     /* 0, or a negative rdmx_status_t (ERROR) */
+    uint64_t id;        /* request id, chosen by the caller */
+    uint32_t payload;   /* payload bytes (after aux) in the message data */
+    uint32_t aux;       /* aux bytes (bulk table, handshake body) */
+    uint32_t deadline_us; /* time left when sent; 0 = none */
+    uint32_t credits;   /* reserved, 0 */
+} rdmx_rpc_hdr_t;
+
+void rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
+                         unsigned char out[RDMX_RPC_HDR_SIZE]);
+
+/*
+ * Decode and validate a header of @len bytes that came with @data_len bytes
+ * of message data. On error writes what was wrong to @why (may be NULL) and
+ * leaves in @h whatever could be read (id, kind) for an error response.
+ * @return RDMX_OK, RDMX_ERR_PROTO (bad magic, version, kind, flags, lengths).
+ */
+rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
+                                  size_t data_len, rdmx_rpc_hdr_t *h,
+                                  char *why, size_t why_size);
+
+/* --- bulk descriptor table (aux of a REQUEST) ------------------------------ */
+/* u8 count, u8[3] zero, then count x { u32 length, descriptor bytes }.      */
+
+#define RDMX_RPC_BULK_DESC_MAX 1024 /* longest descriptor accepted */
+
+typedef struct {
+    const unsigned char *desc; /* points into the decoded buffer */
+    uint32_t length;
+} rdmx_rpc_bulk_ref_t;
+
+/* Decode at most @max entries; @return RDMX_ERR_PROTO on any inconsistency. */
+rdmx_status_t rdmx_rpc_bulk_decode(const void *aux, size_t len,
+                                   rdmx_rpc_bulk_ref_t *out, unsigned max,
+                                   unsigned *count_p, char *why,
+                                   size_t why_size);
+
+/* --- handshake bodies -------------------------------------------------------- */
+
+#define RDMX_RPC_NONCE_SIZE 16
+#define RDMX_RPC_MAC_SIZE   32
+#define RDMX_RPC_HANDLERS_MAX 4096
+
+/* HELLO aux: u32 features (0), u8[16] client nonce. */
+#define RDMX_RPC_HELLO_SIZE (4 + RDMX_RPC_NONCE_SIZE)
+/* CHALLENGE aux: u8[16] server nonce.  AUTH aux: u8[32] client proof. */
+
+typedef struct {
+    uint32_t credits;
+    uint32_t worker;      /* index of the server worker that owns the link */
+    uint64_t max_message;
+    uint32_t nhandlers;
+    const unsigned char *handlers; /* nhandlers x { u32 id, u32 flags } */
+    int has_proof;
+    unsigned char proof[RDMX_RPC_MAC_SIZE];
+} rdmx_rpc_welcome_t;
+
+/* WELCOME aux: u32 credits, u32 worker, u64 max_message, u32 nhandlers,
+ * u32 has_proof, nhandlers x {u32 id, u32 flags}, [u8[32] server proof]. */
+size_t rdmx_rpc_welcome_size(uint32_t nhandlers, int has_proof);
+void rdmx_rpc_welcome_encode(const rdmx_rpc_welcome_t *wl,
+                             const uint32_t *ids, const uint32_t *flags,
+                             unsigned char *out);
+rdmx_status_t rdmx_rpc_welcome_decode(const void *aux, size_t len,
+                                      rdmx_rpc_welcome_t *wl, char *why,
+                                      size_t why_size);
+/* The flags of handler @id in a decoded welcome; -1 if not listed. */
+int rdmx_rpc_welcome_flags(const rdmx_rpc_welcome_t *wl, uint32_t id);
+
+#endif /* RDMX_RPC_WIRE_H */
