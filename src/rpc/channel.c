@@ -81,6 +81,7 @@ struct rdmx_channel {
     uint64_t reconnect_at;
     volatile int rx_seen; /* something arrived since the last timer */
     uint64_t last_rx, last_ping;
+    uint64_t last_tick;   /* when the timer last ran */
     /* calls */
     uint64_t next_id;
     rdmx_ptrmap_t calls;  /* id -> call_t (queued, sent, ghosts) */
@@ -755,7 +756,9 @@ static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
     if (ch->state == RDMX_CHANNEL_READY && ch->hb_ms > 0) {
         uint64_t hb = (uint64_t)ch->hb_ms * 1000000;
         uint64_t dead = (uint64_t)ch->hb_timeout_ms * 1000000;
-        if (ch->rx_seen) {
+        /* Nobody progressed the worker for a while: no ping could go out,
+         * so silence says nothing yet; start a fresh window. */
+        if (ch->rx_seen || now - ch->last_tick > hb) {
             ch->rx_seen = 0;
             ch->last_rx = now;
         }
@@ -778,6 +781,7 @@ static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
                 next = at;
         }
     }
+    ch->last_tick = now;
     arm(ch, next);
     return 0;
 }

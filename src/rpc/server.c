@@ -89,6 +89,8 @@ struct server_worker {
     rdmx_list_t pool;     /* free request records */
     unsigned npool;
     unsigned deferred;    /* requests held by handlers */
+    rdmx_rpc_req_t *current; /* the request whose handler is running */
+    int current_answered;    /* ... and it answered before returning */
     rdmx_rpc_counters_t *counters; /* [srv->nhandlers] */
     rdmx_rpc_server_stats_t stats;
 };
@@ -327,6 +329,8 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
                                              "already answered",
                            (unsigned long long)req->id, req->handler->name);
     req->answered = 1;
+    if (req == sw->current)
+        sw->current_answered = 1;
     m->calls++;
     rdmx__hist_add(&m->hist, rdmx_now_ns() - req->arrival_ns);
     if (status != RDMX_OK)
@@ -453,25 +457,37 @@ rdmx_status_t rdmx_rpc_req_bulk(rdmx_rpc_req_t *req, unsigned index,
     return RDMX_OK;
 }
 
-/* Run the handler of a request whose bytes are all here. */
-static void run_request(rdmx_rpc_req_t *req)
+/* Run the handler of a request whose bytes are all here. Returns 1 when it
+ * was answered (then @req is gone), 0 when the handler kept it. */
+static int run_request(rdmx_rpc_req_t *req)
 {
     conn_t *c = req->conn;
+    server_worker_t *sw = c->sw;
+    rdmx_rpc_req_t *outer = sw->current;
+    int outer_answered = sw->current_answered, answered;
     char why[160];
 
     if (req->aux_len != 0 &&
         rdmx_rpc_bulk_decode(req->data, req->aux_len, req->bulk,
                              RDMX_RPC_BULK_MAX, &req->nbulk, why,
                              sizeof(why)) != RDMX_OK) {
-        c->sw->stats.malformed++;
+        sw->stats.malformed++;
         req->nbulk = 0;
         answer(req, RDMX_ERR_PROTO, NULL, 0, why);
-        return;
+        return 1;
     }
     for (unsigned i = 0; i < req->nbulk; i++)
         req->rmem[i] = NULL;
-    c->sw->counters[req->hidx].bytes_in += req->len;
+    sw->counters[req->hidx].bytes_in += req->len;
+    /* Handlers may nest (a handler's own operation completing inside it
+     * can finish another request): save the outer one. */
+    sw->current = req;
+    sw->current_answered = 0;
     req->handler->fn(req, req->handler->arg);
+    answered = sw->current_answered;
+    sw->current = outer;
+    sw->current_answered = outer_answered;
+    return answered;
 }
 
 /* A request whose handler returned without answering: keep it findable. */
@@ -493,8 +509,7 @@ static void rndv_done(rdmx_status_t status, size_t length, void *arg)
         req_finish(req);
         return;
     }
-    run_request(req);
-    if (!req->answered && !req->deferred)
+    if (!run_request(req))
         mark_deferred(req);
 }
 
@@ -601,8 +616,7 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     } else {
         req->data = m->data;
     }
-    run_request(req);
-    if (req->answered)
+    if (run_request(req))
         return UCS_OK;
     mark_deferred(req);
     if (req->own == NULL && m->length != 0) {
@@ -766,7 +780,12 @@ rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep)
     if (ep->accept_cb != server_accept || ep->state != RDMX_EP_CONNECTED)
         return NULL;
     c = conn_create(ep, ep->accept_arg);
-    return c ? &c->link : NULL;
+    if (c == NULL)
+        return NULL;
+    /* From now on a failure reaches conn_ep_error (core would otherwise
+     * free an endpoint whose accept callback has not run yet quietly). */
+    ep->reported = 1;
+    return &c->link;
 }
 
 static void server_accept(rdmx_ep_t *ep, void *arg)
