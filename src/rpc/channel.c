@@ -97,6 +97,7 @@ struct rdmx_channel {
     rdmx_status_t last_error;
     char last_message[256];
     rdmx_hook_t hook;
+    rdmx_list_t ctl_rndv; /* ctl_pend_t: large control messages arriving */
     method_t *methods;
     unsigned nmethods;
     int last_midx;
@@ -611,14 +612,56 @@ static void resp_rndv_done(rdmx_status_t status, size_t length, void *arg)
     answer_arrived(ch, c, RDMX_OK, c->resp, length);
 }
 
+/* A control message (WELCOME of a server with many handlers) too large to
+ * arrive eagerly: fetch it, then handle it as if it had. */
+typedef struct {
+    rdmx_list_t link;     /* ch->ctl_rndv */
+    rdmx_channel_t *ch;   /* NULL once the channel is gone */
+    rdmx_ep_t *ep;
+    rdmx_rpc_msg_t m;
+    unsigned char data[];
+} ctl_pend_t;
+
+static void ctl_rndv_done(rdmx_status_t status, size_t length, void *arg)
+{
+    ctl_pend_t *p = arg;
+    rdmx_channel_t *ch = p->ch;
+
+    (void)length;
+    if (ch != NULL) {
+        rdmx_list_del(&p->link);
+        if (status == RDMX_OK && ch->ep == p->ep) {
+            p->m.rndv = 0;
+            p->m.data = p->data;
+            rdmx__channel_on_msg(&ch->link, p->ep, &p->m);
+        }
+    }
+    free(p);
+}
+
 ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                                   rdmx_rpc_msg_t *m)
 {
     rdmx_channel_t *ch = (rdmx_channel_t *)link;
     call_t *c;
 
-    (void)ep;
     ch->rx_seen = 1;
+    if (m->rndv && m->h.kind != RDMX_RPC_MSG_RESPONSE) {
+        ctl_pend_t *p = m->length <= (1u << 20)
+                            ? malloc(sizeof(*p) + m->length)
+                            : NULL;
+        if (p == NULL) {
+            ucp_am_data_release(ch->w->ucp, m->data);
+            conn_lost(ch, RDMX_ERR_PROTO, "oversized control message", 0);
+            return UCS_INPROGRESS; /* released above */
+        }
+        p->ch = ch;
+        p->ep = ep;
+        p->m = *m;
+        rdmx_list_insert_tail(&ch->ctl_rndv, &p->link);
+        rdmx__am_recv_data(ep, m->data, p->data, m->length, ctl_rndv_done, p);
+        return UCS_INPROGRESS;
+    }
     switch (m->h.kind) {
     case RDMX_RPC_MSG_RESPONSE:
     case RDMX_RPC_MSG_ERROR:
@@ -639,8 +682,7 @@ ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             return UCS_OK;
         }
         if (m->rndv) {
-            if (m->h.kind != RDMX_RPC_MSG_RESPONSE ||
-                (c->resp = malloc(m->length ? m->length : 1)) == NULL) {
+            if ((c->resp = malloc(m->length ? m->length : 1)) == NULL) {
                 answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
                                13);
                 return UCS_OK;
@@ -860,6 +902,7 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     ch->state = RDMX_CHANNEL_CONNECTING;
     rdmx_list_init(&ch->queue);
     rdmx_list_init(&ch->sent);
+    rdmx_list_init(&ch->ctl_rndv);
     ch->hook.fn = ch_timer;
     ch->hook.next_ns = UINT64_MAX;
 
@@ -894,6 +937,8 @@ void rdmx_channel_destroy(rdmx_channel_t *ch)
         ch->ep = NULL;
     }
     ch->state_cb = NULL;
+    while ((e = rdmx_list_pop(&ch->ctl_rndv)) != NULL)
+        rdmx_container_of(e, ctl_pend_t, link)->ch = NULL;
     while ((e = rdmx_list_pop(&ch->sent)) != NULL) {
         call_t *c = rdmx_container_of(e, call_t, link);
         c->state = CALL_QUEUED;

@@ -224,6 +224,10 @@ rdmx_status_t rdmx_rpc_server_register(rdmx_rpc_server_t *s, const char *name,
         return rdmx__error(RDMX_ERR_BUSY, "register '%s': the server is "
                                           "already started",
                            name);
+    if (s->nhandlers + 2 >= RDMX_RPC_HANDLERS_MAX)
+        return rdmx__error(RDMX_ERR_NO_RESOURCE, "register '%s': at most %d "
+                                                 "handlers",
+                           name, RDMX_RPC_HANDLERS_MAX - 2);
     return add_handler(s, name, fn, arg, flags);
 }
 
@@ -597,7 +601,7 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         if (req->own == NULL) {
             ucp_am_data_release(sw->w->ucp, m->data);
             answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
-            return UCS_OK;
+            return UCS_INPROGRESS; /* the descriptor is released */
         }
         req->data = req->own;
         rdmx__am_recv_data(c->ep, m->data, req->own, m->length, rndv_done,
