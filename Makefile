@@ -3,15 +3,21 @@
 #   make debug      Debug build in build-debug/
 #   make release    Release build in build-release/
 #   make asan       ASan+UBSan build in build-asan/
-#   make test       build, then run the test suite (CTest) over tcp and shm
+#   make test       build, then run the test suite (CTest) over tcp and shm,
+#                   then fuzz-smoke
 #   make test-asan  the suite under ASan+UBSan
 #   make demo       build, then run rdmx-demo's modes between two processes
 #   make install    install into PREFIX (default /usr/local)
 #   make format     clang-format the sources
+#   make fuzz       libFuzzer targets of the RPC wire decoders in build-fuzz/
+#   make fuzz-smoke run each fuzz target FUZZ_SECONDS (default 10) seconds
+#   make fuzz-long  the same, FUZZ_LONG_SECONDS (default 300) seconds each
 
 PREFIX ?= /usr/local
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 10
+FUZZ_LONG_SECONDS ?= 300
 
 .PHONY: all build debug release asan test test-asan demo install format clean deps
 
@@ -39,6 +45,7 @@ asan: deps
 
 test: build
 	cd build && ctest --output-on-failure --timeout 300 -j 2
+	@$(MAKE) --no-print-directory fuzz-smoke
 
 test-asan: asan
 	cd build-asan && ctest --output-on-failure --timeout 600 -j 2
@@ -54,3 +61,18 @@ format:
 
 clean:
 	rm -rf build build-debug build-release build-asan
+
+# --- fuzzing (fuzz/fuzz.mk: clang + libFuzzer, no UCX) -----------------------
+.PHONY: fuzz fuzz-smoke fuzz-long fuzz-clean
+
+fuzz: deps
+	@$(MAKE) --no-print-directory -f fuzz/fuzz.mk fuzz
+
+fuzz-smoke: fuzz
+	@$(MAKE) --no-print-directory -f fuzz/fuzz.mk run FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+fuzz-long: fuzz
+	@$(MAKE) --no-print-directory -f fuzz/fuzz.mk run FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
+
+fuzz-clean:
+	rm -rf build-fuzz

@@ -1,0 +1,114 @@
+/*
+ * Shared helpers of the wire-decoder fuzz targets (fuzz_*.c).
+ *
+ * Every target checks properties of what a decoder accepts, not only that it
+ * does not crash; a violated property prints what was expected and aborts,
+ * which libFuzzer reports as a crash and saves as an artifact.
+ *
+ * Inputs start with a control byte (see fuzz_why) that picks how the
+ * decoder's optional @why buffer is passed; the targets' own layouts are
+ * described at the top of each file and produced by gen_seeds.c.
+ */
+#ifndef RDMX_FUZZ_H
+#define RDMX_FUZZ_H
+
+#include "rpc/wire.h"
+#include "util/endian.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FUZZ_CHECK(cond, ...)                                                  \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: property violated: %s: ", __FILE__,        \
+                    __LINE__, #cond);                                          \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+
+/*
+ * Wire values from docs/PROTOCOL.md, spelled here so the targets check the
+ * protocol itself and do not follow renames in wire.h.
+ */
+enum {
+    FZ_HDR_SIZE = 40,
+    FZ_VERSION = 1,
+    FZ_REQUEST = 1,
+    FZ_RESPONSE = 2,
+    FZ_ERROR = 3,
+    FZ_ONEWAY = 4,
+    FZ_CANCEL = 5,
+    FZ_PING = 6,
+    FZ_PONG = 7,
+    FZ_HELLO = 8,
+    FZ_CHALLENGE = 9,
+    FZ_AUTH = 10,
+    FZ_WELCOME = 11,
+    FZ_KIND_MAX = 11,
+    FZ_F_IDEMPOTENT = 1,
+    FZ_F_RETRY = 2,
+    FZ_F_KNOWN = 3,
+    FZ_BULK_MAX = 8, /* RDMX_RPC_BULK_MAX, what the server passes */
+    FZ_BULK_DESC_MAX = 1024,
+    FZ_NONCE_SIZE = 16,
+    FZ_MAC_SIZE = 32,
+    FZ_HELLO_SIZE = 20,
+    FZ_WELCOME_FIXED = 24,
+    FZ_HANDLERS_MAX = 4096,
+};
+
+#define FUZZ_WHY_SIZE 160
+
+/*
+ * The @why argument a decoder gets, chosen by the low 2 bits of @ctl:
+ * NULL, a buffer with size 0, a 1-byte buffer, or a full buffer. The buffer
+ * is heap-allocated at exactly its size so ASan sees any overflow; it is
+ * pre-filled with 0x5a so an unwritten buffer is recognised.
+ */
+typedef struct {
+    char *buf;
+    size_t size;
+    size_t alloc;
+} fuzz_why_t;
+
+static inline void fuzz_why_init(fuzz_why_t *w, unsigned ctl)
+{
+    static const size_t sizes[4] = {0, 0, 1, FUZZ_WHY_SIZE};
+    ctl &= 3;
+    w->size = sizes[ctl];
+    w->alloc = ctl == 0 ? 0 : (w->size ? w->size : 1);
+    w->buf = ctl == 0 ? NULL : malloc(w->alloc);
+    if (w->buf != NULL)
+        memset(w->buf, 0x5a, w->alloc);
+}
+
+/* After a decoder failed: with room for it, it must have said why. */
+static inline void fuzz_why_check_error(const fuzz_why_t *w)
+{
+    size_t n;
+    if (w->buf == NULL)
+        return;
+    if (w->size == 0) {
+        FUZZ_CHECK(w->buf[0] == 0x5a, "why_size 0 but the buffer was written");
+        return;
+    }
+    n = strnlen(w->buf, w->size);
+    FUZZ_CHECK(n < w->size, "why is not NUL-terminated within %zu bytes",
+               w->size);
+    if (w->size > 1)
+        FUZZ_CHECK(n > 0, "decoder failed without saying why");
+}
+
+static inline void fuzz_why_free(fuzz_why_t *w)
+{
+    free(w->buf);
+    w->buf = NULL;
+}
+
+#endif /* RDMX_FUZZ_H */

@@ -1,0 +1,324 @@
+/*
+ * Seed corpora for the wire-decoder fuzz targets, written with the encoders
+ * of src/rpc/wire.c (the bulk table has no encoder there; it is written
+ * here from docs/PROTOCOL.md).
+ *
+ *   gen_seeds DIR    writes DIR/hdr/, DIR/bulk/, DIR/welcome/
+ *
+ * Each seed is in its target's input layout (see fuzz_*.c): a control byte
+ * (3 = full @why buffer), then the target's parameters, then the bytes the
+ * decoder sees. Valid messages of every kind plus one of each kind of
+ * defect, so every check starts covered.
+ */
+#include "fuzz.h"
+#include "util/hash.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+
+static const char *outdir;
+static unsigned nwritten;
+
+static void mkdir_p(const char *path)
+{
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        exit(1);
+    }
+}
+
+static void seed(const char *target, const char *name, const void *pre,
+                 size_t pre_len, const void *body, size_t body_len)
+{
+    char path[512];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s/%s", outdir, target, name);
+    f = fopen(path, "wb");
+    if (f == NULL || fwrite(pre, 1, pre_len, f) != pre_len ||
+        (body_len && fwrite(body, 1, body_len, f) != body_len) ||
+        fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+    nwritten++;
+}
+
+static uint32_t name_id(const char *name)
+{
+    return (uint32_t)rdmx_fnv1a64(name, strlen(name));
+}
+
+/* --- header: u8 ctl, u64 data_len, header bytes --------------------------- */
+
+static void hdr_seed(const char *name, const rdmx_rpc_hdr_t *h,
+                     uint64_t data_len, size_t cut, int extra)
+{
+    unsigned char pre[9], buf[FZ_HDR_SIZE + 1];
+    size_t len = FZ_HDR_SIZE;
+
+    pre[0] = 3;
+    rdmx_put_le64(pre + 1, data_len);
+    rdmx_rpc_hdr_encode(h, buf);
+    if (cut)
+        len = cut;
+    if (extra)
+        buf[len++] = 0;
+    seed("hdr", name, pre, sizeof(pre), buf, len);
+}
+
+static void hdr_seeds(void)
+{
+    static const char *kinds[] = {"",       "request",   "response", "error",
+                                  "oneway", "cancel",    "ping",     "pong",
+                                  "hello",  "challenge", "auth",     "welcome"};
+    rdmx_rpc_hdr_t h;
+    char name[64];
+
+    for (unsigned k = FZ_REQUEST; k <= FZ_KIND_MAX; k++) {
+        memset(&h, 0, sizeof(h));
+        h.version = FZ_VERSION;
+        h.kind = (uint8_t)k;
+        h.id = 0x0102030405060708ull + k;
+        switch (k) {
+        case FZ_REQUEST:
+            h.flags = FZ_F_IDEMPOTENT;
+            h.handler = name_id("kv.get");
+            h.payload = 16;
+            h.aux = 4 + 4 + 64;
+            h.deadline_us = 5000000;
+            break;
+        case FZ_RESPONSE:
+            h.payload = 100;
+            break;
+        case FZ_ERROR:
+            h.status = RDMX_ERR_PROTO;
+            h.payload = 20;
+            break;
+        case FZ_ONEWAY:
+            h.handler = name_id("log.append");
+            h.payload = 7;
+            break;
+        case FZ_HELLO:
+            h.aux = FZ_HELLO_SIZE;
+            break;
+        case FZ_CHALLENGE:
+            h.aux = FZ_NONCE_SIZE;
+            break;
+        case FZ_AUTH:
+            h.aux = FZ_MAC_SIZE;
+            break;
+        case FZ_WELCOME:
+            h.aux = (uint32_t)rdmx_rpc_welcome_size(2, 1);
+            break;
+        }
+        snprintf(name, sizeof(name), "ok-%02u-%s", k, kinds[k]);
+        hdr_seed(name, &h, (uint64_t)h.payload + h.aux, 0, 0);
+    }
+
+    memset(&h, 0, sizeof(h));
+    h.version = FZ_VERSION;
+    h.kind = FZ_REQUEST;
+    h.id = 42;
+    h.handler = name_id("rdmx.ping");
+    h.flags = FZ_F_IDEMPOTENT | FZ_F_RETRY;
+    hdr_seed("ok-retry", &h, 0, 0, 0);
+    hdr_seed("bad-short", &h, 0, 39, 0);
+    hdr_seed("bad-long", &h, 0, 0, 1);
+    hdr_seed("bad-data-len", &h, 1, 0, 0);
+    h.payload = 0xffffffffu;
+    h.aux = 0xffffffffu;
+    hdr_seed("ok-max-lengths", &h, 0x1fffffffeull, 0, 0);
+    h.payload = h.aux = 0;
+    h.version = 2;
+    hdr_seed("bad-version", &h, 0, 0, 0);
+    h.version = FZ_VERSION;
+    h.kind = FZ_KIND_MAX + 1;
+    hdr_seed("bad-kind", &h, 0, 0, 0);
+    h.kind = FZ_REQUEST;
+    h.flags = 4;
+    hdr_seed("bad-flags", &h, 0, 0, 0);
+    h.flags = 0;
+    h.status = -1;
+    hdr_seed("bad-status", &h, 0, 0, 0);
+    h.status = 0;
+    h.credits = 1;
+    hdr_seed("bad-reserved", &h, 0, 0, 0);
+    h.credits = 0;
+    h.kind = FZ_ERROR;
+    hdr_seed("bad-error-status", &h, 0, 0, 0);
+    {
+        unsigned char pre[9] = {3}, buf[FZ_HDR_SIZE];
+        h.kind = FZ_PING;
+        rdmx_rpc_hdr_encode(&h, buf);
+        buf[0] ^= 0xff;
+        seed("hdr", "bad-magic", pre, sizeof(pre), buf, sizeof(buf));
+    }
+}
+
+/* --- bulk: u8 ctl, u8 max, table bytes ------------------------------------ */
+
+/* A descriptor-shaped blob of @len bytes (an rdmx descriptor is 56 + rkey). */
+static size_t fake_desc(unsigned char *p, size_t len, unsigned i)
+{
+    memset(p, 0, len);
+    if (len >= 8) {
+        rdmx_put_le32(p, 0x444d4452u); /* "RDMD" */
+        rdmx_put_le16(p + 4, 1);
+        rdmx_put_le16(p + 6, 3);
+    }
+    for (size_t j = 8; j < len; j++)
+        p[j] = (unsigned char)(i * 31 + j);
+    return len;
+}
+
+static void bulk_seed(const char *name, unsigned max, const unsigned *lens,
+                      unsigned count, unsigned count_byte, size_t trailing)
+{
+    unsigned char pre[2] = {3, (unsigned char)max};
+    unsigned char *buf;
+    size_t len = 4, off;
+
+    for (unsigned i = 0; i < count; i++)
+        len += 4 + lens[i];
+    len += trailing;
+    buf = calloc(1, len);
+    if (buf == NULL)
+        exit(1);
+    buf[0] = (unsigned char)count_byte;
+    off = 4;
+    for (unsigned i = 0; i < count; i++) {
+        rdmx_put_le32(buf + off, lens[i]);
+        off += 4 + fake_desc(buf + off + 4, lens[i], i);
+    }
+    seed("bulk", name, pre, sizeof(pre), buf, len);
+    free(buf);
+}
+
+static void bulk_seeds(void)
+{
+    static const unsigned one[] = {72};
+    static const unsigned eight[] = {72, 80, 1, 1024, 56, 64, 100, 200};
+    static const unsigned zero[] = {0};
+    static const unsigned big[] = {1025};
+    static const unsigned longest[] = {1024, 1024, 1024, 1024,
+                                       1024, 1024, 1024, 1024};
+    unsigned char pre[2] = {3, 8};
+
+    seed("bulk", "ok-empty", pre, sizeof(pre), NULL, 0);
+    bulk_seed("ok-one", 8, one, 1, 1, 0);
+    bulk_seed("ok-eight", 8, eight, 8, 8, 0);
+    bulk_seed("ok-longest", 8, longest, 8, 8, 0);
+    bulk_seed("bad-nine", 8, eight, 8, 9, 0);
+    bulk_seed("bad-count-zero", 8, one, 0, 0, 0);
+    bulk_seed("bad-trailing", 8, one, 1, 1, 3);
+    bulk_seed("bad-truncated", 8, eight, 7, 8, 0);
+    bulk_seed("bad-zero-length", 8, zero, 1, 1, 0);
+    bulk_seed("bad-too-long", 8, big, 1, 1, 0);
+    bulk_seed("bad-max-zero", 0, one, 1, 1, 0);
+    {
+        unsigned char t[4] = {1, 0, 1, 0};
+        seed("bulk", "bad-reserved", pre, sizeof(pre), t, sizeof(t));
+        seed("bulk", "bad-short", pre, sizeof(pre), t, 3);
+    }
+}
+
+/* --- welcome: u8 ctl, u32 id, welcome bytes ------------------------------- */
+
+static void welcome_seed(const char *name, uint32_t credits, unsigned n,
+                         int proof, uint32_t lookup)
+{
+    static const char *names[] = {"rdmx.stats", "rdmx.ping", "kv.get", "kv.put",
+                                  "log.append"};
+    unsigned char pre[5] = {3};
+    uint32_t *ids, *flags;
+    rdmx_rpc_welcome_t wl;
+    unsigned char *buf;
+    size_t len = rdmx_rpc_welcome_size(n, proof);
+    char hname[32];
+
+    memset(&wl, 0, sizeof(wl));
+    wl.credits = credits;
+    wl.worker = 1;
+    wl.max_message = 64ull << 20;
+    wl.nhandlers = n;
+    wl.has_proof = proof;
+    for (unsigned i = 0; i < FZ_MAC_SIZE; i++)
+        wl.proof[i] = (unsigned char)(0xa0 + i);
+    ids = calloc(n + 1, sizeof(*ids));
+    flags = calloc(n + 1, sizeof(*flags));
+    buf = malloc(len);
+    if (ids == NULL || flags == NULL || buf == NULL)
+        exit(1);
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(hname, sizeof(hname), "handler.%u", i);
+        ids[i] = name_id(i < 5 ? names[i] : hname);
+        flags[i] = i % 4; /* 0, ONEWAY, IDEMPOTENT, both */
+    }
+    rdmx_rpc_welcome_encode(&wl, ids, flags, buf);
+    rdmx_put_le32(pre + 1, lookup);
+    seed("welcome", name, pre, sizeof(pre), buf, len);
+    free(buf);
+    free(flags);
+    free(ids);
+}
+
+static void welcome_seeds(void)
+{
+    uint32_t ping = name_id("rdmx.ping");
+
+    welcome_seed("ok-empty", 256, 0, 0, ping);
+    welcome_seed("ok-proof", 256, 0, 1, ping);
+    welcome_seed("ok-handlers", 256, 5, 0, ping);
+    welcome_seed("ok-handlers-proof", 1, 5, 1, name_id("kv.put"));
+    welcome_seed("ok-missing-id", 16, 2, 1, 0xdeadbeef);
+    welcome_seed("ok-max-handlers", 256, FZ_HANDLERS_MAX, 1, ping);
+    welcome_seed("bad-zero-credits", 0, 2, 1, ping);
+    {
+        unsigned char pre[5] = {3}, buf[24 + 8] = {0};
+        rdmx_put_le32(buf, 1);
+        rdmx_put_le32(buf + 16, 1);
+        rdmx_put_le32(buf + 20, 2);
+        seed("welcome", "bad-proof-flag", pre, sizeof(pre), buf, 32);
+        rdmx_put_le32(buf + 20, 0);
+        seed("welcome", "bad-short", pre, sizeof(pre), buf, 31);
+        seed("welcome", "bad-fixed", pre, sizeof(pre), buf, 23);
+    }
+    {
+        /* One handler too many, at the size it would need. */
+        unsigned char pre[5] = {3};
+        size_t len = 24 + 8 * (size_t)(FZ_HANDLERS_MAX + 1);
+        unsigned char *buf = calloc(1, len + FZ_MAC_SIZE);
+        if (buf == NULL)
+            exit(1);
+        rdmx_put_le32(buf, 1);
+        rdmx_put_le32(buf + 16, FZ_HANDLERS_MAX + 1);
+        seed("welcome", "bad-too-many", pre, sizeof(pre), buf, len);
+        rdmx_put_le32(buf + 20, 1);
+        seed("welcome", "bad-too-many-proof", pre, sizeof(pre), buf,
+             len + FZ_MAC_SIZE);
+        free(buf);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    char path[512];
+    static const char *targets[] = {"hdr", "bulk", "welcome"};
+
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    outdir = argv[1];
+    mkdir_p(outdir);
+    for (unsigned i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", outdir, targets[i]);
+        mkdir_p(path);
+    }
+    hdr_seeds();
+    bulk_seeds();
+    welcome_seeds();
+    printf("gen_seeds: %u seeds in %s\n", nwritten, outdir);
+    return 0;
+}
