@@ -385,11 +385,16 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
         call_unlink(ch, c);
         call_free(c);
     }
-    /* Retries go first, in their original order. */
-    while ((e = rdmx_list_pop(&retry)) != NULL) {
-        rdmx_list_t *head = &ch->queue;
-        rdmx_list_insert_tail(head, e); /* keep order among retries */
-        ch->nqueued++;
+    /* Retries go first, in their original order: splice the retry list in
+     * front of the queue. */
+    if (!rdmx_list_empty(&retry)) {
+        rdmx_list_t *first = retry.next, *last = retry.prev;
+        for (e = first; e != &retry; e = e->next)
+            ch->nqueued++;
+        last->next = ch->queue.next;
+        ch->queue.next->prev = last;
+        ch->queue.next = first;
+        first->prev = &ch->queue;
     }
     if (permanent) {
         while ((e = rdmx_list_pop(&ch->queue)) != NULL) {
