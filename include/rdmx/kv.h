@@ -1,0 +1,171 @@
+/*
+ * rdmx — KV cache client: one client over one or many rdmx-kvd servers.
+ *
+ * Keys (binary, 1..max_key bytes) map to servers by jump consistent hashing
+ * of their 64-bit hash; with replicas R > 1 a write goes to R consecutive
+ * servers and a read to the first of them that is up. A server that fails
+ * is skipped while its channel is down (it reconnects by itself).
+ *
+ * Zero-copy: a GET into a buffer inside a registered region (pass its
+ * rdmx_mr_t) lets the server RDMA-write a large value straight into it; a
+ * PUT from a registered buffer lets the server RDMA-read the value. Without
+ * a region, values travel inside the RPC messages.
+ *
+ * Threading: a client lives on one rdmx worker and follows its rules
+ * (core.h): use it from the thread that progresses the worker, or create
+ * the worker with RDMX_WORKER_FLAG_PROGRESS_THREAD. For rate, use one
+ * worker and client per thread.
+ *
+ * Errors: RDMX_ERR_NOT_FOUND (miss), RDMX_ERR_EXISTS (ADD on a present key,
+ * CAS conflict), RDMX_ERR_TOO_BIG (value larger than the buffer: *len_p
+ * says the size needed; or over the server's limit), RDMX_ERR_NO_MEMORY
+ * (server full with eviction off), RDMX_ERR_INVALID (bad key, INCR on a
+ * non-number), transport errors; rdmx_error_detail() says more.
+ */
+#ifndef RDMX_KV_H
+#define RDMX_KV_H
+
+#include <rdmx/rpc.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rdmx_kv rdmx_kv_t;
+
+enum {
+    RDMX_KV_FIELD_REPLICAS = 1u << 0,
+    RDMX_KV_FIELD_TIMEOUT = 1u << 1,
+    RDMX_KV_FIELD_INLINE_MAX = 1u << 2,
+    RDMX_KV_FIELD_AUTH_SECRET = 1u << 3,
+};
+
+typedef struct {
+    uint64_t field_mask;
+    unsigned replicas;  /**< copies of each key (default 1) */
+    int timeout_ms;     /**< per operation (default 5000) */
+    /** PUT values up to this size travel inline; larger ones from a
+     *  registered buffer are pulled by the server. Default 8192. */
+    size_t inline_max;
+    const void *auth_secret; /**< the servers' shared secret, if any */
+    size_t auth_secret_len;
+} rdmx_kv_params_t;
+
+/**
+ * Create a client for @p servers ("host:port,host:port,..."); connections
+ * start at once (rdmx_kv_wait_ready waits for them).
+ */
+rdmx_status_t rdmx_kv_create(rdmx_worker_t *worker, const char *servers,
+                             const rdmx_kv_params_t *params,
+                             rdmx_kv_t **kv_p);
+void rdmx_kv_destroy(rdmx_kv_t *kv);
+
+/** Wait until every server is connected (or @p timeout_ms passed). */
+rdmx_status_t rdmx_kv_wait_ready(rdmx_kv_t *kv, int timeout_ms);
+
+/** Number of servers, and which one (index) owns @p key first. */
+unsigned rdmx_kv_servers(const rdmx_kv_t *kv);
+unsigned rdmx_kv_server_of(const rdmx_kv_t *kv, const void *key, size_t klen);
+/** The channel to server @p index (state, stats, metrics). */
+rdmx_channel_t *rdmx_kv_channel(rdmx_kv_t *kv, unsigned index);
+
+/** Metadata of a stored value. */
+typedef struct {
+    size_t length;  /**< value length (needed size with RDMX_ERR_TOO_BIG) */
+    uint32_t flags; /**< the client flags stored with it */
+    uint64_t cas;   /**< its version */
+} rdmx_kv_meta_t;
+
+/**
+ * Read @p key into @p buf (@p capacity bytes). With @p mr (the registered
+ * region holding buf) large values are RDMA-written by the server into buf.
+ * @p meta_p (may be NULL) gets length, flags and version.
+ */
+rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
+                          void *buf, size_t capacity, rdmx_mr_t *mr,
+                          rdmx_kv_meta_t *meta_p);
+
+typedef enum {
+    RDMX_KV_PUT_SET = 0,     /**< store */
+    RDMX_KV_PUT_ADD = 1,     /**< only if absent (else RDMX_ERR_EXISTS) */
+    RDMX_KV_PUT_REPLACE = 2, /**< only if present (else NOT_FOUND) */
+    RDMX_KV_PUT_CAS = 3      /**< only if its version is still `cas` */
+} rdmx_kv_put_mode_t;
+
+typedef struct {
+    rdmx_kv_put_mode_t mode;
+    uint32_t flags;  /**< stored with the value, returned by GET */
+    uint32_t ttl_ms; /**< time to live; 0 = until evicted */
+    uint64_t cas;    /**< RDMX_KV_PUT_CAS: the expected version */
+} rdmx_kv_put_opts_t;
+
+/**
+ * Store @p vlen bytes at @p value under @p key (opts NULL: SET, no TTL).
+ * With @p mr (region holding value) a large value is pulled by the server
+ * with RDMA read. The new version goes to @p cas_p (may be NULL).
+ */
+rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
+                          const void *value, size_t vlen, rdmx_mr_t *mr,
+                          const rdmx_kv_put_opts_t *opts, uint64_t *cas_p);
+
+/** Delete @p key (@p cas 0: any version). */
+rdmx_status_t rdmx_kv_delete(rdmx_kv_t *kv, const void *key, size_t klen,
+                             uint64_t cas);
+
+/** Set a new time to live (0 = none) without reading the value. */
+rdmx_status_t rdmx_kv_touch(rdmx_kv_t *kv, const void *key, size_t klen,
+                            uint32_t ttl_ms);
+
+/** Add @p delta to (or subtract, with @p decr) the decimal number stored
+ *  under @p key; memcached semantics (wraps up, floors at 0 down). */
+rdmx_status_t rdmx_kv_incr(rdmx_kv_t *kv, const void *key, size_t klen,
+                           uint64_t delta, int decr, uint64_t *value_p);
+
+/** RDMX_OK if present, RDMX_ERR_NOT_FOUND if not. */
+rdmx_status_t rdmx_kv_exists(rdmx_kv_t *kv, const void *key, size_t klen);
+
+/** One key of a multi-get. */
+typedef struct {
+    const void *key;
+    size_t klen;
+    void *buf;        /**< where the value goes */
+    size_t capacity;
+    rdmx_status_t status; /**< out: RDMX_OK, NOT_FOUND, TOO_BIG, ... */
+    rdmx_kv_meta_t meta;  /**< out */
+} rdmx_kv_mget_t;
+
+/** Read many keys, one round trip per server involved. */
+rdmx_status_t rdmx_kv_mget(rdmx_kv_t *kv, rdmx_kv_mget_t *items, size_t n);
+
+/** One key of a multi-put (values travel inline). */
+typedef struct {
+    const void *key;
+    size_t klen;
+    const void *value;
+    size_t vlen;
+    rdmx_kv_put_opts_t opts;
+    rdmx_status_t status; /**< out */
+    uint64_t cas;         /**< out */
+} rdmx_kv_mput_t;
+
+rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items, size_t n);
+
+/** How many of @p keys, in order, are present before the first miss
+ *  (single-server batches; keys on other servers are asked there). */
+rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
+                                  const size_t *klens, size_t n,
+                                  size_t *hits_p);
+
+/** Drop every key on every server. */
+rdmx_status_t rdmx_kv_flush(rdmx_kv_t *kv);
+
+/** Server @p index's statistics as "name value\n" lines (memcached's
+ *  names) into @p buf; NUL-terminated. */
+rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,
+                            size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RDMX_KV_H */

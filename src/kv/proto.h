@@ -1,0 +1,102 @@
+/*
+ * KV wire format: the payloads of the kv.* RPC handlers of rdmx-kvd.
+ * Fixed little-endian headers, then the key, then (inline) value bytes.
+ * Decoders validate every length against the bytes present.
+ * docs/KV.md has the tables.
+ */
+#ifndef RDMX_KV_PROTO_H
+#define RDMX_KV_PROTO_H
+
+#include <rdmx/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Handler names. */
+#define RDMX_KV_H_GET    "kv.get"
+#define RDMX_KV_H_PUT    "kv.put"
+#define RDMX_KV_H_DELETE "kv.delete"
+#define RDMX_KV_H_TOUCH  "kv.touch"
+#define RDMX_KV_H_INCR   "kv.incr"
+#define RDMX_KV_H_EXISTS "kv.exists"
+#define RDMX_KV_H_MGET   "kv.mget"
+#define RDMX_KV_H_MPUT   "kv.mput"
+#define RDMX_KV_H_PREFIX "kv.prefix"
+#define RDMX_KV_H_FLUSH  "kv.flush"
+#define RDMX_KV_H_STATS  "kv.stats"
+
+typedef enum {
+    RDMX_KV_SET = 0,     /* store */
+    RDMX_KV_ADD = 1,     /* only if absent */
+    RDMX_KV_REPLACE = 2, /* only if present */
+    RDMX_KV_CAS = 3      /* only if present with version cas */
+} rdmx_kv_mode_t;
+
+/* Where a GET's value went. */
+enum {
+    RDMX_KV_WHERE_NONE = 0,   /* no value (error, or EXISTS-style answer) */
+    RDMX_KV_WHERE_INLINE = 1, /* follows the result header */
+    RDMX_KV_WHERE_BUFFER = 2  /* RDMA-written into the caller's buffer at
+                                 `offset` (multi-get) or 0 */
+};
+
+/* Result header, 32 bytes, at the start of every kv.* response (one per
+ * key for batches): i32 status, u32 where, u32 flags, u32 reserved,
+ * u64 cas, u64 length (value length; for TOO_BIG the length needed). */
+#define RDMX_KV_RESULT_SIZE 32
+typedef struct {
+    int32_t status;
+    uint32_t where;
+    uint32_t flags;
+    uint32_t offset; /* multi-get: offset in the caller's buffer / 64 */
+    uint64_t cas;
+    uint64_t length;
+} rdmx_kv_result_t;
+
+void rdmx_kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out);
+rdmx_status_t rdmx_kv_result_decode(const void *buf, size_t len,
+                                    rdmx_kv_result_t *r);
+
+/* A key-carrying request, 32-byte header then the key then the value:
+ * u8 op-mode, u8 reserved, u16 key length, u32 flags, u32 ttl_ms,
+ * u32 reserved, u64 cas (expected) / delta, u64 value length.
+ * GET:    mode bit 0: the caller lent a buffer (RPC bulk descriptor 0).
+ * PUT:    mode = rdmx_kv_mode_t; bit 7: the value is in the caller's
+ *         buffer (bulk descriptor 0), not inline.
+ * DELETE: cas (0 = any). TOUCH: ttl_ms. INCR: mode 0 incr / 1 decr, cas =
+ *         delta. EXISTS: key only. */
+#define RDMX_KV_REQ_SIZE 32
+#define RDMX_KV_PUT_BULK 0x80u
+#define RDMX_KV_GET_BUF  0x01u
+typedef struct {
+    uint8_t mode;
+    uint16_t klen;
+    uint32_t flags;
+    uint32_t ttl_ms;
+    uint64_t cas;
+    uint64_t vlen;
+    const unsigned char *key;   /* into the decoded buffer */
+    const unsigned char *value; /* inline value, or NULL */
+} rdmx_kv_req_t;
+
+/* Bytes of an encoded request with @klen key bytes and @inline_len value
+ * bytes. */
+static inline size_t rdmx_kv_req_size(size_t klen, size_t inline_len)
+{
+    return RDMX_KV_REQ_SIZE + klen + inline_len;
+}
+/* Encode into @out (rdmx_kv_req_size bytes); copies key and inline value. */
+void rdmx_kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
+                        unsigned char *out);
+/* Decode one request from @buf; *used_p = its bytes (batches hold many).
+ * @inline_value: whether value bytes follow the key (vlen of them). */
+rdmx_status_t rdmx_kv_req_decode(const void *buf, size_t len,
+                                 int inline_value, rdmx_kv_req_t *r,
+                                 size_t *used_p, char *why, size_t why_size);
+
+/* Batches (kv.mget, kv.mput, kv.prefix): u32 count, u32 reserved, then
+ * count requests back to back. */
+#define RDMX_KV_BATCH_HDR 8
+#define RDMX_KV_BATCH_MAX 4096
+
+#endif /* RDMX_KV_PROTO_H */
