@@ -268,6 +268,9 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep);
 rdmx_status_t rdmx__worker_set_am(rdmx_worker_t *w, unsigned id,
                                   ucp_am_recv_callback_t cb);
 void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook);
+/* Progress @w until *@done: spin while events come (latency), then sleep on
+ * the worker's fd between events so a long wait does not burn a core. */
+void rdmx__progress_until(rdmx_worker_t *w, volatile int *done);
 void rdmx__hook_del(rdmx_hook_t *hook);
 /* Hand a connection request to worker @w (any thread). */
 void rdmx__worker_handoff(rdmx_worker_t *w, rdmx_conn_req_t *cr);

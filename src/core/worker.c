@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define RDMX_OP_POOL_MAX 4096 /* free op records kept for reuse */
+#define RDMX_SPIN_NS 50000ull  /* blocking waits spin this long, then sleep */
 
 /* --- operation records --------------------------------------------------- */
 
@@ -325,6 +326,26 @@ rdmx_status_t rdmx__worker_set_am(rdmx_worker_t *w, unsigned id,
 {
     /* Upper layers may keep a message's data past the callback. */
     return set_am_handler_flags(w, id, cb, UCP_AM_FLAG_PERSISTENT_DATA);
+}
+
+void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
+{
+    uint64_t idle_since = 0;
+    unsigned spins = 0;
+
+    while (!*done) {
+        if (rdmx_worker_progress(w) > 0) {
+            idle_since = 0;
+            continue;
+        }
+        if ((++spins & 63) != 0)
+            continue;
+        if (idle_since == 0) {
+            idle_since = rdmx_now_ns();
+        } else if (rdmx_now_ns() - idle_since > RDMX_SPIN_NS) {
+            rdmx_worker_wait(w, 1);
+        }
+    }
 }
 
 void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook)

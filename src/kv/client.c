@@ -272,8 +272,7 @@ static rdmx_status_t kv_call(rdmx_kv_t *kv, unsigned server,
             pthread_cond_wait(&kv->w->cond, &kv->w->lock);
         pthread_mutex_unlock(&kv->w->lock);
     } else {
-        while (!wt->done)
-            rdmx_worker_progress(kv->w);
+        rdmx__progress_until(kv->w, &wt->done);
     }
     if (wt->status != RDMX_OK)
         return rdmx__error(wt->status, "%s on %s: %s", method,

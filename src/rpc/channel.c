@@ -329,9 +329,22 @@ static int call_send(rdmx_channel_t *ch, call_t *c)
 /* Send queued calls while credits last. */
 static void pump(rdmx_channel_t *ch)
 {
+    uint64_t now = 0;
+
     while (ch->state == RDMX_CHANNEL_READY && ch->inflight < ch->credits &&
            !rdmx_list_empty(&ch->queue)) {
         call_t *c = rdmx_container_of(ch->queue.next, call_t, link);
+        if (c->deadline_ns != 0) {
+            if (now == 0)
+                now = rdmx_now_ns();
+            if (now >= c->deadline_ns) {
+                /* expired while queued: it must not reach the server */
+                complete(ch, c, RDMX_ERR_TIMEOUT, NULL, 0,
+                         "deadline passed before the call was sent");
+                retire(ch, c);
+                continue;
+            }
+        }
         rdmx_list_del(&c->link);
         ch->nqueued--;
         if (call_send(ch, c) != 0) {
@@ -1343,8 +1356,7 @@ rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
             pthread_cond_wait(&ch->w->cond, &ch->w->lock);
         pthread_mutex_unlock(&ch->w->lock);
     } else {
-        while (!wt.done)
-            rdmx_worker_progress(ch->w);
+        rdmx__progress_until(ch->w, &wt.done);
     }
     if (resp_len_p != NULL)
         *resp_len_p = wt.length;

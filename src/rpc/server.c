@@ -336,7 +336,6 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
     if (req == sw->current)
         sw->current_answered = 1;
     m->calls++;
-    rdmx__hist_add(&m->hist, rdmx_now_ns() - req->arrival_ns);
     if (status != RDMX_OK)
         m->errors++;
     if (req->oneway || c->ep == NULL) {
@@ -367,6 +366,8 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
     } else {
         send_error(c, req->id, req->handler->id, status, "%s", msg);
     }
+    /* arrival to the answer handed to the transport */
+    rdmx__hist_add(&m->hist, rdmx_now_ns() - req->arrival_ns);
     req_finish(req);
     return st;
 }

@@ -1,0 +1,274 @@
+/*
+ * rdmx KV — the storage engine of rdmx-kvd: items in a hash index, their
+ * values in one caller-owned memory range (the registered region), no
+ * networking. docs/KV.md ("Store") explains the design.
+ *
+ * - Values live in the range, carved by the TLSF allocator of alloc.h
+ *   (64-byte aligned, offsets from the range start). Keys and item metadata
+ *   live in ordinary heap memory.
+ * - Items carry key, value offset and length, 32-bit client flags, an
+ *   absolute expiry (ms on the caller's monotonic clock, 0 = never), a 64-bit
+ *   CAS version (a store-wide counter, new on every change) and a reference
+ *   count. Every call takes the caller's clock as `now_ms`.
+ * - Reading: rdmx__kv_store_get() returns a referenced item; its value stays
+ * intact and its memory is not reused until rdmx__kv_store_release(), even if
+ * the item is replaced, deleted, flushed or expires meanwhile — an RDMA write
+ * of the value runs without the store's lock and can never see it change.
+ * - Writing in two steps: rdmx__kv_store_reserve() allocates an unlinked item
+ * with value space (evicting least-recently-used items when memory is full);
+ *   the caller fills the value (an RDMA read into rdmx__kv_item_value()),
+ *   then rdmx__kv_store_commit() links it, replacing the old item atomically,
+ * or rdmx__kv_store_abort() drops it. rdmx__kv_store_set() does both for a
+ * value in hand.
+ *
+ * Threads: every function may be called from any thread; each takes the
+ * store's one mutex for its (short, bounded) duration. The item accessors
+ * take no lock; they read fields that do not change while the caller holds
+ * the item (a reference from get, or a reservation). The store's mutex is a
+ * leaf: no other lock is taken while it is held.
+ *
+ * Results: RDMX_OK; RDMX_ERR_NOT_FOUND (absent or expired) and
+ * RDMX_ERR_EXISTS (condition failed) are ordinary outcomes without a detail;
+ * RDMX_ERR_INVALID, RDMX_ERR_TOO_BIG and RDMX_ERR_NO_MEMORY also set
+ * rdmx_error_detail().
+ *
+ * Example (a GET, then a PUT whose value arrives by RDMA read):
+ * @code
+ * rdmx_kv_item_t *it;
+ * if (rdmx__kv_store_get(s, key, klen, now, &it) == RDMX_OK) {
+ *     // RDMA write from rdmx__kv_item_offset(it), rdmx__kv_item_length(it)
+ *     // ... once it completed:
+ *     rdmx__kv_store_release(s, it);
+ * }
+ * if (rdmx__kv_store_reserve(s, key, klen, vlen, now, &it) == RDMX_OK) {
+ *     // RDMA read into rdmx__kv_item_offset(it), vlen bytes
+ *     // ... once it completed (if it failed: rdmx__kv_store_abort(s, it)):
+ *     st = rdmx__kv_store_commit(s, it, RDMX_KV_STORE_SET, 0, flags,
+ *                                ttl_ms, now, &cas);
+ * }
+ * @endcode
+ */
+#ifndef RDMX_KV_STORE_H
+#define RDMX_KV_STORE_H
+
+#include <rdmx/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rdmx_kv_store rdmx_kv_store_t;
+typedef struct rdmx_kv_item rdmx_kv_item_t;
+
+#define RDMX_KV_STORE_DEFAULT_MAX_KEY   250u
+#define RDMX_KV_STORE_MAX_KEY_LIMIT     65535u
+#define RDMX_KV_STORE_DEFAULT_MAX_VALUE ((size_t)1 << 20)
+
+typedef enum {
+    RDMX_KV_EVICT_LRU = 0, /* memory full: evict least recently used */
+    RDMX_KV_EVICT_NONE = 1 /* memory full: writes fail, NO_MEMORY */
+} rdmx_kv_eviction_t;
+
+enum {
+    RDMX_KV_STORE_FIELD_MAX_KEY = 1u << 0,
+    RDMX_KV_STORE_FIELD_MAX_VALUE = 1u << 1,
+    RDMX_KV_STORE_FIELD_EVICTION = 1u << 2,
+};
+
+typedef struct {
+    uint64_t field_mask;         /* RDMX_KV_STORE_FIELD_* set below */
+    size_t max_key;              /* 1 .. 65535; default 250 */
+    size_t max_value;            /* default 1 MiB; larger values: TOO_BIG */
+    rdmx_kv_eviction_t eviction; /* default RDMX_KV_EVICT_LRU */
+} rdmx_kv_store_params_t;
+
+/* How rdmx__kv_store_commit() stores. */
+typedef enum {
+    RDMX_KV_STORE_SET = 0,     /* always */
+    RDMX_KV_STORE_ADD = 1,     /* only if absent, else RDMX_ERR_EXISTS */
+    RDMX_KV_STORE_REPLACE = 2, /* only if present, else RDMX_ERR_NOT_FOUND */
+    RDMX_KV_STORE_CAS = 3      /* only if present (else NOT_FOUND) with the
+                                  CAS version given (else RDMX_ERR_EXISTS) */
+} rdmx_kv_store_mode_t;
+
+/* Counters, memcached's names where memcached has one. */
+typedef struct {
+    uint64_t curr_items;     /* items linked in the index */
+    uint64_t total_items;    /* items ever linked (commits, incr copies) */
+    uint64_t bytes;          /* value bytes of the linked items */
+    uint64_t limit_maxbytes; /* size of the range given at create */
+    uint64_t get_hits;
+    uint64_t get_misses;        /* includes get_expired */
+    uint64_t get_expired;       /* gets that found the item expired */
+    uint64_t evictions;         /* live items removed to make room */
+    uint64_t evicted_unfetched; /* ... that had never been read */
+    uint64_t reclaimed;         /* expired items removed other than by a get:
+                                   reclaim sweep, eviction, other commands */
+    uint64_t expired_unfetched; /* expired items removed never read */
+    uint64_t cmd_get;           /* == get_hits + get_misses */
+    uint64_t cmd_set;           /* reserve / set calls */
+    uint64_t cmd_touch;
+    uint64_t touch_hits;
+    uint64_t touch_misses;
+    uint64_t cmd_flush;
+    uint64_t delete_hits;
+    uint64_t delete_misses;
+    uint64_t incr_hits;
+    uint64_t incr_misses;
+    uint64_t decr_hits;
+    uint64_t decr_misses;
+    uint64_t cas_hits;
+    uint64_t cas_misses;
+    uint64_t cas_badval;
+    uint64_t reserved_items;   /* reserved, not yet committed or aborted */
+    uint64_t pending_items;    /* replaced/deleted, freed at last release */
+    uint64_t pending_bytes;    /* their value bytes */
+    uint64_t hash_power_level; /* log2 of the index's buckets */
+    uint64_t hash_is_expanding;
+    /* allocator */
+    uint64_t alloc_capacity;   /* bytes managed (range minus alignment) */
+    uint64_t alloc_used_bytes; /* spans of allocated blocks */
+    uint64_t alloc_free_bytes;
+    uint64_t alloc_largest_free; /* usable bytes of the largest free block */
+    uint64_t alloc_blocks;       /* allocated blocks */
+    uint64_t alloc_free_blocks;
+} rdmx_kv_store_stats_t;
+
+/*
+ * A store over [mem, mem + size), which the caller keeps alive (and
+ * registered) until rdmx__kv_store_destroy(). @params may be NULL (defaults).
+ * RDMX_ERR_INVALID for a bad range or parameter, RDMX_ERR_NO_MEMORY when the
+ * index cannot be allocated.
+ */
+rdmx_status_t rdmx__kv_store_create(void *mem, size_t size,
+                                    const rdmx_kv_store_params_t *params,
+                                    rdmx_kv_store_t **store_p);
+
+/* Free every item and the store. No reference or reservation may still be
+ * in use (their items are freed too). The range is not touched. */
+void rdmx__kv_store_destroy(rdmx_kv_store_t *s);
+
+/*
+ * Look @key up. RDMX_OK: *item_p holds a reference (release it with
+ * rdmx__kv_store_release), the item moves to the most-recently-used end,
+ * get_hits counts it. RDMX_ERR_NOT_FOUND: absent, or expired (removed now,
+ * counted in get_expired). Either way cmd_get counts it.
+ */
+rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
+                                 size_t klen, uint64_t now_ms,
+                                 rdmx_kv_item_t **item_p);
+
+/* Drop a reference from rdmx__kv_store_get. An item replaced or deleted
+ * meanwhile is freed here, at its last release. */
+void rdmx__kv_store_release(rdmx_kv_store_t *s, rdmx_kv_item_t *item);
+
+/* Accessors of a referenced or reserved item (no lock taken). */
+void *rdmx__kv_item_value(const rdmx_kv_store_t *s, const rdmx_kv_item_t *it);
+uint64_t rdmx__kv_item_offset(const rdmx_kv_item_t *it); /* from mem */
+size_t rdmx__kv_item_length(const rdmx_kv_item_t *it);
+uint32_t rdmx__kv_item_flags(const rdmx_kv_item_t *it);
+uint64_t rdmx__kv_item_cas(const rdmx_kv_item_t *it);    /* 0 while reserved */
+uint64_t rdmx__kv_item_expiry(const rdmx_kv_item_t *it); /* absolute ms, 0 */
+const void *rdmx__kv_item_key(const rdmx_kv_item_t *it, size_t *klen_p);
+
+/*
+ * Allocate an unlinked item for @key with @vlen value bytes (contents
+ * undefined) for the caller to fill at rdmx__kv_item_value() /
+ * rdmx__kv_item_offset(). Nobody else sees it until rdmx__kv_store_commit(); it
+ * is never evicted. Memory full: with RDMX_KV_EVICT_LRU, expired items are
+ * removed, then least-recently-used unreferenced items are evicted (with
+ * their unreferenced physical successors when one hole has to grow to
+ * @vlen); with RDMX_KV_EVICT_NONE, or when that finds no room,
+ * RDMX_ERR_NO_MEMORY. RDMX_ERR_TOO_BIG: @klen > max_key or @vlen >
+ * max_value; RDMX_ERR_INVALID: empty key. Counts cmd_set.
+ */
+rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,
+                                     size_t klen, size_t vlen, uint64_t now_ms,
+                                     rdmx_kv_item_t **item_p);
+
+/*
+ * Link a reserved item under its key as @mode says, with client @flags and
+ * a time to live of @ttl_ms (0: never expires). The old item, if any, leaves
+ * the index in the same critical section the new one enters it (a reader
+ * finds the old or the new, complete value); the old one is freed now or at
+ * its last release. *cas_p (may be NULL) gets the new CAS version.
+ * The item is consumed whatever the result: on failure it is freed.
+ * RDMX_ERR_EXISTS: ADD found the key, or CAS found another version;
+ * RDMX_ERR_NOT_FOUND: REPLACE/CAS found no item; RDMX_ERR_INVALID: not a
+ * reserved item or an unknown mode; RDMX_ERR_NO_MEMORY: no heap for the
+ * expiry index.
+ */
+rdmx_status_t rdmx__kv_store_commit(rdmx_kv_store_t *s, rdmx_kv_item_t *item,
+                                    rdmx_kv_store_mode_t mode,
+                                    uint64_t cas_expected, uint32_t flags,
+                                    uint64_t ttl_ms, uint64_t now_ms,
+                                    uint64_t *cas_p);
+
+/* Free a reserved item without linking it. */
+void rdmx__kv_store_abort(rdmx_kv_store_t *s, rdmx_kv_item_t *item);
+
+/* reserve + copy @value + commit, under one lock. */
+rdmx_status_t rdmx__kv_store_set(rdmx_kv_store_t *s, const void *key,
+                                 size_t klen, const void *value, size_t vlen,
+                                 rdmx_kv_store_mode_t mode,
+                                 uint64_t cas_expected, uint32_t flags,
+                                 uint64_t ttl_ms, uint64_t now_ms,
+                                 uint64_t *cas_p);
+
+/* Remove @key; with @cas_expected != 0 only at that version (else
+ * RDMX_ERR_EXISTS). RDMX_ERR_NOT_FOUND when absent. */
+rdmx_status_t rdmx__kv_store_delete(rdmx_kv_store_t *s, const void *key,
+                                    size_t klen, uint64_t cas_expected,
+                                    uint64_t now_ms);
+
+/* Give @key a new time to live (0: never expires) and bump it in the LRU;
+ * the CAS version stays. RDMX_ERR_NOT_FOUND when absent. */
+rdmx_status_t rdmx__kv_store_touch(rdmx_kv_store_t *s, const void *key,
+                                   size_t klen, uint64_t ttl_ms,
+                                   uint64_t now_ms);
+
+/* RDMX_OK if @key is present, RDMX_ERR_NOT_FOUND if not. No LRU bump, no
+ * counter. */
+rdmx_status_t rdmx__kv_store_exists(rdmx_kv_store_t *s, const void *key,
+                                    size_t klen, uint64_t now_ms);
+
+/*
+ * memcached incr/decr: the value must be 1..20 ASCII digits holding an
+ * unsigned 64-bit number (else RDMX_ERR_INVALID); incr adds @delta modulo
+ * 2^64, decr (@decr != 0) subtracts it and stops at 0. The result is stored
+ * as decimal digits with a new CAS version, flags and expiry kept: in place
+ * when nobody holds a reference and it fits the block, else as a new item
+ * (which may evict, or fail with RDMX_ERR_NO_MEMORY). *value_p (may be NULL)
+ * gets the new number. RDMX_ERR_NOT_FOUND when absent.
+ */
+rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
+                                  size_t klen, uint64_t delta, int decr,
+                                  uint64_t now_ms, uint64_t *value_p);
+
+/* Remove every item (referenced ones are freed at their last release;
+ * reservations are not affected). O(items). */
+void rdmx__kv_store_flush(rdmx_kv_store_t *s);
+
+/* Remove up to @max_items items whose expiry has passed, soonest first
+ * (O(log n) each, from the expiry heap); returns how many. Call it
+ * periodically; also advances a growing index by some buckets. */
+size_t rdmx__kv_store_reclaim(rdmx_kv_store_t *s, uint64_t now_ms,
+                              size_t max_items);
+
+/* How many of @keys[0..n) in order, from the first, are present (stops at
+ * the first absent one). No LRU bump, no counter. */
+size_t rdmx__kv_store_prefix_hits(rdmx_kv_store_t *s, const void *const *keys,
+                                  const size_t *klens, size_t n,
+                                  uint64_t now_ms);
+
+void rdmx__kv_store_stats(rdmx_kv_store_t *s, rdmx_kv_store_stats_t *stats_p);
+
+/* Verify the index, LRU, expiry heap, counters and allocator against each
+ * other. O(n); for tests. RDMX_OK or RDMX_ERR_INTERNAL with a detail. */
+rdmx_status_t rdmx__kv_store_check(rdmx_kv_store_t *s);
+
+/* SipHash-2-4 (Aumasson & Bernstein) with the 128-bit key @k: the keyed
+ * hash of the index, randomly keyed per store so clients cannot aim keys at
+ * one bucket. Exposed for its test vectors. */
+uint64_t rdmx__kv_siphash(const uint64_t k[2], const void *data, size_t len);
+
+#endif /* RDMX_KV_STORE_H */
