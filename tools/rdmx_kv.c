@@ -1,0 +1,649 @@
+/*
+ * rdmx-kv: command-line client of rdmx-kvd.
+ *
+ *   rdmx-kv [--servers A:P,B:P] COMMAND [ARGS]
+ *
+ * Commands: get put delete touch incr decr exists mget stats flush repl
+ * bench (rdmx-kv --help lists their arguments). Exit status: 0 done/found,
+ * 1 not found (get, exists, delete, touch, incr), 2 error (message on
+ * stderr).
+ */
+#define _GNU_SOURCE
+#include <rdmx/kv.h>
+#include <rdmx/rdmx.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KV_DEFAULT_SERVERS "127.0.0.1:11311"
+
+typedef struct {
+    const char *servers;
+    unsigned replicas;
+    int timeout_ms;
+    char secret[4096];
+    size_t secret_len;
+    rdmx_context_params_t cp;
+    /* put */
+    const char *file;
+    uint32_t ttl_ms, flags;
+    rdmx_kv_put_mode_t mode;
+    uint64_t cas;
+    int server;
+    /* bench */
+    const char *op;
+    size_t size;
+    uint64_t keys;
+    unsigned threads;
+    double read_ratio;
+    double seconds;
+    uint64_t ops;
+    int json;
+    int zero_copy;
+} opts_t;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void die(const char *what, rdmx_status_t st)
+{
+    fprintf(stderr, "rdmx-kv: %s: %s: %s\n", what, rdmx_strerror(st),
+            rdmx_error_detail());
+    exit(2);
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v;
+
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s)
+        return -1;
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    default: break;
+    }
+    if (*end != '\0')
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+typedef struct {
+    rdmx_context_t *ctx;
+    rdmx_worker_t *w;
+    rdmx_kv_t *kv;
+} client_t;
+
+static void client_open(const opts_t *o, rdmx_context_t *ctx, client_t *c)
+{
+    rdmx_kv_params_t p = {0};
+    rdmx_status_t st;
+
+    c->ctx = ctx;
+    p.field_mask = RDMX_KV_FIELD_REPLICAS | RDMX_KV_FIELD_TIMEOUT;
+    p.replicas = o->replicas;
+    p.timeout_ms = o->timeout_ms;
+    if (o->secret_len > 0) {
+        p.field_mask |= RDMX_KV_FIELD_AUTH_SECRET;
+        p.auth_secret = o->secret;
+        p.auth_secret_len = o->secret_len;
+    }
+    if ((st = rdmx_worker_create(ctx, NULL, &c->w)) != RDMX_OK)
+        die("worker", st);
+    if ((st = rdmx_kv_create(c->w, o->servers, &p, &c->kv)) != RDMX_OK)
+        die("connect", st);
+    if ((st = rdmx_kv_wait_ready(c->kv, o->timeout_ms)) != RDMX_OK)
+        die(o->servers, st);
+}
+
+static void client_close(client_t *c)
+{
+    rdmx_kv_destroy(c->kv);
+    rdmx_worker_destroy(c->w);
+}
+
+/* Read all of @f into a malloc'd buffer. */
+static char *slurp(FILE *f, size_t *len_p)
+{
+    size_t cap = 65536, len = 0, n;
+    char *buf = malloc(cap);
+
+    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += n;
+        if (len == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    *len_p = len;
+    return buf;
+}
+
+/* Exit code of a keyed command's status. */
+static int code(const char *what, rdmx_status_t st)
+{
+    if (st == RDMX_OK)
+        return 0;
+    if (st == RDMX_ERR_NOT_FOUND) {
+        fprintf(stderr, "%s: not found\n", what);
+        return 1;
+    }
+    fprintf(stderr, "rdmx-kv: %s: %s: %s\n", what, rdmx_strerror(st),
+            rdmx_error_detail());
+    return 2;
+}
+
+static int cmd_get(client_t *c, const char *key)
+{
+    size_t cap = 1 << 20;
+    char *buf = malloc(cap);
+    rdmx_kv_meta_t m;
+    rdmx_status_t st = rdmx_kv_get(c->kv, key, strlen(key), buf, cap, NULL,
+                                   &m);
+
+    if (st == RDMX_ERR_TOO_BIG) {
+        cap = m.length;
+        free(buf);
+        buf = malloc(cap ? cap : 1);
+        st = rdmx_kv_get(c->kv, key, strlen(key), buf, cap, NULL, &m);
+    }
+    if (st == RDMX_OK && fwrite(buf, 1, m.length, stdout) != m.length)
+        st = RDMX_ERR_IO;
+    free(buf);
+    return code(key, st);
+}
+
+static int cmd_put(const opts_t *o, client_t *c, const char *key,
+                   const char *value)
+{
+    rdmx_kv_put_opts_t po = {o->mode, o->flags, o->ttl_ms, o->cas};
+    char *data;
+    size_t len;
+    uint64_t cas = 0;
+    rdmx_status_t st;
+
+    if (value != NULL) {
+        data = strdup(value);
+        len = strlen(value);
+    } else {
+        FILE *f = o->file && strcmp(o->file, "-") ? fopen(o->file, "rb")
+                                                  : stdin;
+        if (f == NULL) {
+            fprintf(stderr, "rdmx-kv: %s: %s\n", o->file, strerror(errno));
+            return 2;
+        }
+        data = slurp(f, &len);
+        if (f != stdin)
+            fclose(f);
+    }
+    if (data == NULL) {
+        fprintf(stderr, "rdmx-kv: out of memory\n");
+        return 2;
+    }
+    st = rdmx_kv_put(c->kv, key, strlen(key), data, len, NULL, &po, &cas);
+    free(data);
+    if (st == RDMX_OK)
+        fprintf(stderr, "stored %zu bytes, cas %" PRIu64 "\n", len, cas);
+    return code(key, st);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: rdmx-kv [options] COMMAND [ARGS]\n"
+        "commands:\n"
+        "  get KEY                 value to stdout\n"
+        "  put KEY [VALUE]         value from VALUE, -f FILE, or stdin\n"
+        "      [--ttl MS] [--flags N] [--add|--replace|--cas VERSION]\n"
+        "  delete KEY [--cas V]    touch KEY TTL_MS    exists KEY\n"
+        "  incr KEY [DELTA]        decr KEY [DELTA]    (new value to stdout)\n"
+        "  mget KEY...             one line per key: KEY LENGTH VALUE|-\n"
+        "  stats [--server I]      flush\n"
+        "  repl                    commands from stdin, one per line\n"
+        "  bench [--op get|set|mix] [--size S] [--keys N] [--threads T]\n"
+        "        [--read-ratio R] [--seconds S | --ops N] [--zero-copy]\n"
+        "        [--json]\n"
+        "options:\n"
+        "  -s, --servers A:P,B:P   servers (default " KV_DEFAULT_SERVERS ")\n"
+        "  -r, --replicas R        copies of each key (default 1)\n"
+        "  -t, --timeout MS        per operation (default 5000)\n"
+        "      --auth-secret-file F\n"
+        "      --transport auto|shm|tcp|rdma\n"
+        "exit: 0 ok/found, 1 not found, 2 error\n");
+}
+
+/* --- bench ---------------------------------------------------------------- */
+
+typedef struct {
+    const opts_t *o;
+    rdmx_context_t *ctx;
+    unsigned index;
+    uint64_t done, errors, misses, bytes;
+    uint64_t *lat;   /* ns per op */
+    size_t nlat, caplat;
+    double start, end;
+} bench_thread_t;
+
+static volatile int bench_go;
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static void *bench_main(void *arg)
+{
+    bench_thread_t *t = arg;
+    const opts_t *o = t->o;
+    client_t c;
+    rdmx_mr_t *mr = NULL;
+    char *buf;
+    char key[64];
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (t->index + 1);
+    double deadline;
+    rdmx_status_t st;
+
+    client_open(o, t->ctx, &c);
+    if (o->zero_copy) {
+        if ((st = rdmx_mem_alloc(t->ctx, o->size ? o->size : 1,
+                                 RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &mr)) !=
+            RDMX_OK)
+            die("register", st);
+        buf = rdmx_mr_addr(mr);
+    } else {
+        buf = malloc(o->size ? o->size : 1);
+    }
+    memset(buf, 'x', o->size);
+    /* load: every key this thread may read exists */
+    if (strcmp(o->op, "set") != 0 && t->index == 0) {
+        for (uint64_t k = 0; k < o->keys; k++) {
+            int n = snprintf(key, sizeof(key), "bench:%" PRIu64, k);
+            st = rdmx_kv_put(c.kv, key, (size_t)n, buf, o->size, mr, NULL,
+                             NULL);
+            if (st != RDMX_OK)
+                die("bench load", st);
+        }
+    }
+    __atomic_add_fetch(&bench_go, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&bench_go, __ATOMIC_SEQ_CST) <= (int)o->threads)
+        usleep(100);
+    t->start = now_s();
+    deadline = t->start + o->seconds;
+    for (uint64_t i = 0;; i++) {
+        uint64_t k = xorshift(&rng) % o->keys;
+        int n = snprintf(key, sizeof(key), "bench:%" PRIu64, k);
+        int get = strcmp(o->op, "get") == 0 ||
+                  (strcmp(o->op, "mix") == 0 &&
+                   (double)(xorshift(&rng) % 10000) < o->read_ratio * 10000);
+        struct timespec a, b;
+        rdmx_kv_meta_t m;
+
+        if (o->ops ? i >= o->ops : ((i & 15) == 0 && now_s() >= deadline))
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        if (get)
+            st = rdmx_kv_get(c.kv, key, (size_t)n, buf, o->size, mr, &m);
+        else
+            st = rdmx_kv_put(c.kv, key, (size_t)n, buf, o->size, mr, NULL,
+                             NULL);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (st == RDMX_OK)
+            t->bytes += o->size;
+        else if (st == RDMX_ERR_NOT_FOUND)
+            t->misses++;
+        else
+            t->errors++;
+        t->done++;
+        if (t->nlat == t->caplat) {
+            t->caplat = t->caplat ? t->caplat * 2 : 65536;
+            t->lat = realloc(t->lat, t->caplat * sizeof(*t->lat));
+        }
+        t->lat[t->nlat++] = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull +
+                            (uint64_t)(b.tv_nsec - a.tv_nsec);
+    }
+    t->end = now_s();
+    if (mr != NULL)
+        rdmx_mem_deregister(mr);
+    else
+        free(buf);
+    client_close(&c);
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmd_bench(const opts_t *o, rdmx_context_t *ctx)
+{
+    bench_thread_t *t = calloc(o->threads, sizeof(*t));
+    pthread_t *th = calloc(o->threads, sizeof(*th));
+    uint64_t done = 0, errors = 0, misses = 0, bytes = 0, *all;
+    size_t nall = 0, k = 0;
+    double secs = 0;
+
+    for (unsigned i = 0; i < o->threads; i++) {
+        t[i].o = o;
+        t[i].ctx = ctx;
+        t[i].index = i;
+        pthread_create(&th[i], NULL, bench_main, &t[i]);
+    }
+    while (__atomic_load_n(&bench_go, __ATOMIC_SEQ_CST) < (int)o->threads)
+        usleep(1000);
+    __atomic_add_fetch(&bench_go, 1, __ATOMIC_SEQ_CST);
+    for (unsigned i = 0; i < o->threads; i++) {
+        pthread_join(th[i], NULL);
+        done += t[i].done;
+        errors += t[i].errors;
+        misses += t[i].misses;
+        bytes += t[i].bytes;
+        nall += t[i].nlat;
+        if (t[i].end - t[i].start > secs)
+            secs = t[i].end - t[i].start;
+    }
+    all = malloc((nall ? nall : 1) * sizeof(*all));
+    for (unsigned i = 0; i < o->threads; i++) {
+        memcpy(all + k, t[i].lat, t[i].nlat * sizeof(*all));
+        k += t[i].nlat;
+        free(t[i].lat);
+    }
+    qsort(all, nall, sizeof(*all), cmp_u64);
+#define PCT(q) (nall ? all[(size_t)((double)(nall - 1) * (q))] / 1e3 : 0.0)
+    if (o->json)
+        printf("{\"op\":\"%s\",\"size\":%zu,\"threads\":%u,\"ops\":%" PRIu64
+               ",\"errors\":%" PRIu64 ",\"misses\":%" PRIu64
+               ",\"seconds\":%.3f,\"ops_per_s\":%.0f,\"mb_per_s\":%.1f,"
+               "\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f}\n",
+               o->op, o->size, o->threads, done, errors, misses, secs,
+               done / secs, bytes / secs / 1e6, PCT(0.5), PCT(0.99),
+               PCT(0.999));
+    else
+        printf("%s %zu B x %u threads: %" PRIu64 " ops in %.2f s = %.0f "
+               "ops/s, %.1f MB/s; latency p50 %.2f us, p99 %.2f us, "
+               "p99.9 %.2f us; %" PRIu64 " misses, %" PRIu64 " errors\n",
+               o->op, o->size, o->threads, done, secs, done / secs,
+               bytes / secs / 1e6, PCT(0.5), PCT(0.99), PCT(0.999), misses,
+               errors);
+#undef PCT
+    free(all);
+    free(t);
+    free(th);
+    return errors ? 2 : 0;
+}
+
+/* --- commands ------------------------------------------------------------- */
+
+static int run(const opts_t *o, client_t *c, int argc, char **argv);
+
+static int cmd_repl(const opts_t *o, client_t *c)
+{
+    char line[65536];
+
+    while (fgets(line, sizeof(line), stdin) != NULL) {
+        char *args[64];
+        int n = 0;
+        for (char *tok = strtok(line, " \t\r\n"); tok && n < 64;
+             tok = strtok(NULL, " \t\r\n"))
+            args[n++] = tok;
+        if (n == 0)
+            continue;
+        if (strcmp(args[0], "quit") == 0 || strcmp(args[0], "exit") == 0)
+            break;
+        int rc = run(o, c, n, args);
+        if (strcmp(args[0], "get") == 0 && rc == 0)
+            putchar('\n');
+        printf("%s\n", rc == 0 ? "OK" : rc == 1 ? "NOT_FOUND" : "ERROR");
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int run(const opts_t *o, client_t *c, int argc, char **argv)
+{
+    const char *cmd = argv[0];
+    rdmx_status_t st;
+
+#define NEED(n)                                                                \
+    if (argc < (n) + 1) {                                                      \
+        fprintf(stderr, "rdmx-kv %s: missing argument\n", cmd);                \
+        return 2;                                                              \
+    }
+    if (strcmp(cmd, "get") == 0) {
+        NEED(1);
+        return cmd_get(c, argv[1]);
+    }
+    if (strcmp(cmd, "put") == 0 || strcmp(cmd, "set") == 0) {
+        NEED(1);
+        return cmd_put(o, c, argv[1], argc > 2 ? argv[2] : NULL);
+    }
+    if (strcmp(cmd, "delete") == 0) {
+        NEED(1);
+        return code(argv[1], rdmx_kv_delete(c->kv, argv[1], strlen(argv[1]),
+                                            o->cas));
+    }
+    if (strcmp(cmd, "touch") == 0) {
+        NEED(2);
+        return code(argv[1], rdmx_kv_touch(c->kv, argv[1], strlen(argv[1]),
+                                           (uint32_t)strtoul(argv[2], NULL,
+                                                             10)));
+    }
+    if (strcmp(cmd, "exists") == 0) {
+        NEED(1);
+        return code(argv[1], rdmx_kv_exists(c->kv, argv[1], strlen(argv[1])));
+    }
+    if (strcmp(cmd, "incr") == 0 || strcmp(cmd, "decr") == 0) {
+        uint64_t v = 0;
+        NEED(1);
+        st = rdmx_kv_incr(c->kv, argv[1], strlen(argv[1]),
+                          argc > 2 ? strtoull(argv[2], NULL, 10) : 1,
+                          cmd[0] == 'd', &v);
+        if (st == RDMX_OK)
+            printf("%" PRIu64 "\n", v);
+        return code(argv[1], st);
+    }
+    if (strcmp(cmd, "mget") == 0) {
+        size_t n = (size_t)argc - 1;
+        rdmx_kv_mget_t *items = calloc(n ? n : 1, sizeof(*items));
+        int rc = 0;
+        NEED(1);
+        for (size_t i = 0; i < n; i++) {
+            items[i].key = argv[i + 1];
+            items[i].klen = strlen(argv[i + 1]);
+            items[i].capacity = 65536;
+            items[i].buf = malloc(items[i].capacity);
+        }
+        st = rdmx_kv_mget(c->kv, items, n);
+        for (size_t i = 0; i < n; i++) {
+            if (items[i].status == RDMX_OK)
+                printf("%s %zu %.*s\n", argv[i + 1], items[i].meta.length,
+                       (int)items[i].meta.length, (char *)items[i].buf);
+            else
+                printf("%s - %s\n", argv[i + 1],
+                       rdmx_status_name(items[i].status));
+            if (items[i].status != RDMX_OK && rc == 0)
+                rc = items[i].status == RDMX_ERR_NOT_FOUND ? 1 : 2;
+            free(items[i].buf);
+        }
+        free(items);
+        if (st != RDMX_OK && st != RDMX_ERR_NOT_FOUND)
+            return code("mget", st);
+        return rc;
+    }
+    if (strcmp(cmd, "stats") == 0) {
+        char buf[8192];
+        unsigned from = o->server >= 0 ? (unsigned)o->server : 0;
+        unsigned to = o->server >= 0 ? from + 1 : rdmx_kv_servers(c->kv);
+        for (unsigned i = from; i < to; i++) {
+            st = rdmx_kv_stats(c->kv, i, buf, sizeof(buf));
+            if (st != RDMX_OK)
+                return code("stats", st);
+            if (to - from > 1)
+                printf("# server %u\n", i);
+            fputs(buf, stdout);
+        }
+        return 0;
+    }
+    if (strcmp(cmd, "flush") == 0)
+        return code("flush", rdmx_kv_flush(c->kv));
+    fprintf(stderr, "rdmx-kv: unknown command '%s'\n", cmd);
+    return 2;
+#undef NEED
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"servers", required_argument, NULL, 's'},
+        {"replicas", required_argument, NULL, 'r'},
+        {"timeout", required_argument, NULL, 't'},
+        {"file", required_argument, NULL, 'f'},
+        {"ttl", required_argument, NULL, 'T'},
+        {"flags", required_argument, NULL, 'F'},
+        {"add", no_argument, NULL, 'a'},
+        {"replace", no_argument, NULL, 'R'},
+        {"cas", required_argument, NULL, 'c'},
+        {"server", required_argument, NULL, 'S'},
+        {"op", required_argument, NULL, 'o'},
+        {"size", required_argument, NULL, 'z'},
+        {"keys", required_argument, NULL, 'k'},
+        {"threads", required_argument, NULL, 'n'},
+        {"read-ratio", required_argument, NULL, 'x'},
+        {"seconds", required_argument, NULL, 'd'},
+        {"ops", required_argument, NULL, 'N'},
+        {"json", no_argument, NULL, 'j'},
+        {"zero-copy", no_argument, NULL, 'Z'},
+        {"auth-secret-file", required_argument, NULL, 'A'},
+        {"transport", required_argument, NULL, 'X'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    opts_t o = {.servers = KV_DEFAULT_SERVERS, .replicas = 1,
+                .timeout_ms = 5000, .server = -1, .op = "get", .size = 100,
+                .keys = 1000, .threads = 1, .read_ratio = 0.9,
+                .seconds = 5};
+    rdmx_context_t *ctx;
+    client_t c;
+    rdmx_status_t st;
+    int ch, rc;
+
+    while ((ch = getopt_long(argc, argv, "s:r:t:f:h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 's': o.servers = optarg; break;
+        case 'r': o.replicas = (unsigned)atoi(optarg); break;
+        case 't': o.timeout_ms = atoi(optarg); break;
+        case 'f': o.file = optarg; break;
+        case 'T': o.ttl_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'F': o.flags = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'a': o.mode = RDMX_KV_PUT_ADD; break;
+        case 'R': o.mode = RDMX_KV_PUT_REPLACE; break;
+        case 'c':
+            o.cas = strtoull(optarg, NULL, 10);
+            o.mode = RDMX_KV_PUT_CAS;
+            break;
+        case 'S': o.server = atoi(optarg); break;
+        case 'o': o.op = optarg; break;
+        case 'z':
+            if (parse_size(optarg, &o.size)) {
+                fprintf(stderr, "rdmx-kv: --size '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'k': o.keys = strtoull(optarg, NULL, 10); break;
+        case 'n': o.threads = (unsigned)atoi(optarg); break;
+        case 'x': o.read_ratio = atof(optarg); break;
+        case 'd': o.seconds = atof(optarg); break;
+        case 'N': o.ops = strtoull(optarg, NULL, 10); break;
+        case 'j': o.json = 1; break;
+        case 'Z': o.zero_copy = 1; break;
+        case 'A': {
+            FILE *f = fopen(optarg, "r");
+            if (f == NULL) {
+                fprintf(stderr, "rdmx-kv: %s: %s\n", optarg, strerror(errno));
+                return 2;
+            }
+            o.secret_len = fread(o.secret, 1, sizeof(o.secret), f);
+            fclose(f);
+            while (o.secret_len > 0 && (o.secret[o.secret_len - 1] == '\n' ||
+                                        o.secret[o.secret_len - 1] == '\r'))
+                o.secret_len--;
+            break;
+        }
+        case 'X':
+            o.cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT;
+            if (rdmx_transport_parse(optarg, &o.cp.transport) != RDMX_OK) {
+                fprintf(stderr, "rdmx-kv: --transport auto|shm|tcp|rdma\n");
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    /* GNU getopt moved the options; the command and its arguments remain */
+    if (optind >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    argc -= optind;
+    argv += optind;
+    if (o.keys == 0 || o.threads == 0) {
+        fprintf(stderr, "rdmx-kv: --keys and --threads must be positive\n");
+        return 2;
+    }
+    {
+        /* all servers on loopback: keep UCX's tcp on lo */
+        int all_lo = 1;
+        char *list = strdup(o.servers), *save = NULL;
+        for (char *s = strtok_r(list, ",", &save); s;
+             s = strtok_r(NULL, ",", &save)) {
+            char host[256];
+            uint16_t port;
+            if (rdmx_addr_parse(s, host, sizeof(host), &port) != RDMX_OK ||
+                !rdmx_host_is_loopback(host))
+                all_lo = 0;
+        }
+        free(list);
+        if (all_lo && getenv("UCX_NET_DEVICES") == NULL) {
+            o.cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
+            o.cp.net_devices = "lo";
+        }
+    }
+    if ((st = rdmx_context_create(&o.cp, &ctx)) != RDMX_OK)
+        die("context", st);
+    if (strcmp(argv[0], "bench") == 0) {
+        rc = cmd_bench(&o, ctx);
+    } else {
+        client_open(&o, ctx, &c);
+        rc = strcmp(argv[0], "repl") == 0 ? cmd_repl(&o, &c)
+                                          : run(&o, &c, argc, argv);
+        client_close(&c);
+    }
+    rdmx_context_destroy(ctx);
+    return rc;
+}
