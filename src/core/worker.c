@@ -482,13 +482,26 @@ rdmx_status_t rdmx_worker_wait(rdmx_worker_t *w, int timeout_ms)
         timeout_ms < 0 ? UINT64_MAX
                        : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     struct pollfd pfd = {.fd = w->efd, .events = POLLIN};
+    unsigned busy = 0;
 
     for (;;) {
         if (rdmx_worker_progress(w) > 0)
             return RDMX_OK;
         rdmx_status_t st = rdmx_worker_arm(w);
-        if (st == RDMX_ERR_BUSY)
+        if (st == RDMX_ERR_BUSY) {
+            /* UCX 1.13 can say "busy" for seconds with nothing to progress
+             * (after peers died on shm): keep the deadline, and stop
+             * spinning after a while. */
+            if (rdmx_now_ns() >= deadline)
+                return RDMX_ERR_TIMEOUT;
+            if (++busy >= 64) {
+                busy = 0;
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+            }
             continue;
+        }
+        busy = 0;
         if (st != RDMX_OK)
             return st;
         uint64_t now = rdmx_now_ns();
