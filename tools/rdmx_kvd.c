@@ -67,7 +67,7 @@ static void reply(rdmx_rpc_req_t *req, rdmx_status_t status, uint32_t where,
         rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    rdmx_kv_result_encode(&r, out);
+    rdmx__kv_result_encode(&r, out);
     if (vlen != 0)
         memcpy(out + RDMX_KV_RESULT_SIZE, value, vlen);
     rdmx_rpc_respond(req, out, RDMX_KV_RESULT_SIZE + vlen);
@@ -115,7 +115,7 @@ static int decode(kvd_t *k, rdmx_rpc_req_t *req, int inline_value,
     const void *data = rdmx_rpc_req_data(req, &len);
     char why[160];
 
-    if (rdmx_kv_req_decode(data, len, inline_value, r, &used, why,
+    if (rdmx__kv_req_decode(data, len, inline_value, r, &used, why,
                            sizeof(why)) != RDMX_OK ||
         used != len) {
         __atomic_add_fetch(&k->bad_requests, 1, __ATOMIC_RELAXED);
@@ -239,7 +239,7 @@ static void put_done(rdmx_status_t st, size_t length, void *arg)
     char why[8];
 
     (void)length;
-    rdmx_kv_req_decode(data, len, 0, &r, &used, why, sizeof(why));
+    rdmx__kv_req_decode(data, len, 0, &r, &used, why, sizeof(why));
     if (st != RDMX_OK) {
         rdmx__kv_store_abort(x->k->store, x->item);
         reply_error(x->req, st, "reading the value from the caller failed: "
@@ -419,7 +419,7 @@ static int out_result(out_t *o, rdmx_status_t st, uint32_t where,
     unsigned char h[RDMX_KV_RESULT_SIZE];
     rdmx_kv_result_t r = {.status = st, .where = where, .flags = flags,
                           .cas = cas, .length = length};
-    rdmx_kv_result_encode(&r, h);
+    rdmx__kv_result_encode(&r, h);
     return out_put(o, h, sizeof(h));
 }
 
@@ -464,7 +464,7 @@ static void h_batch(rdmx_rpc_req_t *req, void *arg, int kind)
         rdmx_status_t st;
         uint64_t cas = 0;
 
-        if (rdmx_kv_req_decode(p, left, kind == 1, &r, &used, why,
+        if (rdmx__kv_req_decode(p, left, kind == 1, &r, &used, why,
                                sizeof(why)) != RDMX_OK ||
             r.klen == 0) {
             __atomic_add_fetch(&k->bad_requests, 1, __ATOMIC_RELAXED);
@@ -828,7 +828,7 @@ int main(int argc, char **argv)
      * sweeps, ten times a second. */
     while (!stop) {
         usleep(100000);
-        rdmx__kv_store_reclaim(k.store, now_ms(), 10000);
+        rdmx__kv_store_reclaim(k.store, now_ms(), 1000);
     }
     printf("rdmx-kvd: shutting down\n");
     fflush(stdout);

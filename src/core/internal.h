@@ -212,6 +212,7 @@ struct rdmx_worker {
     rdmx_worker_stats_t stats;
     rdmx_list_t hooks;        /* rdmx_hook_t timers of upper layers */
     unsigned hook_tick;
+    int hooks_due;            /* run the timers at the next progress */
     /* connection requests handed over by another worker's listener */
     pthread_mutex_t handoff_lock;
     rdmx_list_t handoff;

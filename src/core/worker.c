@@ -163,8 +163,10 @@ static void *progress_thread(void *arg)
         }
         pthread_mutex_unlock(&w->lock);
         /* Sleep at most 100 ms so deadlines and stop are noticed. */
-        if (n == 0 && st == RDMX_OK)
+        if (n == 0 && st == RDMX_OK) {
             poll(&pfd, 1, sleep_ms);
+            w->hooks_due = 1;
+        }
     }
     return NULL;
 }
@@ -442,9 +444,13 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     if (!rdmx_list_empty(&w->ep_events) || w->connecting ||
         !rdmx_list_empty(&w->closing))
         n += rdmx__ep_progress(w);
-    /* Timers: every idle pass, and every 64th busy one. */
-    if (!rdmx_list_empty(&w->hooks) && (n == 0 || (++w->hook_tick & 63) == 0))
+    /* Timers: every 64th pass (a clock read costs as much as an idle pass),
+     * and after rdmx_worker_wait slept. */
+    if (!rdmx_list_empty(&w->hooks) &&
+        ((++w->hook_tick & 63) == 0 || w->hooks_due)) {
+        w->hooks_due = 0;
         n += run_hooks(w);
+    }
     rdmx__unlock(w);
     return n;
 }
@@ -523,6 +529,7 @@ rdmx_status_t rdmx_worker_wait(rdmx_worker_t *w, int timeout_ms)
         if (poll(&pfd, 1, left_ms > 1000000 ? 1000000 : (int)left_ms) < 0 &&
             errno != EINTR)
             return rdmx__error(RDMX_ERR_IO, "poll: %s", strerror(errno));
+        w->hooks_due = 1;
     }
 }
 

@@ -216,7 +216,7 @@ static void kv_done(const rdmx_call_result_t *r, void *arg)
         }
         goto out;
     }
-    if (rdmx_kv_result_decode(r->data, r->length, &res) != RDMX_OK) {
+    if (rdmx__kv_result_decode(r->data, r->length, &res) != RDMX_OK) {
         wt->status = RDMX_ERR_PROTO;
         snprintf(wt->message, sizeof(wt->message), "bad result from server");
         goto out;
@@ -292,11 +292,11 @@ static unsigned char *build_req(const rdmx_kv_req_t *r, size_t inline_len,
                                 unsigned char *stack, size_t stack_size,
                                 size_t *len_p)
 {
-    size_t len = rdmx_kv_req_size(r->klen, inline_len);
+    size_t len = rdmx__kv_req_size(r->klen, inline_len);
     unsigned char *p = len <= stack_size ? stack : malloc(len);
 
     if (p != NULL)
-        rdmx_kv_req_encode(r, inline_len, p);
+        rdmx__kv_req_encode(r, inline_len, p);
     *len_p = len;
     return p;
 }
@@ -497,7 +497,7 @@ static rdmx_status_t batch(rdmx_kv_t *kv, unsigned server, const char *method,
     rdmx_status_t st;
 
     for (size_t i = 0; i < n; i++)
-        len += rdmx_kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
+        len += rdmx__kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
     req = malloc(len);
     wt->resp = malloc(resp_cap);
     wt->resp_cap = resp_cap;
@@ -513,8 +513,8 @@ static rdmx_status_t batch(rdmx_kv_t *kv, unsigned server, const char *method,
     memset(req + 4, 0, 4);
     off = RDMX_KV_BATCH_HDR;
     for (size_t i = 0; i < n; i++) {
-        rdmx_kv_req_encode(&reqs[i], inl ? inl[i] : 0, req + off);
-        off += rdmx_kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
+        rdmx__kv_req_encode(&reqs[i], inl ? inl[i] : 0, req + off);
+        off += rdmx__kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
     }
     st = kv_call(kv, server, method, req, len, NULL, 0, wt);
     free(req);
@@ -566,7 +566,7 @@ rdmx_status_t rdmx_kv_mget(rdmx_kv_t *kv, rdmx_kv_mget_t *items, size_t n)
             for (size_t k = 0; k < m; k++) {
                 rdmx_kv_mget_t *it = &items[idx[k]];
                 rdmx_kv_result_t res;
-                if (rdmx_kv_result_decode(wt.resp + off, wt.resp_len - off,
+                if (rdmx__kv_result_decode(wt.resp + off, wt.resp_len - off,
                                           &res) != RDMX_OK) {
                     it->status = RDMX_ERR_PROTO;
                     st1 = RDMX_ERR_PROTO;
@@ -653,7 +653,7 @@ rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items, size_t n)
                     it->status = st1;
                     continue;
                 }
-                if (rdmx_kv_result_decode(wt.resp + k * RDMX_KV_RESULT_SIZE,
+                if (rdmx__kv_result_decode(wt.resp + k * RDMX_KV_RESULT_SIZE,
                                           wt.resp_len - k * RDMX_KV_RESULT_SIZE,
                                           &res) != RDMX_OK) {
                     it->status = st1 = RDMX_ERR_PROTO;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void rdmx_kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out)
+void rdmx__kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out)
 {
     rdmx_put_le32(out + 0, (uint32_t)r->status);
     rdmx_put_le32(out + 4, r->where);
@@ -18,7 +18,7 @@ void rdmx_kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out)
     rdmx_put_le64(out + 24, r->length);
 }
 
-rdmx_status_t rdmx_kv_result_decode(const void *buf, size_t len,
+rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
                                     rdmx_kv_result_t *r)
 {
     const unsigned char *p = buf;
@@ -40,7 +40,7 @@ rdmx_status_t rdmx_kv_result_decode(const void *buf, size_t len,
     return RDMX_OK;
 }
 
-void rdmx_kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
+void rdmx__kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
                         unsigned char *out)
 {
     out[0] = r->mode;
@@ -57,7 +57,7 @@ void rdmx_kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
         memcpy(out + RDMX_KV_REQ_SIZE + r->klen, r->value, inline_len);
 }
 
-rdmx_status_t rdmx_kv_req_decode(const void *buf, size_t len,
+rdmx_status_t rdmx__kv_req_decode(const void *buf, size_t len,
                                  int inline_value, rdmx_kv_req_t *r,
                                  size_t *used_p, char *why, size_t why_size)
 {

@@ -53,8 +53,8 @@ typedef struct {
     uint64_t length;
 } rdmx_kv_result_t;
 
-void rdmx_kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out);
-rdmx_status_t rdmx_kv_result_decode(const void *buf, size_t len,
+void rdmx__kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out);
+rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
                                     rdmx_kv_result_t *r);
 
 /* A key-carrying request, 32-byte header then the key then the value:
@@ -81,16 +81,16 @@ typedef struct {
 
 /* Bytes of an encoded request with @klen key bytes and @inline_len value
  * bytes. */
-static inline size_t rdmx_kv_req_size(size_t klen, size_t inline_len)
+static inline size_t rdmx__kv_req_size(size_t klen, size_t inline_len)
 {
     return RDMX_KV_REQ_SIZE + klen + inline_len;
 }
-/* Encode into @out (rdmx_kv_req_size bytes); copies key and inline value. */
-void rdmx_kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
+/* Encode into @out (rdmx__kv_req_size bytes); copies key and inline value. */
+void rdmx__kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
                         unsigned char *out);
 /* Decode one request from @buf; *used_p = its bytes (batches hold many).
  * @inline_value: whether value bytes follow the key (vlen of them). */
-rdmx_status_t rdmx_kv_req_decode(const void *buf, size_t len,
+rdmx_status_t rdmx__kv_req_decode(const void *buf, size_t len,
                                  int inline_value, rdmx_kv_req_t *r,
                                  size_t *used_p, char *why, size_t why_size);
 

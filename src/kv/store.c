@@ -494,8 +494,9 @@ static uint64_t grow_hole(rdmx_kv_store_t *s, uint64_t hole, size_t vlen,
 }
 
 /*
- * Value space for @vlen bytes. When the allocator has none and eviction is
- * on: remove expired items (soonest first), then evict from the LRU end —
+ * Value space for @vlen bytes. When the allocator has none: remove expired
+ * items (soonest first; also with eviction off: they are dead, not
+ * evicted), then, with eviction on, evict from the LRU end —
  * each victim's hole is offered to the request, then the whole allocator,
  * then the hole is grown over its unreferenced successors. Referenced items
  * found at the LRU end are moved to the other end (they are in use). The
@@ -507,21 +508,22 @@ static uint64_t value_alloc(rdmx_kv_store_t *s, size_t vlen, uint64_t now)
     uint64_t off = rdmx__kv_alloc(&s->alloc, vlen), hole;
     unsigned victims = 0, skips = 0;
 
-    if (off != RDMX_KV_ALLOC_NONE || s->eviction == RDMX_KV_EVICT_NONE)
+    if (off != RDMX_KV_ALLOC_NONE)
         return off;
     while (s->heap_len > 0 && is_expired(s->heap[0], now) &&
            victims < EVICT_VICTIMS) {
-        rdmx_kv_item_t *it = s->heap[0];
-        if (it->refs > 0) /* cannot free it now: leave the rest */
-            break;
-        hole = expire_item(s, it, 0);
+        hole = expire_item(s, s->heap[0], 0);
         victims++;
+        if (hole == RDMX_KV_ALLOC_NONE) /* referenced: freed at release */
+            continue;
         off = rdmx__kv_alloc_from(&s->alloc, hole, vlen);
         if (off == RDMX_KV_ALLOC_NONE)
             off = rdmx__kv_alloc(&s->alloc, vlen);
         if (off != RDMX_KV_ALLOC_NONE)
             return off;
     }
+    if (s->eviction == RDMX_KV_EVICT_NONE)
+        return RDMX_KV_ALLOC_NONE;
     victims = 0;
     while (!rdmx_list_empty(&s->lru) && victims < EVICT_VICTIMS) {
         rdmx_kv_item_t *it =
@@ -709,11 +711,12 @@ rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
                                  rdmx_kv_item_t **item_p)
 {
     rdmx_status_t status = check_key(s, key, klen, "get");
-    uint64_t hash = rdmx__kv_siphash(s->seed, key, klen);
+    uint64_t hash;
     rdmx_kv_item_t *it;
 
     if (status != RDMX_OK)
         return status;
+    hash = rdmx__kv_siphash(s->seed, key, klen);
     pthread_mutex_lock(&s->lock);
     s->st.cmd_get++;
     it = ht_find(s, hash, key, klen);
@@ -740,6 +743,11 @@ rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
 void rdmx__kv_store_release(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
 {
     pthread_mutex_lock(&s->lock);
+    if (it->refs == 0 || it->state == ITEM_RESERVED) { /* not from a get */
+        pthread_mutex_unlock(&s->lock);
+        rdmx_warn("kv: release of an item that holds no reference");
+        return;
+    }
     if (--it->refs == 0 && it->state == ITEM_UNLINKED) {
         rdmx_list_del(&it->lru);
         s->st.pending_items--;
@@ -916,6 +924,8 @@ rdmx_status_t rdmx__kv_store_set(rdmx_kv_store_t *s, const void *key,
 
     if (status != RDMX_OK)
         return status;
+    if (value == NULL && vlen != 0)
+        return rdmx__error(RDMX_ERR_INVALID, "kv set: no value");
     pthread_mutex_lock(&s->lock);
     status = reserve_locked(s, key, klen, vlen, now_ms, &it);
     if (status == RDMX_OK) {
@@ -933,11 +943,12 @@ rdmx_status_t rdmx__kv_store_delete(rdmx_kv_store_t *s, const void *key,
                                     uint64_t now_ms)
 {
     rdmx_status_t status = check_key(s, key, klen, "delete");
-    uint64_t hash = rdmx__kv_siphash(s->seed, key, klen);
+    uint64_t hash;
     rdmx_kv_item_t *it;
 
     if (status != RDMX_OK)
         return status;
+    hash = rdmx__kv_siphash(s->seed, key, klen);
     pthread_mutex_lock(&s->lock);
     it = lookup(s, hash, key, klen, now_ms);
     if (it == NULL) {
@@ -958,12 +969,13 @@ rdmx_status_t rdmx__kv_store_touch(rdmx_kv_store_t *s, const void *key,
                                    uint64_t now_ms)
 {
     rdmx_status_t status = check_key(s, key, klen, "touch");
-    uint64_t hash = rdmx__kv_siphash(s->seed, key, klen);
+    uint64_t hash;
     uint64_t exptime = expiry_for(ttl_ms, now_ms);
     rdmx_kv_item_t *it;
 
     if (status != RDMX_OK)
         return status;
+    hash = rdmx__kv_siphash(s->seed, key, klen);
     pthread_mutex_lock(&s->lock);
     s->st.cmd_touch++;
     it = lookup(s, hash, key, klen, now_ms);
@@ -987,10 +999,11 @@ rdmx_status_t rdmx__kv_store_exists(rdmx_kv_store_t *s, const void *key,
                                     size_t klen, uint64_t now_ms)
 {
     rdmx_status_t status = check_key(s, key, klen, "exists");
-    uint64_t hash = rdmx__kv_siphash(s->seed, key, klen);
+    uint64_t hash;
 
     if (status != RDMX_OK)
         return status;
+    hash = rdmx__kv_siphash(s->seed, key, klen);
     pthread_mutex_lock(&s->lock);
     if (lookup(s, hash, key, klen, now_ms) == NULL)
         status = RDMX_ERR_NOT_FOUND;
@@ -1034,13 +1047,14 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
                                   uint64_t now_ms, uint64_t *value_p)
 {
     rdmx_status_t status = check_key(s, key, klen, decr ? "decr" : "incr");
-    uint64_t hash = rdmx__kv_siphash(s->seed, key, klen), v;
+    uint64_t hash, v;
     rdmx_kv_item_t *it, *nit;
     char digits[20];
     size_t n;
 
     if (status != RDMX_OK)
         return status;
+    hash = rdmx__kv_siphash(s->seed, key, klen);
     pthread_mutex_lock(&s->lock);
     it = lookup(s, hash, key, klen, now_ms);
     if (it == NULL) {
@@ -1181,7 +1195,8 @@ rdmx_status_t rdmx__kv_store_check(rdmx_kv_store_t *s)
     status = rdmx__kv_alloc_check(&s->alloc);
     if (status != RDMX_OK)
         goto out_unlock;
-    rdmx_list_for_each(pos, &s->lru) {
+    rdmx_list_for_each(pos, &s->lru)
+    {
         rdmx_kv_item_t *it = rdmx_container_of(pos, rdmx_kv_item_t, lru);
         rdmx_kv_alloc_block_t b;
         if (it->state != ITEM_LINKED)
@@ -1201,7 +1216,8 @@ rdmx_status_t rdmx__kv_store_check(rdmx_kv_store_t *s)
         n++;
         bytes += it->vlen;
     }
-    rdmx_list_for_each(pos, &s->pending) {
+    rdmx_list_for_each(pos, &s->pending)
+    {
         rdmx_kv_item_t *it = rdmx_container_of(pos, rdmx_kv_item_t, lru);
         if (it->state == ITEM_RESERVED) {
             reserved++;

@@ -174,11 +174,11 @@ const void *rdmx__kv_item_key(const rdmx_kv_item_t *it, size_t *klen_p);
  * Allocate an unlinked item for @key with @vlen value bytes (contents
  * undefined) for the caller to fill at rdmx__kv_item_value() /
  * rdmx__kv_item_offset(). Nobody else sees it until rdmx__kv_store_commit(); it
- * is never evicted. Memory full: with RDMX_KV_EVICT_LRU, expired items are
- * removed, then least-recently-used unreferenced items are evicted (with
- * their unreferenced physical successors when one hole has to grow to
- * @vlen); with RDMX_KV_EVICT_NONE, or when that finds no room,
- * RDMX_ERR_NO_MEMORY. RDMX_ERR_TOO_BIG: @klen > max_key or @vlen >
+ * is never evicted. Memory full: expired items are removed (soonest first,
+ * also with eviction off); then, with RDMX_KV_EVICT_LRU, least-recently-used
+ * unreferenced items are evicted (with their unreferenced physical
+ * successors when one hole has to grow to @vlen). With RDMX_KV_EVICT_NONE,
+ * or when that finds no room, RDMX_ERR_NO_MEMORY. RDMX_ERR_TOO_BIG: @klen > max_key or @vlen >
  * max_value; RDMX_ERR_INVALID: empty key. Counts cmd_set.
  */
 rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,

@@ -1,49 +1,61 @@
 /*
  * Little-endian wire encoding, independent of the host's byte order and of
- * alignment: every field rdmx puts on the wire goes through these.
+ * alignment: every field rdmx puts on the wire goes through these. On a
+ * little-endian host each is one unaligned load or store.
  */
 #ifndef RDMX_UTIL_ENDIAN_H
 #define RDMX_UTIL_ENDIAN_H
 
 #include <stdint.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define RDMX_LE16(v) __builtin_bswap16(v)
+#define RDMX_LE32(v) __builtin_bswap32(v)
+#define RDMX_LE64(v) __builtin_bswap64(v)
+#else
+#define RDMX_LE16(v) (v)
+#define RDMX_LE32(v) (v)
+#define RDMX_LE64(v) (v)
+#endif
 
 static inline void rdmx_put_le16(unsigned char *p, uint16_t v)
 {
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
+    v = RDMX_LE16(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static inline void rdmx_put_le32(unsigned char *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    v = RDMX_LE32(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static inline void rdmx_put_le64(unsigned char *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
+    v = RDMX_LE64(v);
+    memcpy(p, &v, sizeof(v));
 }
 
 static inline uint16_t rdmx_get_le16(const unsigned char *p)
 {
-    return (uint16_t)(p[0] | (p[1] << 8));
+    uint16_t v;
+    memcpy(&v, p, sizeof(v));
+    return RDMX_LE16(v);
 }
 
 static inline uint32_t rdmx_get_le32(const unsigned char *p)
 {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return RDMX_LE32(v);
 }
 
 static inline uint64_t rdmx_get_le64(const unsigned char *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return RDMX_LE64(v);
 }
 
 #endif /* RDMX_UTIL_ENDIAN_H */
