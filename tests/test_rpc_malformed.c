@@ -1,2 +1,1213 @@
-/* placeholder: being written */
-int main(void) { return 1; }
+/*
+ * rpc_malformed: malformed RPC messages sent straight through UCX to the RPC
+ * test server (--max-message 65536). The test speaks the wire protocol
+ * itself (docs/PROTOCOL.md) on a core endpoint: it sends RPC active messages
+ * with rdmx__am_send (or ucp_am_send_nbx for headers over 40 bytes and for
+ * forced rendezvous) and receives the server's answers with its own handler
+ * for AM 16 on the worker's UCX handle, decoding each one.
+ *
+ * For every message it sends, the test knows from the protocol document
+ * what the server must do: which answer (ERROR with which status, PONG,
+ * WELCOME, RESPONSE) with which id, or none; which counters grow. Checked:
+ *  - phase 0, before HELLO: a REQUEST (ERROR PROTO), a ONEWAY (no answer),
+ *    PING (PONG), AUTH on a server without a secret (ERROR DENIED), HELLOs
+ *    with features set, a short body or a payload (ERROR PROTO); then a
+ *    proper HELLO gets a WELCOME that decodes (credits, max_message 65536,
+ *    the 11 handlers with their flags, no proof); a second HELLO is refused.
+ *  - phase 1, after the handshake: truncated headers (0, 1, 20, 39 bytes:
+ *    ERROR with id 0), 41- and 48-byte headers, bad magic, versions 0/2/255
+ *    (the message names the version), kinds 0/12/200, unknown flag bits,
+ *    lengths that disagree with the data (also wrapping 32 bits), a status
+ *    in a REQUEST, the reserved field set; malformed ERROR/RESPONSE/ONEWAY
+ *    messages (never answered); well-formed kinds a server does not take;
+ *    unknown handlers (REQUEST: NOT_FOUND, ONEWAY: nothing); payloads over
+ *    max_message (REQUEST: TOO_BIG, ONEWAY: nothing); control kinds sent by
+ *    rendezvous (ERROR PROTO); bulk tables that fail to decode (ERROR PROTO,
+ *    also on a handler that takes no bulk, nothing for ONEWAY); descriptors
+ *    that fail rdmx_rmem_unpack (garbage, a flipped byte, one byte short:
+ *    the handler gets RDMX_ERR_BAD_DESCRIPTOR); a CANCEL for an unknown id
+ *    (ignored); AUTH on a server without a secret (DENIED). Good messages in
+ *    between are served: echo by eager and by rendezvous, bulk_pull with a
+ *    real descriptor, one-way messages (count grows by exactly those).
+ *  - phase 2: 3000 seeded random messages (random bytes, and valid headers
+ *    of every kind with 0-2 random bytes changed); the expected outcome of
+ *    each is computed by an independent reading of the protocol's
+ *    validation rules; every answer must match by id, kind and status.
+ *  - phase 3: two more raw connections send garbage before any HELLO and
+ *    vanish without an orderly close.
+ * Afterwards: the server process is alive; a normal channel works; the
+ * counters in "rdmx.stats" (requests, responses, errors, malformed,
+ * unknown_handler, too_big, auth_failed, pings, denied, no_credit, busy,
+ * canceled) grew by exactly the computed amounts; the server exits cleanly
+ * on SIGTERM.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "rpc_server.h"
+
+#include "core/internal.h"
+#include "rpc/wire.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MESSAGE 65536
+#define NRANDOM     3000
+
+static rdmx_context_t *ctx;
+static rdmx_worker_t *rw; /* raw worker: our own AM 16 handler */
+
+/* ------------------------------------------------------------------------ */
+/* Answers from the server                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    rdmx_rpc_hdr_t h;
+    int bad;           /* the server's header did not decode */
+    int rndv;
+    int data_done;
+    size_t len;        /* aux + payload */
+    unsigned char *data;
+} answer_t;
+
+static answer_t *answers;
+static size_t nanswers, cap_answers;
+static rdmx_ep_t *rndv_ep; /* endpoint for fetching rendezvous answers */
+
+static void answer_data_done(rdmx_status_t st, size_t length, void *arg)
+{
+    answer_t *a = &answers[(size_t)(uintptr_t)arg];
+
+    CHECKF(st == RDMX_OK, "fetching a rendezvous answer: %s",
+           rdmx_status_name(st));
+    CHECK(length == a->len);
+    a->data_done = 1;
+}
+
+static ucs_status_t raw_am(void *arg, const void *header, size_t hlen,
+                           void *data, size_t len,
+                           const ucp_am_recv_param_t *param)
+{
+    answer_t *a;
+    char why[160];
+
+    (void)arg;
+    if (nanswers == cap_answers) {
+        cap_answers = cap_answers ? cap_answers * 2 : 1024;
+        answers = realloc(answers, cap_answers * sizeof(*answers));
+        CHECK(answers != NULL);
+    }
+    a = &answers[nanswers++];
+    memset(a, 0, sizeof(*a));
+    a->bad = rdmx_rpc_hdr_decode(header, hlen, len, &a->h, why,
+                                 sizeof(why)) != RDMX_OK;
+    CHECKF(!a->bad, "the server sent a malformed header: %s", why);
+    a->len = len;
+    a->data = th_alloc(len);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        a->rndv = 1;
+        CHECK(rndv_ep != NULL);
+        rdmx__am_recv_data(rndv_ep, data, a->data, len, answer_data_done,
+                           (void *)(uintptr_t)(nanswers - 1));
+        return UCS_INPROGRESS;
+    }
+    if (len)
+        memcpy(a->data, data, len);
+    a->data_done = 1;
+    return UCS_OK;
+}
+
+static void install_raw_handler(rdmx_worker_t *w)
+{
+    ucp_am_handler_param_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                   UCP_AM_HANDLER_PARAM_FIELD_CB |
+                   UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                   UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    p.id = RDMX_AM_RPC;
+    p.cb = raw_am;
+    p.arg = NULL;
+    p.flags = UCP_AM_FLAG_WHOLE_MSG;
+    CHECK(ucp_worker_set_am_recv_handler(w->ucp, &p) == UCS_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Expectations                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t id;
+    uint8_t kind;        /* expected answer kind */
+    int32_t status;      /* for ERROR */
+    const char *msg_has; /* ERROR message must contain this, or NULL */
+    int matched;
+} expect_t;
+
+static expect_t *exps;
+static size_t nexps, cap_exps;
+static unsigned exp_id0;   /* ERROR PROTO with id 0 (short headers) */
+static unsigned sent_msgs, sent_silent;
+
+/* Server counters we predict (deltas). */
+typedef struct {
+    uint64_t requests, responses, errors, malformed, unknown_handler, too_big,
+        auth_failed, pings, denied, no_credit, busy, expired, canceled;
+} counters_t;
+
+static counters_t want;
+
+static void expect(uint64_t id, uint8_t kind, int32_t status,
+                   const char *msg_has)
+{
+    if (kind == 0) {
+        sent_silent++;
+        return;
+    }
+    if (kind == RDMX_RPC_MSG_ERROR) {
+        want.errors++;
+        want.responses++;
+    } else if (kind == RDMX_RPC_MSG_RESPONSE) {
+        want.responses++;
+    }
+    if (id == 0) {
+        CHECK(kind == RDMX_RPC_MSG_ERROR && status == RDMX_ERR_PROTO);
+        exp_id0++;
+        return;
+    }
+    if (nexps == cap_exps) {
+        cap_exps = cap_exps ? cap_exps * 2 : 1024;
+        exps = realloc(exps, cap_exps * sizeof(*exps));
+        CHECK(exps != NULL);
+    }
+    for (size_t i = 0; i < nexps; i++)
+        CHECKF(exps[i].id != id, "test bug: id %llu used twice",
+               (unsigned long long)id);
+    exps[nexps].id = id;
+    exps[nexps].kind = kind;
+    exps[nexps].status = status;
+    exps[nexps].msg_has = msg_has;
+    exps[nexps].matched = 0;
+    nexps++;
+}
+
+static const char *kind_name(unsigned k)
+{
+    static const char *n[] = {"0",     "REQUEST", "RESPONSE", "ERROR",
+                              "ONEWAY", "CANCEL", "PING",     "PONG",
+                              "HELLO", "CHALLENGE", "AUTH",   "WELCOME"};
+    return k < 12 ? n[k] : "?";
+}
+
+static answer_t *find_answer(uint64_t id)
+{
+    for (size_t i = 0; i < nanswers; i++)
+        if (answers[i].h.id == id)
+            return &answers[i];
+    return NULL;
+}
+
+/* Progress until every expected answer is here, then a little longer for
+ * answers that should not come; check them all; forget them. */
+static void settle(const char *phase)
+{
+    double deadline = th_now_ms() + 15000.0 * TH_SLOW;
+    size_t i, matched_id0 = 0;
+
+    for (;;) {
+        size_t got = 0, id0 = 0;
+        for (i = 0; i < nanswers; i++) {
+            if (!answers[i].data_done)
+                continue;
+            if (answers[i].h.id == 0)
+                id0++;
+            got++;
+        }
+        if (got >= nexps + exp_id0 && id0 >= exp_id0) {
+            int all = 1;
+            for (i = 0; i < nexps && all; i++)
+                all = find_answer(exps[i].id) != NULL;
+            if (all)
+                break;
+        }
+        if (th_now_ms() > deadline) {
+            for (i = 0; i < nexps; i++)
+                if (find_answer(exps[i].id) == NULL)
+                    th_log("%s: no answer to id %llu (want %s %s)", phase,
+                           (unsigned long long)exps[i].id,
+                           kind_name(exps[i].kind),
+                           rdmx_status_name((rdmx_status_t)exps[i].status));
+            th_fail(__FILE__, __LINE__,
+                    "%s: %zu answers after 15 s, expected %zu (+%u with id 0)",
+                    phase, nanswers, nexps, exp_id0);
+        }
+        rdmx_worker_wait(rw, 5);
+    }
+    th_progress_for(rw, 100); /* anything unexpected shows up now */
+
+    for (i = 0; i < nanswers; i++) {
+        answer_t *a = &answers[i];
+        expect_t *e = NULL;
+        char msg[300];
+        size_t n = a->h.payload < sizeof(msg) - 1 ? a->h.payload
+                                                   : sizeof(msg) - 1;
+
+        CHECK(a->data_done);
+        memcpy(msg, a->data + a->h.aux, n);
+        msg[n] = '\0';
+        if (a->h.id == 0 && a->h.kind == RDMX_RPC_MSG_ERROR) {
+            CHECKF(a->h.status == RDMX_ERR_PROTO,
+                   "%s: ERROR id 0 with %s (%s)", phase,
+                   rdmx_status_name((rdmx_status_t)a->h.status), msg);
+            matched_id0++;
+            continue;
+        }
+        for (size_t j = 0; j < nexps; j++)
+            if (exps[j].id == a->h.id && !exps[j].matched) {
+                e = &exps[j];
+                break;
+            }
+        CHECKF(e != NULL,
+               "%s: unexpected answer %s id %llu status %s \"%s\"", phase,
+               kind_name(a->h.kind), (unsigned long long)a->h.id,
+               rdmx_status_name((rdmx_status_t)a->h.status), msg);
+        e->matched = 1;
+        CHECKF(a->h.kind == e->kind,
+               "%s: id %llu answered with %s (%s \"%s\"), expected %s %s",
+               phase, (unsigned long long)a->h.id, kind_name(a->h.kind),
+               rdmx_status_name((rdmx_status_t)a->h.status), msg,
+               kind_name(e->kind), rdmx_status_name((rdmx_status_t)e->status));
+        if (e->kind == RDMX_RPC_MSG_ERROR) {
+            CHECKF(a->h.status == e->status,
+                   "%s: id %llu: ERROR %s (\"%s\"), expected %s", phase,
+                   (unsigned long long)a->h.id,
+                   rdmx_status_name((rdmx_status_t)a->h.status), msg,
+                   rdmx_status_name((rdmx_status_t)e->status));
+            CHECKF(a->h.aux == 0 && a->h.payload > 0 && a->h.payload <= 255,
+                   "%s: id %llu: ERROR with aux %u, message of %u bytes",
+                   phase, (unsigned long long)a->h.id, a->h.aux,
+                   a->h.payload);
+            if (e->msg_has != NULL)
+                CHECKF(strstr(msg, e->msg_has) != NULL,
+                       "%s: id %llu: message \"%s\" lacks \"%s\"", phase,
+                       (unsigned long long)a->h.id, msg, e->msg_has);
+        }
+    }
+    CHECKF(matched_id0 == exp_id0, "%s: %zu ERRORs with id 0, expected %u",
+           phase, matched_id0, exp_id0);
+    for (i = 0; i < nexps; i++)
+        CHECKF(exps[i].matched, "%s: id %llu never answered", phase,
+               (unsigned long long)exps[i].id);
+    th_log("%s: %u messages sent, %zu answers all as expected (%u ERROR id "
+           "0), %u rightly unanswered",
+           phase, sent_msgs, nanswers, exp_id0, sent_silent);
+}
+
+/* Release the answers of a phase (keep the expectations' counters). */
+static void forget_answers(void)
+{
+    for (size_t i = 0; i < nanswers; i++)
+        free(answers[i].data);
+    nanswers = 0;
+    nexps = 0;
+    exp_id0 = 0;
+    sent_msgs = sent_silent = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sending                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int sends_pending;
+
+static void send_done(rdmx_status_t st, size_t length, void *arg)
+{
+    (void)st;
+    (void)length;
+    free(arg);
+    sends_pending--;
+}
+
+/* Send an RPC active message with any header; the data is copied. */
+static void raw_send(rdmx_ep_t *ep, const void *hdr, size_t hlen,
+                     const void *data, size_t len)
+{
+    void *copy = th_alloc(len);
+    rdmx_status_t st;
+
+    if (len)
+        memcpy(copy, data, len);
+    st = rdmx__am_send(ep, RDMX_AM_RPC, hdr, hlen, copy, len, send_done, copy);
+    if (st == RDMX_OK) {
+        free(copy);
+    } else {
+        CHECKF(st == RDMX_INPROGRESS, "rdmx__am_send: %s",
+               rdmx_status_name(st));
+        sends_pending++;
+    }
+    sent_msgs++;
+}
+
+/* Send through UCX directly (headers over 40 bytes, forced rendezvous) and
+ * wait for the send to complete. */
+static void raw_send_ucp(rdmx_ep_t *ep, const void *hdr, size_t hlen,
+                         const void *data, size_t len, int rndv)
+{
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+    double deadline = th_now_ms() + 10000.0 * TH_SLOW;
+
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : 0);
+    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_RPC, hdr, hlen, data, len, &p);
+    CHECKF(!UCS_PTR_IS_ERR(r), "ucp_am_send_nbx: %s",
+           ucs_status_string(UCS_PTR_STATUS(r)));
+    if (r != NULL) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) {
+            CHECKF(th_now_ms() < deadline,
+                   "a %s send of %zu bytes (header %zu) never completed",
+                   rndv ? "rendezvous" : "direct", len, hlen);
+            rdmx_worker_progress(rw);
+        }
+        CHECKF(ucp_request_check_status(r) == UCS_OK, "direct send: %s",
+               ucs_status_string(ucp_request_check_status(r)));
+        ucp_request_free(r);
+    }
+    sent_msgs++;
+}
+
+static void wait_sends(void)
+{
+    double deadline = th_now_ms() + 10000.0 * TH_SLOW;
+
+    while (sends_pending > 0) {
+        CHECKF(th_now_ms() < deadline, "%d raw sends never completed",
+               sends_pending);
+        rdmx_worker_wait(rw, 5);
+    }
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static void mkhdr(unsigned char out[RDMX_RPC_HDR_SIZE], unsigned kind,
+                  unsigned flags, uint32_t handler, int32_t status,
+                  uint64_t id, uint32_t payload, uint32_t aux)
+{
+    rdmx_rpc_hdr_t h;
+
+    memset(&h, 0, sizeof(h));
+    h.version = RDMX_RPC_VERSION;
+    h.kind = (uint8_t)kind;
+    h.flags = (uint16_t)flags;
+    h.handler = handler;
+    h.status = status;
+    h.id = id;
+    h.payload = payload;
+    h.aux = aux;
+    rdmx_rpc_hdr_encode(&h, out);
+}
+
+/* A well-formed message of @kind with @aux bytes of aux then @plen bytes of
+ * payload (both from @data). */
+static void send_msg(rdmx_ep_t *ep, unsigned kind, uint32_t handler,
+                     uint64_t id, const void *data, uint32_t aux,
+                     uint32_t plen)
+{
+    unsigned char h[RDMX_RPC_HDR_SIZE];
+
+    mkhdr(h, kind, 0, handler, kind == RDMX_RPC_MSG_ERROR ? -1 : 0, id, plen,
+          aux);
+    raw_send(ep, h, sizeof(h), data, (size_t)aux + plen);
+}
+
+static uint64_t next_id = 1000;
+
+static uint64_t nid(void)
+{
+    return next_id++;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Normal channel: rdmx.stats                                               */
+/* ------------------------------------------------------------------------ */
+
+static const char *server_text(rdmx_channel_t *ch)
+{
+    static char text[65536];
+    size_t len = 0;
+
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, NULL, text,
+                       sizeof(text) - 1, &len));
+    text[len] = '\0';
+    return text;
+}
+
+static uint64_t text_stat(const char *text, const char *key)
+{
+    size_t klen = strlen(key);
+    const char *p = text;
+
+    while (p != NULL && *p) {
+        if (strncmp(p, key, klen) == 0 && p[klen] == ' ') {
+            unsigned long long v;
+            CHECK(sscanf(p + klen + 1, "%llu", &v) == 1);
+            return v;
+        }
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    th_fail(__FILE__, __LINE__, "no '%s' in rdmx.stats:\n%s", key, text);
+}
+
+static counters_t read_counters(rdmx_channel_t *ch)
+{
+    const char *t = server_text(ch);
+    counters_t c;
+
+#define R(f) c.f = text_stat(t, #f)
+    R(requests); R(responses); R(errors); R(malformed); R(unknown_handler);
+    R(too_big); R(auth_failed); R(pings); R(denied); R(no_credit); R(busy);
+    R(expired); R(canceled);
+#undef R
+    return c;
+}
+
+static uint64_t oneway_count(rdmx_channel_t *ch)
+{
+    uint64_t n = 0;
+    size_t len = 0;
+
+    CHECK_OK(rdmx_call(ch, "count", NULL, 0, NULL, &n, sizeof(n), &len));
+    CHECK_EQ_U64(len, 8);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Phase 0: before and at the handshake                                     */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t id_echo, id_oneway, id_bulk_pull, id_spin;
+
+static void phase0(rdmx_ep_t *ep)
+{
+    unsigned char hello[RDMX_RPC_HELLO_SIZE + 1], proof[RDMX_RPC_MAC_SIZE];
+    uint64_t id;
+    answer_t *a;
+    rdmx_rpc_welcome_t wl;
+    char why[160];
+
+    memset(hello, 0, sizeof(hello));
+    for (int i = 0; i < RDMX_RPC_NONCE_SIZE; i++)
+        hello[4 + i] = (unsigned char)(i * 37 + 1);
+    memset(proof, 7, sizeof(proof));
+
+    /* Calls before HELLO: PROTO (a server without a secret). */
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_REQUEST, id_echo, id, "hi", 0, 2);
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+    want.requests++;
+    want.malformed++;
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_ONEWAY, id_oneway, id, "hi", 0, 2);
+    expect(id, 0, 0, NULL);
+    want.requests++;
+    want.malformed++;
+    /* PING is served at any stage. */
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_PING, 0, id, NULL, 0, 0);
+    expect(id, RDMX_RPC_MSG_PONG, 0, NULL);
+    want.pings++;
+    /* AUTH where none is expected. */
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_AUTH, 0, id, proof, RDMX_RPC_MAC_SIZE, 0);
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_DENIED, NULL);
+    want.auth_failed++;
+    /* Bad HELLOs: features set, short body, a payload. */
+    hello[0] = 1;
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_HELLO, 0, id, hello, RDMX_RPC_HELLO_SIZE, 0);
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+    want.malformed++;
+    hello[0] = 0;
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_HELLO, 0, id, hello, RDMX_RPC_HELLO_SIZE - 1, 0);
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+    want.malformed++;
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_HELLO, 0, id, hello, RDMX_RPC_HELLO_SIZE, 1);
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+    want.malformed++;
+    /* The real one. */
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_HELLO, 0, id, hello, RDMX_RPC_HELLO_SIZE, 0);
+    expect(id, RDMX_RPC_MSG_WELCOME, 0, NULL);
+    /* A second HELLO. */
+    {
+        uint64_t id2 = nid();
+        send_msg(ep, RDMX_RPC_MSG_HELLO, 0, id2, hello, RDMX_RPC_HELLO_SIZE, 0);
+        expect(id2, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+        want.malformed++;
+    }
+    wait_sends();
+    settle("phase 0 (handshake)");
+
+    a = find_answer(id);
+    CHECK(a != NULL && a->h.kind == RDMX_RPC_MSG_WELCOME);
+    CHECK(a->h.payload == 0);
+    CHECKF(rdmx_rpc_welcome_decode(a->data, a->h.aux, &wl, why,
+                                   sizeof(why)) == RDMX_OK,
+           "WELCOME does not decode: %s", why);
+    CHECK_EQ_U64(wl.credits, 256);
+    CHECK_EQ_U64(wl.max_message, MAX_MESSAGE);
+    CHECK_EQ_U64(wl.nhandlers, 11);
+    CHECK(wl.worker < 2);
+    CHECK(!wl.has_proof);
+    CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_echo), RDMX_RPC_IDEMPOTENT);
+    CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_oneway), RDMX_RPC_ONEWAY);
+    CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_spin), 0);
+    CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, rdmx_rpc_id("rdmx.stats")),
+                 RDMX_RPC_IDEMPOTENT);
+    CHECK(rdmx_rpc_welcome_flags(&wl, rdmx_rpc_id("nope")) == -1);
+    forget_answers();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Phase 1: structured garbage on a ready connection                        */
+/* ------------------------------------------------------------------------ */
+
+/* A header that fails to decode: malformed, answered unless it claims to be
+ * ONEWAY, RESPONSE or ERROR. */
+static void bad(rdmx_ep_t *ep, const unsigned char *h, size_t hlen,
+                const void *data, size_t len, const char *msg_has)
+{
+    uint64_t id = 0;
+    unsigned kind = 0;
+
+    if (hlen >= RDMX_RPC_HDR_SIZE) {
+        id = get64(h + 16);
+        kind = h[5];
+    }
+    if (hlen <= RDMX_OP_HDR_MAX)
+        raw_send(ep, h, hlen, data, len);
+    else
+        raw_send_ucp(ep, h, hlen, data, len, 0);
+    want.malformed++;
+    if (kind == RDMX_RPC_MSG_ONEWAY || kind == RDMX_RPC_MSG_RESPONSE ||
+        kind == RDMX_RPC_MSG_ERROR)
+        expect(id, 0, 0, NULL);
+    else
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, msg_has);
+}
+
+static void put_le32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+/* A REQUEST (or ONEWAY) of "bulk_pull"/"echo"/"oneway" with bulk table
+ * @aux (@alen bytes) that fails to decode. */
+static void bad_bulk(rdmx_ep_t *ep, unsigned kind, uint32_t handler,
+                     const unsigned char *aux, uint32_t alen)
+{
+    uint64_t id = nid();
+    unsigned char buf[2048];
+
+    CHECK(alen + 3 <= sizeof(buf));
+    memcpy(buf, aux, alen);
+    memcpy(buf + alen, "abc", 3);
+    send_msg(ep, kind, handler, id, buf, alen, 3);
+    want.requests++;
+    want.malformed++;
+    expect(id, kind == RDMX_RPC_MSG_ONEWAY ? 0 : RDMX_RPC_MSG_ERROR,
+           RDMX_ERR_PROTO, "bulk");
+}
+
+/* A REQUEST to bulk_pull with one descriptor of @dlen bytes. */
+static uint64_t bulk_req(rdmx_ep_t *ep, const unsigned char *desc,
+                         uint32_t dlen)
+{
+    unsigned char aux[2048];
+    uint64_t id = nid();
+
+    CHECK(8 + dlen <= sizeof(aux));
+    memset(aux, 0, 8);
+    aux[0] = 1;
+    put_le32(aux + 4, dlen);
+    memcpy(aux + 8, desc, dlen);
+    send_msg(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, id, aux, 8 + dlen, 0);
+    want.requests++;
+    return id;
+}
+
+static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
+{
+    unsigned char h[64], data[MAX_MESSAGE + 64], aux[2048];
+    unsigned char desc[1024];
+    size_t dlen = 0;
+    uint64_t id, id_echo_ok, id_rndv_ok, id_bulk_ok;
+    unsigned char *big = th_alloc(MAX_MESSAGE + 1);
+    unsigned char *region = th_alloc(TH_MIB);
+    rdmx_mr_t *mr;
+    answer_t *a;
+    uint64_t oneways0 = oneway_count(sch);
+    int i;
+
+    memset(data, 0x33, sizeof(data));
+
+    /* Truncated headers: id 0. */
+    {
+        static const size_t lens[] = {0, 1, 20, 39};
+        mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, 77, 0, 0);
+        for (i = 0; i < 4; i++)
+            bad(ep, h, lens[i], NULL, 0, NULL);
+    }
+    /* Headers longer than 40 bytes. */
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+    h[40] = 0;
+    bad(ep, h, 41, NULL, 0, NULL);
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+    memset(h + 40, 0, 8);
+    bad(ep, h, 48, NULL, 0, NULL);
+    /* Bad magic. */
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 2, 0);
+    h[0] ^= 0xff;
+    bad(ep, h, 40, "ab", 2, "magic");
+    /* Bad versions. */
+    {
+        static const unsigned char vers[] = {0, 2, 255};
+        for (i = 0; i < 3; i++) {
+            char want_msg[32];
+            static char msgs[3][32];
+            mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 2, 0);
+            h[4] = vers[i];
+            snprintf(want_msg, sizeof(want_msg), "version %u", vers[i]);
+            memcpy(msgs[i], want_msg, sizeof(want_msg));
+            bad(ep, h, 40, "ab", 2, msgs[i]);
+        }
+    }
+    /* Unknown kinds. */
+    {
+        static const unsigned kinds[] = {0, 12, 200};
+        for (i = 0; i < 3; i++) {
+            mkhdr(h, kinds[i], 0, id_echo, 0, nid(), 0, 0);
+            bad(ep, h, 40, NULL, 0, "kind");
+        }
+    }
+    /* Unknown flags. */
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 4, id_echo, 0, nid(), 0, 0);
+    bad(ep, h, 40, NULL, 0, "flags");
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0x8000, id_echo, 0, nid(), 0, 0);
+    bad(ep, h, 40, NULL, 0, "flags");
+    /* Lengths that disagree with the data. */
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 10, 0);
+    bad(ep, h, 40, data, 5, "lengths");
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 3);
+    bad(ep, h, 40, NULL, 0, "lengths");
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 1, 0xffffffffu);
+    bad(ep, h, 40, NULL, 0, "lengths"); /* 2^32 wraps to 0 in 32 bits */
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+    bad(ep, h, 40, data, 7, "lengths");
+    /* A status in a REQUEST; the reserved field. */
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, -3, nid(), 0, 0);
+    bad(ep, h, 40, NULL, 0, "status");
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+    h[36] = 1;
+    bad(ep, h, 40, NULL, 0, "reserved");
+    /* Malformed messages claiming to be ERROR, RESPONSE, ONEWAY: no answer. */
+    mkhdr(h, RDMX_RPC_MSG_ERROR, 0, id_echo, 0, nid(), 0, 0); /* status 0 */
+    bad(ep, h, 40, NULL, 0, NULL);
+    mkhdr(h, RDMX_RPC_MSG_RESPONSE, 0, id_echo, 0, nid(), 9, 0);
+    bad(ep, h, 40, data, 3, NULL);
+    mkhdr(h, RDMX_RPC_MSG_ONEWAY, 0x10, id_oneway, 0, nid(), 0, 0);
+    bad(ep, h, 40, NULL, 0, NULL);
+
+    /* Well-formed kinds a server does not take. */
+    {
+        static const unsigned kinds[] = {
+            RDMX_RPC_MSG_RESPONSE, RDMX_RPC_MSG_ERROR, RDMX_RPC_MSG_PONG,
+            RDMX_RPC_MSG_CHALLENGE, RDMX_RPC_MSG_WELCOME};
+        for (i = 0; i < 5; i++) {
+            id = nid();
+            send_msg(ep, kinds[i], 0, id, data,
+                     kinds[i] == RDMX_RPC_MSG_CHALLENGE ? 16 : 0, 0);
+            want.malformed++;
+            expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, "kind");
+        }
+    }
+
+    /* Unknown handler. */
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_REQUEST, rdmx_rpc_id("no_such_handler"), id,
+             "x", 0, 1);
+    want.requests++;
+    want.unknown_handler++;
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_NOT_FOUND, NULL);
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_ONEWAY, rdmx_rpc_id("no_such_oneway"), id, "x",
+             0, 1);
+    want.requests++;
+    want.unknown_handler++;
+    expect(id, 0, 0, NULL);
+
+    /* Over max_message (eager path and rendezvous). */
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_REQUEST, id_echo, id, big, 0, MAX_MESSAGE + 1);
+    want.requests++;
+    want.too_big++;
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_TOO_BIG, NULL);
+    id = nid();
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, id, MAX_MESSAGE + 1, 0);
+    raw_send_ucp(ep, h, 40, big, MAX_MESSAGE + 1, 1);
+    want.requests++;
+    want.too_big++;
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_TOO_BIG, NULL);
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_ONEWAY, id_oneway, id, big, 0, MAX_MESSAGE + 1);
+    want.requests++;
+    want.too_big++;
+    expect(id, 0, 0, NULL);
+
+    /* Control kinds by rendezvous. */
+    {
+        static const unsigned kinds[] = {RDMX_RPC_MSG_CANCEL,
+                                         RDMX_RPC_MSG_PING,
+                                         RDMX_RPC_MSG_HELLO};
+        for (i = 0; i < 3; i++) {
+            id = nid();
+            mkhdr(h, kinds[i], 0, 0, 0, id, 100, 0);
+            raw_send_ucp(ep, h, 40, data, 100, 1);
+            want.malformed++;
+            expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+        }
+    }
+
+    /* Bulk tables that fail to decode. */
+    memset(aux, 0, sizeof(aux));
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 2); /* < 4 bytes */
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 4); /* count 0 */
+    aux[0] = 9;
+    for (i = 0; i < 9; i++)
+        put_le32(aux + 4 + 8 * i, 4);
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 4 + 9 * 8); /* 9 */
+    memset(aux, 0, sizeof(aux));
+    aux[0] = 1;
+    aux[2] = 1; /* reserved */
+    put_le32(aux + 4, 4);
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 12);
+    aux[2] = 0;
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 6); /* length cut */
+    put_le32(aux + 4, 0);
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 8); /* length 0 */
+    put_le32(aux + 4, 1025);
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 8 + 1025);
+    put_le32(aux + 4, 100);
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 8 + 50); /* short */
+    put_le32(aux + 4, 4);
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 8 + 4 + 1);
+    aux[0] = 2; /* second entry missing */
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, aux, 8 + 4);
+    aux[0] = 0; /* count 0 on a handler that takes no bulk, and on ONEWAY */
+    bad_bulk(ep, RDMX_RPC_MSG_REQUEST, id_echo, aux, 4);
+    bad_bulk(ep, RDMX_RPC_MSG_ONEWAY, id_oneway, aux, 4);
+
+    /* Descriptors that decode as a table but not as a descriptor: the
+     * handler's rdmx_rpc_req_bulk fails; it answers the error. */
+    th_fill(region, TH_MIB, th_seed(11, 0, 0));
+    CHECK_OK(rdmx_mem_register(ctx, region, TH_MIB, RDMX_ACCESS_READ, &mr));
+    CHECK_OK(rdmx_mr_pack(mr, 0, TH_MIB, RDMX_ACCESS_READ, desc, sizeof(desc),
+                          &dlen));
+    {
+        unsigned char junk[60];
+        th_fill(junk, sizeof(junk), th_seed(11, 1, 0));
+        id = bulk_req(ep, junk, sizeof(junk));
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_BAD_DESCRIPTOR, NULL);
+        desc[dlen / 2] ^= 0x40;
+        id = bulk_req(ep, desc, (uint32_t)dlen);
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_BAD_DESCRIPTOR, NULL);
+        desc[dlen / 2] ^= 0x40;
+        id = bulk_req(ep, desc, (uint32_t)dlen - 1);
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_BAD_DESCRIPTOR, NULL);
+    }
+    /* ... and a good one is served. */
+    id_bulk_ok = bulk_req(ep, desc, (uint32_t)dlen);
+    expect(id_bulk_ok, RDMX_RPC_MSG_RESPONSE, 0, NULL);
+
+    /* CANCEL for an id not in flight: ignored. */
+    send_msg(ep, RDMX_RPC_MSG_CANCEL, 0, 987654321ull, NULL, 0, 0);
+    expect(0, 0, 0, NULL);
+    /* AUTH on a server without a secret. */
+    id = nid();
+    memset(aux, 1, RDMX_RPC_MAC_SIZE);
+    send_msg(ep, RDMX_RPC_MSG_AUTH, 0, id, aux, RDMX_RPC_MAC_SIZE, 0);
+    want.auth_failed++;
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_DENIED, NULL);
+
+    /* Good messages are still served. */
+    id_echo_ok = nid();
+    send_msg(ep, RDMX_RPC_MSG_REQUEST, id_echo, id_echo_ok, "still here", 0,
+             10);
+    want.requests++;
+    expect(id_echo_ok, RDMX_RPC_MSG_RESPONSE, 0, NULL);
+    id_rndv_ok = nid();
+    th_fill(big, 5000, th_seed(11, 2, 0));
+    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, id_rndv_ok, 5000, 0);
+    raw_send_ucp(ep, h, 40, big, 5000, 1);
+    want.requests++;
+    expect(id_rndv_ok, RDMX_RPC_MSG_RESPONSE, 0, NULL);
+    for (i = 0; i < 5; i++) {
+        id = nid();
+        send_msg(ep, RDMX_RPC_MSG_ONEWAY, id_oneway, id, "1", 0, 1);
+        want.requests++;
+        expect(id, 0, 0, NULL);
+    }
+    id = nid();
+    send_msg(ep, RDMX_RPC_MSG_PING, 0, id, NULL, 0, 0);
+    want.pings++;
+    expect(id, RDMX_RPC_MSG_PONG, 0, NULL);
+
+    wait_sends();
+    settle("phase 1 (structured)");
+
+    a = find_answer(id_echo_ok);
+    CHECK(a->h.payload == 10 && memcmp(a->data, "still here", 10) == 0);
+    a = find_answer(id_rndv_ok);
+    CHECK(a->h.payload == 5000);
+    CHECK_PATTERN(a->data, 5000, th_seed(11, 2, 0), 0);
+    a = find_answer(id_bulk_ok);
+    CHECK(a->h.payload == 8);
+    {
+        uint64_t sum;
+        memcpy(&sum, a->data, 8);
+        CHECKF(sum == trs_checksum(region, TH_MIB),
+               "bulk_pull through a raw request: wrong checksum");
+    }
+    CHECK_EQ_U64(oneway_count(sch), oneways0 + 5);
+    forget_answers();
+    rdmx_mem_deregister(mr);
+    free(region);
+    free(big);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Phase 2: random messages, judged by an independent reading of the rules  */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static uint32_t known_ids[16];
+static unsigned nknown;
+
+static int known_handler(uint32_t id)
+{
+    for (unsigned i = 0; i < nknown; i++)
+        if (known_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+/* docs/PROTOCOL.md, "What the decoders check" (header). */
+static int spec_header_ok(const unsigned char *p, size_t hlen, size_t dlen)
+{
+    uint32_t payload, aux;
+    int32_t status;
+
+    if (hlen != RDMX_RPC_HDR_SIZE || get32(p) != 0x50525852u || p[4] != 1 ||
+        p[5] < 1 || p[5] > 11)
+        return 0;
+    if ((p[6] | (p[7] << 8)) & ~3)
+        return 0;
+    payload = get32(p + 24);
+    aux = get32(p + 28);
+    if ((uint64_t)payload + aux != dlen)
+        return 0;
+    status = (int32_t)get32(p + 12);
+    if (p[5] == RDMX_RPC_MSG_ERROR ? status >= 0 : status != 0)
+        return 0;
+    return get32(p + 36) == 0;
+}
+
+/* What a ready connection of a server without a secret does with it
+ * (docs/PROTOCOL.md, "What the server does"); also updates @want.
+ * Returns 0 to re-roll (a valid REQUEST/ONEWAY of a registered handler). */
+static int model(const unsigned char *p, size_t hlen, size_t dlen)
+{
+    uint64_t id = hlen >= RDMX_RPC_HDR_SIZE ? get64(p + 16) : 0;
+    unsigned kind = hlen >= RDMX_RPC_HDR_SIZE ? p[5] : 0;
+
+    if (!spec_header_ok(p, hlen, dlen)) {
+        want.malformed++;
+        if (kind == RDMX_RPC_MSG_ONEWAY || kind == RDMX_RPC_MSG_RESPONSE ||
+            kind == RDMX_RPC_MSG_ERROR)
+            expect(id, 0, 0, NULL);
+        else
+            expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+        return 1;
+    }
+    switch (kind) {
+    case RDMX_RPC_MSG_REQUEST:
+    case RDMX_RPC_MSG_ONEWAY:
+        if (known_handler(get32(p + 8)))
+            return 0;
+        want.requests++;
+        want.unknown_handler++;
+        expect(id, kind == RDMX_RPC_MSG_REQUEST ? RDMX_RPC_MSG_ERROR : 0,
+               RDMX_ERR_NOT_FOUND, NULL);
+        return 1;
+    case RDMX_RPC_MSG_CANCEL:
+        expect(id, 0, 0, NULL);
+        return 1;
+    case RDMX_RPC_MSG_PING:
+        want.pings++;
+        expect(id, RDMX_RPC_MSG_PONG, 0, NULL);
+        return 1;
+    case RDMX_RPC_MSG_HELLO: /* a second one */
+        want.malformed++;
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+        return 1;
+    case RDMX_RPC_MSG_AUTH:
+        want.auth_failed++;
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_DENIED, NULL);
+        return 1;
+    default: /* RESPONSE, ERROR, PONG, CHALLENGE, WELCOME */
+        want.malformed++;
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+        return 1;
+    }
+}
+
+/* The same for a connection that has not sent HELLO: every call is
+ * refused with PROTO (a server without a secret). */
+static void model_prehello(const unsigned char *p, size_t hlen, size_t dlen)
+{
+    uint64_t id = hlen >= RDMX_RPC_HDR_SIZE ? get64(p + 16) : 0;
+    unsigned kind = hlen >= RDMX_RPC_HDR_SIZE ? p[5] : 0;
+
+    if (spec_header_ok(p, hlen, dlen)) {
+        CHECK(kind == RDMX_RPC_MSG_REQUEST);
+        want.requests++;
+        want.malformed++;
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, "HELLO");
+        return;
+    }
+    want.malformed++;
+    if (kind == RDMX_RPC_MSG_ONEWAY || kind == RDMX_RPC_MSG_RESPONSE ||
+        kind == RDMX_RPC_MSG_ERROR)
+        expect(id, 0, 0, NULL);
+    else
+        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+}
+
+static void phase2(rdmx_ep_t *ep, uint64_t seed)
+{
+    unsigned char h[RDMX_RPC_HDR_SIZE], data[64];
+    unsigned counts[3] = {0, 0, 0}, valid = 0;
+
+    rng_state = seed;
+    for (int n = 0; n < NRANDOM;) {
+        unsigned mode = (unsigned)(rnd() % 3);
+        size_t hlen = RDMX_RPC_HDR_SIZE, dlen = (size_t)(rnd() % 48);
+        uint64_t saved = rng_state;
+
+        for (size_t i = 0; i < sizeof(data); i++)
+            data[i] = (unsigned char)rnd();
+        if (mode == 0) {
+            /* random bytes, sometimes a random header length */
+            for (size_t i = 0; i < sizeof(h); i++)
+                h[i] = (unsigned char)rnd();
+            if (rnd() % 8 == 0)
+                hlen = (size_t)(rnd() % (RDMX_RPC_HDR_SIZE + 1));
+        } else {
+            /* a valid header of a random kind with 0..2 bytes changed */
+            unsigned kind = 1 + (unsigned)(rnd() % 11);
+            uint32_t aux = dlen ? (uint32_t)(rnd() % (dlen + 1)) : 0;
+            mkhdr(h, kind, (unsigned)(rnd() % 4), (uint32_t)rnd(),
+                  kind == RDMX_RPC_MSG_ERROR ? -1 - (int32_t)(rnd() % 20) : 0,
+                  rnd(), (uint32_t)dlen - aux, aux);
+            if (mode == 2) {
+                unsigned nmut = 1 + (unsigned)(rnd() % 2);
+                for (unsigned k = 0; k < nmut; k++)
+                    h[rnd() % sizeof(h)] = (unsigned char)rnd();
+            }
+        }
+        /* ids must not repeat within the phase (an answer is matched by
+         * id): give every message a fresh one unless it is cut short */
+        if (hlen >= 24) {
+            uint64_t fresh = 0x7000000000000000ull + (uint64_t)n;
+            memcpy(h + 16, &fresh, 8);
+        }
+        if (!model(h, hlen, dlen)) {
+            rng_state = saved ^ 0x9e3779b97f4a7c15ull;
+            continue;
+        }
+        valid += spec_header_ok(h, hlen, dlen);
+        counts[mode]++;
+        raw_send(ep, h, hlen, data, dlen);
+        if (n % 256 == 0)
+            rdmx_worker_progress(rw);
+        n++;
+    }
+    wait_sends();
+    settle("phase 2 (random)");
+    th_log("phase 2: %u random, %u mutated-valid, %u mutated-changed "
+           "messages; %u had a valid header (seed %llx)",
+           counts[0], counts[1], counts[2], valid, (unsigned long long)seed);
+    forget_answers();
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    th_proc_t srv;
+    rdmx_worker_t *cw;
+    rdmx_channel_t *sch;
+    rdmx_channel_params_t cp;
+    rdmx_ep_t *ep;
+    counters_t c0, c1;
+    uint64_t seed;
+    double t0;
+
+    if (argc > 1 && strcmp(argv[1], "rpc-server") == 0)
+        return trs_main(argc - 2, argv + 2);
+
+    th_init("rpc_malformed", 85);
+    t0 = th_now_ms();
+    th_spawn_self(&srv, "rpc-server", 30000, "--workers", "2",
+                  "--max-message", "65536", NULL);
+    ctx = th_context();
+    /* The stats channel: its own worker, no heartbeats (it idles while the
+     * raw connection is driven). */
+    cw = th_worker(ctx, 0);
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = RDMX_CHANNEL_FIELD_HEARTBEAT;
+    cp.heartbeat_ms = 0;
+    CHECK_OK(rdmx_channel_create(cw, srv.addr, &cp, &sch));
+    CHECK_OK(rdmx_channel_wait_ready(sch, 10000 * TH_SLOW));
+
+    {
+        static const char *names[] = {"echo",      "echo_once", "fail",
+                                      "spin",      "worker",    "oneway",
+                                      "count",     "bulk_pull", "bulk_push",
+                                      "rdmx.stats", "rdmx.ping"};
+        for (unsigned i = 0; i < 11; i++)
+            known_ids[nknown++] = rdmx_rpc_id(names[i]);
+    }
+    id_echo = rdmx_rpc_id("echo");
+    id_oneway = rdmx_rpc_id("oneway");
+    id_bulk_pull = rdmx_rpc_id("bulk_pull");
+    id_spin = rdmx_rpc_id("spin");
+
+    c0 = read_counters(sch);
+
+    rw = th_worker(ctx, 0);
+    install_raw_handler(rw);
+    ep = th_connect(rw, &srv, NULL);
+    rndv_ep = ep;
+
+    phase0(ep);
+    phase1(ep, sch);
+    seed = th_seed((uint64_t)getpid(), (uint64_t)th_now_ms(), 3);
+    if (getenv("RPC_MALFORMED_SEED"))
+        seed = strtoull(getenv("RPC_MALFORMED_SEED"), NULL, 0);
+    phase2(ep, seed);
+
+    /* Phase 3: garbage before any HELLO on fresh connections, closed by
+     * destroying their worker. */
+    {
+        rdmx_ep_t *e2 = th_connect(rw, &srv, NULL);
+        unsigned char h[RDMX_RPC_HDR_SIZE];
+
+        rndv_ep = e2;
+        for (int i = 0; i < 50; i++) {
+            mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0,
+                  0x3000000000000000ull + ((uint64_t)i << 16), 0, 0);
+            h[(size_t)i % sizeof(h)] ^= 0x5a;
+            model_prehello(h, sizeof(h), 0);
+            raw_send(e2, h, sizeof(h), NULL, 0);
+        }
+        wait_sends();
+        settle("phase 3 (garbage before HELLO)");
+        forget_answers();
+        (void)th_connect(rw, &srv, NULL); /* a connection that says nothing */
+    }
+    rdmx_ep_close(ep);
+    rdmx_worker_destroy(rw);
+    th_sleep_ms(100);
+
+    c1 = read_counters(sch);
+    CHECKF(th_alive(&srv), "the server died");
+    {
+        unsigned char buf[300], back[300];
+        size_t len = 0;
+        th_fill(buf, sizeof(buf), 5);
+        CHECK_OK(rdmx_call(sch, "echo", buf, sizeof(buf), NULL, back,
+                           sizeof(back), &len));
+        CHECK(len == sizeof(buf) && memcmp(buf, back, len) == 0);
+    }
+
+    /* The stats calls themselves: one request between the readings (the
+     * second), one response (the first's; a response is counted after its
+     * text was made). */
+#define CHECK_DELTA(f, extra)                                                  \
+    CHECKF(c1.f - c0.f == want.f + (extra),                                    \
+           "server counter %s grew by %llu, expected %llu", #f,                \
+           (unsigned long long)(c1.f - c0.f),                                  \
+           (unsigned long long)(want.f + (extra)))
+    CHECK_DELTA(requests, 1 + 2); /* + the 2 "count" calls of phase 1 */
+    CHECK_DELTA(responses, 1 + 2);
+    CHECK_DELTA(errors, 0);
+    CHECK_DELTA(malformed, 0);
+    CHECK_DELTA(unknown_handler, 0);
+    CHECK_DELTA(too_big, 0);
+    CHECK_DELTA(auth_failed, 0);
+    CHECK_DELTA(pings, 0);
+    CHECK_DELTA(denied, 0);
+    CHECK_DELTA(no_credit, 0);
+    CHECK_DELTA(busy, 0);
+    CHECK_DELTA(expired, 0);
+    CHECK_DELTA(canceled, 0);
+    th_log("server counters grew exactly as predicted: malformed +%llu, "
+           "unknown_handler +%llu, too_big +%llu, auth_failed +%llu, "
+           "requests +%llu, errors +%llu, pings +%llu; server alive",
+           (unsigned long long)(c1.malformed - c0.malformed),
+           (unsigned long long)(c1.unknown_handler - c0.unknown_handler),
+           (unsigned long long)(c1.too_big - c0.too_big),
+           (unsigned long long)(c1.auth_failed - c0.auth_failed),
+           (unsigned long long)(c1.requests - c0.requests),
+           (unsigned long long)(c1.errors - c0.errors),
+           (unsigned long long)(c1.pings - c0.pings));
+
+    rdmx_channel_destroy(sch);
+    rdmx_worker_destroy(cw);
+    rdmx_context_destroy(ctx);
+    th_kill(&srv, SIGTERM);
+    th_check_exit_ok("rpc server", th_wait_exit(&srv, 20000));
+    th_log("ok (%.0f ms)", th_now_ms() - t0);
+    return 0;
+}
