@@ -108,6 +108,27 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
                           const void *value, size_t vlen, rdmx_mr_t *mr,
                           const rdmx_kv_put_opts_t *opts, uint64_t *cas_p);
 
+/**
+ * Completion of a non-blocking operation: runs once, from the worker's
+ * progress. @p meta: length/flags/version (GET), the new version in
+ * meta->cas (PUT); the needed length with RDMX_ERR_TOO_BIG.
+ */
+typedef void (*rdmx_kv_cb_t)(rdmx_status_t status, const rdmx_kv_meta_t *meta,
+                             void *arg);
+
+/** Non-blocking GET: @p buf (and @p mr's region) must stay valid until @p cb
+ *  ran. @return RDMX_INPROGRESS (cb will run) or an error (it will not). */
+rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
+                             void *buf, size_t capacity, rdmx_mr_t *mr,
+                             rdmx_kv_cb_t cb, void *arg);
+
+/** Non-blocking PUT (to every replica; cb reports the first error). The key
+ *  and inline values are copied; a value in @p mr must stay until cb. */
+rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
+                             const void *value, size_t vlen, rdmx_mr_t *mr,
+                             const rdmx_kv_put_opts_t *opts, rdmx_kv_cb_t cb,
+                             void *arg);
+
 /** Delete @p key (@p cas 0: any version). */
 rdmx_status_t rdmx_kv_delete(rdmx_kv_t *kv, const void *key, size_t klen,
                              uint64_t cas);

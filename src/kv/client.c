@@ -180,8 +180,20 @@ rdmx_status_t rdmx_kv_wait_ready(rdmx_kv_t *kv, int timeout_ms)
 
 /* --- one call -------------------------------------------------------------- */
 
+/* A non-blocking operation over one or more replicas. */
+typedef struct {
+    rdmx_kv_cb_t cb;
+    void *arg;
+    unsigned pending;     /* replica calls not done yet */
+    rdmx_status_t status; /* first error */
+    rdmx_kv_meta_t meta;  /* of the first replica */
+    char message[256];
+} kv_nb_t;
+
 /* What a call's completion does with the response. */
 typedef struct {
+    kv_nb_t *nb;          /* non-blocking: report here, then free this */
+    int first;            /* the first replica's call */
     volatile int done;
     rdmx_status_t status;
     char message[256];
@@ -233,19 +245,70 @@ static void kv_done(const rdmx_call_result_t *r, void *arg)
         wt->message[mlen] = '\0';
         goto out;
     }
-    if (res.where == RDMX_KV_WHERE_INLINE && wt->buf != NULL) {
+    if (res.where == RDMX_KV_WHERE_INLINE) {
         if (res.length > wt->capacity) {
             wt->status = RDMX_ERR_TOO_BIG;
             snprintf(wt->message, sizeof(wt->message),
                      "value of %llu bytes, buffer of %zu",
                      (unsigned long long)res.length, wt->capacity);
-        } else {
+        } else if (res.length != 0) {
             memcpy(wt->buf, (const char *)r->data + RDMX_KV_RESULT_SIZE,
                    (size_t)res.length);
         }
     }
 out:
     wt->done = 1;
+    if (wt->nb != NULL) {
+        kv_nb_t *nb = wt->nb;
+        if (wt->first)
+            nb->meta = wt->meta;
+        if (nb->status == RDMX_OK && wt->status != RDMX_OK) {
+            nb->status = wt->status;
+            snprintf(nb->message, sizeof(nb->message), "%s", wt->message);
+            if (wt->status == RDMX_ERR_TOO_BIG)
+                nb->meta = wt->meta;
+        }
+        free(wt);
+        if (--nb->pending == 0) {
+            if (nb->status != RDMX_OK)
+                rdmx__error(nb->status, "%s", nb->message);
+            nb->cb(nb->status, &nb->meta, nb->arg);
+            free(nb);
+        }
+    }
+}
+
+/* Start one replica call of a non-blocking operation. */
+static rdmx_status_t kv_call_nb(rdmx_kv_t *kv, unsigned server,
+                                const char *method, const void *req,
+                                size_t len, const rdmx_rpc_bulk_t *bulk,
+                                unsigned nbulk, kv_nb_t *nb, int first,
+                                void *buf, size_t capacity)
+{
+    rdmx_call_params_t cp = {0};
+    kv_wait_t *wt = calloc(1, sizeof(*wt));
+    rdmx_status_t st;
+
+    if (wt == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
+    wt->nb = nb;
+    wt->first = first;
+    wt->buf = buf;
+    wt->capacity = capacity;
+    if (nbulk > 0) {
+        cp.field_mask = RDMX_CALL_FIELD_BULK;
+        cp.bulk = bulk;
+        cp.nbulk = nbulk;
+    }
+    nb->pending++;
+    st = rdmx_call_nb(kv->ch[server], method, req, len, &cp, kv_done, wt,
+                      NULL);
+    if (st != RDMX_INPROGRESS) {
+        nb->pending--;
+        free(wt);
+        return st;
+    }
+    return RDMX_INPROGRESS;
 }
 
 static rdmx_status_t kv_call(rdmx_kv_t *kv, unsigned server,
@@ -760,4 +823,128 @@ rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,
     st = kv_call(kv, index, RDMX_KV_H_STATS, NULL, 0, NULL, 0, &wt);
     buf[st == RDMX_OK || st == RDMX_ERR_TOO_BIG ? wt.resp_len : 0] = '\0';
     return st;
+}
+
+/* --- non-blocking forms ------------------------------------------------------ */
+
+rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
+                             void *buf, size_t capacity, rdmx_mr_t *mr,
+                             rdmx_kv_cb_t cb, void *arg)
+{
+    rdmx_kv_req_t r = {0};
+    rdmx_rpc_bulk_t b;
+    unsigned char stack[512], *req;
+    kv_nb_t *nb;
+    size_t len;
+    rdmx_status_t st;
+
+    if ((st = check_key(klen, key)) != RDMX_OK)
+        return st;
+    if (cb == NULL || (buf == NULL && capacity != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "kv get_nb: NULL argument");
+    r.klen = (uint16_t)klen;
+    r.key = key;
+    if (mr != NULL && capacity > 0) {
+        r.mode = RDMX_KV_GET_BUF;
+        r.vlen = capacity;
+        b.mr = mr;
+        b.offset = (uint64_t)((const char *)buf -
+                              (const char *)rdmx_mr_addr(mr));
+        b.length = capacity;
+        b.access = RDMX_ACCESS_WRITE;
+    }
+    nb = calloc(1, sizeof(*nb));
+    req = build_req(&r, 0, stack, sizeof(stack), &len);
+    if (nb == NULL || req == NULL) {
+        free(nb);
+        if (req != stack)
+            free(req);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv get_nb: out of memory");
+    }
+    nb->cb = cb;
+    nb->arg = arg;
+    st = kv_call_nb(kv, read_server(kv, key, klen), RDMX_KV_H_GET, req, len,
+                    &b, r.mode ? 1 : 0, nb, 1, buf, capacity);
+    if (req != stack)
+        free(req);
+    if (st != RDMX_INPROGRESS)
+        free(nb);
+    return st;
+}
+
+rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
+                             const void *value, size_t vlen, rdmx_mr_t *mr,
+                             const rdmx_kv_put_opts_t *opts, rdmx_kv_cb_t cb,
+                             void *arg)
+{
+    rdmx_kv_req_t r = {0};
+    rdmx_rpc_bulk_t b;
+    unsigned char stack[1024], *req;
+    size_t len;
+    unsigned first, started = 0;
+    kv_nb_t *nb;
+    int bulk;
+    rdmx_status_t st = RDMX_OK;
+
+    if ((st = check_key(klen, key)) != RDMX_OK)
+        return st;
+    if (cb == NULL || (value == NULL && vlen != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "kv put_nb: NULL argument");
+    if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
+        return rdmx__error(RDMX_ERR_INVALID, "kv put: mode %d",
+                           (int)opts->mode);
+    bulk = mr != NULL && vlen > kv->inline_max;
+    r.mode = (uint8_t)(opts ? opts->mode : RDMX_KV_PUT_SET);
+    if (bulk)
+        r.mode |= RDMX_KV_PUT_BULK;
+    r.klen = (uint16_t)klen;
+    r.key = key;
+    r.flags = opts ? opts->flags : 0;
+    r.ttl_ms = opts ? opts->ttl_ms : 0;
+    r.cas = opts ? opts->cas : 0;
+    r.vlen = vlen;
+    r.value = value;
+    if (bulk) {
+        b.mr = mr;
+        b.offset = (uint64_t)((const char *)value -
+                              (const char *)rdmx_mr_addr(mr));
+        b.length = vlen;
+        b.access = RDMX_ACCESS_READ;
+    }
+    nb = calloc(1, sizeof(*nb));
+    req = build_req(&r, bulk ? 0 : vlen, stack, sizeof(stack), &len);
+    if (nb == NULL || req == NULL) {
+        free(nb);
+        if (req != stack)
+            free(req);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv put_nb: out of memory");
+    }
+    nb->cb = cb;
+    nb->arg = arg;
+    nb->pending = 1; /* held until every replica call is started */
+    first = rdmx_kv_server_of(kv, key, klen);
+    for (unsigned i = 0; i < kv->replicas; i++) {
+        rdmx_status_t st1 = kv_call_nb(kv, (first + i) % kv->n,
+                                       RDMX_KV_H_PUT, req, len, &b,
+                                       bulk ? 1 : 0, nb, i == 0, NULL, 0);
+        if (st1 == RDMX_INPROGRESS)
+            started++;
+        else if (st == RDMX_OK)
+            st = st1;
+    }
+    if (req != stack)
+        free(req);
+    if (started == 0) {
+        free(nb);
+        return st != RDMX_OK ? st : rdmx__error(RDMX_ERR_INTERNAL, "kv put");
+    }
+    if (st != RDMX_OK && nb->status == RDMX_OK) {
+        nb->status = st; /* a replica could not even be asked */
+        snprintf(nb->message, sizeof(nb->message), "%s", rdmx_error_detail());
+    }
+    if (--nb->pending == 0) { /* all finished at once (cannot, but be safe) */
+        nb->cb(nb->status, &nb->meta, nb->arg);
+        free(nb);
+    }
+    return RDMX_INPROGRESS;
 }
