@@ -1,6 +1,10 @@
 /*
- * echo_server — the smallest rdmx RPC server: "echo" returns its request,
- * "upper" deferred-answers with the request in upper case.
+ * echo_server — a small rdmx RPC server: "echo" returns its request,
+ * "upper" answers with the request in upper case, and two bulk handlers
+ * move data zero-copy through the caller's memory descriptor:
+ * "checksum" pulls the caller's buffer (RDMA read) and answers its 64-bit
+ * FNV-1a hash; "fill" pushes (RDMA write) bytes i*7 into it. Both answer
+ * from the completion callback of the transfer (deferred answers).
  *
  *   echo_server [HOST:PORT] [WORKERS]     (default 127.0.0.1:13370, 1)
  *
@@ -10,12 +14,80 @@
 
 #include <ctype.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
+static rdmx_context_t *ctx;
+
+typedef struct {
+    rdmx_rpc_req_t *req;
+    rdmx_mr_t *mr;
+    unsigned char *buf;
+    size_t len;
+    int fill;
+} bulk_t;
+
+static void bulk_done(rdmx_status_t st, size_t length, void *arg)
+{
+    bulk_t *b = arg;
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    (void)length;
+    if (st != RDMX_OK) {
+        rdmx_rpc_respond_error(b->req, st, "transfer failed: %s",
+                               rdmx_strerror(st));
+    } else if (b->fill) {
+        rdmx_rpc_respond(b->req, NULL, 0);
+    } else {
+        for (size_t i = 0; i < b->len; i++)
+            h = (h ^ b->buf[i]) * 0x100000001b3ull;
+        rdmx_rpc_respond(b->req, &h, sizeof(h));
+    }
+    rdmx_mem_deregister(b->mr);
+    free(b);
+}
+
+/* checksum / fill: one descriptor, moved in one RDMA operation. */
+static void bulk(rdmx_rpc_req_t *req, void *arg)
+{
+    rdmx_rmem_t *rmem;
+    rdmx_status_t st;
+    bulk_t *b;
+
+    if (rdmx_rpc_req_bulk_count(req) != 1) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_INVALID, "expected one buffer");
+        return;
+    }
+    if ((st = rdmx_rpc_req_bulk(req, 0, &rmem)) != RDMX_OK) {
+        rdmx_rpc_respond_error(req, st, "%s", rdmx_error_detail());
+        return;
+    }
+    b = calloc(1, sizeof(*b));
+    b->req = req;
+    b->fill = arg != NULL;
+    b->len = rdmx_rmem_length(rmem);
+    /* registered (and zeroed) memory of our own for the transfer */
+    if ((st = rdmx_mem_alloc(ctx, b->len ? b->len : 1, RDMX_ACCESS_READ,
+                             &b->mr)) != RDMX_OK) {
+        rdmx_rpc_respond_error(req, st, "%s", rdmx_error_detail());
+        free(b);
+        return;
+    }
+    b->buf = rdmx_mr_addr(b->mr);
+    if (b->fill)
+        for (size_t i = 0; i < b->len; i++)
+            b->buf[i] = (unsigned char)(i * 7);
+    st = b->fill ? rdmx_put_nb(rdmx_rpc_req_ep(req), b->buf, b->len, b->mr,
+                               rmem, 0, bulk_done, b)
+                 : rdmx_get_nb(rdmx_rpc_req_ep(req), b->buf, b->len, b->mr,
+                               rmem, 0, bulk_done, b);
+    if (st != RDMX_INPROGRESS)
+        bulk_done(st, b->len, b);
+}
 
 static void on_signal(int sig)
 {
@@ -58,7 +130,6 @@ int main(int argc, char **argv)
         .address = address,
         .workers = argc > 2 ? (unsigned)atoi(argv[2]) : 1,
     };
-    rdmx_context_t *ctx;
     rdmx_rpc_server_t *srv;
     rdmx_status_t st;
 
@@ -69,6 +140,10 @@ int main(int argc, char **argv)
         (st = rdmx_rpc_server_register(srv, "echo", echo, NULL,
                                        RDMX_RPC_IDEMPOTENT)) != RDMX_OK ||
         (st = rdmx_rpc_server_register(srv, "upper", upper, NULL, 0)) !=
+            RDMX_OK ||
+        (st = rdmx_rpc_server_register(srv, "checksum", bulk, NULL, 0)) !=
+            RDMX_OK ||
+        (st = rdmx_rpc_server_register(srv, "fill", bulk, (void *)1, 0)) !=
             RDMX_OK ||
         (st = rdmx_rpc_server_start(srv)) != RDMX_OK) {
         fprintf(stderr, "echo_server: %s: %s\n", rdmx_strerror(st),

@@ -18,6 +18,7 @@ for _ in $(seq 100); do
 done
 [ -n "$port" ] || { echo "echo_server did not start:"; cat "$log"; exit 1; }
 "$bin/echo_client" "127.0.0.1:$port" "smoke test message"
+"$bin/bulk_client" "127.0.0.1:$port" 64
 kill -TERM $pid
 wait $pid
 echo "echo_server exited cleanly"
