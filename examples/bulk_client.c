@@ -25,8 +25,14 @@ int main(int argc, char **argv)
 {
     const char *address = argc > 1 ? argv[1] : "127.0.0.1:13370";
     size_t size = (argc > 2 ? strtoull(argv[2], NULL, 10) : 1024) << 20;
-    rdmx_channel_params_t cp = {.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT,
-                                .timeout_ms = 120000};
+    /* The server's handler checksums or fills the whole buffer on its
+     * worker thread (seconds for 1 GiB): give calls time, and do not take
+     * the silence meanwhile for a dead server. */
+    rdmx_channel_params_t cp = {.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT |
+                                              RDMX_CHANNEL_FIELD_HEARTBEAT,
+                                .timeout_ms = 120000,
+                                .heartbeat_ms = 1000,
+                                .heartbeat_timeout_ms = 60000};
     rdmx_context_t *ctx;
     rdmx_worker_t *w;
     rdmx_channel_t *ch;
