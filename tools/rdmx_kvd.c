@@ -101,6 +101,9 @@ static void reply_status(rdmx_rpc_req_t *req, rdmx_status_t st)
 {
     if (st == RDMX_OK)
         reply(req, RDMX_OK, RDMX_KV_WHERE_NONE, 0, 0, 0, NULL, 0);
+    else if (st == RDMX_ERR_NOT_FOUND || st == RDMX_ERR_EXISTS)
+        /* ordinary outcomes: the store sets no detail for them */
+        reply_error(req, st, "%s", rdmx_strerror(st));
     else
         reply_error(req, st, "%s", rdmx_error_detail()[0]
                                        ? rdmx_error_detail()
@@ -199,6 +202,9 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
     }
     /* Large value, caller lent a buffer: RDMA-write it there. */
     if ((st = rdmx_rpc_req_bulk(req, 0, &rmem)) != RDMX_OK) {
+        __atomic_add_fetch(&k->bad_requests, 1, __ATOMIC_RELAXED);
+        if (st == RDMX_ERR_OUT_OF_RANGE)
+            st = RDMX_ERR_PROTO; /* buffer flag without a descriptor */
         rdmx__kv_store_release(k->store, it);
         rdmx_rpc_respond_error(req, st, "kv.get: buffer descriptor: %s",
                                rdmx_error_detail());
@@ -297,7 +303,11 @@ static void h_put(rdmx_rpc_req_t *req, void *arg)
         return;
     }
     if ((st = rdmx_rpc_req_bulk(req, 0, &rmem)) != RDMX_OK) {
-        rdmx_rpc_respond_error(req, st, "kv.put: value descriptor: %s",
+        __atomic_add_fetch(&k->bad_requests, 1, __ATOMIC_RELAXED);
+        rdmx_rpc_respond_error(req, st == RDMX_ERR_OUT_OF_RANGE
+                                        ? RDMX_ERR_PROTO
+                                        : st,
+                               "kv.put: value descriptor: %s",
                                rdmx_error_detail());
         return;
     }
@@ -501,6 +511,7 @@ static void h_batch(rdmx_rpc_req_t *req, void *arg, int kind)
             rdmx__kv_store_release(k->store, it);
         } else if (kind == 1) { /* mput */
             if ((r.mode & 0x7f) > RDMX_KV_STORE_CAS) {
+                __atomic_add_fetch(&k->bad_requests, 1, __ATOMIC_RELAXED);
                 out_result(&o, RDMX_ERR_PROTO, RDMX_KV_WHERE_NONE, 0, 0, 0);
                 continue;
             }

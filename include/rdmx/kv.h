@@ -123,7 +123,9 @@ rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
                              rdmx_kv_cb_t cb, void *arg);
 
 /** Non-blocking PUT (to every replica; cb reports the first error). The key
- *  and inline values are copied; a value in @p mr must stay until cb. */
+ *  and inline values are copied; a value in @p mr must stay until cb.
+ *  With replicas > 1 only RDMX_KV_PUT_SET (RDMX_ERR_UNSUPPORTED otherwise:
+ *  rdmx_kv_put lets the first copy decide a conditional write). */
 rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
                              const void *value, size_t vlen, rdmx_mr_t *mr,
                              const rdmx_kv_put_opts_t *opts, rdmx_kv_cb_t cb,
@@ -155,7 +157,7 @@ typedef struct {
     rdmx_kv_meta_t meta;  /**< out */
 } rdmx_kv_mget_t;
 
-/** Read many keys, one round trip per server involved. */
+/** Read many keys: one round trip per server involved (per 4096 keys). */
 rdmx_status_t rdmx_kv_mget(rdmx_kv_t *kv, rdmx_kv_mget_t *items, size_t n);
 
 /** One key of a multi-put (values travel inline). */

@@ -449,9 +449,17 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
     if (req == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv put: out of memory");
     first = rdmx_kv_server_of(kv, key, klen);
-    /* Every replica gets the write; the first error is reported. */
+    /* Every replica gets the write; the first error is reported. Each
+     * server has its own versions: the first copy decides a conditional
+     * write (ADD, REPLACE, CAS), the others then store unconditionally. */
     for (unsigned i = 0; i < kv->replicas; i++) {
         kv_wait_t wt = {0};
+        if (i == 1 && (r.mode & 0x7f) != RDMX_KV_PUT_SET) {
+            if (st != RDMX_OK)
+                break;
+            req[0] = (unsigned char)((req[0] & RDMX_KV_PUT_BULK) |
+                                     RDMX_KV_PUT_SET);
+        }
         st1 = kv_call(kv, (first + i) % kv->n, RDMX_KV_H_PUT, req, len, &b,
                       bulk ? 1 : 0, &wt);
         if (i == 0 && cas_p != NULL && st1 == RDMX_OK)
@@ -487,6 +495,12 @@ static rdmx_status_t keyed(rdmx_kv_t *kv, const char *method,
         first = rdmx_kv_server_of(kv, r->key, r->klen);
         for (unsigned i = 0; i < kv->replicas; i++) {
             kv_wait_t wt = {0};
+            if (i == 1 && r->cas != 0 && strcmp(method, RDMX_KV_H_DELETE) == 0) {
+                /* the first copy checked the version; the others follow */
+                if (st != RDMX_OK)
+                    break;
+                memset(req + 16, 0, 8);
+            }
             st1 = kv_call(kv, (first + i) % kv->n, method, req, len, NULL, 0,
                           i == 0 ? first_wt : &wt);
             if (st == RDMX_OK && st1 != RDMX_OK)
@@ -584,80 +598,148 @@ static rdmx_status_t batch(rdmx_kv_t *kv, unsigned server, const char *method,
     return st;
 }
 
+/* Send the items of idx[0..m) (one server) as one kv.mget batch. */
+static rdmx_status_t mget_batch(rdmx_kv_t *kv, unsigned s,
+                                rdmx_kv_mget_t *items, const size_t *idx,
+                                size_t m, rdmx_kv_req_t *reqs)
+{
+    kv_wait_t wt = {0};
+    size_t cap = 64, off = 0;
+    rdmx_status_t st;
+
+    for (size_t k = 0; k < m; k++) {
+        rdmx_kv_mget_t *it = &items[idx[k]];
+        memset(&reqs[k], 0, sizeof(reqs[k]));
+        reqs[k].klen = (uint16_t)it->klen;
+        reqs[k].key = it->key;
+        reqs[k].vlen = it->capacity;
+        cap += RDMX_KV_RESULT_SIZE + it->capacity;
+    }
+    st = batch(kv, s, RDMX_KV_H_MGET, reqs, NULL, m, &wt, cap);
+    for (size_t k = 0; k < m; k++) {
+        rdmx_kv_mget_t *it = &items[idx[k]];
+        rdmx_kv_result_t res;
+        if (st != RDMX_OK) {
+            it->status = st;
+            continue;
+        }
+        if (rdmx__kv_result_decode(wt.resp + off, wt.resp_len - off, &res) !=
+            RDMX_OK) {
+            it->status = st = RDMX_ERR_PROTO;
+            continue;
+        }
+        off += RDMX_KV_RESULT_SIZE;
+        it->status = (rdmx_status_t)res.status;
+        it->meta.length = (size_t)res.length;
+        it->meta.flags = res.flags;
+        it->meta.cas = res.cas;
+        if (res.where == RDMX_KV_WHERE_INLINE) {
+            if (res.length <= it->capacity && res.length != 0)
+                memcpy(it->buf, wt.resp + off, (size_t)res.length);
+            else if (res.length > it->capacity)
+                it->status = RDMX_ERR_TOO_BIG;
+            off += (size_t)res.length;
+        }
+    }
+    free(wt.resp);
+    return st;
+}
+
 rdmx_status_t rdmx_kv_mget(rdmx_kv_t *kv, rdmx_kv_mget_t *items, size_t n)
 {
     rdmx_kv_req_t *reqs;
-    size_t *idx, cap;
+    size_t *idx;
+    unsigned *srv;
     rdmx_status_t st = RDMX_OK;
 
     if (n == 0)
         return RDMX_OK;
-    reqs = calloc(n, sizeof(*reqs));
+    reqs = calloc(RDMX_KV_BATCH_MAX, sizeof(*reqs));
     idx = calloc(n, sizeof(*idx));
-    if (reqs == NULL || idx == NULL) {
+    srv = calloc(n, sizeof(*srv));
+    if (reqs == NULL || idx == NULL || srv == NULL) {
         free(reqs);
         free(idx);
+        free(srv);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv mget: out of memory");
     }
-    for (size_t i = 0; i < n; i++)
+    /* Place every key once: channels may change state meanwhile. */
+    for (size_t i = 0; i < n; i++) {
         items[i].status = RDMX_ERR_CANCELED;
+        if (check_key(items[i].klen, items[i].key) != RDMX_OK ||
+            (items[i].buf == NULL && items[i].capacity != 0)) {
+            items[i].status = RDMX_ERR_INVALID;
+            srv[i] = UINT32_MAX;
+        } else {
+            srv[i] = read_server(kv, items[i].key, items[i].klen);
+        }
+    }
     for (unsigned s = 0; s < kv->n; s++) {
         size_t m = 0;
-        cap = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (check_key(items[i].klen, items[i].key) != RDMX_OK) {
-                items[i].status = RDMX_ERR_INVALID;
-                continue;
+        for (size_t i = 0; i <= n; i++) {
+            if (i < n && srv[i] == s)
+                idx[m++] = i;
+            if (m > 0 && (m == RDMX_KV_BATCH_MAX || i == n)) {
+                rdmx_status_t st1 = mget_batch(kv, s, items, idx, m, reqs);
+                if (st == RDMX_OK && st1 != RDMX_OK)
+                    st = st1;
+                m = 0;
             }
-            if (read_server(kv, items[i].key, items[i].klen) != s)
-                continue;
-            reqs[m].klen = (uint16_t)items[i].klen;
-            reqs[m].key = items[i].key;
-            reqs[m].vlen = items[i].capacity;
-            idx[m++] = i;
-            cap += RDMX_KV_RESULT_SIZE + items[i].capacity;
-            if (m == RDMX_KV_BATCH_MAX)
-                break;
         }
-        if (m == 0)
-            continue;
-        kv_wait_t wt = {0};
-        rdmx_status_t st1 = batch(kv, s, RDMX_KV_H_MGET, reqs, NULL, m, &wt,
-                                  cap + 64);
-        if (st1 == RDMX_OK) {
-            size_t off = 0;
-            for (size_t k = 0; k < m; k++) {
-                rdmx_kv_mget_t *it = &items[idx[k]];
-                rdmx_kv_result_t res;
-                if (rdmx__kv_result_decode(wt.resp + off, wt.resp_len - off,
-                                          &res) != RDMX_OK) {
-                    it->status = RDMX_ERR_PROTO;
-                    st1 = RDMX_ERR_PROTO;
-                    break;
-                }
-                off += RDMX_KV_RESULT_SIZE;
-                it->status = (rdmx_status_t)res.status;
-                it->meta.length = (size_t)res.length;
-                it->meta.flags = res.flags;
-                it->meta.cas = res.cas;
-                if (res.where == RDMX_KV_WHERE_INLINE) {
-                    if (res.length <= it->capacity)
-                        memcpy(it->buf, wt.resp + off, (size_t)res.length);
-                    else
-                        it->status = RDMX_ERR_TOO_BIG;
-                    off += (size_t)res.length;
-                }
-            }
-        } else {
-            for (size_t k = 0; k < m; k++)
-                items[idx[k]].status = st1;
-        }
-        free(wt.resp);
-        if (st == RDMX_OK && st1 != RDMX_OK)
-            st = st1;
     }
+    for (size_t i = 0; i < n && st == RDMX_OK; i++)
+        if (items[i].status == RDMX_ERR_INVALID)
+            st = rdmx__error(RDMX_ERR_INVALID, "kv mget: key %zu is invalid",
+                             i);
     free(reqs);
     free(idx);
+    free(srv);
+    return st;
+}
+
+/* Send the items of idx[0..m) to server @s as one kv.mput batch. @plain:
+ * store unconditionally (the copies after the first of CAS/ADD/REPLACE). */
+static rdmx_status_t mput_batch(rdmx_kv_t *kv, unsigned s,
+                                rdmx_kv_mput_t *items, const size_t *idx,
+                                size_t m, rdmx_kv_req_t *reqs, size_t *inl,
+                                int first_copy)
+{
+    kv_wait_t wt = {0};
+    rdmx_status_t st;
+
+    for (size_t k = 0; k < m; k++) {
+        rdmx_kv_mput_t *it = &items[idx[k]];
+        memset(&reqs[k], 0, sizeof(reqs[k]));
+        reqs[k].mode = (uint8_t)(first_copy ? it->opts.mode : RDMX_KV_PUT_SET);
+        reqs[k].klen = (uint16_t)it->klen;
+        reqs[k].key = it->key;
+        reqs[k].flags = it->opts.flags;
+        reqs[k].ttl_ms = it->opts.ttl_ms;
+        reqs[k].cas = it->opts.cas;
+        reqs[k].vlen = it->vlen;
+        reqs[k].value = it->value;
+        inl[k] = it->vlen;
+    }
+    st = batch(kv, s, RDMX_KV_H_MPUT, reqs, inl, m,  &wt,
+               m * RDMX_KV_RESULT_SIZE + 64);
+    for (size_t k = 0; k < m; k++) {
+        rdmx_kv_mput_t *it = &items[idx[k]];
+        rdmx_kv_result_t res;
+        rdmx_status_t ist = st;
+        if (st == RDMX_OK &&
+            rdmx__kv_result_decode(wt.resp + k * RDMX_KV_RESULT_SIZE,
+                                   wt.resp_len - k * RDMX_KV_RESULT_SIZE,
+                                   &res) != RDMX_OK)
+            ist = st = RDMX_ERR_PROTO;
+        else if (st == RDMX_OK)
+            ist = (rdmx_status_t)res.status;
+        if (first_copy && ist == RDMX_OK)
+            it->cas = res.cas;
+        /* the first error of any copy stays */
+        if (it->status >= 0)
+            it->status = ist == RDMX_OK ? RDMX_OK : ist;
+    }
+    free(wt.resp);
     return st;
 }
 
@@ -665,81 +747,64 @@ rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items, size_t n)
 {
     rdmx_kv_req_t *reqs;
     size_t *idx, *inl;
+    unsigned *srv;
     rdmx_status_t st = RDMX_OK;
 
     if (n == 0)
         return RDMX_OK;
-    reqs = calloc(n, sizeof(*reqs));
+    reqs = calloc(RDMX_KV_BATCH_MAX, sizeof(*reqs));
+    inl = calloc(RDMX_KV_BATCH_MAX, sizeof(*inl));
     idx = calloc(n, sizeof(*idx));
-    inl = calloc(n, sizeof(*inl));
-    if (reqs == NULL || idx == NULL || inl == NULL) {
+    srv = calloc(n, sizeof(*srv));
+    if (reqs == NULL || idx == NULL || inl == NULL || srv == NULL) {
         free(reqs);
         free(idx);
         free(inl);
+        free(srv);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv mput: out of memory");
     }
-    for (unsigned s = 0; s < kv->n; s++) {
-        for (unsigned rep = 0; rep < kv->replicas; rep++) {
-            size_t m = 0;
-            for (size_t i = 0; i < n; i++) {
-                rdmx_kv_mput_t *it = &items[i];
-                if (check_key(it->klen, it->key) != RDMX_OK ||
-                    (it->value == NULL && it->vlen != 0)) {
-                    it->status = RDMX_ERR_INVALID;
-                    continue;
-                }
-                if ((rdmx_kv_server_of(kv, it->key, it->klen) + rep) % kv->n !=
-                    s)
-                    continue;
-                reqs[m].mode = (uint8_t)it->opts.mode;
-                reqs[m].klen = (uint16_t)it->klen;
-                reqs[m].key = it->key;
-                reqs[m].flags = it->opts.flags;
-                reqs[m].ttl_ms = it->opts.ttl_ms;
-                reqs[m].cas = it->opts.cas;
-                reqs[m].vlen = it->vlen;
-                reqs[m].value = it->value;
-                inl[m] = it->vlen;
-                idx[m++] = i;
-                if (m == RDMX_KV_BATCH_MAX)
-                    break;
-            }
-            if (m == 0)
-                continue;
-            kv_wait_t wt = {0};
-            rdmx_status_t st1 = batch(kv, s, RDMX_KV_H_MPUT, reqs, inl, m, &wt,
-                                      m * RDMX_KV_RESULT_SIZE + 64);
-            for (size_t k = 0; k < m; k++) {
-                rdmx_kv_mput_t *it = &items[idx[k]];
-                rdmx_kv_result_t res;
-                if (st1 != RDMX_OK) {
-                    it->status = st1;
-                    continue;
-                }
-                if (rdmx__kv_result_decode(wt.resp + k * RDMX_KV_RESULT_SIZE,
-                                          wt.resp_len - k * RDMX_KV_RESULT_SIZE,
-                                          &res) != RDMX_OK) {
-                    it->status = st1 = RDMX_ERR_PROTO;
-                    continue;
-                }
-                if (rep == 0 || res.status != RDMX_OK) {
-                    it->status = (rdmx_status_t)res.status;
-                    if (rep == 0)
-                        it->cas = res.cas;
-                }
-            }
-            free(wt.resp);
-            if (st == RDMX_OK && st1 != RDMX_OK)
-                st = st1;
+    for (size_t i = 0; i < n; i++) {
+        rdmx_kv_mput_t *it = &items[i];
+        it->status = RDMX_INPROGRESS; /* nothing known yet */
+        srv[i] = rdmx_kv_server_of(kv, it->key, it->klen);
+        if (check_key(it->klen, it->key) != RDMX_OK ||
+            (it->value == NULL && it->vlen != 0) ||
+            (unsigned)it->opts.mode > RDMX_KV_PUT_CAS) {
+            it->status = RDMX_ERR_INVALID;
+            srv[i] = UINT32_MAX;
         }
     }
-    for (size_t i = 0; i < n && st == RDMX_OK; i++)
-        if (items[i].status != RDMX_OK)
+    /* Copy by copy: the first decides conditional writes (each server has
+     * its own versions), the others store what the first accepted. */
+    for (unsigned rep = 0; rep < kv->replicas; rep++) {
+        for (unsigned s = 0; s < kv->n; s++) {
+            size_t m = 0;
+            for (size_t i = 0; i <= n; i++) {
+                if (i < n && srv[i] != UINT32_MAX &&
+                    (srv[i] + rep) % kv->n == s &&
+                    (rep == 0 || items[i].status == RDMX_OK))
+                    idx[m++] = i;
+                if (m > 0 && (m == RDMX_KV_BATCH_MAX || i == n)) {
+                    rdmx_status_t st1 = mput_batch(kv, s, items, idx, m, reqs,
+                                                   inl, rep == 0);
+                    if (st == RDMX_OK && st1 != RDMX_OK)
+                        st = st1;
+                    m = 0;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].status == RDMX_INPROGRESS)
+            items[i].status = RDMX_ERR_INTERNAL;
+        if (st == RDMX_OK && items[i].status != RDMX_OK)
             st = rdmx__error(items[i].status, "kv mput: key %zu: %s", i,
                              rdmx_strerror(items[i].status));
+    }
     free(reqs);
     free(idx);
     free(inl);
+    free(srv);
     return st;
 }
 
@@ -893,6 +958,11 @@ rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
     if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
         return rdmx__error(RDMX_ERR_INVALID, "kv put: mode %d",
                            (int)opts->mode);
+    if (kv->replicas > 1 && opts != NULL && opts->mode != RDMX_KV_PUT_SET)
+        return rdmx__error(RDMX_ERR_UNSUPPORTED,
+                           "kv put_nb: a conditional write needs its first "
+                           "copy's answer before the others; use rdmx_kv_put "
+                           "with replicas > 1");
     bulk = mr != NULL && vlen > kv->inline_max;
     r.mode = (uint8_t)(opts ? opts->mode : RDMX_KV_PUT_SET);
     if (bulk)
