@@ -1,0 +1,2212 @@
+/*
+ * kv_ops: the operations of the KV cache against a real rdmx-kvd.
+ *
+ * Three rdmx-kvd servers (tools/rdmx_kvd.c) run as child processes: "big"
+ * (--workers 2 --memory 256m --max-value 64m --max-key 512), "lru"
+ * (--memory 4m) and "none" (--memory 2m --eviction none). The client
+ * (include/rdmx/kv.h) checks, part by part:
+ *
+ * - sizes: values of 0, 1, 100, 4 KiB, 4 KiB+1, 1 MiB and 64 MiB round-trip
+ *   exactly under binary keys (one holding all 256 byte values, one of the
+ *   maximum length 512, one single NUL byte), put from plain memory (inline)
+ *   and from a registered region (RDMA read by the server above inline_max
+ *   4096), each read back into plain memory (inline) and into a registered
+ *   region at an unaligned offset (RDMA write above the server's 4 KiB
+ *   threshold); flags and CAS come back; bytes past the value untouched.
+ * - too_small: a buffer one byte too small (values of 3000 B, 4 KiB,
+ *   10000 B, 2 MiB; plain and registered, so inline and RDMA paths), a
+ *   zero-capacity and a NULL buffer give RDMX_ERR_TOO_BIG with meta.length
+ *   the size needed and the buffer untouched (canary); the exact size fits.
+ * - ttl: present at once, gone after twice the TTL (200 ms, 800 ms under
+ *   sanitizers); touch extends a TTL, touch 0 removes it (version kept);
+ *   touch of an absent or expired key is NOT_FOUND. A pass in which the
+ *   machine stalled past a TTL is repeated, not failed.
+ * - cas: versions change on every write; PUT_CAS with a stale version is
+ *   EXISTS (value unchanged), with the current one OK, on an absent key
+ *   NOT_FOUND; ADD and REPLACE; delete with a stale/current version.
+ * - incr/decr: wrap at 2^64, floor at 0, leading zeros, non-numbers, 20
+ *   digits over 2^64 and 21 digits INVALID, absent NOT_FOUND; the result is
+ *   stored as decimal text with the flags kept, a new version and `bytes`
+ *   following the number of digits.
+ * - batches: mput (per-item status, ADD/REPLACE inside a batch), mget
+ *   (hits, misses, a too-small buffer untouched, exact fits), exists,
+ *   prefix_hits, 5000-key mput and mget (more than one 4096-key wire batch),
+ *   flush (curr_items and bytes back to 0).
+ * - stats: get_hits + get_misses == cmd_get; the deltas of hits, misses,
+ *   sets, items, deletes match what the test did; curr_items and bytes match
+ *   what is stored (an overwrite with another size included).
+ * - limits: key over --max-key for every operation, value over --max-value
+ *   (inline and RDMA read), a request over the message limit: TOO_BIG with a
+ *   detail; empty and 64 KiB keys: INVALID; a buffer outside the region
+ *   passed: refused; an ordinary miss afterwards carries no stale detail.
+ * - malformed: hand-made kv.* requests through rdmx_call on a raw channel
+ *   (empty or truncated header, key beyond the data, trailing bytes,
+ *   reserved bytes, unknown put mode, inline value beyond the data, empty
+ *   keys, batch counts 0 and 5000, a short batch header, missing or empty or
+ *   trailing batch entries, a bulk PUT or GET without a descriptor or with a
+ *   too-short one, unknown handler, an mput item with an unknown mode): each
+ *   answered with an error (RDMX_ERR_PROTO where the wire format is broken)
+ *   and a message, each counted once in `bad_requests`; buffers lent without
+ *   the write (GET) or read (PUT) right are refused and not written; the
+ *   server stays up and the stored data is intact.
+ * - cli: rdmx-kv put from an argument, from -f FILE and from stdin; get
+ *   writes the raw value (binary; 2 MiB, more than its first 1 MiB buffer;
+ *   empty) to stdout; exists, incr, delete, stats, --add/--replace; exit
+ *   codes 0 found, 1 not found, 2 error (unreachable server, unknown
+ *   command, missing key, ADD of a present key). The CLI runs from the
+ *   launcher child.
+ * - eviction (lru): 40 x 64 KiB, read the first 10, 40 more: exactly the
+ *   least recently used (the early unread keys, oldest first) are gone,
+ *   `evictions` and `evicted_unfetched` count them, the recently read and
+ *   the new keys survive intact.
+ * - eviction (none): writes fail with RDMX_ERR_NO_MEMORY (and a detail) when
+ *   full, nothing is evicted, a delete makes room again.
+ * - sigterm: each server exits 0 within 3 s of SIGTERM (6 s under
+ *   sanitizers; the client keeps progressing meanwhile, as the server closes
+ *   connections in order) and says "shutting down"; the client's next call
+ *   fails with an error within its 1 s timeout (plus slack).
+ *
+ * Failed checks inside a part are reported and the test continues with the
+ * next part (exit status 1 at the end), so one bug does not hide others.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <rdmx/kv.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- kvd launcher: the same block in test_kv_ops.c, test_kv_torture.c and
+ * test_kv_shards.c (tests/CMakeLists.txt builds each test from one file). --
+ *
+ * A child forked before the test creates its rdmx context ("launcher") runs
+ * every other process on request over a socketpair: rdmx-kvd servers (their
+ * "listening on HOST:PORT" line read from a pipe) and one-shot commands such
+ * as rdmx-kv. It reaps them and reports wait statuses. So servers can be
+ * started, killed and restarted, and the CLI run, at any point of a test
+ * without the test process forking once UCX is up. Everything dies with the
+ * test (PR_SET_PDEATHSIG on the launcher and on its children). Binaries are
+ * taken from the test binary's directory (build/bin or build-asan/bin). */
+
+enum { KL_KVD = 1, KL_WAIT, KL_RUN, KL_ALIVE };
+
+typedef struct {
+    int op;
+    int pid;
+    int timeout_ms;
+    char in_path[256];  /* KL_RUN: stdin ("" = /dev/null) */
+    char out_path[256]; /* KL_RUN: stdout ("" = /dev/null) */
+    char err_path[256]; /* KL_RUN: stderr ("" = the test's stderr) */
+    size_t args_len;
+    char args[3072]; /* NUL-terminated arguments back to back */
+} kl_req_t;
+
+typedef struct {
+    int ok; /* 0: failed, text says why */
+    int pid;
+    int port;
+    int wstatus;
+    int alive;
+    double ms; /* KL_WAIT, KL_RUN: time until it exited */
+    char text[2048];
+} kl_rep_t;
+
+typedef struct {
+    int pid; /* 0 once reaped */
+    uint16_t port;
+    char addr[64]; /* "127.0.0.1:port" */
+} kvd_t;
+
+static int kl_fd = -1;
+static char kl_dir[PATH_MAX];
+static struct {
+    int pid, fd;
+} kl_procs[64];
+
+static void kl_exec(const char *path, char **argv, int in, int out, int err)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (in >= 0)
+        dup2(in, 0);
+    if (out >= 0)
+        dup2(out, 1);
+    if (err >= 0)
+        dup2(err, 2);
+    execv(path, argv);
+    fprintf(stderr, "launcher: exec %s: %s\n", path, strerror(errno));
+    _exit(127);
+}
+
+static int kl_split(kl_req_t *q, char **argv, int max, char *path0,
+                    size_t path_size)
+{
+    int n = 0;
+    size_t off = 0;
+
+    while (off < q->args_len && n < max - 1) {
+        argv[n++] = q->args + off;
+        off += strlen(q->args + off) + 1;
+    }
+    argv[n] = NULL;
+    if (n == 0)
+        return -1;
+    {
+        size_t a = strlen(kl_dir), b = strlen(argv[0]);
+        if (a + 1 + b + 1 > path_size)
+            return -1;
+        memcpy(path0, kl_dir, a);
+        path0[a] = '/';
+        memcpy(path0 + a + 1, argv[0], b + 1);
+    }
+    argv[0] = path0;
+    return n;
+}
+
+static void kl_read_some(int fd, char *text, size_t size, size_t *len)
+{
+    for (;;) {
+        ssize_t n;
+        if (*len + 1 >= size)
+            return;
+        n = read(fd, text + *len, size - 1 - *len);
+        if (n <= 0)
+            return;
+        *len += (size_t)n;
+        text[*len] = '\0';
+    }
+}
+
+static void kl_do_kvd(kl_req_t *q, kl_rep_t *r)
+{
+    char path[PATH_MAX], *argv[64];
+    int fds[2], slot = -1;
+    size_t len = 0;
+    double deadline;
+    char *p;
+
+    for (int i = 0; i < 64; i++)
+        if (kl_procs[i].pid == 0) {
+            slot = i;
+            break;
+        }
+    if (slot < 0 || kl_split(q, argv, 64, path, sizeof(path)) < 0 ||
+        pipe2(fds, O_CLOEXEC) != 0) {
+        snprintf(r->text, sizeof(r->text), "no slot/args/pipe");
+        return;
+    }
+    r->pid = fork();
+    if (r->pid == 0)
+        kl_exec(path, argv, -1, fds[1], -1);
+    close(fds[1]);
+    if (r->pid < 0) {
+        close(fds[0]);
+        snprintf(r->text, sizeof(r->text), "fork: %s", strerror(errno));
+        return;
+    }
+    deadline = th_now_ms() + q->timeout_ms;
+    while ((p = strstr(r->text, "listening on ")) == NULL ||
+           strchr(p, '\n') == NULL) {
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        int left = (int)(deadline - th_now_ms());
+        ssize_t n;
+
+        if (left <= 0 || len + 1 >= sizeof(r->text))
+            break;
+        if (poll(&pfd, 1, left) <= 0)
+            continue;
+        n = read(fds[0], r->text + len, sizeof(r->text) - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        r->text[len] = '\0';
+    }
+    if (p != NULL && strchr(p, '\n') != NULL) {
+        char *sp = strchr(p + 13, ' '), *nl = strchr(p, '\n'), *colon;
+        char *end = sp != NULL && sp < nl ? sp : nl;
+        *end = '\0';
+        colon = strrchr(p + 13, ':');
+        r->port = colon != NULL ? atoi(colon + 1) : 0;
+        *end = end == nl ? '\n' : ' ';
+    }
+    if (r->port <= 0 || r->port > 65535) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, &r->wstatus, 0);
+        close(fds[0]);
+        r->ok = 0;
+        return;
+    }
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    kl_procs[slot].pid = r->pid;
+    kl_procs[slot].fd = fds[0];
+    r->ok = 1;
+}
+
+static void kl_forget(int pid, char *text, size_t size)
+{
+    for (int i = 0; i < 64; i++)
+        if (kl_procs[i].pid == pid) {
+            size_t len = strlen(text);
+            kl_read_some(kl_procs[i].fd, text, size, &len);
+            close(kl_procs[i].fd);
+            kl_procs[i].pid = 0;
+        }
+}
+
+static void kl_do_wait(kl_req_t *q, kl_rep_t *r)
+{
+    double t0 = th_now_ms();
+
+    for (;;) {
+        pid_t w = waitpid(q->pid, &r->wstatus, WNOHANG);
+        if (w == q->pid) {
+            r->ok = 1;
+            r->ms = th_now_ms() - t0;
+            kl_forget(q->pid, r->text, sizeof(r->text));
+            return;
+        }
+        if (w < 0 || th_now_ms() - t0 > q->timeout_ms) {
+            snprintf(r->text, sizeof(r->text), "pid %d did not exit in %d ms",
+                     q->pid, q->timeout_ms);
+            return;
+        }
+        th_sleep_ms(2);
+    }
+}
+
+static void kl_do_run(kl_req_t *q, kl_rep_t *r)
+{
+    char path[PATH_MAX], *argv[64];
+    int in, out, err = -1;
+    double t0 = th_now_ms();
+
+    if (kl_split(q, argv, 64, path, sizeof(path)) < 0) {
+        snprintf(r->text, sizeof(r->text), "no command");
+        return;
+    }
+    in = open(q->in_path[0] ? q->in_path : "/dev/null", O_RDONLY | O_CLOEXEC);
+    out = open(q->out_path[0] ? q->out_path : "/dev/null",
+               O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (q->err_path[0])
+        err = open(q->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                   0600);
+    if (in < 0 || out < 0 || (q->err_path[0] && err < 0)) {
+        snprintf(r->text, sizeof(r->text), "open: %s", strerror(errno));
+        return;
+    }
+    r->pid = fork();
+    if (r->pid == 0)
+        kl_exec(path, argv, in, out, err);
+    close(in);
+    close(out);
+    if (err >= 0)
+        close(err);
+    for (;;) {
+        pid_t w = waitpid(r->pid, &r->wstatus, WNOHANG);
+        if (w == r->pid) {
+            r->ok = 1;
+            break;
+        }
+        if (w < 0 || th_now_ms() - t0 > q->timeout_ms) {
+            kill(r->pid, SIGKILL);
+            waitpid(r->pid, &r->wstatus, 0);
+            snprintf(r->text, sizeof(r->text), "%s ran over %d ms", argv[0],
+                     q->timeout_ms);
+            break;
+        }
+        th_sleep_ms(2);
+    }
+    r->ms = th_now_ms() - t0;
+}
+
+static void kl_serve(int fd)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+
+    for (;;) {
+        ssize_t n = recv(fd, &q, sizeof(q), 0);
+        if (n != (ssize_t)sizeof(q))
+            _exit(0);
+        memset(&r, 0, sizeof(r));
+        switch (q.op) {
+        case KL_KVD: kl_do_kvd(&q, &r); break;
+        case KL_WAIT: kl_do_wait(&q, &r); break;
+        case KL_RUN: kl_do_run(&q, &r); break;
+        case KL_ALIVE:
+            r.ok = 1;
+            r.alive = waitpid(q.pid, &r.wstatus, WNOHANG) == 0;
+            if (!r.alive)
+                kl_forget(q.pid, r.text, sizeof(r.text));
+            break;
+        default: break;
+        }
+        if (send(fd, &r, sizeof(r), MSG_NOSIGNAL) != (ssize_t)sizeof(r))
+            _exit(0);
+    }
+}
+
+/* Fork the launcher; call before th_context(). */
+static void kl_start(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    int sv[2];
+    pid_t parent = getpid(), pid;
+
+    CHECKF(n > 0, "readlink /proc/self/exe: %s", strerror(errno));
+    exe[n] = '\0';
+    snprintf(kl_dir, sizeof(kl_dir), "%s", dirname(exe));
+    CHECKF(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0,
+           "socketpair: %s", strerror(errno));
+    fflush(NULL);
+    pid = fork();
+    CHECKF(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(0);
+        alarm(0);
+        close(sv[0]);
+        kl_serve(sv[1]);
+        _exit(0);
+    }
+    close(sv[1]);
+    kl_fd = sv[0];
+}
+
+static void kl_call(kl_req_t *q, kl_rep_t *r)
+{
+    struct pollfd pfd = {kl_fd, POLLIN, 0};
+
+    CHECKF(send(kl_fd, q, sizeof(*q), MSG_NOSIGNAL) == (ssize_t)sizeof(*q),
+           "launcher send: %s", strerror(errno));
+    CHECKF(poll(&pfd, 1, q->timeout_ms + 30000) == 1, "launcher: no answer");
+    CHECKF(recv(kl_fd, r, sizeof(*r), 0) == (ssize_t)sizeof(*r),
+           "launcher recv: %s", strerror(errno));
+}
+
+static void kl_args(kl_req_t *q, const char *first, va_list ap)
+{
+    const char *a;
+
+    q->args_len = 0;
+    for (a = first; a != NULL; a = va_arg(ap, const char *)) {
+        size_t l = strlen(a) + 1;
+        CHECKF(q->args_len + l <= sizeof(q->args), "arguments too long");
+        memcpy(q->args + q->args_len, a, l);
+        q->args_len += l;
+    }
+}
+
+/* Start rdmx-kvd listening on @listen (NULL: 127.0.0.1:0, a free port) with
+ * the NULL-terminated options that follow. Returns 0, or -1 (with @why) if it
+ * exited or printed no address in time. */
+__attribute__((unused)) static int kvd_try_start(kvd_t *k, const char *listen, char *why,
+                         size_t why_size, ...)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+    va_list ap;
+    size_t l;
+
+    memset(&q, 0, sizeof(q));
+    q.op = KL_KVD;
+    q.timeout_ms = 20000 * TH_SLOW;
+    va_start(ap, why_size);
+    kl_args(&q, "rdmx-kvd", ap);
+    va_end(ap);
+    l = strlen("--listen") + 1;
+    /* append --listen ADDR */
+    memcpy(q.args + q.args_len, "--listen", l);
+    q.args_len += l;
+    l = strlen(listen ? listen : "127.0.0.1:0") + 1;
+    memcpy(q.args + q.args_len, listen ? listen : "127.0.0.1:0", l);
+    q.args_len += l;
+    kl_call(&q, &r);
+    if (!r.ok) {
+        snprintf(why, why_size, "rdmx-kvd did not start (wait status 0x%x): %s",
+                 r.wstatus, r.text);
+        return -1;
+    }
+    k->pid = r.pid;
+    k->port = (uint16_t)r.port;
+    snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", r.port);
+    return 0;
+}
+
+#define kvd_start(k, listen, ...)                                              \
+    do {                                                                       \
+        char kvd_why_[2200];                                                   \
+        if (kvd_try_start((k), (listen), kvd_why_, sizeof(kvd_why_),           \
+                          __VA_ARGS__) != 0)                                   \
+            th_fail(__FILE__, __LINE__, "%s", kvd_why_);                       \
+    } while (0)
+
+/* Wait up to @timeout_ms for @k to exit: its wait status; its remaining
+ * stdout into @out (may be NULL); how long it took into *ms_p (may be
+ * NULL). Fails the test if it does not exit. */
+__attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out, size_t out_size,
+                    double *ms_p)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+
+    memset(&q, 0, sizeof(q));
+    q.op = KL_WAIT;
+    q.pid = k->pid;
+    q.timeout_ms = timeout_ms;
+    CHECK(k->pid > 0);
+    kl_call(&q, &r);
+    CHECKF(r.ok, "rdmx-kvd %s: %s", k->addr, r.text);
+    k->pid = 0;
+    if (out != NULL)
+        snprintf(out, out_size, "%s", r.text);
+    if (ms_p != NULL)
+        *ms_p = r.ms;
+    return r.wstatus;
+}
+
+/* Has @k exited? If so (reaped now): 1, its wait status in *ws_p and the
+ * rest of its stdout in @out (both may be NULL). */
+__attribute__((unused)) static int kvd_exited(kvd_t *k, int *ws_p, char *out, size_t out_size)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+
+    if (k->pid <= 0)
+        return 1;
+    memset(&q, 0, sizeof(q));
+    q.op = KL_ALIVE;
+    q.pid = k->pid;
+    q.timeout_ms = 1000;
+    kl_call(&q, &r);
+    if (r.alive)
+        return 0;
+    k->pid = 0;
+    if (ws_p != NULL)
+        *ws_p = r.wstatus;
+    if (out != NULL)
+        snprintf(out, out_size, "%s", r.text);
+    return 1;
+}
+
+__attribute__((unused)) static int kvd_alive(kvd_t *k)
+{
+    int ws = 0;
+
+    if (k->pid <= 0)
+        return 0;
+    if (!kvd_exited(k, &ws, NULL, 0))
+        return 1;
+    th_log("rdmx-kvd %s exited: wait status 0x%x", k->addr, ws);
+    return 0;
+}
+
+__attribute__((unused)) static void kvd_kill(kvd_t *k, int sig)
+{
+    CHECK(k->pid > 0);
+    CHECKF(kill(k->pid, sig) == 0, "kill: %s", strerror(errno));
+}
+
+/* SIGTERM @k and check it exits 0 within 10 s. */
+__attribute__((unused)) static void kvd_stop(kvd_t *k)
+{
+    int ws;
+
+    if (k->pid <= 0)
+        return;
+    kvd_kill(k, SIGTERM);
+    ws = kvd_wait(k, 10000 * TH_SLOW, NULL, 0, NULL);
+    CHECKF(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+           "rdmx-kvd %s: wait status 0x%x after SIGTERM", k->addr, ws);
+}
+
+/* "name value" line of a stats text. */
+__attribute__((unused)) static uint64_t stat_of(const char *text, const char *name)
+{
+    size_t l = strlen(name);
+    const char *p = text;
+
+    while ((p = strstr(p, name)) != NULL) {
+        if ((p == text || p[-1] == '\n') && p[l] == ' ')
+            return strtoull(p + l + 1, NULL, 10);
+        p += l;
+    }
+    th_fail(__FILE__, __LINE__, "no '%s' in the stats:\n%s", name, text);
+}
+
+/* ---- end of the launcher block ---------------------------------------- */
+
+/* ------------------------------------------------------------------------ */
+/* Parts that fail report and let the next part run                         */
+/* ------------------------------------------------------------------------ */
+
+static jmp_buf part_jmp;
+static int failures;
+static const char *part_name = "setup";
+
+__attribute__((noreturn, format(printf, 3, 4))) static void
+part_fail(const char *file, int line, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    th_log("FAIL %s:%d (part %s; continuing with the next part): %s", file,
+           line, part_name, msg);
+    failures++;
+    longjmp(part_jmp, 1);
+}
+
+#define EXPECT(cond, ...)                                                      \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            part_fail(__FILE__, __LINE__, __VA_ARGS__);                        \
+    } while (0)
+
+#define EXPECT_ST(expr, want)                                                  \
+    do {                                                                       \
+        rdmx_status_t st_ = (expr);                                            \
+        if (st_ != (want)) {                                                   \
+            char d_[512];                                                      \
+            snprintf(d_, sizeof(d_), "%s", rdmx_error_detail());              \
+            part_fail(__FILE__, __LINE__,                                      \
+                      "%s returned %s, expected %s; detail: %s", #expr,        \
+                      rdmx_status_name(st_), rdmx_status_name(want),           \
+                      d_[0] ? d_ : "(none)");                                  \
+        }                                                                      \
+    } while (0)
+
+#define EXPECT_OK(expr) EXPECT_ST(expr, RDMX_OK)
+
+#define EXPECT_EQ(a, b)                                                        \
+    do {                                                                       \
+        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                       \
+        if (a_ != b_)                                                          \
+            part_fail(__FILE__, __LINE__, "%s == %s: %" PRIu64 " != %" PRIu64, \
+                      #a, #b, a_, b_);                                         \
+    } while (0)
+
+static void run_part(const char *name, void (*fn)(void))
+{
+    double t0 = th_now_ms();
+
+    part_name = name;
+    if (setjmp(part_jmp) == 0) {
+        fn();
+        th_log("%s: ok (%.0f ms)", name, th_now_ms() - t0);
+    } else {
+        th_log("%s: FAILED (%.0f ms)", name, th_now_ms() - t0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shared state                                                             */
+/* ------------------------------------------------------------------------ */
+
+#define BIG_VALUE   (64 * TH_MIB)
+#define MAX_KEY     512
+#define BUF_SIZE    (BIG_VALUE + 64 * TH_KIB)
+#define REG_OFFSET  77 /* values in the registered regions start here */
+#define CANARY      0xA5
+
+static kvd_t big, lru, none;
+static rdmx_context_t *ctx;
+static rdmx_worker_t *worker;
+static rdmx_kv_t *kv;          /* to "big", inline_max 4096 */
+static rdmx_mr_t *src_mr, *dst_mr; /* registered put source / get target */
+static uint8_t *src, *dst;     /* plain put source / get target */
+static char tmpdir[64];
+
+static uint8_t key_all[256];     /* every byte value once */
+static uint8_t key_max[MAX_KEY]; /* the longest key, binary */
+static const uint8_t key_nul[1] = {0};
+
+static rdmx_kv_t *client(const char *servers, size_t inline_max, int timeout)
+{
+    rdmx_kv_params_t p;
+    rdmx_kv_t *c = NULL;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = RDMX_KV_FIELD_INLINE_MAX | RDMX_KV_FIELD_TIMEOUT;
+    p.inline_max = inline_max;
+    p.timeout_ms = timeout;
+    CHECK_OK(rdmx_kv_create(worker, servers, &p, &c));
+    CHECK_OK(rdmx_kv_wait_ready(c, 20000 * TH_SLOW));
+    return c;
+}
+
+static void stats_of(rdmx_kv_t *c, char *buf, size_t size)
+{
+    EXPECT_OK(rdmx_kv_stats(c, 0, buf, size));
+}
+
+/* Index of the first byte in [from, to) of @p that is not @v, or -1. */
+static long not_byte(const uint8_t *p, size_t from, size_t to, uint8_t v)
+{
+    for (size_t i = from; i < to; i++)
+        if (p[i] != v)
+            return (long)i;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* sizes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Read @key back both ways and verify @len bytes of @seed, @flags, @cas. */
+static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
+                      uint32_t flags, uint64_t cas, const char *what)
+{
+    size_t slack = 64, cap = len + slack;
+    rdmx_kv_meta_t m;
+    uint8_t *rbuf = (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET;
+    int64_t bad;
+    long c;
+
+    /* plain memory: the value travels in the response */
+    memset(dst, CANARY, cap);
+    memset(&m, 0, sizeof(m));
+    EXPECT_OK(rdmx_kv_get(kv, key, klen, dst, cap, NULL, &m));
+    EXPECT(m.length == len && m.flags == flags && m.cas == cas,
+           "%s: plain get of %zu bytes: meta length %zu flags %u cas %" PRIu64
+           " (want %u, %" PRIu64 ")",
+           what, len, m.length, m.flags, m.cas, flags, cas);
+    bad = th_check(dst, len, seed);
+    EXPECT(bad < 0, "%s: plain get of %zu bytes differs at byte %lld", what,
+           len, (long long)bad);
+    c = not_byte(dst, len, cap, CANARY);
+    EXPECT(c < 0, "%s: plain get of %zu bytes wrote byte %ld", what, len, c);
+
+    /* registered memory at an unaligned offset: RDMA write above 4 KiB */
+    memset(rbuf - 1, CANARY, cap + 1);
+    memset(&m, 0, sizeof(m));
+    EXPECT_OK(rdmx_kv_get(kv, key, klen, rbuf, cap, dst_mr, &m));
+    EXPECT(m.length == len && m.flags == flags && m.cas == cas,
+           "%s: registered get of %zu bytes: meta length %zu flags %u cas "
+           "%" PRIu64 " (want %u, %" PRIu64 ")",
+           what, len, m.length, m.flags, m.cas, flags, cas);
+    bad = th_check(rbuf, len, seed);
+    EXPECT(bad < 0, "%s: registered get of %zu bytes differs at byte %lld",
+           what, len, (long long)bad);
+    c = not_byte(rbuf, len, cap, CANARY);
+    EXPECT(c < 0 && rbuf[-1] == CANARY,
+           "%s: registered get of %zu bytes wrote outside the value (byte "
+           "%ld)",
+           what, len, c);
+}
+
+static void part_sizes(void)
+{
+    static const size_t sizes[] = {0,    1,           100,        4096,
+                                   4097, 1 * TH_MIB, BIG_VALUE};
+    const struct {
+        const uint8_t *key;
+        size_t klen;
+    } keys[] = {{key_all, sizeof(key_all)},
+                {key_max, sizeof(key_max)},
+                {key_nul, sizeof(key_nul)}};
+    uint8_t *rsrc = (uint8_t *)rdmx_mr_addr(src_mr) + REG_OFFSET;
+
+    for (int reg = 0; reg < 2; reg++) {
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            size_t len = sizes[i];
+            /* the 64 MiB value under one key only, deleted afterwards */
+            size_t nkeys = len == BIG_VALUE ? 1 : 3;
+
+            for (size_t k = 0; k < nkeys; k++) {
+                uint64_t seed = th_seed((uint64_t)reg, len, k);
+                uint32_t flags = (uint32_t)(seed >> 7);
+                uint64_t cas = 0;
+                char what[96];
+                double t0 = th_now_ms();
+
+                snprintf(what, sizeof(what), "%s put, key %zu (%zu B)",
+                         reg ? "registered" : "plain", k, keys[k].klen);
+                rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, flags, 0, 0};
+                if (reg) {
+                    th_fill(rsrc, len, seed);
+                    EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, rsrc,
+                                          len, src_mr, &o, &cas));
+                } else {
+                    th_fill(src, len, seed);
+                    EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, src,
+                                          len, NULL, &o, &cas));
+                }
+                EXPECT(cas != 0, "%s: put returned cas 0", what);
+                read_back(keys[k].key, keys[k].klen, len, seed, flags, cas,
+                          what);
+                if (len >= TH_MIB)
+                    th_log("  %s: %zu bytes put and read back twice in "
+                           "%.0f ms",
+                           what, len, th_now_ms() - t0);
+            }
+            if (len == BIG_VALUE)
+                EXPECT_OK(rdmx_kv_delete(kv, key_all, sizeof(key_all), 0));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* too_small                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void too_small_one(const char *key, size_t len)
+{
+    uint64_t seed = th_seed(11, len, 0), cas = 0;
+    uint8_t *rbuf = (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET;
+    rdmx_kv_meta_t m;
+    long c;
+
+    th_fill(src, len, seed);
+    EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, len, NULL, NULL, &cas));
+
+    /* plain buffer one byte short */
+    memset(dst, CANARY, len + 64);
+    memset(&m, 0, sizeof(m));
+    EXPECT_ST(rdmx_kv_get(kv, key, strlen(key), dst, len - 1, NULL, &m),
+              RDMX_ERR_TOO_BIG);
+    EXPECT(m.length == len, "plain, %zu-byte value: meta.length %zu", len,
+           m.length);
+    EXPECT(m.cas == cas, "plain, %zu-byte value: meta.cas %" PRIu64
+           " (want %" PRIu64 ")", len, m.cas, cas);
+    c = not_byte(dst, 0, len + 64, CANARY);
+    EXPECT(c < 0, "plain, %zu-byte value: too small buffer written at %ld",
+           len, c);
+
+    /* registered buffer one byte short */
+    memset(rbuf, CANARY, len + 64);
+    memset(&m, 0, sizeof(m));
+    EXPECT_ST(rdmx_kv_get(kv, key, strlen(key), rbuf, len - 1, dst_mr, &m),
+              RDMX_ERR_TOO_BIG);
+    EXPECT(m.length == len, "registered, %zu-byte value: meta.length %zu",
+           len, m.length);
+    c = not_byte(rbuf, 0, len + 64, CANARY);
+    EXPECT(c < 0,
+           "registered, %zu-byte value: too small buffer written at %ld", len,
+           c);
+
+    /* the exact size works both ways */
+    EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, len, NULL, &m));
+    EXPECT(th_check(dst, len, seed) < 0, "plain exact-size get differs");
+    EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len, dst_mr, &m));
+    EXPECT(th_check(rbuf, len, seed) < 0, "registered exact-size get differs");
+}
+
+static void part_too_small(void)
+{
+    rdmx_kv_meta_t m;
+    uint8_t one = CANARY;
+
+    too_small_one("small:3000", 3000);   /* inline answer */
+    too_small_one("small:4096", 4096);   /* the threshold itself */
+    too_small_one("small:10000", 10000); /* RDMA path refused */
+    too_small_one("small:2m", 2 * TH_MIB);
+
+    /* capacity 0: the size is still reported, nothing written */
+    EXPECT_OK(rdmx_kv_put(kv, "small:100", 9, src, 100, NULL, NULL, NULL));
+    memset(&m, 0, sizeof(m));
+    EXPECT_ST(rdmx_kv_get(kv, "small:100", 9, &one, 0, NULL, &m),
+              RDMX_ERR_TOO_BIG);
+    EXPECT(m.length == 100 && one == CANARY,
+           "capacity 0: meta.length %zu, byte %02x", m.length, one);
+    memset(&m, 0, sizeof(m));
+    EXPECT_ST(rdmx_kv_get(kv, "small:100", 9, NULL, 0, NULL, &m),
+              RDMX_ERR_TOO_BIG);
+    EXPECT(m.length == 100, "NULL buffer: meta.length %zu", m.length);
+
+    /* a 0-byte value fits a 0-byte buffer */
+    EXPECT_OK(rdmx_kv_put(kv, "small:0", 7, NULL, 0, NULL, NULL, NULL));
+    memset(&m, 0xff, sizeof(m));
+    EXPECT_OK(rdmx_kv_get(kv, "small:0", 7, NULL, 0, NULL, &m));
+    EXPECT(m.length == 0, "0-byte value: meta.length %zu", m.length);
+}
+
+/* ------------------------------------------------------------------------ */
+/* ttl                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* One pass of the TTL checks. Returns 1 if the machine stalled so long that
+ * a timing precondition did not hold (the caller tries again), 0 if every
+ * check ran. Expiry is absolute on the server's clock from the moment it
+ * handles the request, so: a value read back within the TTL of the start
+ * of its PUT must be there; one looked for 2 x TTL after its PUT (or
+ * TOUCH) returned must be gone. */
+static int ttl_pass(int pass)
+{
+    const unsigned ttl = 200 * TH_SLOW;
+    rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 0, ttl, 0};
+    rdmx_kv_meta_t m;
+    char buf[16], k[4][16];
+    rdmx_status_t st;
+    double t0, t1;
+
+    for (int i = 0; i < 4; i++)
+        snprintf(k[i], sizeof(k[i]), "ttl:%c%d", 'a' + i, pass);
+
+    /* expires */
+    t0 = th_now_ms();
+    EXPECT_OK(rdmx_kv_put(kv, k[0], strlen(k[0]), "abc", 3, NULL, &o, NULL));
+    st = rdmx_kv_get(kv, k[0], strlen(k[0]), buf, sizeof(buf), NULL, &m);
+    if (th_now_ms() - t0 >= ttl)
+        return 1;
+    EXPECT(st == RDMX_OK, "get right after a put with TTL %u ms: %s", ttl,
+           rdmx_status_name(st));
+    th_sleep_ms(2 * ttl);
+    EXPECT_ST(rdmx_kv_get(kv, k[0], strlen(k[0]), buf, sizeof(buf), NULL, &m),
+              RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_exists(kv, k[0], strlen(k[0])), RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_touch(kv, k[0], strlen(k[0]), 0), RDMX_ERR_NOT_FOUND);
+
+    /* touch 0 removes the TTL; the version stays */
+    {
+        uint64_t cas = 0;
+        t0 = th_now_ms();
+        EXPECT_OK(rdmx_kv_put(kv, k[1], strlen(k[1]), "abc", 3, NULL, &o,
+                              &cas));
+        st = rdmx_kv_touch(kv, k[1], strlen(k[1]), 0);
+        if (th_now_ms() - t0 >= ttl)
+            return 1;
+        EXPECT(st == RDMX_OK, "touch right after the put: %s",
+               rdmx_status_name(st));
+        th_sleep_ms(2 * ttl);
+        EXPECT_OK(rdmx_kv_get(kv, k[1], strlen(k[1]), buf, sizeof(buf), NULL,
+                              &m));
+        EXPECT(m.length == 3 && memcmp(buf, "abc", 3) == 0,
+               "touched value changed");
+        EXPECT(m.cas == cas, "touch changed the version %" PRIu64
+               " -> %" PRIu64, cas, m.cas);
+    }
+
+    /* touch extends: TTL -> 5 x TTL */
+    t0 = th_now_ms();
+    EXPECT_OK(rdmx_kv_put(kv, k[2], strlen(k[2]), "abc", 3, NULL, &o, NULL));
+    t1 = th_now_ms();
+    st = rdmx_kv_touch(kv, k[2], strlen(k[2]), 5 * ttl);
+    if (th_now_ms() - t0 >= ttl)
+        return 1;
+    EXPECT(st == RDMX_OK, "touch right after the put: %s",
+           rdmx_status_name(st));
+    th_sleep_ms(2 * ttl);
+    st = rdmx_kv_exists(kv, k[2], strlen(k[2]));
+    if (th_now_ms() - t1 >= 5 * ttl)
+        return 1;
+    EXPECT(st == RDMX_OK, "2 x TTL after a touch to 5 x TTL: %s",
+           rdmx_status_name(st));
+    t1 = th_now_ms();
+    th_sleep_ms((unsigned)(5 * ttl + ttl - (t1 - t0)));
+    EXPECT_ST(rdmx_kv_exists(kv, k[2], strlen(k[2])), RDMX_ERR_NOT_FOUND);
+
+    /* touch sets a TTL on a key that had none */
+    EXPECT_OK(rdmx_kv_put(kv, k[3], strlen(k[3]), "abc", 3, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_touch(kv, k[3], strlen(k[3]), ttl));
+    th_sleep_ms(2 * ttl);
+    EXPECT_ST(rdmx_kv_get(kv, k[3], strlen(k[3]), buf, sizeof(buf), NULL, &m),
+              RDMX_ERR_NOT_FOUND);
+
+    EXPECT_ST(rdmx_kv_touch(kv, "ttl:none", 8, 100), RDMX_ERR_NOT_FOUND);
+    return 0;
+}
+
+static void part_ttl(void)
+{
+    for (int pass = 0;; pass++) {
+        if (ttl_pass(pass) == 0)
+            return;
+        th_log("  ttl: the machine stalled past a TTL, pass %d again",
+               pass + 1);
+        EXPECT(pass < 4, "5 passes stalled");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* cas, add, replace, delete                                                */
+/* ------------------------------------------------------------------------ */
+
+static void part_cas(void)
+{
+    rdmx_kv_put_opts_t o;
+    uint64_t c1 = 0, c2 = 0, c3 = 0;
+    rdmx_kv_meta_t m;
+    char buf[16];
+
+    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "one", 3, NULL, NULL, &c1));
+    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "two", 3, NULL, NULL, &c2));
+    EXPECT(c1 != 0 && c2 != 0 && c1 != c2, "versions %" PRIu64 ", %" PRIu64,
+           c1, c2);
+    EXPECT_OK(rdmx_kv_get(kv, "cas:k", 5, buf, sizeof(buf), NULL, &m));
+    EXPECT_EQ(m.cas, c2);
+
+    o = (rdmx_kv_put_opts_t){RDMX_KV_PUT_CAS, 0, 0, c1};
+    EXPECT_ST(rdmx_kv_put(kv, "cas:k", 5, "three", 5, NULL, &o, NULL),
+              RDMX_ERR_EXISTS);
+    EXPECT_OK(rdmx_kv_get(kv, "cas:k", 5, buf, sizeof(buf), NULL, &m));
+    EXPECT(m.length == 3 && memcmp(buf, "two", 3) == 0 && m.cas == c2,
+           "a refused CAS write changed the value");
+    o.cas = c2;
+    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "three", 5, NULL, &o, &c3));
+    EXPECT(c3 != c2 && c3 != 0, "CAS write returned version %" PRIu64, c3);
+    EXPECT_OK(rdmx_kv_get(kv, "cas:k", 5, buf, sizeof(buf), NULL, &m));
+    EXPECT(m.length == 5 && memcmp(buf, "three", 5) == 0 && m.cas == c3,
+           "CAS write not stored");
+    o.cas = c3;
+    EXPECT_ST(rdmx_kv_put(kv, "cas:absent", 10, "x", 1, NULL, &o, NULL),
+              RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_exists(kv, "cas:absent", 10), RDMX_ERR_NOT_FOUND);
+
+    /* ADD: only if absent */
+    o = (rdmx_kv_put_opts_t){RDMX_KV_PUT_ADD, 7, 0, 0};
+    EXPECT_ST(rdmx_kv_put(kv, "cas:k", 5, "add", 3, NULL, &o, NULL),
+              RDMX_ERR_EXISTS);
+    EXPECT_OK(rdmx_kv_put(kv, "cas:add", 7, "add", 3, NULL, &o, NULL));
+    EXPECT_OK(rdmx_kv_get(kv, "cas:add", 7, buf, sizeof(buf), NULL, &m));
+    EXPECT(m.length == 3 && memcmp(buf, "add", 3) == 0 && m.flags == 7,
+           "ADD not stored");
+
+    /* REPLACE: only if present */
+    o = (rdmx_kv_put_opts_t){RDMX_KV_PUT_REPLACE, 0, 0, 0};
+    EXPECT_ST(rdmx_kv_put(kv, "cas:rep", 7, "rep", 3, NULL, &o, NULL),
+              RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_exists(kv, "cas:rep", 7), RDMX_ERR_NOT_FOUND);
+    EXPECT_OK(rdmx_kv_put(kv, "cas:add", 7, "rep", 3, NULL, &o, NULL));
+    EXPECT_OK(rdmx_kv_get(kv, "cas:add", 7, buf, sizeof(buf), NULL, &m));
+    EXPECT(memcmp(buf, "rep", 3) == 0 && m.flags == 0, "REPLACE not stored");
+
+    /* delete with a version */
+    EXPECT_ST(rdmx_kv_delete(kv, "cas:k", 5, c2), RDMX_ERR_EXISTS);
+    EXPECT_OK(rdmx_kv_exists(kv, "cas:k", 5));
+    EXPECT_OK(rdmx_kv_delete(kv, "cas:k", 5, c3));
+    EXPECT_ST(rdmx_kv_exists(kv, "cas:k", 5), RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_delete(kv, "cas:k", 5, 0), RDMX_ERR_NOT_FOUND);
+    EXPECT_OK(rdmx_kv_delete(kv, "cas:add", 7, 0));
+    EXPECT_ST(rdmx_kv_get(kv, "cas:add", 7, buf, sizeof(buf), NULL, &m),
+              RDMX_ERR_NOT_FOUND);
+}
+
+/* ------------------------------------------------------------------------ */
+/* incr, exists, mget, mput, prefix, flush                                  */
+/* ------------------------------------------------------------------------ */
+
+static void expect_text(const char *key, const char *want)
+{
+    char buf[64];
+    rdmx_kv_meta_t m;
+
+    EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), buf, sizeof(buf), NULL, &m));
+    EXPECT(m.length == strlen(want) && memcmp(buf, want, m.length) == 0,
+           "%s holds '%.*s', want '%s'", key, (int)m.length, buf, want);
+}
+
+static void part_incr(void)
+{
+    uint64_t v = 0;
+
+    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "10", 2, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 5, 0, &v));
+    EXPECT_EQ(v, 15);
+    expect_text("n", "15");
+    EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 100, 0, &v));
+    EXPECT_EQ(v, 115);
+    expect_text("n", "115");
+    EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 15, 1, &v));
+    EXPECT_EQ(v, 100);
+    EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 1000, 1, &v));
+    EXPECT_EQ(v, 0);
+    expect_text("n", "0");
+    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "18446744073709551615", 20, NULL, NULL,
+                          NULL));
+    EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 2, 0, &v));
+    EXPECT_EQ(v, 1);
+    expect_text("n", "1");
+    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "18446744073709551610", 20, NULL, NULL,
+                          NULL));
+    EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 5, 0, &v));
+    EXPECT_EQ(v, UINT64_MAX);
+    expect_text("n", "18446744073709551615");
+    EXPECT_OK(rdmx_kv_incr(kv, "n", 1, UINT64_MAX, 1, &v));
+    EXPECT_EQ(v, 0);
+
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "abc", 3, NULL, NULL, NULL));
+    EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
+    EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 1, &v), RDMX_ERR_INVALID);
+    expect_text("s", "abc");
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "12a", 3, NULL, NULL, NULL));
+    EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "", 0, NULL, NULL, NULL));
+    EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "99999999999999999999", 20, NULL,
+                          NULL, NULL));
+    EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "000000000000000000001", 21, NULL,
+                          NULL, NULL));
+    EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "007", 3, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_incr(kv, "s", 1, 1, 0, &v));
+    EXPECT_EQ(v, 8);
+    expect_text("s", "8");
+    EXPECT_ST(rdmx_kv_incr(kv, "incr:absent", 11, 1, 0, &v),
+              RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_exists(kv, "incr:absent", 11), RDMX_ERR_NOT_FOUND);
+
+    /* flags and version: flags kept, a new version; bytes follow the
+     * number of digits */
+    {
+        char s0[4096], s1[4096];
+        uint64_t c0 = 0;
+        rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 77, 0, 0};
+        rdmx_kv_meta_t m;
+        char buf[32];
+
+        stats_of(kv, s0, sizeof(s0));
+        EXPECT_OK(rdmx_kv_put(kv, "incr:b", 6, "10", 2, NULL, &o, &c0));
+        EXPECT_OK(rdmx_kv_incr(kv, "incr:b", 6, 90, 0, &v));
+        EXPECT_EQ(v, 100);
+        EXPECT_OK(rdmx_kv_get(kv, "incr:b", 6, buf, sizeof(buf), NULL, &m));
+        EXPECT(m.flags == 77 && m.cas != c0 && m.length == 3,
+               "after incr: flags %u, cas %" PRIu64 " (was %" PRIu64
+               "), length %zu",
+               m.flags, m.cas, c0, m.length);
+        stats_of(kv, s1, sizeof(s1));
+        EXPECT_EQ(stat_of(s1, "bytes") - stat_of(s0, "bytes"), 3);
+        EXPECT_EQ(stat_of(s1, "curr_items") - stat_of(s0, "curr_items"), 1);
+        EXPECT_OK(rdmx_kv_incr(kv, "incr:b", 6, 1000, 1, &v));
+        EXPECT_EQ(v, 0);
+        stats_of(kv, s1, sizeof(s1));
+        EXPECT_EQ(stat_of(s1, "bytes") - stat_of(s0, "bytes"), 1);
+        EXPECT_EQ(stat_of(s1, "curr_items") - stat_of(s0, "curr_items"), 1);
+    }
+}
+
+static void part_batches(void)
+{
+    enum { N = 8 };
+    static char keys[N][16];
+    static uint8_t bufs[N][20000];
+    rdmx_kv_mget_t g[N];
+    rdmx_kv_mput_t p[N];
+    const size_t vlen[N] = {10, 0, 3000, 5000, 7, 16000, 1, 100};
+    const void *kp[N];
+    size_t kl[N], hits = 0;
+
+    /* mput: 6 new keys and an ADD on one of them that must fail */
+    memset(p, 0, sizeof(p));
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "batch:%d", i);
+        th_fill(bufs[i], vlen[i], th_seed(21, (uint64_t)i, 0));
+    }
+    for (int i = 0; i < 6; i++) {
+        p[i].key = keys[i];
+        p[i].klen = strlen(keys[i]);
+        p[i].value = bufs[i];
+        p[i].vlen = vlen[i];
+        p[i].opts.flags = (uint32_t)i + 100;
+    }
+    EXPECT_OK(rdmx_kv_mput(kv, p, 6));
+    for (int i = 0; i < 6; i++)
+        EXPECT(p[i].status == RDMX_OK && p[i].cas != 0,
+               "mput item %d: %s, cas %" PRIu64, i,
+               rdmx_status_name(p[i].status), p[i].cas);
+    p[0].opts.mode = RDMX_KV_PUT_ADD;
+    p[1].opts.mode = RDMX_KV_PUT_REPLACE;
+    p[1].value = "r";
+    p[1].vlen = 1;
+    EXPECT_ST(rdmx_kv_mput(kv, p, 2), RDMX_ERR_EXISTS);
+    EXPECT(p[0].status == RDMX_ERR_EXISTS && p[1].status == RDMX_OK,
+           "mput ADD/REPLACE: %s, %s", rdmx_status_name(p[0].status),
+           rdmx_status_name(p[1].status));
+
+    /* mget: hits, misses, a too-small buffer, an exact one */
+    memset(g, 0, sizeof(g));
+    static uint8_t out[N][20000];
+    const size_t cap[N] = {10, 5, 2999, 5000, 64, 16000, 1, 100};
+    for (int i = 0; i < N; i++) {
+        g[i].key = keys[i];
+        g[i].klen = strlen(keys[i]);
+        g[i].buf = out[i];
+        g[i].capacity = cap[i];
+        memset(out[i], CANARY, sizeof(out[i]));
+    }
+    rdmx_status_t st = rdmx_kv_mget(kv, g, N);
+    EXPECT(st == RDMX_OK || st == RDMX_ERR_NOT_FOUND || st == RDMX_ERR_TOO_BIG,
+           "mget returned %s", rdmx_status_name(st));
+    for (int i = 0; i < N; i++) {
+        size_t want_len = i == 1 ? 1 : vlen[i];
+        if (i >= 6) {
+            EXPECT(g[i].status == RDMX_ERR_NOT_FOUND, "mget %d: %s", i,
+                   rdmx_status_name(g[i].status));
+            EXPECT(not_byte(out[i], 0, sizeof(out[i]), CANARY) < 0,
+                   "mget %d: a miss wrote the buffer", i);
+        } else if (i == 2) {
+            EXPECT(g[i].status == RDMX_ERR_TOO_BIG && g[i].meta.length == 3000,
+                   "mget %d: %s, length %zu", i, rdmx_status_name(g[i].status),
+                   g[i].meta.length);
+            EXPECT(not_byte(out[i], 0, sizeof(out[i]), CANARY) < 0,
+                   "mget %d: a too-small buffer was written", i);
+        } else {
+            EXPECT(g[i].status == RDMX_OK && g[i].meta.length == want_len &&
+                       g[i].meta.flags == (uint32_t)(i + 100),
+                   "mget %d: %s, length %zu, flags %u", i,
+                   rdmx_status_name(g[i].status), g[i].meta.length,
+                   g[i].meta.flags);
+            if (i == 1)
+                EXPECT(out[i][0] == 'r', "mget 1: replaced value");
+            else
+                EXPECT(th_check(out[i], want_len,
+                                th_seed(21, (uint64_t)i, 0)) < 0,
+                       "mget %d: value differs", i);
+            EXPECT(not_byte(out[i], want_len, sizeof(out[i]), CANARY) < 0,
+                   "mget %d: wrote past the value", i);
+        }
+    }
+
+    /* exists */
+    EXPECT_OK(rdmx_kv_exists(kv, keys[0], strlen(keys[0])));
+    EXPECT_ST(rdmx_kv_exists(kv, keys[7], strlen(keys[7])),
+              RDMX_ERR_NOT_FOUND);
+
+    /* prefix: batch:0..5 present, 6 absent, then 0 again */
+    for (int i = 0; i < N; i++) {
+        kp[i] = keys[i < 7 ? i : 0];
+        kl[i] = strlen(kp[i]);
+    }
+    EXPECT_OK(rdmx_kv_prefix_hits(kv, kp, kl, N, &hits));
+    EXPECT_EQ(hits, 6);
+    EXPECT_OK(rdmx_kv_prefix_hits(kv, kp, kl, 4, &hits));
+    EXPECT_EQ(hits, 4);
+    EXPECT_OK(rdmx_kv_prefix_hits(kv, kp + 6, kl + 6, 2, &hits));
+    EXPECT_EQ(hits, 0);
+
+    /* batches larger than one wire batch (4096 keys per server) */
+    {
+        enum { L = 5000 };
+        rdmx_kv_mput_t *lp = th_alloc(L * sizeof(*lp));
+        rdmx_kv_mget_t *lg = th_alloc(L * sizeof(*lg));
+        static char lk[L][16];
+        static uint64_t lv[L], lo[L];
+        int unsent = 0, first = -1;
+
+        memset(lp, 0, L * sizeof(*lp));
+        memset(lg, 0, L * sizeof(*lg));
+        for (int i = 0; i < L; i++) {
+            snprintf(lk[i], sizeof(lk[i]), "lb:%d", i);
+            lv[i] = th_seed(22, (uint64_t)i, 0);
+            lp[i].key = lk[i];
+            lp[i].klen = strlen(lk[i]);
+            lp[i].value = &lv[i];
+            lp[i].vlen = sizeof(lv[i]);
+            lp[i].status = RDMX_ERR_INTERNAL; /* must be overwritten */
+        }
+        rdmx_status_t st1 = rdmx_kv_mput(kv, lp, L);
+        for (int i = 0; i < L; i++)
+            if (lp[i].status != RDMX_OK ||
+                rdmx_kv_exists(kv, lk[i], strlen(lk[i])) != RDMX_OK) {
+                unsent++;
+                if (first < 0)
+                    first = i;
+            }
+        th_log("  mput of %d keys: %s, %d not stored (first: %d, status %s)",
+               L, rdmx_status_name(st1), unsent, first,
+               first >= 0 ? rdmx_status_name(lp[first].status) : "-");
+        /* (reported below; store what is missing so mget can be tried) */
+        int mput_unsent = unsent, mput_first = first;
+        rdmx_status_t mput_st = st1,
+                      mput_item = first >= 0 ? lp[first].status : RDMX_OK;
+        for (int i = 0; i < L; i++)
+            if (rdmx_kv_exists(kv, lk[i], strlen(lk[i])) != RDMX_OK)
+                EXPECT_OK(rdmx_kv_put(kv, lk[i], strlen(lk[i]), &lv[i],
+                                      sizeof(lv[i]), NULL, NULL, NULL));
+        for (int i = 0; i < L; i++) {
+            lg[i].key = lk[i];
+            lg[i].klen = strlen(lk[i]);
+            lg[i].buf = &lo[i];
+            lg[i].capacity = sizeof(lo[i]);
+        }
+        st1 = rdmx_kv_mget(kv, lg, L);
+        unsent = 0;
+        first = -1;
+        for (int i = 0; i < L; i++)
+            if (lg[i].status != RDMX_OK || lo[i] != lv[i]) {
+                unsent++;
+                if (first < 0)
+                    first = i;
+            }
+        th_log("  mget of %d keys: %s, %d wrong (first: %d, status %s)", L,
+               rdmx_status_name(st1), unsent, first,
+               first >= 0 ? rdmx_status_name(lg[first].status) : "-");
+        rdmx_status_t fst = first >= 0 ? lg[first].status : RDMX_OK;
+        free(lp);
+        free(lg);
+        EXPECT(mput_unsent == 0 && mput_st == RDMX_OK,
+               "mput of %d keys: returned %s, %d keys not stored (first "
+               "%d: status %s)",
+               L, rdmx_status_name(mput_st), mput_unsent, mput_first,
+               rdmx_status_name(mput_item));
+        EXPECT(unsent == 0 && st1 == RDMX_OK,
+               "mget of %d keys: returned %s, %d keys wrong (first %d: "
+               "status %s)",
+               L, rdmx_status_name(st1), unsent, first, rdmx_status_name(fst));
+    }
+
+    /* flush */
+    EXPECT_OK(rdmx_kv_flush(kv));
+    for (int i = 0; i < 6; i++)
+        EXPECT_ST(rdmx_kv_exists(kv, keys[i], strlen(keys[i])),
+                  RDMX_ERR_NOT_FOUND);
+    EXPECT_OK(rdmx_kv_prefix_hits(kv, kp, kl, N, &hits));
+    EXPECT_EQ(hits, 0);
+    {
+        char s[4096];
+        stats_of(kv, s, sizeof(s));
+        EXPECT_EQ(stat_of(s, "curr_items"), 0);
+        EXPECT_EQ(stat_of(s, "bytes"), 0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* stats                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void part_stats(void)
+{
+    enum { N = 50, GETS = 30, MISSES = 20, DELS = 5 };
+    char s0[4096], s1[4096], key[32];
+    uint64_t total = 0, hits = 0, misses = 0;
+    uint8_t *rbuf = (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET;
+    rdmx_kv_meta_t m;
+
+    EXPECT_OK(rdmx_kv_flush(kv));
+    stats_of(kv, s0, sizeof(s0));
+    EXPECT_EQ(stat_of(s0, "curr_items"), 0);
+    EXPECT_EQ(stat_of(s0, "bytes"), 0);
+    EXPECT_EQ(stat_of(s0, "cmd_get"),
+              stat_of(s0, "get_hits") + stat_of(s0, "get_misses"));
+    for (int i = 0; i < N; i++) {
+        size_t len = (size_t)i * 211 + 1;
+        snprintf(key, sizeof(key), "stat:%d", i);
+        th_fill(src, len, th_seed(31, (uint64_t)i, 0));
+        EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, len, NULL, NULL,
+                              NULL));
+        total += len;
+    }
+    for (int i = 0; i < GETS; i++, hits++) {
+        size_t len = (size_t)i * 211 + 1;
+        snprintf(key, sizeof(key), "stat:%d", i);
+        if (i % 2)
+            EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len, dst_mr,
+                                  &m));
+        else
+            EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, len, NULL, &m));
+    }
+    for (int i = 0; i < MISSES; i++, misses++) {
+        snprintf(key, sizeof(key), "stat:miss:%d", i);
+        EXPECT_ST(rdmx_kv_get(kv, key, strlen(key), dst, 10, NULL, &m),
+                  RDMX_ERR_NOT_FOUND);
+    }
+    {
+        static char mk[10][32];
+        rdmx_kv_mget_t g[10];
+        memset(g, 0, sizeof(g));
+        for (int i = 0; i < 10; i++) {
+            snprintf(mk[i], sizeof(mk[i]), i < 5 ? "stat:%d" : "stat:no:%d",
+                     i);
+            g[i].key = mk[i];
+            g[i].klen = strlen(mk[i]);
+            g[i].buf = dst + (size_t)i * 2048;
+            g[i].capacity = 2048;
+        }
+        (void)rdmx_kv_mget(kv, g, 10);
+        for (int i = 0; i < 10; i++)
+            EXPECT(g[i].status == (i < 5 ? RDMX_OK : RDMX_ERR_NOT_FOUND),
+                   "mget %d: %s", i, rdmx_status_name(g[i].status));
+        hits += 5;
+        misses += 5;
+    }
+    EXPECT_OK(rdmx_kv_exists(kv, "stat:1", 6)); /* counts nothing */
+    /* an overwrite with another size */
+    EXPECT_OK(rdmx_kv_put(kv, "stat:0", 6, src, 5000, NULL, NULL, NULL));
+    total += 5000 - 1;
+    for (int i = N - DELS; i < N; i++) {
+        snprintf(key, sizeof(key), "stat:%d", i);
+        EXPECT_OK(rdmx_kv_delete(kv, key, strlen(key), 0));
+        total -= (size_t)i * 211 + 1;
+    }
+    EXPECT_ST(rdmx_kv_delete(kv, "stat:no", 7, 0), RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_delete(kv, "stat:no", 7, 0), RDMX_ERR_NOT_FOUND);
+
+    stats_of(kv, s1, sizeof(s1));
+#define D(name) (stat_of(s1, name) - stat_of(s0, name))
+    th_log("  stats: cmd_get %" PRIu64 " = hits %" PRIu64 " + misses %" PRIu64
+           ", curr_items %" PRIu64 ", bytes %" PRIu64,
+           stat_of(s1, "cmd_get"), stat_of(s1, "get_hits"),
+           stat_of(s1, "get_misses"), stat_of(s1, "curr_items"),
+           stat_of(s1, "bytes"));
+    EXPECT_EQ(stat_of(s1, "cmd_get"),
+              stat_of(s1, "get_hits") + stat_of(s1, "get_misses"));
+    EXPECT_EQ(D("get_hits"), hits);
+    EXPECT_EQ(D("get_misses"), misses);
+    EXPECT_EQ(D("cmd_get"), hits + misses);
+    EXPECT_EQ(D("cmd_set"), N + 1);
+    EXPECT_EQ(D("total_items"), N + 1);
+    EXPECT_EQ(D("delete_hits"), DELS);
+    EXPECT_EQ(D("delete_misses"), 2);
+    EXPECT_EQ(stat_of(s1, "curr_items"), N - DELS);
+    EXPECT_EQ(stat_of(s1, "bytes"), total);
+    EXPECT_EQ(stat_of(s1, "limit_maxbytes"), 256 * TH_MIB);
+    EXPECT_EQ(stat_of(s1, "bad_requests"), stat_of(s0, "bad_requests"));
+#undef D
+}
+
+/* ------------------------------------------------------------------------ */
+/* limits                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void expect_refused(rdmx_status_t st, const char *what)
+{
+    const char *d = rdmx_error_detail();
+
+    EXPECT(st == RDMX_ERR_TOO_BIG || st == RDMX_ERR_INVALID,
+           "%s: %s (want TOO_BIG or INVALID); detail: %s", what,
+           rdmx_status_name(st), d);
+    EXPECT(d[0] != '\0', "%s: %s without a detail", what,
+           rdmx_status_name(st));
+    th_log("  %s: %s: %s", what, rdmx_status_name(st), d);
+}
+
+static void part_limits(void)
+{
+    static uint8_t k[65536 + 1];
+    uint8_t *rsrc = (uint8_t *)rdmx_mr_addr(src_mr) + REG_OFFSET;
+    char buf[64], detail[512], stale[512];
+    rdmx_kv_meta_t m;
+    uint64_t v;
+    rdmx_status_t st;
+
+    th_fill(k, sizeof(k), 41);
+    /* key one byte over --max-key */
+    expect_refused(rdmx_kv_put(kv, k, MAX_KEY + 1, "v", 1, NULL, NULL, NULL),
+                   "put, key over --max-key");
+    snprintf(detail, sizeof(detail), "%s", rdmx_error_detail());
+    expect_refused(rdmx_kv_get(kv, k, MAX_KEY + 1, buf, sizeof(buf), NULL,
+                               &m),
+                   "get, key over --max-key");
+    expect_refused(rdmx_kv_exists(kv, k, MAX_KEY + 1),
+                   "exists, key over --max-key");
+    expect_refused(rdmx_kv_delete(kv, k, MAX_KEY + 1, 0),
+                   "delete, key over --max-key");
+    expect_refused(rdmx_kv_touch(kv, k, MAX_KEY + 1, 0),
+                   "touch, key over --max-key");
+    expect_refused(rdmx_kv_incr(kv, k, MAX_KEY + 1, 1, 0, &v),
+                   "incr, key over --max-key");
+    /* the next ordinary miss on the same connection must not repeat the
+     * old error's message */
+    EXPECT_ST(rdmx_kv_get(kv, "limits:absent", 13, buf, sizeof(buf), NULL,
+                          &m),
+              RDMX_ERR_NOT_FOUND);
+    /* (checked at the end of the part) */
+    snprintf(stale, sizeof(stale), "%s", rdmx_error_detail());
+    EXPECT_OK(rdmx_kv_put(kv, k, MAX_KEY, "v", 1, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_get(kv, k, MAX_KEY, buf, sizeof(buf), NULL, &m));
+
+    /* keys the client refuses */
+    expect_refused(rdmx_kv_put(kv, k, 0, "v", 1, NULL, NULL, NULL),
+                   "put, empty key");
+    expect_refused(rdmx_kv_get(kv, k, 0, buf, sizeof(buf), NULL, &m),
+                   "get, empty key");
+    expect_refused(rdmx_kv_put(kv, k, 65536, "v", 1, NULL, NULL, NULL),
+                   "put, 64 KiB key");
+    expect_refused(rdmx_kv_exists(kv, k, 65536), "exists, 64 KiB key");
+
+    /* value one byte over --max-value: inline and by RDMA read */
+    th_fill(src, BIG_VALUE + 1, 42);
+    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 1, NULL, NULL, NULL);
+    EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
+           "inline value over --max-value: %s (%s)", rdmx_status_name(st),
+           rdmx_error_detail());
+    th_log("  inline put over --max-value: %s", rdmx_error_detail());
+    th_fill(rsrc, BIG_VALUE + 1, 42);
+    st = rdmx_kv_put(kv, "limits:v", 8, rsrc, BIG_VALUE + 1, src_mr, NULL,
+                     NULL);
+    EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
+           "registered value over --max-value: %s (%s)", rdmx_status_name(st),
+           rdmx_error_detail());
+    th_log("  registered put over --max-value: %s", rdmx_error_detail());
+    /* a request over the server's message limit */
+    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 32 * TH_KIB, NULL,
+                     NULL, NULL);
+    EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
+           "request over the message limit: %s (%s)", rdmx_status_name(st),
+           rdmx_error_detail());
+    th_log("  put over the message limit: %s", rdmx_error_detail());
+    EXPECT_ST(rdmx_kv_exists(kv, "limits:v", 8), RDMX_ERR_NOT_FOUND);
+
+    /* a buffer that is not inside the region given */
+    th_fill(src, 10000, 43);
+    EXPECT_OK(rdmx_kv_put(kv, "limits:r", 8, src, 10000, NULL, NULL, NULL));
+    memset(dst, CANARY, 10000);
+    st = rdmx_kv_get(kv, "limits:r", 8, dst, 10000, dst_mr, &m);
+    th_log("  get into memory outside the region given: %s (%s)",
+           rdmx_status_name(st), rdmx_error_detail());
+    EXPECT(st == RDMX_ERR_INVALID || st == RDMX_ERR_OUT_OF_RANGE ||
+               (st == RDMX_OK && th_check(dst, 10000, 43) < 0),
+           "get into memory outside the region given: %s",
+           rdmx_status_name(st));
+    st = rdmx_kv_put(kv, "limits:r", 8, src, 10000, dst_mr, NULL, NULL);
+    th_log("  put from memory outside the region given: %s (%s)",
+           rdmx_status_name(st), rdmx_error_detail());
+    EXPECT(st == RDMX_ERR_INVALID || st == RDMX_ERR_OUT_OF_RANGE ||
+               st == RDMX_OK,
+           "put from memory outside the region given: %s",
+           rdmx_status_name(st));
+    EXPECT_OK(rdmx_kv_get(kv, "limits:r", 8, dst, 10000, NULL, &m));
+    EXPECT(m.length == 10000 && th_check(dst, 10000, 43) < 0,
+           "limits:r changed");
+
+    /* and the server still works */
+    EXPECT(kvd_alive(&big), "rdmx-kvd died");
+    EXPECT_OK(rdmx_kv_put(kv, "limits:ok", 9, "fine", 4, NULL, NULL, NULL));
+    expect_text("limits:ok", "fine");
+
+    EXPECT(strstr(stale, "max_key") == NULL,
+           "a NOT_FOUND get carries the detail of an earlier error: '%s' "
+           "(earlier: '%s')",
+           stale, detail);
+}
+
+/* ------------------------------------------------------------------------ */
+/* malformed                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A 32-byte request header (src/kv/proto.h), then @klen key bytes. */
+static size_t hdr(uint8_t *p, uint8_t mode, uint16_t klen, uint64_t vlen)
+{
+    memset(p, 0, 32);
+    p[0] = mode;
+    le(p + 2, klen, 2);
+    le(p + 24, vlen, 8);
+    for (unsigned i = 0; i < klen; i++)
+        p[32 + i] = (uint8_t)('a' + i % 26);
+    return 32 + (size_t)klen;
+}
+
+static size_t batch_hdr(uint8_t *p, uint32_t count)
+{
+    memset(p, 0, 8);
+    le(p, count, 4);
+    return 8;
+}
+
+static uint64_t bad_requests(rdmx_channel_t *ch)
+{
+    char s[4096];
+    size_t len = 0;
+
+    EXPECT_OK(rdmx_call(ch, "kv.stats", NULL, 0, NULL, s, sizeof(s) - 1,
+                        &len));
+    s[len] = '\0';
+    return stat_of(s, "bad_requests");
+}
+
+static int n_bad, n_uncounted;
+static char uncounted[1024];
+
+/* Send a malformed request: it must fail with @want (0: any error) and a
+ * message, and count in bad_requests. */
+static void bad(rdmx_channel_t *ch, const char *method, const void *data,
+                size_t len, const rdmx_call_params_t *cp, rdmx_status_t want,
+                const char *what)
+{
+    uint8_t resp[512];
+    size_t rl = 0;
+    uint64_t before = bad_requests(ch), after;
+    rdmx_status_t st =
+        rdmx_call(ch, method, data, len, cp, resp, sizeof(resp), &rl);
+    char d[512];
+
+    snprintf(d, sizeof(d), "%s", rdmx_error_detail());
+    if (want != 0)
+        EXPECT(st == want, "%s: %s, want %s; detail: %s", what,
+               rdmx_status_name(st), rdmx_status_name(want), d);
+    else
+        EXPECT(st < 0, "%s: %s, want an error; detail: %s", what,
+               rdmx_status_name(st), d);
+    EXPECT(d[0] != '\0', "%s: %s without a message", what,
+           rdmx_status_name(st));
+    after = bad_requests(ch);
+    n_bad++;
+    if (after != before + 1) {
+        n_uncounted++;
+        snprintf(uncounted + strlen(uncounted),
+                 sizeof(uncounted) - strlen(uncounted), "%s'%s' (+%" PRIu64 ")",
+                 uncounted[0] ? ", " : "", what, after - before);
+    }
+    th_log("  %-44s -> %s: %s", what, rdmx_status_name(st), d);
+}
+
+/* A request the server must refuse (with an error and a message) without
+ * harm; whether it counts as a bad request is not checked. */
+static void refused(rdmx_channel_t *ch, const char *method, const void *data,
+                    size_t len, const rdmx_call_params_t *cp,
+                    const char *what)
+{
+    uint8_t resp[512];
+    size_t rl = 0;
+    rdmx_status_t st;
+    char d[512];
+    int32_t item = 0;
+
+    memset(resp, 0, sizeof(resp));
+    st = rdmx_call(ch, method, data, len, cp, resp, sizeof(resp) - 1, &rl);
+
+    snprintf(d, sizeof(d), "%s", rdmx_error_detail());
+    if (st == RDMX_OK && rl >= 4) /* an answer carrying a kv status */
+        item = (int32_t)((uint32_t)resp[0] | (uint32_t)resp[1] << 8 |
+                         (uint32_t)resp[2] << 16 | (uint32_t)resp[3] << 24);
+    th_log("  %-44s -> %s%s%s: %s", what, rdmx_status_name(st),
+           st == RDMX_OK ? ", kv status " : "",
+           st == RDMX_OK ? rdmx_status_name((rdmx_status_t)item) : "",
+           st == RDMX_OK ? (char *)resp + 32 : d);
+    EXPECT(st < 0 || item < 0, "%s: succeeded", what);
+    EXPECT(st == RDMX_OK || d[0] != '\0', "%s: %s without a message", what,
+           rdmx_status_name(st));
+}
+
+static void part_malformed(void)
+{
+    static uint8_t p[4096];
+    rdmx_channel_t *ch = NULL;
+    rdmx_call_params_t cp;
+    rdmx_rpc_bulk_t b;
+    char key[32];
+    size_t n;
+
+    /* data that must survive */
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "intact:%d", i);
+        th_fill(src, (size_t)i * 500, th_seed(51, (uint64_t)i, 0));
+        EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, (size_t)i * 500,
+                              NULL, NULL, NULL));
+    }
+    CHECK_OK(rdmx_channel_create(worker, big.addr, NULL, &ch));
+    CHECK_OK(rdmx_channel_wait_ready(ch, 20000 * TH_SLOW));
+    n_bad = n_uncounted = 0;
+    uncounted[0] = '\0';
+
+    bad(ch, "kv.get", p, 0, NULL, RDMX_ERR_PROTO, "get: empty payload");
+    n = hdr(p, 0, 3, 0);
+    bad(ch, "kv.get", p, 10, NULL, RDMX_ERR_PROTO, "get: 10-byte header");
+    n = hdr(p, 0, 100, 0);
+    bad(ch, "kv.get", p, 32 + 5, NULL, RDMX_ERR_PROTO,
+        "get: key of 100 bytes, 5 present");
+    n = hdr(p, 0, 3, 0);
+    bad(ch, "kv.get", p, n + 5, NULL, RDMX_ERR_PROTO, "get: trailing bytes");
+    p[1] = 1;
+    bad(ch, "kv.get", p, n, NULL, RDMX_ERR_PROTO, "get: reserved byte 1");
+    n = hdr(p, 0, 3, 0);
+    p[12] = 1;
+    bad(ch, "kv.get", p, n, NULL, RDMX_ERR_PROTO, "get: reserved word 12");
+    n = hdr(p, 0, 0, 0);
+    bad(ch, "kv.get", p, n, NULL, 0, "get: empty key");
+    n = hdr(p, 0, 3, 1000);
+    bad(ch, "kv.put", p, n + 10, NULL, RDMX_ERR_PROTO,
+        "put: value of 1000 bytes, 10 present");
+    n = hdr(p, 5, 3, 1);
+    bad(ch, "kv.put", p, n + 1, NULL, RDMX_ERR_PROTO, "put: mode 5");
+    n = hdr(p, 0x80 | 9, 3, 100);
+    bad(ch, "kv.put", p, n, NULL, RDMX_ERR_PROTO, "put: bulk, mode 9");
+    n = hdr(p, 0, 0, 1);
+    bad(ch, "kv.put", p, n + 1, NULL, 0, "put: empty key");
+    n = hdr(p, 0, 3, 0);
+    bad(ch, "kv.delete", p, 31, NULL, RDMX_ERR_PROTO, "delete: 31 bytes");
+    n = hdr(p, 0, 0, 0);
+    bad(ch, "kv.incr", p, n, NULL, 0, "incr: empty key");
+    n = hdr(p, 0x80, 3, 100);
+    bad(ch, "kv.put", p, n, NULL, RDMX_ERR_PROTO,
+        "put: bulk without a descriptor");
+    memset(&cp, 0, sizeof(cp));
+    b.mr = src_mr;
+    b.offset = REG_OFFSET;
+    b.length = 50;
+    b.access = RDMX_ACCESS_READ;
+    cp.field_mask = RDMX_CALL_FIELD_BULK;
+    cp.bulk = &b;
+    cp.nbulk = 1;
+    bad(ch, "kv.put", p, n, &cp, 0, "put: bulk, descriptor 50 < value 100");
+
+    n = batch_hdr(p, 0);
+    bad(ch, "kv.mget", p, n, NULL, RDMX_ERR_PROTO, "mget: count 0");
+    n = batch_hdr(p, 5000);
+    n += hdr(p + n, 0, 3, 10);
+    bad(ch, "kv.mget", p, n, NULL, RDMX_ERR_PROTO, "mget: count 5000");
+    n = batch_hdr(p, 2);
+    n += hdr(p + n, 0, 3, 10);
+    bad(ch, "kv.mget", p, n, NULL, RDMX_ERR_PROTO, "mget: count 2, one key");
+    n = batch_hdr(p, 1);
+    n += hdr(p + n, 0, 3, 10);
+    bad(ch, "kv.mget", p, n + 3, NULL, RDMX_ERR_PROTO,
+        "mget: trailing bytes");
+    n = batch_hdr(p, 1);
+    p[5] = 1;
+    n += hdr(p + n, 0, 3, 10);
+    bad(ch, "kv.mget", p, n, NULL, RDMX_ERR_PROTO, "mget: reserved header");
+    n = batch_hdr(p, 1);
+    bad(ch, "kv.mget", p, 6, NULL, RDMX_ERR_PROTO, "mget: 6-byte header");
+    n = batch_hdr(p, 2);
+    n += hdr(p + n, 0, 3, 10);
+    n += hdr(p + n, 0, 0, 10);
+    bad(ch, "kv.mget", p, n, NULL, RDMX_ERR_PROTO, "mget: empty second key");
+    n = batch_hdr(p, 1);
+    n += hdr(p + n, 0, 3, 100);
+    bad(ch, "kv.mput", p, n + 10, NULL, RDMX_ERR_PROTO,
+        "mput: value of 100 bytes, 10 present");
+    n = batch_hdr(p, 0);
+    bad(ch, "kv.prefix", p, n, NULL, RDMX_ERR_PROTO, "prefix: count 0");
+    n = batch_hdr(p, 1);
+    n += hdr(p + n, 0, 40, 0);
+    bad(ch, "kv.prefix", p, n - 20, NULL, RDMX_ERR_PROTO,
+        "prefix: key beyond the data");
+    bad(ch, "kv.nope", p, 8, NULL, 0, "unknown handler kv.nope");
+
+    /* mput with an unknown mode: the batch is answered, that item PROTO */
+    {
+        uint8_t resp[256];
+        size_t rl = 0;
+        uint64_t before = bad_requests(ch);
+        rdmx_status_t st;
+        int32_t item;
+
+        n = batch_hdr(p, 1);
+        n += hdr(p + n, 9, 3, 1);
+        p[n++] = 'x';
+        st = rdmx_call(ch, "kv.mput", p, n, NULL, resp, sizeof(resp), &rl);
+        n_bad++;
+        if (st == RDMX_OK) {
+            EXPECT(rl == 32, "mput answer of %zu bytes", rl);
+            item = (int32_t)((uint32_t)resp[0] | (uint32_t)resp[1] << 8 |
+                             (uint32_t)resp[2] << 16 |
+                             (uint32_t)resp[3] << 24);
+            EXPECT(item == RDMX_ERR_PROTO, "mput mode 9: item status %d",
+                   item);
+        } else {
+            EXPECT(st == RDMX_ERR_PROTO, "mput mode 9: %s",
+                   rdmx_status_name(st));
+        }
+        if (bad_requests(ch) != before + 1) {
+            n_uncounted++;
+            snprintf(uncounted + strlen(uncounted),
+                     sizeof(uncounted) - strlen(uncounted), "%s'%s'",
+                     uncounted[0] ? ", " : "", "mput: mode 9");
+        }
+        th_log("  %-44s -> %s", "mput: mode 9", rdmx_status_name(st));
+    }
+
+    /* buffers lent with the wrong rights, or not at all */
+    {
+        uint8_t *rb = (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET;
+        memset(rb, CANARY, 20000);
+        memset(&cp, 0, sizeof(cp));
+        cp.field_mask = RDMX_CALL_FIELD_BULK;
+        cp.bulk = &b;
+        cp.nbulk = 1;
+        n = hdr(p, 0x01, 9, 20000); /* GET into a lent buffer */
+        memcpy(p + 32, "intact:19", 9); /* 9500 bytes: RDMA write path */
+        b.mr = dst_mr;
+        b.offset = REG_OFFSET;
+        b.length = 20000;
+        b.access = RDMX_ACCESS_READ;
+        refused(ch, "kv.get", p, n, &cp,
+                "get: lent buffer without write right");
+        EXPECT(not_byte(rb, 0, 20000, CANARY) < 0,
+               "a buffer lent without the write right was written");
+        bad(ch, "kv.get", p, n, NULL, RDMX_ERR_PROTO,
+            "get: buffer flag, no descriptor");
+        n = hdr(p, 0x80, 9, 5000); /* PUT pulled from a lent buffer */
+        memcpy(p + 32, "intact:19", 9);
+        b.mr = src_mr;
+        b.length = 5000;
+        b.access = RDMX_ACCESS_WRITE;
+        refused(ch, "kv.put", p, n, &cp, "put: lent value without read right");
+    }
+
+    /* the server is up and the data intact */
+    EXPECT(kvd_alive(&big), "rdmx-kvd died");
+    for (int i = 0; i < 20; i++) {
+        rdmx_kv_meta_t m;
+        snprintf(key, sizeof(key), "intact:%d", i);
+        EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, 10000, NULL, &m));
+        EXPECT(m.length == (size_t)i * 500 &&
+                   th_check(dst, m.length, th_seed(51, (uint64_t)i, 0)) < 0,
+               "%s changed", key);
+    }
+    EXPECT(rdmx_channel_state(ch) == RDMX_CHANNEL_READY,
+           "the raw channel is no longer ready");
+    {
+        uint8_t resp[1024];
+        size_t rl = 0;
+        n = hdr(p, 0, 8, 0);
+        memcpy(p + 32, "intact:1", 8);
+        EXPECT_OK(rdmx_call(ch, "kv.get", p, n, NULL, resp, sizeof(resp),
+                            &rl));
+        EXPECT(rl == 32 + 500, "raw get answer of %zu bytes", rl);
+    }
+    rdmx_channel_destroy(ch);
+    th_log("  %d malformed requests, %d not counted in bad_requests", n_bad,
+           n_uncounted);
+    EXPECT(n_uncounted == 0, "not counted in bad_requests: %s", uncounted);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the CLI                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static char out_path[128], err_path[128];
+
+/* Run rdmx-kv with the NULL-terminated arguments, stdin from @in (NULL:
+ * /dev/null), stdout to out_path; its exit code (-1 if it did not exit). */
+static int cli(const char *in, ...)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+    va_list ap;
+
+    memset(&q, 0, sizeof(q));
+    q.op = KL_RUN;
+    q.timeout_ms = 30000 * TH_SLOW;
+    snprintf(q.in_path, sizeof(q.in_path), "%s", in ? in : "");
+    snprintf(q.out_path, sizeof(q.out_path), "%s", out_path);
+    snprintf(q.err_path, sizeof(q.err_path), "%s", err_path);
+    va_start(ap, in);
+    kl_args(&q, "rdmx-kv", ap);
+    va_end(ap);
+    kl_call(&q, &r);
+    if (!r.ok || !WIFEXITED(r.wstatus)) {
+        th_log("rdmx-kv: %s (wait status 0x%x)", r.text, r.wstatus);
+        return -1;
+    }
+    if (WEXITSTATUS(r.wstatus) > 2) { /* show what it said */
+        FILE *f = fopen(err_path, "r");
+        char line[512];
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+            th_log("  rdmx-kv stderr: %s", line);
+        if (f != NULL)
+            fclose(f);
+    }
+    return WEXITSTATUS(r.wstatus);
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *p;
+    long n;
+
+    CHECKF(f != NULL, "%s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    p = th_alloc((size_t)n + 1);
+    CHECK(fread(p, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+static void spit(const char *path, const void *p, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+
+    CHECKF(f != NULL, "%s: %s", path, strerror(errno));
+    CHECK(fwrite(p, 1, len, f) == len);
+    fclose(f);
+}
+
+static void expect_stdout(const void *want, size_t len, const char *what)
+{
+    size_t n;
+    uint8_t *got = slurp(out_path, &n);
+    int same = n == len && memcmp(got, want, len) == 0;
+
+    free(got);
+    EXPECT(same, "%s: stdout of %zu bytes, want %zu", what, n, len);
+}
+
+static void expect_value(const char *key, const void *want, size_t len)
+{
+    rdmx_kv_meta_t m;
+
+    EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, BUF_SIZE, NULL, &m));
+    EXPECT(m.length == len && memcmp(dst, want, len) == 0,
+           "%s: %zu bytes, want %zu", key, m.length, len);
+}
+
+static void part_cli(void)
+{
+    char file[128], in[128];
+    const char *A = big.addr;
+    size_t big_len = 2 * TH_MIB + 3;
+    int rc;
+
+    snprintf(out_path, sizeof(out_path), "%s/stdout", tmpdir);
+    snprintf(err_path, sizeof(err_path), "%s/stderr", tmpdir);
+    snprintf(file, sizeof(file), "%s/value.bin", tmpdir);
+    snprintf(in, sizeof(in), "%s/stdin.bin", tmpdir);
+    th_fill(src, 100000, 61); /* binary, with NULs and newlines */
+    spit(file, src, 100000);
+    th_fill(src + 100000, 3000, 62);
+    spit(in, src + 100000, 3000);
+
+    rc = cli(NULL, "-s", A, "put", "cli:arg", "hello world", NULL);
+    EXPECT(rc == 0, "put from an argument: exit %d", rc);
+    expect_value("cli:arg", "hello world", 11);
+    rc = cli(NULL, "-s", A, "-f", file, "put", "cli:file", NULL);
+    EXPECT(rc == 0, "put -f FILE: exit %d", rc);
+    expect_value("cli:file", src, 100000);
+    rc = cli(in, "-s", A, "put", "cli:stdin", NULL);
+    EXPECT(rc == 0, "put from stdin: exit %d", rc);
+    expect_value("cli:stdin", src + 100000, 3000);
+
+    rc = cli(NULL, "-s", A, "get", "cli:file", NULL);
+    EXPECT(rc == 0, "get: exit %d", rc);
+    expect_stdout(src, 100000, "get cli:file");
+    rc = cli(NULL, "-s", A, "get", "cli:arg", NULL);
+    EXPECT(rc == 0, "get: exit %d", rc);
+    expect_stdout("hello world", 11, "get cli:arg");
+    th_fill(src, big_len, 63);
+    EXPECT_OK(rdmx_kv_put(kv, "cli:big", 7, src, big_len, NULL, NULL, NULL));
+    rc = cli(NULL, "-s", A, "get", "cli:big", NULL);
+    EXPECT(rc == 0, "get of a 2 MiB value: exit %d", rc);
+    expect_stdout(src, big_len, "get cli:big");
+    EXPECT_OK(rdmx_kv_put(kv, "cli:empty", 9, NULL, 0, NULL, NULL, NULL));
+    rc = cli(NULL, "-s", A, "get", "cli:empty", NULL);
+    EXPECT(rc == 0, "get of an empty value: exit %d", rc);
+    expect_stdout("", 0, "get cli:empty");
+
+    rc = cli(NULL, "-s", A, "get", "cli:absent", NULL);
+    EXPECT(rc == 1, "get of an absent key: exit %d", rc);
+    expect_stdout("", 0, "get cli:absent");
+    rc = cli(NULL, "-s", A, "exists", "cli:arg", NULL);
+    EXPECT(rc == 0, "exists: exit %d", rc);
+    rc = cli(NULL, "-s", A, "exists", "cli:absent", NULL);
+    EXPECT(rc == 1, "exists of an absent key: exit %d", rc);
+    EXPECT_OK(rdmx_kv_put(kv, "cli:n", 5, "41", 2, NULL, NULL, NULL));
+    rc = cli(NULL, "-s", A, "incr", "cli:n", NULL);
+    EXPECT(rc == 0, "incr: exit %d", rc);
+    expect_stdout("42\n", 3, "incr cli:n");
+    rc = cli(NULL, "-s", A, "delete", "cli:arg", NULL);
+    EXPECT(rc == 0, "delete: exit %d", rc);
+    EXPECT_ST(rdmx_kv_exists(kv, "cli:arg", 7), RDMX_ERR_NOT_FOUND);
+    rc = cli(NULL, "-s", A, "delete", "cli:arg", NULL);
+    EXPECT(rc == 1, "delete of an absent key: exit %d", rc);
+
+    rc = cli(NULL, "-s", A, "--add", "put", "cli:file", "x", NULL);
+    EXPECT(rc == 2, "put --add of a present key: exit %d", rc);
+    th_fill(src, 100000, 61);
+    expect_value("cli:file", src, 100000);
+    rc = cli(NULL, "-s", A, "--replace", "put", "cli:absent", "x", NULL);
+    EXPECT(rc == 1, "put --replace of an absent key: exit %d", rc);
+    EXPECT_ST(rdmx_kv_exists(kv, "cli:absent", 10), RDMX_ERR_NOT_FOUND);
+    rc = cli(NULL, "-s", A, "stats", NULL);
+    EXPECT(rc == 0, "stats: exit %d", rc);
+    {
+        size_t n;
+        uint8_t *s = slurp(out_path, &n);
+        s[n] = '\0';
+        int has = strstr((char *)s, "\ncurr_items ") != NULL;
+        free(s);
+        EXPECT(has, "stats printed no curr_items");
+    }
+
+    rc = cli(NULL, "-s", "127.0.0.1:1", "-t", "1000", "get", "x", NULL);
+    EXPECT(rc == 2, "get from an unreachable server: exit %d", rc);
+    rc = cli(NULL, "-s", A, "frobnicate", NULL);
+    EXPECT(rc == 2, "unknown command: exit %d", rc);
+    rc = cli(NULL, "-s", A, "get", NULL);
+    EXPECT(rc == 2, "get without a key: exit %d", rc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* eviction                                                                 */
+/* ------------------------------------------------------------------------ */
+
+#define EV_VALUE (64 * TH_KIB)
+
+static void ev_put(rdmx_kv_t *c, const char *fmt, int i, rdmx_status_t want)
+{
+    char key[32];
+
+    snprintf(key, sizeof(key), fmt, i);
+    th_fill(src, EV_VALUE, th_seed(71, (uint64_t)key[0], (uint64_t)i));
+    EXPECT_ST(rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL,
+                          NULL),
+              want);
+}
+
+static int ev_present(rdmx_kv_t *c, const char *fmt, int i)
+{
+    char key[32];
+    rdmx_status_t st;
+
+    snprintf(key, sizeof(key), fmt, i);
+    st = rdmx_kv_exists(c, key, strlen(key));
+    EXPECT(st == RDMX_OK || st == RDMX_ERR_NOT_FOUND, "exists %s: %s", key,
+           rdmx_status_name(st));
+    return st == RDMX_OK;
+}
+
+static void ev_check(rdmx_kv_t *c, const char *fmt, int i)
+{
+    char key[32];
+    rdmx_kv_meta_t m;
+
+    snprintf(key, sizeof(key), fmt, i);
+    EXPECT_OK(rdmx_kv_get(c, key, strlen(key), dst, EV_VALUE, NULL, &m));
+    EXPECT(th_check(dst, EV_VALUE, th_seed(71, (uint64_t)key[0],
+                                           (uint64_t)i)) < 0,
+           "%s differs", key);
+}
+
+static void part_lru(void)
+{
+    enum { N = 40, READ = 10 };
+    rdmx_kv_t *c = client(lru.addr, 8192, 10000 * TH_SLOW);
+    char s0[4096], s1[4096];
+    int absent = 0, first_absent = -1, last_absent = -1;
+    uint64_t ev;
+
+    stats_of(c, s0, sizeof(s0));
+    for (int i = 0; i < N; i++)
+        ev_put(c, "e:%d", i, RDMX_OK);
+    stats_of(c, s1, sizeof(s1));
+    EXPECT_EQ(stat_of(s1, "evictions"), stat_of(s0, "evictions"));
+    EXPECT_EQ(stat_of(s1, "curr_items"), N);
+    for (int i = 0; i < READ; i++)
+        ev_check(c, "e:%d", i); /* now the most recently used */
+    for (int i = 0; i < N; i++)
+        ev_put(c, "f:%d", i, RDMX_OK);
+    stats_of(c, s1, sizeof(s1));
+    ev = stat_of(s1, "evictions") - stat_of(s0, "evictions");
+    for (int i = 0; i < N; i++) {
+        if (!ev_present(c, "e:%d", i)) {
+            absent++;
+            if (first_absent < 0)
+                first_absent = i;
+            last_absent = i;
+        }
+    }
+    th_log("  lru: %" PRIu64 " evictions, e:%d..e:%d gone, %" PRIu64
+           " items left",
+           ev, first_absent, last_absent, stat_of(s1, "curr_items"));
+    EXPECT(ev >= READ, "only %" PRIu64 " evictions for %d x 64 KiB in 4 MiB",
+           ev, 2 * N);
+    EXPECT_EQ(absent, ev);
+    EXPECT(first_absent == READ && last_absent == READ + absent - 1,
+           "evicted e:%d..e:%d (%d keys), want the least recently used "
+           "e:%d..e:%d",
+           first_absent, last_absent, absent, READ, READ + absent - 1);
+    for (int i = 0; i < READ; i++)
+        EXPECT(ev_present(c, "e:%d", i), "recently read e:%d evicted", i);
+    for (int i = 0; i < N; i++)
+        EXPECT(ev_present(c, "f:%d", i), "new f:%d evicted", i);
+    EXPECT_EQ(stat_of(s1, "evicted_unfetched") -
+                  stat_of(s0, "evicted_unfetched"),
+              ev);
+    EXPECT_EQ(stat_of(s1, "curr_items"), 2 * N - ev);
+    for (int i = 0; i < READ; i++)
+        ev_check(c, "e:%d", i);
+    for (int i = 0; i < N; i++)
+        ev_check(c, "f:%d", i);
+    rdmx_kv_destroy(c);
+}
+
+static void part_no_eviction(void)
+{
+    rdmx_kv_t *c = client(none.addr, 8192, 10000 * TH_SLOW);
+    char s[4096], key[32];
+    rdmx_status_t st = RDMX_OK;
+    int n;
+
+    for (n = 0; n < 64; n++) {
+        snprintf(key, sizeof(key), "n:%d", n);
+        th_fill(src, EV_VALUE, th_seed(71, 'n', (uint64_t)n));
+        st = rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL, NULL);
+        if (st != RDMX_OK)
+            break;
+    }
+    th_log("  none: %d x 64 KiB stored in 2 MiB, then %s: %s", n,
+           rdmx_status_name(st), rdmx_error_detail());
+    EXPECT(st == RDMX_ERR_NO_MEMORY && rdmx_error_detail()[0],
+           "write into a full server: %s", rdmx_status_name(st));
+    EXPECT(n >= 16 && n <= 32, "%d x 64 KiB fit into 2 MiB", n);
+    for (int i = 0; i < n; i++)
+        ev_check(c, "n:%d", i);
+    stats_of(c, s, sizeof(s));
+    EXPECT_EQ(stat_of(s, "evictions"), 0);
+    EXPECT_EQ(stat_of(s, "curr_items"), n);
+    /* still full; a delete makes room */
+    ev_put(c, "n:%d", n, RDMX_ERR_NO_MEMORY);
+    EXPECT_OK(rdmx_kv_delete(c, "n:0", 3, 0));
+    ev_put(c, "n:%d", n, RDMX_OK);
+    ev_check(c, "n:%d", n);
+    rdmx_kv_destroy(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* SIGTERM                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static rdmx_kv_t *kv_short; /* to "big", 1 s timeout */
+
+static void stop_one(kvd_t *k, const char *name)
+{
+    char out[2048];
+    double t0 = th_now_ms(), dt;
+    int ws;
+
+    kvd_kill(k, SIGTERM);
+    /* keep the client progressing: the server closes its connections in
+     * order and waits (up to 2 s) for the peers to answer */
+    out[0] = '\0';
+    ws = -1;
+    while (!kvd_exited(k, &ws, out, sizeof(out))) {
+        if (th_now_ms() - t0 > 10000.0 * TH_SLOW)
+            ws = kvd_wait(k, 1000, out, sizeof(out), NULL);
+        else
+            th_progress_for(worker, 2);
+    }
+    dt = th_now_ms() - t0;
+    th_log("  %s exited %.0f ms after SIGTERM (wait status 0x%x)", name, dt,
+           ws);
+    EXPECT(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+           "%s: wait status 0x%x after SIGTERM (exit %d, signal %d)", name, ws,
+           WIFEXITED(ws) ? WEXITSTATUS(ws) : -1,
+           WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    EXPECT(strstr(out, "shutting down") != NULL,
+           "%s printed no 'shutting down': '%s'", name, out);
+    EXPECT(dt < 3000.0 * (TH_SANITIZED ? 2 : 1),
+           "%s took %.0f ms to exit after SIGTERM", name, dt);
+}
+
+static void part_sigterm(void)
+{
+    char buf[16];
+    rdmx_kv_meta_t m;
+    rdmx_status_t st;
+    double t0;
+
+    EXPECT_OK(rdmx_kv_put(kv_short, "term", 4, "x", 1, NULL, NULL, NULL));
+    stop_one(&big, "big");
+    t0 = th_now_ms();
+    st = rdmx_kv_get(kv_short, "term", 4, buf, sizeof(buf), NULL, &m);
+    th_log("  get after the server stopped: %s after %.0f ms (%s)",
+           rdmx_status_name(st), th_now_ms() - t0, rdmx_error_detail());
+    EXPECT(st < 0 && st != RDMX_ERR_NOT_FOUND,
+           "get from a stopped server: %s", rdmx_status_name(st));
+    EXPECT(th_now_ms() - t0 < 1000 + 3000.0 * TH_SLOW,
+           "get from a stopped server took %.0f ms (timeout 1000)",
+           th_now_ms() - t0);
+    stop_one(&lru, "lru");
+    stop_one(&none, "none");
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(void)
+{
+    double t0;
+
+    th_init("kv_ops", 170);
+    t0 = th_now_ms();
+    for (int i = 0; i < 256; i++)
+        key_all[i] = (uint8_t)(i * 167 + 13); /* a permutation of 0..255 */
+    th_fill(key_max, sizeof(key_max), 5);
+    key_max[0] = 0;
+    key_max[MAX_KEY - 1] = 0xff;
+
+    kl_start();
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/rdmx_kv_ops.XXXXXX");
+    CHECKF(mkdtemp(tmpdir) != NULL, "mkdtemp: %s", strerror(errno));
+    kvd_start(&big, NULL, "--workers", "2", "--memory", "256m", "--max-value",
+              "64m", "--max-key", "512", NULL);
+    kvd_start(&lru, NULL, "--workers", "1", "--memory", "4m", NULL);
+    kvd_start(&none, NULL, "--workers", "1", "--memory", "2m", "--eviction",
+              "none", NULL);
+    th_log("rdmx-kvd big %s, lru %s, none %s (transport %s)", big.addr,
+           lru.addr, none.addr, th_transport_env());
+
+    ctx = th_context();
+    worker = th_worker(ctx, 0);
+    kv = client(big.addr, 4096, 60000 * TH_SLOW);
+    kv_short = client(big.addr, 4096, 1000);
+    CHECK_OK(rdmx_mem_alloc(ctx, BUF_SIZE, RDMX_ACCESS_READ | RDMX_ACCESS_WRITE,
+                            &src_mr));
+    CHECK_OK(rdmx_mem_alloc(ctx, BUF_SIZE, RDMX_ACCESS_READ | RDMX_ACCESS_WRITE,
+                            &dst_mr));
+    src = th_alloc(BUF_SIZE);
+    dst = th_alloc(BUF_SIZE);
+
+    run_part("sizes", part_sizes);
+    run_part("too_small", part_too_small);
+    run_part("ttl", part_ttl);
+    run_part("cas", part_cas);
+    run_part("incr", part_incr);
+    run_part("batches", part_batches);
+    run_part("stats", part_stats);
+    run_part("limits", part_limits);
+    run_part("malformed", part_malformed);
+    run_part("cli", part_cli);
+    run_part("lru", part_lru);
+    run_part("no_eviction", part_no_eviction);
+    run_part("sigterm", part_sigterm);
+
+    rdmx_kv_destroy(kv);
+    rdmx_kv_destroy(kv_short);
+    rdmx_mem_deregister(src_mr);
+    rdmx_mem_deregister(dst_mr);
+    free(src);
+    free(dst);
+    rdmx_worker_destroy(worker);
+    rdmx_context_destroy(ctx);
+    {
+        char p[128];
+        const char *names[] = {"stdout", "stderr", "value.bin", "stdin.bin"};
+        for (size_t i = 0; i < 4; i++) {
+            snprintf(p, sizeof(p), "%s/%s", tmpdir, names[i]);
+            unlink(p);
+        }
+        rmdir(tmpdir);
+    }
+    /* servers a failed part left running */
+    kvd_stop(&big);
+    kvd_stop(&lru);
+    kvd_stop(&none);
+    if (failures) {
+        th_log("FAILED: %d part(s) failed (%.1f s)", failures,
+               (th_now_ms() - t0) / 1000);
+        return 1;
+    }
+    th_log("ok (%.1f s)", (th_now_ms() - t0) / 1000);
+    return 0;
+}

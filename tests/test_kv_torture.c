@@ -1,0 +1,1046 @@
+/*
+ * kv_torture: concurrent overwrites and reads of ONE key never show a torn,
+ * mixed or stale-metadata value.
+ *
+ * One rdmx-kvd (--workers 2 --inline-threshold 1k --memory 64m). Three
+ * writer threads and three reader threads, each with its own rdmx worker
+ * and rdmx_kv client (inline_max 1 KiB), hammer the key "torture" for
+ * ~10 s (4 s under sanitizers):
+ *
+ * - Writers store self-describing values of 1 B .. 256 KiB (log-uniform;
+ *   one in eight below 32 B): values of 32 B and more carry a header (length,
+ *   seed, checksum of the body) and a body that is the pattern of the seed;
+ *   shorter values are the pattern of their length. The client flags hold
+ *   the seed (or the length). Writers alternate between a registered buffer
+ *   (values over 1 KiB pulled by the server with RDMA read) and plain memory
+ *   (inline); writer 0 also deletes the key (every 64th operation) and
+ *   flushes the server (every 128th), writer 2 gives every 16th value a
+ *   TTL of 1-5 ms (it expires while readers fetch it). Every successful
+ *   PUT's version (CAS) is logged with its seed and length.
+ * - Readers GET into a registered buffer (values over 1 KiB RDMA-written by
+ *   the server), into plain memory (inline), and every fourth read of
+ *   reader 2 into a 16 KiB registered buffer (larger values must give
+ *   RDMX_ERR_TOO_BIG with the right length and leave the buffer untouched).
+ *   Every value is verified whole: header, length == meta.length, checksum,
+ *   body pattern, flags; the bytes after it untouched.
+ *
+ * Afterwards: each version a reader saw was written by a writer with exactly
+ * that seed and length (metadata and value belong together); the versions
+ * each reader saw never go backwards; the server's counters match the
+ * operations done (cmd_get == reads, get_misses == misses, cmd_set ==
+ * writes, deletes and flushes, no bad requests); and
+ * once the key is deleted, the server's free memory is back to what it was
+ * before (no value block leaked by a reference or reservation).
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <rdmx/kv.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- kvd launcher: the same block in test_kv_ops.c, test_kv_torture.c and
+ * test_kv_shards.c (tests/CMakeLists.txt builds each test from one file). --
+ *
+ * A child forked before the test creates its rdmx context ("launcher") runs
+ * every other process on request over a socketpair: rdmx-kvd servers (their
+ * "listening on HOST:PORT" line read from a pipe) and one-shot commands such
+ * as rdmx-kv. It reaps them and reports wait statuses. So servers can be
+ * started, killed and restarted, and the CLI run, at any point of a test
+ * without the test process forking once UCX is up. Everything dies with the
+ * test (PR_SET_PDEATHSIG on the launcher and on its children). Binaries are
+ * taken from the test binary's directory (build/bin or build-asan/bin). */
+
+enum { KL_KVD = 1, KL_WAIT, KL_RUN, KL_ALIVE };
+
+typedef struct {
+    int op;
+    int pid;
+    int timeout_ms;
+    char in_path[256];  /* KL_RUN: stdin ("" = /dev/null) */
+    char out_path[256]; /* KL_RUN: stdout ("" = /dev/null) */
+    char err_path[256]; /* KL_RUN: stderr ("" = the test's stderr) */
+    size_t args_len;
+    char args[3072]; /* NUL-terminated arguments back to back */
+} kl_req_t;
+
+typedef struct {
+    int ok; /* 0: failed, text says why */
+    int pid;
+    int port;
+    int wstatus;
+    int alive;
+    double ms; /* KL_WAIT, KL_RUN: time until it exited */
+    char text[2048];
+} kl_rep_t;
+
+typedef struct {
+    int pid; /* 0 once reaped */
+    uint16_t port;
+    char addr[64]; /* "127.0.0.1:port" */
+} kvd_t;
+
+static int kl_fd = -1;
+static char kl_dir[PATH_MAX];
+static struct {
+    int pid, fd;
+} kl_procs[64];
+
+static void kl_exec(const char *path, char **argv, int in, int out, int err)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (in >= 0)
+        dup2(in, 0);
+    if (out >= 0)
+        dup2(out, 1);
+    if (err >= 0)
+        dup2(err, 2);
+    execv(path, argv);
+    fprintf(stderr, "launcher: exec %s: %s\n", path, strerror(errno));
+    _exit(127);
+}
+
+static int kl_split(kl_req_t *q, char **argv, int max, char *path0,
+                    size_t path_size)
+{
+    int n = 0;
+    size_t off = 0;
+
+    while (off < q->args_len && n < max - 1) {
+        argv[n++] = q->args + off;
+        off += strlen(q->args + off) + 1;
+    }
+    argv[n] = NULL;
+    if (n == 0)
+        return -1;
+    {
+        size_t a = strlen(kl_dir), b = strlen(argv[0]);
+        if (a + 1 + b + 1 > path_size)
+            return -1;
+        memcpy(path0, kl_dir, a);
+        path0[a] = '/';
+        memcpy(path0 + a + 1, argv[0], b + 1);
+    }
+    argv[0] = path0;
+    return n;
+}
+
+static void kl_read_some(int fd, char *text, size_t size, size_t *len)
+{
+    for (;;) {
+        ssize_t n;
+        if (*len + 1 >= size)
+            return;
+        n = read(fd, text + *len, size - 1 - *len);
+        if (n <= 0)
+            return;
+        *len += (size_t)n;
+        text[*len] = '\0';
+    }
+}
+
+static void kl_do_kvd(kl_req_t *q, kl_rep_t *r)
+{
+    char path[PATH_MAX], *argv[64];
+    int fds[2], slot = -1;
+    size_t len = 0;
+    double deadline;
+    char *p;
+
+    for (int i = 0; i < 64; i++)
+        if (kl_procs[i].pid == 0) {
+            slot = i;
+            break;
+        }
+    if (slot < 0 || kl_split(q, argv, 64, path, sizeof(path)) < 0 ||
+        pipe2(fds, O_CLOEXEC) != 0) {
+        snprintf(r->text, sizeof(r->text), "no slot/args/pipe");
+        return;
+    }
+    r->pid = fork();
+    if (r->pid == 0)
+        kl_exec(path, argv, -1, fds[1], -1);
+    close(fds[1]);
+    if (r->pid < 0) {
+        close(fds[0]);
+        snprintf(r->text, sizeof(r->text), "fork: %s", strerror(errno));
+        return;
+    }
+    deadline = th_now_ms() + q->timeout_ms;
+    while ((p = strstr(r->text, "listening on ")) == NULL ||
+           strchr(p, '\n') == NULL) {
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        int left = (int)(deadline - th_now_ms());
+        ssize_t n;
+
+        if (left <= 0 || len + 1 >= sizeof(r->text))
+            break;
+        if (poll(&pfd, 1, left) <= 0)
+            continue;
+        n = read(fds[0], r->text + len, sizeof(r->text) - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        r->text[len] = '\0';
+    }
+    if (p != NULL && strchr(p, '\n') != NULL) {
+        char *sp = strchr(p + 13, ' '), *nl = strchr(p, '\n'), *colon;
+        char *end = sp != NULL && sp < nl ? sp : nl;
+        *end = '\0';
+        colon = strrchr(p + 13, ':');
+        r->port = colon != NULL ? atoi(colon + 1) : 0;
+        *end = end == nl ? '\n' : ' ';
+    }
+    if (r->port <= 0 || r->port > 65535) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, &r->wstatus, 0);
+        close(fds[0]);
+        r->ok = 0;
+        return;
+    }
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    kl_procs[slot].pid = r->pid;
+    kl_procs[slot].fd = fds[0];
+    r->ok = 1;
+}
+
+static void kl_forget(int pid, char *text, size_t size)
+{
+    for (int i = 0; i < 64; i++)
+        if (kl_procs[i].pid == pid) {
+            size_t len = strlen(text);
+            kl_read_some(kl_procs[i].fd, text, size, &len);
+            close(kl_procs[i].fd);
+            kl_procs[i].pid = 0;
+        }
+}
+
+static void kl_do_wait(kl_req_t *q, kl_rep_t *r)
+{
+    double t0 = th_now_ms();
+
+    for (;;) {
+        pid_t w = waitpid(q->pid, &r->wstatus, WNOHANG);
+        if (w == q->pid) {
+            r->ok = 1;
+            r->ms = th_now_ms() - t0;
+            kl_forget(q->pid, r->text, sizeof(r->text));
+            return;
+        }
+        if (w < 0 || th_now_ms() - t0 > q->timeout_ms) {
+            snprintf(r->text, sizeof(r->text), "pid %d did not exit in %d ms",
+                     q->pid, q->timeout_ms);
+            return;
+        }
+        th_sleep_ms(2);
+    }
+}
+
+static void kl_do_run(kl_req_t *q, kl_rep_t *r)
+{
+    char path[PATH_MAX], *argv[64];
+    int in, out, err = -1;
+    double t0 = th_now_ms();
+
+    if (kl_split(q, argv, 64, path, sizeof(path)) < 0) {
+        snprintf(r->text, sizeof(r->text), "no command");
+        return;
+    }
+    in = open(q->in_path[0] ? q->in_path : "/dev/null", O_RDONLY | O_CLOEXEC);
+    out = open(q->out_path[0] ? q->out_path : "/dev/null",
+               O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (q->err_path[0])
+        err = open(q->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                   0600);
+    if (in < 0 || out < 0 || (q->err_path[0] && err < 0)) {
+        snprintf(r->text, sizeof(r->text), "open: %s", strerror(errno));
+        return;
+    }
+    r->pid = fork();
+    if (r->pid == 0)
+        kl_exec(path, argv, in, out, err);
+    close(in);
+    close(out);
+    if (err >= 0)
+        close(err);
+    for (;;) {
+        pid_t w = waitpid(r->pid, &r->wstatus, WNOHANG);
+        if (w == r->pid) {
+            r->ok = 1;
+            break;
+        }
+        if (w < 0 || th_now_ms() - t0 > q->timeout_ms) {
+            kill(r->pid, SIGKILL);
+            waitpid(r->pid, &r->wstatus, 0);
+            snprintf(r->text, sizeof(r->text), "%s ran over %d ms", argv[0],
+                     q->timeout_ms);
+            break;
+        }
+        th_sleep_ms(2);
+    }
+    r->ms = th_now_ms() - t0;
+}
+
+static void kl_serve(int fd)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+
+    for (;;) {
+        ssize_t n = recv(fd, &q, sizeof(q), 0);
+        if (n != (ssize_t)sizeof(q))
+            _exit(0);
+        memset(&r, 0, sizeof(r));
+        switch (q.op) {
+        case KL_KVD: kl_do_kvd(&q, &r); break;
+        case KL_WAIT: kl_do_wait(&q, &r); break;
+        case KL_RUN: kl_do_run(&q, &r); break;
+        case KL_ALIVE:
+            r.ok = 1;
+            r.alive = waitpid(q.pid, &r.wstatus, WNOHANG) == 0;
+            if (!r.alive)
+                kl_forget(q.pid, r.text, sizeof(r.text));
+            break;
+        default: break;
+        }
+        if (send(fd, &r, sizeof(r), MSG_NOSIGNAL) != (ssize_t)sizeof(r))
+            _exit(0);
+    }
+}
+
+/* Fork the launcher; call before th_context(). */
+static void kl_start(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    int sv[2];
+    pid_t parent = getpid(), pid;
+
+    CHECKF(n > 0, "readlink /proc/self/exe: %s", strerror(errno));
+    exe[n] = '\0';
+    snprintf(kl_dir, sizeof(kl_dir), "%s", dirname(exe));
+    CHECKF(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0,
+           "socketpair: %s", strerror(errno));
+    fflush(NULL);
+    pid = fork();
+    CHECKF(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(0);
+        alarm(0);
+        close(sv[0]);
+        kl_serve(sv[1]);
+        _exit(0);
+    }
+    close(sv[1]);
+    kl_fd = sv[0];
+}
+
+static void kl_call(kl_req_t *q, kl_rep_t *r)
+{
+    struct pollfd pfd = {kl_fd, POLLIN, 0};
+
+    CHECKF(send(kl_fd, q, sizeof(*q), MSG_NOSIGNAL) == (ssize_t)sizeof(*q),
+           "launcher send: %s", strerror(errno));
+    CHECKF(poll(&pfd, 1, q->timeout_ms + 30000) == 1, "launcher: no answer");
+    CHECKF(recv(kl_fd, r, sizeof(*r), 0) == (ssize_t)sizeof(*r),
+           "launcher recv: %s", strerror(errno));
+}
+
+static void kl_args(kl_req_t *q, const char *first, va_list ap)
+{
+    const char *a;
+
+    q->args_len = 0;
+    for (a = first; a != NULL; a = va_arg(ap, const char *)) {
+        size_t l = strlen(a) + 1;
+        CHECKF(q->args_len + l <= sizeof(q->args), "arguments too long");
+        memcpy(q->args + q->args_len, a, l);
+        q->args_len += l;
+    }
+}
+
+/* Start rdmx-kvd listening on @listen (NULL: 127.0.0.1:0, a free port) with
+ * the NULL-terminated options that follow. Returns 0, or -1 (with @why) if it
+ * exited or printed no address in time. */
+__attribute__((unused)) static int kvd_try_start(kvd_t *k, const char *listen, char *why,
+                         size_t why_size, ...)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+    va_list ap;
+    size_t l;
+
+    memset(&q, 0, sizeof(q));
+    q.op = KL_KVD;
+    q.timeout_ms = 20000 * TH_SLOW;
+    va_start(ap, why_size);
+    kl_args(&q, "rdmx-kvd", ap);
+    va_end(ap);
+    l = strlen("--listen") + 1;
+    /* append --listen ADDR */
+    memcpy(q.args + q.args_len, "--listen", l);
+    q.args_len += l;
+    l = strlen(listen ? listen : "127.0.0.1:0") + 1;
+    memcpy(q.args + q.args_len, listen ? listen : "127.0.0.1:0", l);
+    q.args_len += l;
+    kl_call(&q, &r);
+    if (!r.ok) {
+        snprintf(why, why_size, "rdmx-kvd did not start (wait status 0x%x): %s",
+                 r.wstatus, r.text);
+        return -1;
+    }
+    k->pid = r.pid;
+    k->port = (uint16_t)r.port;
+    snprintf(k->addr, sizeof(k->addr), "127.0.0.1:%d", r.port);
+    return 0;
+}
+
+#define kvd_start(k, listen, ...)                                              \
+    do {                                                                       \
+        char kvd_why_[2200];                                                   \
+        if (kvd_try_start((k), (listen), kvd_why_, sizeof(kvd_why_),           \
+                          __VA_ARGS__) != 0)                                   \
+            th_fail(__FILE__, __LINE__, "%s", kvd_why_);                       \
+    } while (0)
+
+/* Wait up to @timeout_ms for @k to exit: its wait status; its remaining
+ * stdout into @out (may be NULL); how long it took into *ms_p (may be
+ * NULL). Fails the test if it does not exit. */
+__attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out, size_t out_size,
+                    double *ms_p)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+
+    memset(&q, 0, sizeof(q));
+    q.op = KL_WAIT;
+    q.pid = k->pid;
+    q.timeout_ms = timeout_ms;
+    CHECK(k->pid > 0);
+    kl_call(&q, &r);
+    CHECKF(r.ok, "rdmx-kvd %s: %s", k->addr, r.text);
+    k->pid = 0;
+    if (out != NULL)
+        snprintf(out, out_size, "%s", r.text);
+    if (ms_p != NULL)
+        *ms_p = r.ms;
+    return r.wstatus;
+}
+
+/* Has @k exited? If so (reaped now): 1, its wait status in *ws_p and the
+ * rest of its stdout in @out (both may be NULL). */
+__attribute__((unused)) static int kvd_exited(kvd_t *k, int *ws_p, char *out, size_t out_size)
+{
+    static kl_req_t q;
+    static kl_rep_t r;
+
+    if (k->pid <= 0)
+        return 1;
+    memset(&q, 0, sizeof(q));
+    q.op = KL_ALIVE;
+    q.pid = k->pid;
+    q.timeout_ms = 1000;
+    kl_call(&q, &r);
+    if (r.alive)
+        return 0;
+    k->pid = 0;
+    if (ws_p != NULL)
+        *ws_p = r.wstatus;
+    if (out != NULL)
+        snprintf(out, out_size, "%s", r.text);
+    return 1;
+}
+
+__attribute__((unused)) static int kvd_alive(kvd_t *k)
+{
+    int ws = 0;
+
+    if (k->pid <= 0)
+        return 0;
+    if (!kvd_exited(k, &ws, NULL, 0))
+        return 1;
+    th_log("rdmx-kvd %s exited: wait status 0x%x", k->addr, ws);
+    return 0;
+}
+
+__attribute__((unused)) static void kvd_kill(kvd_t *k, int sig)
+{
+    CHECK(k->pid > 0);
+    CHECKF(kill(k->pid, sig) == 0, "kill: %s", strerror(errno));
+}
+
+/* SIGTERM @k and check it exits 0 within 10 s. */
+__attribute__((unused)) static void kvd_stop(kvd_t *k)
+{
+    int ws;
+
+    if (k->pid <= 0)
+        return;
+    kvd_kill(k, SIGTERM);
+    ws = kvd_wait(k, 10000 * TH_SLOW, NULL, 0, NULL);
+    CHECKF(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+           "rdmx-kvd %s: wait status 0x%x after SIGTERM", k->addr, ws);
+}
+
+/* "name value" line of a stats text. */
+__attribute__((unused)) static uint64_t stat_of(const char *text, const char *name)
+{
+    size_t l = strlen(name);
+    const char *p = text;
+
+    while ((p = strstr(p, name)) != NULL) {
+        if ((p == text || p[-1] == '\n') && p[l] == ' ')
+            return strtoull(p + l + 1, NULL, 10);
+        p += l;
+    }
+    th_fail(__FILE__, __LINE__, "no '%s' in the stats:\n%s", name, text);
+}
+
+/* ---- end of the launcher block ---------------------------------------- */
+
+#define KEY        "torture"
+#define KLEN       (sizeof(KEY) - 1)
+#define MAX_VALUE  (256 * TH_KIB)
+#define HDR        24
+#define MAGIC      ((uint64_t)0x746f72747572ull)
+#define SMALL_CAP  (16 * TH_KIB)
+#define SLACK      256
+#define N_WRITERS  3
+#define N_READERS  3
+
+typedef struct {
+    uint64_t cas, seed;
+    uint64_t len;
+} obs_t;
+
+typedef struct {
+    obs_t *v;
+    size_t n, cap;
+} obs_log_t;
+
+static void obs_add(obs_log_t *l, uint64_t cas, uint64_t seed, uint64_t len)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 65536;
+        l->v = realloc(l->v, l->cap * sizeof(*l->v));
+        CHECK(l->v != NULL);
+    }
+    l->v[l->n++] = (obs_t){cas, seed, len};
+}
+
+typedef struct {
+    int index, writer;
+    rdmx_worker_t *w;
+    rdmx_kv_t *kv;
+    rdmx_mr_t *mr;
+    uint8_t *plain;
+    obs_log_t log;
+    uint64_t ops, gets_rdma, gets_inline, too_big, misses, puts_rdma,
+        puts_inline, deletes, flushes, bytes;
+} thr_t;
+
+static atomic_int stop, failed;
+static char fail_msg[1024];
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((format(printf, 2, 3))) static void tfail(thr_t *t,
+                                                        const char *fmt, ...)
+{
+    va_list ap;
+    char msg[768];
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&fail_lock);
+    if (!atomic_load(&failed))
+        snprintf(fail_msg, sizeof(fail_msg), "%s %d: %s",
+                 t->writer ? "writer" : "reader", t->index, msg);
+    th_log("FAIL: %s %d: %s", t->writer ? "writer" : "reader", t->index, msg);
+    atomic_store(&failed, 1);
+    atomic_store(&stop, 1);
+    pthread_mutex_unlock(&fail_lock);
+}
+
+static uint64_t xs(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Checksum of the body: a mix of every 8-byte word and the tail. */
+static uint64_t body_sum(const uint8_t *p, size_t len)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ len;
+    size_t i = 0;
+
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 29;
+    }
+    for (; i < len; i++)
+        h = (h ^ p[i]) * 0x94d049bb133111ebull;
+    return h;
+}
+
+static uint64_t small_seed(size_t len)
+{
+    return th_seed(999, len, 0);
+}
+
+/* Build the value of @len bytes for @seed in @p; returns its flags. */
+static uint32_t make_value(uint8_t *p, size_t len, uint64_t seed)
+{
+    if (len < 32) {
+        th_fill(p, len, small_seed(len));
+        return (uint32_t)len;
+    }
+    th_fill_at(p + HDR, len - HDR, seed, HDR);
+    put64(p, (uint64_t)len ^ MAGIC);
+    put64(p + 8, seed);
+    put64(p + 16, body_sum(p + HDR, len - HDR));
+    return (uint32_t)seed;
+}
+
+/* Verify a value read back; its seed into *seed_p. NULL, or what is wrong. */
+static const char *check_value(const uint8_t *p, size_t len, uint32_t flags,
+                               uint64_t *seed_p, char *why, size_t why_size)
+{
+    uint64_t seed;
+    int64_t bad;
+
+    if (len < 32) {
+        *seed_p = 0;
+        if (flags != (uint32_t)len) {
+            snprintf(why, why_size, "%zu-byte value with flags %u", len,
+                     flags);
+            return why;
+        }
+        if ((bad = th_check(p, len, small_seed(len))) >= 0) {
+            snprintf(why, why_size, "%zu-byte value wrong at byte %lld", len,
+                     (long long)bad);
+            return why;
+        }
+        return NULL;
+    }
+    seed = get64(p + 8);
+    *seed_p = seed;
+    if ((get64(p) ^ MAGIC) != len) {
+        snprintf(why, why_size,
+                 "header says %" PRIu64 " bytes, the value has %zu (torn or "
+                 "mixed)",
+                 get64(p) ^ MAGIC, len);
+        return why;
+    }
+    if (flags != (uint32_t)seed) {
+        snprintf(why, why_size,
+                 "flags %08x do not belong to the value (seed %016" PRIx64
+                 ", %zu bytes)",
+                 flags, seed, len);
+        return why;
+    }
+    if (get64(p + 16) != body_sum(p + HDR, len - HDR)) {
+        bad = th_check_at(p + HDR, len - HDR, seed, HDR);
+        snprintf(why, why_size,
+                 "checksum mismatch in a %zu-byte value (seed %016" PRIx64
+                 "): first wrong byte %lld",
+                 len, seed, bad >= 0 ? (long long)(bad + HDR) : -1LL);
+        return why;
+    }
+    if ((bad = th_check_at(p + HDR, len - HDR, seed, HDR)) >= 0) {
+        snprintf(why, why_size,
+                 "%zu-byte value (seed %016" PRIx64 ") wrong at byte %lld",
+                 len, seed, (long long)(bad + HDR));
+        return why;
+    }
+    return NULL;
+}
+
+static size_t pick_size(uint64_t *rng)
+{
+    uint64_t r = xs(rng);
+
+    if (r % 8 == 0)
+        return 1 + (size_t)(xs(rng) % 31);
+    /* log-uniform 32 B .. 256 KiB */
+    {
+        unsigned bits = 5 + (unsigned)(xs(rng) % 14); /* 2^5 .. 2^18 */
+        size_t lo = (size_t)1 << bits;
+        size_t len = lo + (size_t)(xs(rng) % lo);
+        return len > MAX_VALUE ? MAX_VALUE : len;
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    thr_t *t = arg;
+    uint64_t rng = th_seed(7, (uint64_t)t->index, 1);
+    uint8_t *reg = rdmx_mr_addr(t->mr);
+
+    while (!atomic_load(&stop)) {
+        size_t len = pick_size(&rng);
+        uint64_t seed = th_seed(100 + (uint64_t)t->index, t->ops, 3);
+        int use_reg = (t->ops & 1) != 0;
+        uint8_t *p = use_reg ? reg + (t->ops % 64) : t->plain;
+        rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 0, 0, 0};
+        uint64_t cas = 0;
+        rdmx_status_t st;
+
+        t->ops++;
+        if (t->index == 0 && t->ops % 128 == 0) {
+            st = rdmx_kv_flush(t->kv);
+            if (st != RDMX_OK) {
+                tfail(t, "flush: %s: %s", rdmx_status_name(st),
+                      rdmx_error_detail());
+                break;
+            }
+            t->flushes++;
+            continue;
+        }
+        if (t->index == 0 && t->ops % 64 == 0) {
+            st = rdmx_kv_delete(t->kv, KEY, KLEN, 0);
+            if (st != RDMX_OK && st != RDMX_ERR_NOT_FOUND) {
+                tfail(t, "delete: %s: %s", rdmx_status_name(st),
+                      rdmx_error_detail());
+                break;
+            }
+            t->deletes++;
+            continue;
+        }
+        if (t->index == 2 && t->ops % 16 == 0)
+            o.ttl_ms = 1 + (uint32_t)(t->ops % 5); /* expires while read */
+        o.flags = make_value(p, len, seed);
+        st = rdmx_kv_put(t->kv, KEY, KLEN, p, len, use_reg ? t->mr : NULL, &o,
+                         &cas);
+        if (st != RDMX_OK) {
+            tfail(t, "put of %zu bytes (%s): %s: %s", len,
+                  use_reg ? "registered" : "plain", rdmx_status_name(st),
+                  rdmx_error_detail());
+            break;
+        }
+        if (cas == 0) {
+            tfail(t, "put returned version 0");
+            break;
+        }
+        obs_add(&t->log, cas, len < 32 ? 0 : seed, len);
+        if (use_reg && len > 1024)
+            t->puts_rdma++;
+        else
+            t->puts_inline++;
+        t->bytes += len;
+    }
+    return NULL;
+}
+
+static void *reader_main(void *arg)
+{
+    thr_t *t = arg;
+    uint8_t *bufs[2] = {rdmx_mr_addr(t->mr), t->plain};
+    size_t dirty[2] = {0, 0}; /* bytes from the start not 0xEE */
+    uint64_t last_cas = 0, rng = th_seed(8, (uint64_t)t->index, 1);
+    char why[512];
+
+    memset(bufs[0], 0xEE, MAX_VALUE + SLACK);
+    memset(bufs[1], 0xEE, MAX_VALUE + SLACK);
+    while (!atomic_load(&stop)) {
+        int small = t->index == 2 && t->ops % 4 == 0;
+        int mode = small ? 0 : (int)(t->ops % 2); /* 0: registered */
+        size_t off = (size_t)(xs(&rng) % 64);
+        uint8_t *p = bufs[mode] + off;
+        size_t cap = small ? SMALL_CAP : MAX_VALUE + SLACK - 64;
+        rdmx_kv_meta_t m;
+        uint64_t seed = 0;
+        rdmx_status_t st;
+        const char *bad;
+        size_t i;
+
+        memset(bufs[mode], 0xEE, dirty[mode]);
+        dirty[mode] = 0;
+        memset(&m, 0, sizeof(m));
+        t->ops++;
+        st = rdmx_kv_get(t->kv, KEY, KLEN, p, cap, mode == 0 ? t->mr : NULL,
+                         &m);
+        if (st == RDMX_ERR_NOT_FOUND) {
+            t->misses++;
+            continue;
+        }
+        if (st == RDMX_ERR_TOO_BIG) {
+            if (!small || m.length <= cap) {
+                tfail(t, "TOO_BIG with length %zu into %zu bytes", m.length,
+                      cap);
+                break;
+            }
+            for (i = 0; i <= cap; i++)
+                if (p[i] != 0xEE)
+                    break;
+            if (i <= cap) {
+                tfail(t, "TOO_BIG answer (value %zu > %zu) wrote byte %zu "
+                         "of the buffer",
+                      m.length, cap, i);
+                break;
+            }
+            if (m.cas < last_cas) {
+                tfail(t, "version went back from %" PRIu64 " to %" PRIu64,
+                      last_cas, m.cas);
+                break;
+            }
+            last_cas = m.cas;
+            t->too_big++;
+            continue;
+        }
+        dirty[mode] = off + cap + 1; /* whatever it wrote */
+        if (st != RDMX_OK) {
+            tfail(t, "get (%s, capacity %zu): %s: %s",
+                  mode == 0 ? "registered" : "plain", cap,
+                  rdmx_status_name(st), rdmx_error_detail());
+            break;
+        }
+        if (m.length > cap || m.length == 0) {
+            tfail(t, "get returned meta.length %zu (capacity %zu)", m.length,
+                  cap);
+            break;
+        }
+        dirty[mode] = off + m.length + 1;
+        if ((bad = check_value(p, m.length, m.flags, &seed, why,
+                               sizeof(why))) != NULL) {
+            tfail(t, "%s get, version %" PRIu64 ": %s",
+                  mode == 0 ? "registered" : "plain", m.cas, bad);
+            break;
+        }
+        if (p[m.length] != 0xEE) {
+            tfail(t, "get of %zu bytes wrote the byte after the value",
+                  m.length);
+            break;
+        }
+        if (m.cas < last_cas) {
+            tfail(t, "version went back from %" PRIu64 " to %" PRIu64,
+                  last_cas, m.cas);
+            break;
+        }
+        last_cas = m.cas;
+        obs_add(&t->log, m.cas, seed, m.length);
+        if (mode == 0 && m.length > 1024)
+            t->gets_rdma++;
+        else
+            t->gets_inline++;
+        t->bytes += m.length;
+    }
+    return NULL;
+}
+
+static int cmp_cas(const void *a, const void *b)
+{
+    const obs_t *x = a, *y = b;
+    return x->cas < y->cas ? -1 : x->cas > y->cas;
+}
+
+int main(void)
+{
+    kvd_t kvd;
+    rdmx_context_t *ctx;
+    rdmx_worker_t *mw;
+    rdmx_kv_t *mkv;
+    thr_t t[N_WRITERS + N_READERS];
+    pthread_t th[N_WRITERS + N_READERS];
+    rdmx_kv_params_t kp;
+    char s0[4096], s1[4096];
+    double t0, secs, duration = TH_SANITIZED ? 4.0 : 10.0;
+    uint64_t writes = 0, reads = 0, deletes = 0, flushes = 0, misses = 0,
+             toobig = 0;
+    obs_log_t all = {0};
+    size_t unknown = 0, mismatched = 0;
+
+    th_init("kv_torture", 150);
+    kl_start();
+    kvd_start(&kvd, NULL, "--workers", "2", "--inline-threshold", "1k",
+              "--memory", "64m", "--max-value", "1m", NULL);
+    th_log("rdmx-kvd on %s (transport %s)", kvd.addr, th_transport_env());
+    ctx = th_context();
+
+    memset(&kp, 0, sizeof(kp));
+    kp.field_mask = RDMX_KV_FIELD_INLINE_MAX | RDMX_KV_FIELD_TIMEOUT;
+    kp.inline_max = 1024;
+    kp.timeout_ms = 30000 * TH_SLOW;
+    mw = th_worker(ctx, 0);
+    CHECK_OK(rdmx_kv_create(mw, kvd.addr, &kp, &mkv));
+    CHECK_OK(rdmx_kv_wait_ready(mkv, 20000 * TH_SLOW));
+    CHECK_OK(rdmx_kv_stats(mkv, 0, s0, sizeof(s0)));
+    {
+        /* a first value, so readers find one */
+        uint8_t *v = th_alloc(100);
+        rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 0, 0, 0};
+        uint64_t cas = 0;
+        o.flags = make_value(v, 100, 12345);
+        CHECK_OK(rdmx_kv_put(mkv, KEY, KLEN, v, 100, NULL, &o, &cas));
+        obs_add(&all, cas, 12345, 100);
+        free(v);
+    }
+
+    memset(t, 0, sizeof(t));
+    for (int i = 0; i < N_WRITERS + N_READERS; i++) {
+        t[i].writer = i < N_WRITERS;
+        t[i].index = t[i].writer ? i : i - N_WRITERS;
+        t[i].w = th_worker(ctx, 0);
+        CHECK_OK(rdmx_kv_create(t[i].w, kvd.addr, &kp, &t[i].kv));
+        CHECK_OK(rdmx_kv_wait_ready(t[i].kv, 20000 * TH_SLOW));
+        CHECK_OK(rdmx_mem_alloc(ctx, MAX_VALUE + SLACK,
+                                RDMX_ACCESS_READ | RDMX_ACCESS_WRITE,
+                                &t[i].mr));
+        t[i].plain = th_alloc(MAX_VALUE + SLACK);
+    }
+    t0 = th_now_ms();
+    for (int i = 0; i < N_WRITERS + N_READERS; i++)
+        CHECK(pthread_create(&th[i], NULL,
+                             t[i].writer ? writer_main : reader_main,
+                             &t[i]) == 0);
+    while (!atomic_load(&stop) && th_now_ms() - t0 < duration * 1000) {
+        th_sleep_ms(50);
+        if (!kvd_alive(&kvd)) {
+            th_log("FAIL: rdmx-kvd died");
+            snprintf(fail_msg, sizeof(fail_msg), "rdmx-kvd died");
+            atomic_store(&failed, 1);
+        }
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < N_WRITERS + N_READERS; i++)
+        pthread_join(th[i], NULL);
+    secs = (th_now_ms() - t0) / 1000;
+
+    for (int i = 0; i < N_WRITERS + N_READERS; i++) {
+        thr_t *x = &t[i];
+        if (x->writer) {
+            th_log("writer %d: %" PRIu64 " puts (%" PRIu64 " RDMA read, %" PRIu64
+                   " inline), %" PRIu64 " deletes, %" PRIu64 " flushes, %.1f MB",
+                   x->index, x->puts_rdma + x->puts_inline, x->puts_rdma,
+                   x->puts_inline, x->deletes, x->flushes, x->bytes / 1e6);
+            writes += x->puts_rdma + x->puts_inline;
+            deletes += x->deletes;
+            flushes += x->flushes;
+            for (size_t k = 0; k < x->log.n; k++)
+                obs_add(&all, x->log.v[k].cas, x->log.v[k].seed,
+                        x->log.v[k].len);
+        } else {
+            th_log("reader %d: %" PRIu64 " gets (%" PRIu64 " RDMA write, %" PRIu64
+                   " inline, %" PRIu64 " too big, %" PRIu64 " misses), %.1f MB",
+                   x->index, x->ops, x->gets_rdma, x->gets_inline, x->too_big,
+                   x->misses, x->bytes / 1e6);
+            reads += x->ops;
+            misses += x->misses;
+            toobig += x->too_big;
+        }
+    }
+    th_log("%.1f s: %" PRIu64 " writes, %" PRIu64 " deletes, %" PRIu64
+           " reads (%" PRIu64 " misses, %" PRIu64 " too big)",
+           secs, writes, deletes, reads, misses, toobig);
+
+    /* every version seen belongs to exactly the value written with it */
+    qsort(all.v, all.n, sizeof(*all.v), cmp_cas);
+    for (size_t k = 1; k < all.n; k++)
+        CHECKF(all.v[k].cas != all.v[k - 1].cas,
+               "two writes got the same version %" PRIu64, all.v[k].cas);
+    for (int i = N_WRITERS; i < N_WRITERS + N_READERS && !atomic_load(&failed);
+         i++) {
+        for (size_t k = 0; k < t[i].log.n; k++) {
+            obs_t *o = &t[i].log.v[k], *w;
+            w = bsearch(o, all.v, all.n, sizeof(*all.v), cmp_cas);
+            if (w == NULL) {
+                if (unknown++ == 0)
+                    th_log("reader %d saw version %" PRIu64
+                           " that no writer got",
+                           t[i].index, o->cas);
+            } else if (w->seed != o->seed || w->len != o->len) {
+                if (mismatched++ == 0)
+                    th_log("reader %d: version %" PRIu64 " holds %" PRIu64
+                           " bytes of seed %016" PRIx64 ", written: %" PRIu64
+                           " bytes of seed %016" PRIx64,
+                           t[i].index, o->cas, o->len, o->seed, w->len,
+                           w->seed);
+            }
+        }
+    }
+    CHECKF(!atomic_load(&failed), "%s", fail_msg);
+    CHECKF(unknown == 0, "%zu reads saw a version no writer got", unknown);
+    CHECKF(mismatched == 0,
+           "%zu reads saw a version with another writer's value", mismatched);
+    CHECKF(writes >= 100 * (TH_SANITIZED ? 1 : 5) && reads >= 100,
+           "too little traffic: %" PRIu64 " writes, %" PRIu64 " reads",
+           writes, reads);
+    CHECKF(toobig > 0, "no TOO_BIG answer seen");
+
+    /* counters, and no value memory left behind */
+    {
+        rdmx_status_t st = rdmx_kv_delete(mkv, KEY, KLEN, 0);
+        CHECKF(st == RDMX_OK || st == RDMX_ERR_NOT_FOUND, "delete: %s",
+               rdmx_status_name(st));
+    }
+    th_sleep_ms(50);
+    CHECK_OK(rdmx_kv_stats(mkv, 0, s1, sizeof(s1)));
+#define D(name) (stat_of(s1, name) - stat_of(s0, name))
+    th_log("server: cmd_get +%" PRIu64 " (hits %" PRIu64 ", misses %" PRIu64
+           "), cmd_set +%" PRIu64 ", free_bytes %" PRIu64 " -> %" PRIu64,
+           D("cmd_get"), D("get_hits"), D("get_misses"), D("cmd_set"),
+           stat_of(s0, "free_bytes"), stat_of(s1, "free_bytes"));
+    CHECK_EQ_U64(D("cmd_get"), reads);
+    CHECK_EQ_U64(D("get_misses"), misses);
+    CHECK_EQ_U64(D("cmd_set"), writes + 1);
+    CHECK_EQ_U64(D("delete_hits") + D("delete_misses"), deletes + 1);
+    CHECK_EQ_U64(D("cmd_flush"), flushes);
+    CHECK_EQ_U64(D("bad_requests"), 0);
+    CHECK_EQ_U64(stat_of(s1, "curr_items"), 0);
+    CHECK_EQ_U64(stat_of(s1, "bytes"), 0);
+    CHECK_EQ_U64(stat_of(s1, "free_bytes"), stat_of(s0, "free_bytes"));
+    CHECK_EQ_U64(stat_of(s1, "largest_free_block"),
+                 stat_of(s0, "largest_free_block"));
+#undef D
+
+    for (int i = 0; i < N_WRITERS + N_READERS; i++) {
+        rdmx_kv_destroy(t[i].kv);
+        rdmx_mem_deregister(t[i].mr);
+        rdmx_worker_destroy(t[i].w);
+        free(t[i].plain);
+        free(t[i].log.v);
+    }
+    rdmx_kv_destroy(mkv);
+    rdmx_worker_destroy(mw);
+    free(all.v);
+    rdmx_context_destroy(ctx);
+    kvd_stop(&kvd);
+    th_log("ok");
+    return 0;
+}
