@@ -36,6 +36,7 @@ typedef struct call {
     int done;             /* the user's callback ran */
     int probe;            /* the breaker's half-open probe */
     int holds;            /* sends / receives UCX still has of it */
+    int sending;          /* its request is still being sent */
     int linked;           /* in ch->calls */
     unsigned attempts;
     uint64_t start_ns, deadline_ns;
@@ -80,6 +81,8 @@ struct rdmx_channel {
     int backoff_ms;
     uint64_t reconnect_at;
     volatile int rx_seen; /* something arrived since the last timer */
+    unsigned sends;       /* requests UCX is still sending (the server may
+                             be pulling them: it is alive) */
     uint64_t last_rx, last_ping;
     uint64_t last_tick;   /* when the timer last ran */
     /* calls */
@@ -289,6 +292,11 @@ static void send_done(rdmx_status_t status, size_t length, void *arg)
 
     (void)status;
     (void)length;
+    if (c->sending && c->ch != NULL) {
+        c->ch->sends--;
+        c->ch->rx_seen = 1; /* the peer took the request: it is alive */
+    }
+    c->sending = 0;
     c->holds--;
     if (c->ch == NULL)
         call_free(c);
@@ -317,8 +325,11 @@ static int call_send(rdmx_channel_t *ch, call_t *c)
                              send_done, c);
     if (st != RDMX_OK && st != RDMX_INPROGRESS)
         return -1;
-    if (st == RDMX_INPROGRESS)
+    if (st == RDMX_INPROGRESS) {
         c->holds++;
+        c->sending = 1;
+        ch->sends++;
+    }
     c->attempts++;
     c->state = CALL_SENT;
     rdmx_list_insert_tail(&ch->sent, &c->link);
@@ -818,7 +829,7 @@ static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
         uint64_t dead = (uint64_t)ch->hb_timeout_ms * 1000000;
         /* Nobody progressed the worker for a while: no ping could go out,
          * so silence says nothing yet; start a fresh window. */
-        if (ch->rx_seen || now - ch->last_tick > hb) {
+        if (ch->rx_seen || ch->sends > 0 || now - ch->last_tick > hb) {
             ch->rx_seen = 0;
             ch->last_rx = now;
         }
