@@ -21,6 +21,8 @@ struct rdmx_kv {
     unsigned replicas;
     int timeout_ms;
     size_t inline_max;
+    int no_rma;           /* tcp: UCX emulates RMA over messages; lent
+                             buffers would only add round trips */
     rdmx_channel_t **ch;
     char **addr;
 };
@@ -102,6 +104,7 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
     }
     kv->w = w;
+    kv->no_rma = rdmx_context_transport(w->ctx) == RDMX_TRANSPORT_TCP;
     kv->replicas = (f & RDMX_KV_FIELD_REPLICAS) && p->replicas ? p->replicas
                                                                : 1;
     kv->timeout_ms = (f & RDMX_KV_FIELD_TIMEOUT) && p->timeout_ms > 0
@@ -379,6 +382,8 @@ rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
 
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
+    if (kv->no_rma)
+        mr = NULL; /* a hint: inline is faster without real RMA */
     if (buf == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv get: NULL buffer");
     r.klen = (uint16_t)klen;
@@ -421,6 +426,8 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
 
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
+    if (kv->no_rma)
+        mr = NULL; /* a hint: inline is faster without real RMA */
     if (value == NULL && vlen != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv put: NULL value");
     if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
@@ -905,6 +912,8 @@ rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
 
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
+    if (kv->no_rma)
+        mr = NULL; /* a hint: inline is faster without real RMA */
     if (cb == NULL || (buf == NULL && capacity != 0))
         return rdmx__error(RDMX_ERR_INVALID, "kv get_nb: NULL argument");
     r.klen = (uint16_t)klen;
@@ -953,6 +962,8 @@ rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
 
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
+    if (kv->no_rma)
+        mr = NULL; /* a hint: inline is faster without real RMA */
     if (cb == NULL || (value == NULL && vlen != 0))
         return rdmx__error(RDMX_ERR_INVALID, "kv put_nb: NULL argument");
     if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
