@@ -117,8 +117,12 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
         goto err;
     }
-    cp.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT;
+    cp.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT | RDMX_CHANNEL_FIELD_HEARTBEAT;
     cp.timeout_ms = kv->timeout_ms;
+    /* A server pulling a large value is silent until done: a dead one is
+     * found by the transport or the operation's own timeout. */
+    cp.heartbeat_ms = 250;
+    cp.heartbeat_timeout_ms = kv->timeout_ms > 1000 ? kv->timeout_ms : 1000;
     if ((f & RDMX_KV_FIELD_AUTH_SECRET) && p->auth_secret != NULL) {
         cp.field_mask |= RDMX_CHANNEL_FIELD_AUTH_SECRET;
         cp.auth_secret = p->auth_secret;

@@ -829,7 +829,7 @@ static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
         uint64_t dead = (uint64_t)ch->hb_timeout_ms * 1000000;
         /* Nobody progressed the worker for a while: no ping could go out,
          * so silence says nothing yet; start a fresh window. */
-        if (ch->rx_seen || ch->sends > 0 || now - ch->last_tick > hb) {
+        if (ch->rx_seen || now - ch->last_tick > hb) {
             ch->rx_seen = 0;
             ch->last_rx = now;
         }
