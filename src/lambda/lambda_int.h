@@ -1,0 +1,159 @@
+/*
+ * rdmx lambda — internals shared by engine.c (engine, cache, natives,
+ * plugins), sandbox.c (one call in a fresh Lua state), safelib.c (library
+ * functions rewritten to charge their work) and rpc.c (wire format,
+ * handlers, client).
+ */
+#ifndef RDMX_LAMBDA_INT_H
+#define RDMX_LAMBDA_INT_H
+
+#include <rdmx/lambda.h>
+
+#include <lua.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Defaults and floors of rdmx_lambda_params_t. */
+#define RDMX__LAMBDA_DEF_INSTRUCTIONS 10000000ull
+#define RDMX__LAMBDA_DEF_MEMORY       ((size_t)64 << 20)
+#define RDMX__LAMBDA_DEF_SOURCE       ((size_t)1 << 20)
+#define RDMX__LAMBDA_DEF_OUTPUT       ((size_t)16 << 20)
+#define RDMX__LAMBDA_DEF_CACHE        256u
+#define RDMX__LAMBDA_DEF_CACHE_BYTES  ((size_t)64 << 20)
+#define RDMX__LAMBDA_DEF_TIME_MS      1000u
+#define RDMX__LAMBDA_MIN_INSTRUCTIONS 1000ull
+#define RDMX__LAMBDA_MIN_MEMORY       ((size_t)256 << 10)
+
+/* VM instructions between two budget checks while the state is small; the
+ * interval shrinks as the state grows (see sandbox.c, hook_interval). */
+#define RDMX__LAMBDA_HOOK_EVERY 1000
+
+/* The limit values plus one internal state: the call is over and its state
+ * is being closed (finalizers must not run Lua code). */
+#define RDMX__LAMBDA_CLOSING 100
+
+/* A growable byte buffer outside the Lua state (the output). */
+typedef struct {
+    char *data;
+    size_t len, cap, max;
+} rdmx__lambda_buf_t;
+
+/* Append; -1 past max (nothing appended), -2 out of memory. */
+int rdmx__lambda_buf_append(rdmx__lambda_buf_t *b, const void *p, size_t n);
+
+/* One call: what to run, its limits, its accounting and its result. */
+typedef struct rdmx__lambda_run {
+    /* --- in --- */
+    uint64_t max_units;
+    size_t max_memory;
+    size_t max_output;
+    uint64_t max_time_ns;          /* 0: none */
+    const rdmx_lambda_call_t *call;
+    const char *code;              /* source text or the engine's bytecode */
+    size_t code_len;
+    int binary;                    /* code is the engine's own lua_dump */
+    int want_dump;                 /* dump the compiled function (cache) */
+
+    /* --- accounting (one thread; the state's allocator ud) --- */
+    uint64_t units;                /* work used */
+    uint64_t clock_at;             /* check the clock when units reach it */
+    uint64_t deadline_ns;          /* effective: min(caller's, max_time) */
+    int deadline_is_callers;
+    int hook_count;                /* current hook interval */
+    size_t mem, mem_peak;
+    int mem_refused;               /* an allocation hit max_memory */
+    int armed;                     /* the function runs: budgets apply */
+    int stop;                      /* rdmx_lambda_limit_t that stopped it */
+    int closing;
+    lua_State *L;                  /* main thread */
+    lua_State *current;            /* the thread running now */
+    int stop_ref;                  /* registry ref of the stop message */
+
+    /* --- out --- */
+    rdmx__lambda_buf_t out;
+    unsigned char *dump;           /* malloc'd bytecode (want_dump) */
+    size_t dump_len, dump_cap;
+    int dump_failed;
+    rdmx_lambda_type_t type;
+    int compile_error;
+    rdmx_lambda_limit_t limit;
+    char msg[256];
+    uint64_t elapsed_ns;
+} rdmx__lambda_run_t;
+
+/* sandbox.c: run one call in a fresh state. Returns the status; r->msg,
+ * r->out, r->type, r->limit, r->units, r->mem_peak are filled. */
+rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r);
+
+/* sandbox.c: charge @p units of library work to the running call; raises
+ * the budget error (a Lua error that cannot be caught for good) when a
+ * budget is exhausted or the deadline passed. */
+void rdmx__lambda_charge(lua_State *L, uint64_t units);
+
+/* safelib.c: Lua 5.4's table library with charged loops (a table). */
+int rdmx__lambda_open_table(lua_State *L);
+
+/* safelib.c: replace find, match, gmatch, gsub and rep in the string
+ * library table at @p idx with charged versions. */
+void rdmx__lambda_patch_string(lua_State *L, int idx);
+
+/* --- rpc.c: the request format (docs/LAMBDA.md, "Wire format") -------- */
+
+#define RDMX__LAMBDA_WIRE_VERSION 1
+#define RDMX__LAMBDA_EVAL_HDR     12 /* version, flags, nargs, slen, ilen */
+#define RDMX__LAMBDA_CALL_HDR     40 /* version, flags, nargs, id, ilen */
+#define RDMX__LAMBDA_NATIVE_HDR   8  /* version, name len, 0, ilen */
+
+typedef struct {
+    const char *source;            /* eval */
+    size_t source_len;
+    const uint8_t *id;             /* call: 32 bytes */
+    const char *name;              /* native (not NUL-terminated) */
+    size_t name_len;
+    const void *input;
+    size_t input_len;
+    unsigned nargs;
+    rdmx_lambda_arg_t args[RDMX_LAMBDA_ARGS_MAX];
+} rdmx__lambda_req_t;
+
+typedef enum {
+    RDMX__LAMBDA_EVAL = 0,
+    RDMX__LAMBDA_CALL = 1,
+    RDMX__LAMBDA_NATIVE = 2
+} rdmx__lambda_kind_t;
+
+/* Decode and validate a request payload; RDMX_ERR_PROTO with a detail on
+ * anything malformed. Pointers point into @p p. */
+rdmx_status_t rdmx__lambda_decode(rdmx__lambda_kind_t kind, const void *p,
+                                  size_t len, rdmx__lambda_req_t *req);
+
+/* Encode a request into a malloc'd buffer. For EVAL pass source, for CALL
+ * id, for NATIVE name (NUL-terminated). */
+rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
+                                  const char *source, size_t source_len,
+                                  const uint8_t *id, const char *name,
+                                  const void *input, size_t input_len,
+                                  const char *const *args, unsigned nargs,
+                                  void **buf_p, size_t *len_p);
+
+/* Serve a decoded request with @p engine (what a handler does, without
+ * the RPC request: tests use it directly). */
+rdmx_status_t rdmx__lambda_serve(rdmx_lambda_engine_t *engine,
+                                 rdmx__lambda_kind_t kind,
+                                 const rdmx__lambda_req_t *req,
+                                 uint64_t deadline_ns,
+                                 const rdmx_lambda_env_t *env,
+                                 rdmx_lambda_result_t *result);
+
+/* engine.c: a handler binding (engine + env), freed with the engine. */
+typedef struct rdmx__lambda_binding {
+    struct rdmx__lambda_binding *next;
+    rdmx_lambda_engine_t *engine;
+    const rdmx_lambda_env_t *env;
+} rdmx__lambda_binding_t;
+
+rdmx__lambda_binding_t *rdmx__lambda_binding(rdmx_lambda_engine_t *engine,
+                                             const rdmx_lambda_env_t *env);
+
+#endif /* RDMX_LAMBDA_INT_H */

@@ -1,0 +1,957 @@
+/*
+ * rdmx lambda — one call in a fresh Lua state: the budgeted allocator, the
+ * instruction/deadline hook, the sandboxed libraries, the globals of the
+ * function contract (input, args, kv), and the conversion of the result.
+ *
+ * Budgets
+ * - Memory: the state's allocator refuses to grow past max_memory; Lua then
+ *   collects and raises "not enough memory" (reported as the memory
+ *   budget).
+ * - Work ("instructions"): a count hook every hook_count VM instructions
+ *   adds them up; library functions whose work is not VM instructions
+ *   charge it (safelib.c, the wrappers below, 1 unit per 64 bytes
+ *   allocated). Past max_instructions the call stops.
+ * - Time: the hook and every charge past clock_at compare the monotonic
+ *   clock with the deadline (the caller's, or start + max_time).
+ * - A stop cannot be caught for good: the stop error is raised again at the
+ *   very next VM instruction of every thread (count hook of 1), coroutines
+ *   can no longer be resumed, and the final status comes from r->stop, not
+ *   from what the function did with the error.
+ * - Closing: finalizers (__gc) of the function's objects run in lua_close;
+ *   they meet the same stop at their first instruction.
+ */
+#include "lambda/lambda_int.h"
+
+#include "core/internal.h"
+#include "util/time.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Check the clock at least every this many charged units. */
+#define CLOCK_EVERY 4096u
+
+static void hook(lua_State *L, lua_Debug *ar);
+
+static inline rdmx__lambda_run_t *run_of(lua_State *L)
+{
+    void *ud;
+    lua_getallocf(L, &ud);
+    return ud;
+}
+
+int rdmx__lambda_buf_append(rdmx__lambda_buf_t *b, const void *p, size_t n)
+{
+    if (n > b->max - b->len)
+        return -1;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        char *d;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        d = realloc(b->data, cap);
+        if (d == NULL)
+            return -2;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+/* --- budgets ------------------------------------------------------------ */
+
+static int deadline_passed(rdmx__lambda_run_t *r)
+{
+    if (rdmx_now_ns() < r->deadline_ns)
+        return 0;
+    r->stop = r->deadline_is_callers ? RDMX_LAMBDA_LIMIT_DEADLINE
+                                     : RDMX_LAMBDA_LIMIT_TIME;
+    return 1;
+}
+
+/* Make every thread that runs next meet the stop at its next instruction:
+ * the running one now, the others when they resume (they cannot, see
+ * co_switch) or when their own hook comes. */
+static void trap_current(rdmx__lambda_run_t *r)
+{
+    if (r->current != NULL)
+        lua_sethook(r->current, hook, LUA_MASKCOUNT, 1);
+}
+
+static int raise_stop(lua_State *L, rdmx__lambda_run_t *r)
+{
+    lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+    if (!lua_checkstack(L, 1))
+        lua_settop(L, 0); /* a C function being aborted: room for one */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->stop_ref);
+    return lua_error(L);
+}
+
+/* Instruction interval of the hook: 1000 while the state is small, fewer as
+ * it grows, because one instruction can then cost more (comparing two long
+ * strings, an emergency collection): the time between two looks at the
+ * clock stays short. */
+static int hook_interval(const rdmx__lambda_run_t *r)
+{
+    size_t per = ((size_t)1 << 30) / (r->mem ? r->mem : 1);
+    if (per >= RDMX__LAMBDA_HOOK_EVERY)
+        return RDMX__LAMBDA_HOOK_EVERY;
+    return per < 32 ? 32 : (int)per;
+}
+
+static void hook(lua_State *L, lua_Debug *ar)
+{
+    rdmx__lambda_run_t *r = run_of(L);
+    int n;
+    (void)ar;
+    r->current = L;
+    if (!r->stop && !r->closing) {
+        r->units += (uint64_t)r->hook_count;
+        if (r->units > r->max_units)
+            r->stop = RDMX_LAMBDA_LIMIT_INSTRUCTIONS;
+        else if (!deadline_passed(r)) {
+            n = hook_interval(r);
+            if (n != r->hook_count) {
+                r->hook_count = n;
+                lua_sethook(L, hook, LUA_MASKCOUNT, n);
+            }
+            return;
+        }
+    }
+    raise_stop(L, r);
+}
+
+void rdmx__lambda_charge(lua_State *L, uint64_t units)
+{
+    rdmx__lambda_run_t *r = run_of(L);
+    if (!r->armed)
+        return;
+    if (!r->stop && !r->closing) {
+        r->units += units;
+        if (r->units > r->max_units)
+            r->stop = RDMX_LAMBDA_LIMIT_INSTRUCTIONS;
+        else if (r->units >= r->clock_at) {
+            r->clock_at = r->units + CLOCK_EVERY;
+            if (!deadline_passed(r))
+                return;
+        } else
+            return;
+    }
+    raise_stop(L, r);
+}
+
+/* The allocator enforces max_memory and charges allocation work. It never
+ * raises (it cannot): a stop it detects is delivered by the hook at the
+ * running thread's next instruction. */
+static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    rdmx__lambda_run_t *r = ud;
+    size_t old = ptr != NULL ? osize : 0;
+    void *p;
+
+    if (nsize == 0) {
+        if (ptr != NULL) {
+            r->mem -= osize;
+            free(ptr);
+        }
+        return NULL;
+    }
+    if (nsize > old) {
+        size_t grow = nsize - old;
+        int charge = r->armed && !r->closing && !r->stop;
+        if (grow > r->max_memory - r->mem) {
+            r->mem_refused = 1;
+            if (charge) {
+                /* Lua collects everything before it gives up: charge that
+                 * work and look at the clock, it can be long. */
+                r->units += r->mem / 64;
+                if (r->units > r->max_units)
+                    r->stop = RDMX_LAMBDA_LIMIT_INSTRUCTIONS;
+                else
+                    deadline_passed(r);
+                if (r->stop)
+                    trap_current(r);
+            }
+            return NULL;
+        }
+        if (charge) {
+            r->units += grow / 64;
+            if (r->units > r->max_units)
+                r->stop = RDMX_LAMBDA_LIMIT_INSTRUCTIONS;
+            else if (r->units >= r->clock_at) {
+                r->clock_at = r->units + CLOCK_EVERY;
+                deadline_passed(r);
+            }
+            if (r->stop)
+                trap_current(r);
+        }
+    }
+    p = realloc(ptr, nsize);
+    if (p == NULL) {
+        if (nsize > old)
+            return NULL; /* the host is out of memory */
+        p = ptr;         /* a shrink that failed: keep the block */
+    }
+    r->mem = r->mem - old + nsize;
+    if (r->mem > r->mem_peak)
+        r->mem_peak = r->mem;
+    return p;
+}
+
+/* --- the sandboxed library ------------------------------------------------ */
+
+/* print: into the output, as Lua's print would write to stdout. */
+static int l_print(lua_State *L)
+{
+    rdmx__lambda_run_t *r = run_of(L);
+    int n = lua_gettop(L), i, rc = 0;
+    size_t total = 0;
+    for (i = 1; i <= n && rc == 0; i++) {
+        size_t l;
+        const char *s = luaL_tolstring(L, i, &l);
+        if (i > 1)
+            rc = rdmx__lambda_buf_append(&r->out, "\t", 1);
+        if (rc == 0)
+            rc = rdmx__lambda_buf_append(&r->out, s, l);
+        total += l;
+        lua_pop(L, 1);
+    }
+    if (rc == 0)
+        rc = rdmx__lambda_buf_append(&r->out, "\n", 1);
+    if (rc == -2)
+        return luaL_error(L, "print: out of memory");
+    if (rc == -1) {
+        r->stop = RDMX_LAMBDA_LIMIT_OUTPUT;
+        return raise_stop(L, r);
+    }
+    rdmx__lambda_charge(L, 1 + total / 64);
+    return 0;
+}
+
+/* setmetatable: no __gc. Lua runs finalizers with hooks off (lgc.c,
+ * GCTM), so a finalizer would escape every budget. An object is marked for
+ * finalization only here, by a raw look at mt.__gc: refusing it is exact. */
+static int l_setmetatable(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TTABLE &&
+        (lua_pushliteral(L, "__gc"), lua_rawget(L, 2)) != LUA_TNIL)
+        return luaL_error(L, "__gc metamethods are not allowed in the "
+                             "sandbox");
+    lua_settop(L, 2);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 2, 1);
+    return 1;
+}
+
+/* load: text chunks only, whatever mode the caller asks for. */
+static int l_load(lua_State *L)
+{
+    int n = lua_gettop(L);
+    size_t l = 0;
+    if (lua_type(L, 1) == LUA_TSTRING)
+        lua_tolstring(L, 1, &l);
+    rdmx__lambda_charge(L, 1 + l / 4); /* parsing */
+    if (n > 4)
+        n = 4;
+    if (n < 3)
+        n = 3;
+    lua_settop(L, n); /* keeps "env given as nil" apart from "no env" */
+    lua_pushliteral(L, "t");
+    lua_replace(L, 3);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* collectgarbage: "count", "isrunning"; "collect" and "step" are charged
+ * as the collection they cause. */
+static int l_collectgarbage(lua_State *L)
+{
+    rdmx__lambda_run_t *r = run_of(L);
+    const char *opt = luaL_optstring(L, 1, "collect");
+    if (strcmp(opt, "count") == 0) {
+        int kb = lua_gc(L, LUA_GCCOUNT);
+        int b = lua_gc(L, LUA_GCCOUNTB);
+        lua_pushnumber(L, (lua_Number)kb + ((lua_Number)b / 1024));
+        return 1;
+    }
+    if (strcmp(opt, "isrunning") == 0) {
+        lua_pushboolean(L, lua_gc(L, LUA_GCISRUNNING));
+        return 1;
+    }
+    if (strcmp(opt, "collect") == 0 || strcmp(opt, "step") == 0) {
+        rdmx__lambda_charge(L, 1 + r->mem / 64);
+        if (opt[0] == 'c') {
+            lua_gc(L, LUA_GCCOLLECT);
+            lua_pushinteger(L, 0);
+        } else
+            lua_pushboolean(L, lua_gc(L, LUA_GCSTEP, 0));
+        return 1;
+    }
+    return luaL_error(L, "collectgarbage(\"%s\") is not available in the "
+                         "sandbox",
+                      opt);
+}
+
+/* Wrappers that charge a C function's work before calling it. */
+enum {
+    COST_STRLEN = 1, /* arg 1's length / 64 (tonumber) */
+    COST_RANGE = 2,  /* string.byte / utf8.codepoint: i..j */
+    COST_FORMAT = 3, /* string.pack/packsize/unpack: format length / 4 */
+    COST_ARGS = 4,   /* string.char, utf8.char, string.format: arguments */
+    COST_DECODE = 5, /* utf8.len / offset: arg 1's length / 4 (decoding) */
+    COST_PCALL = 7,  /* pcall / xpcall: a setjmp */
+};
+
+/* continuation of a wrapped call: keeps pcall etc. yieldable */
+static int finish_call(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    return lua_gettop(L);
+}
+
+static size_t posrel(lua_Integer pos, size_t len)
+{
+    if (pos > 0)
+        return (size_t)pos;
+    if (pos == 0 || pos < -(lua_Integer)len)
+        return 1;
+    return len + (size_t)pos + 1;
+}
+
+static int l_charged(lua_State *L)
+{
+    int kind = (int)lua_tointeger(L, lua_upvalueindex(2));
+    uint64_t cost = 1;
+    size_t l = 0;
+    if (lua_type(L, 1) == LUA_TSTRING)
+        lua_tolstring(L, 1, &l);
+    switch (kind) {
+    case COST_STRLEN:
+        cost += l / 64;
+        break;
+    case COST_RANGE: {
+        lua_Integer i = lua_isinteger(L, 2) ? lua_tointeger(L, 2) : 1;
+        lua_Integer j = lua_isinteger(L, 3) ? lua_tointeger(L, 3) : i;
+        size_t pi = posrel(i, l), pj;
+        if (j > (lua_Integer)l)
+            pj = l;
+        else if (j >= 0)
+            pj = (size_t)j;
+        else if (j < -(lua_Integer)l)
+            pj = 0;
+        else
+            pj = l + (size_t)j + 1;
+        if (pj >= pi)
+            cost += pj - pi + 1;
+        break;
+    }
+    case COST_FORMAT:
+    case COST_DECODE:
+        cost += l / 4;
+        break;
+    case COST_PCALL:
+        cost += 16;
+        break;
+    default:
+        cost += (uint64_t)lua_gettop(L) + l / 64;
+        break;
+    }
+    rdmx__lambda_charge(L, cost);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_callk(L, lua_gettop(L) - 1, LUA_MULTRET, 0, finish_call);
+    return lua_gettop(L);
+}
+
+/* error: luaB_error plus a charge (raising and catching an error costs
+ * about a microsecond, some 200 instructions); not a wrapper, so that
+ * levels keep their meaning. */
+static int l_error(lua_State *L)
+{
+    int level = (int)luaL_optinteger(L, 2, 1);
+    rdmx__lambda_charge(L, 200);
+    lua_settop(L, 1);
+    if (lua_type(L, 1) == LUA_TSTRING && level > 0) {
+        luaL_where(L, level);
+        lua_pushvalue(L, 1);
+        lua_concat(L, 2);
+    }
+    return lua_error(L);
+}
+
+/* xpcall's message handler goes through this shim. When the stop is
+ * raised from the hook, Lua calls the handler from inside the hook, where
+ * hooks are off (ldo.c, luaD_hook: allowhook is restored only on a normal
+ * return); a looping handler would then never be stopped. Once the call
+ * is stopped the user's handler is not called at all. */
+static int xpcall_handler(lua_State *L)
+{
+    rdmx__lambda_run_t *r = run_of(L);
+    if (r->stop || r->closing)
+        return 1; /* the message, unchanged */
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1);
+    return 1;
+}
+
+static int l_xpcall(lua_State *L)
+{
+    int n = lua_gettop(L);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    rdmx__lambda_charge(L, 16);
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, xpcall_handler, 1);
+    lua_replace(L, 2);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_callk(L, n, LUA_MULTRET, 0, finish_call);
+    return lua_gettop(L);
+}
+
+static void wrap_field(lua_State *L, int t, const char *name, int kind)
+{
+    t = lua_absindex(L, t);
+    lua_getfield(L, t, name);
+    lua_pushinteger(L, kind);
+    lua_pushcclosure(L, l_charged, 2);
+    lua_setfield(L, t, name);
+}
+
+/* Coroutines: keep r->current on the running thread, refuse to resume
+ * once the call is stopped, and deliver a stop that happened inside. */
+static int co_switch(lua_State *L, lua_State *co)
+{
+    rdmx__lambda_run_t *r = run_of(L);
+    int st;
+    if (r->stop || r->closing)
+        return raise_stop(L, r);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    r->current = co;
+    st = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    r->current = L;
+    if (r->stop || r->closing)
+        return raise_stop(L, r);
+    if (st != LUA_OK)
+        return lua_error(L);
+    return lua_gettop(L);
+}
+
+static int co_resume(lua_State *L)
+{
+    lua_State *co = lua_tothread(L, 1);
+    luaL_argexpected(L, co != NULL, 1, "coroutine");
+    return co_switch(L, co);
+}
+
+static int co_wrapped(lua_State *L)
+{
+    return co_switch(L, lua_tothread(L, lua_upvalueindex(2)));
+}
+
+static int co_wrap(lua_State *L)
+{
+    lua_State *co;
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, 1); /* the original wrap: a closure */
+    if (lua_getupvalue(L, -1, 1) == NULL || lua_tothread(L, -1) == NULL)
+        return luaL_error(L, "coroutine.wrap: unexpected closure");
+    co = lua_tothread(L, -1);
+    (void)co;
+    lua_pushcclosure(L, co_wrapped, 2); /* (original closure, thread) */
+    return 1;
+}
+
+static void patch_coroutine(lua_State *L, int t)
+{
+    static const char *names[] = {"resume", "close"};
+    unsigned i;
+    t = lua_absindex(L, t);
+    for (i = 0; i < 2; i++) {
+        lua_getfield(L, t, names[i]);
+        lua_pushcclosure(L, co_resume, 1);
+        lua_setfield(L, t, names[i]);
+    }
+    lua_getfield(L, t, "wrap");
+    lua_pushcclosure(L, co_wrap, 1);
+    lua_setfield(L, t, "wrap");
+}
+
+/* kv.*: the host's environment. */
+static rdmx__lambda_run_t *kv_run(lua_State *L, uint64_t units)
+{
+    rdmx__lambda_charge(L, units);
+    rdmx__error(RDMX_OK, "%s", ""); /* a callback may set a detail */
+    return run_of(L);
+}
+
+static int kv_fail(lua_State *L, const char *what, rdmx_status_t st)
+{
+    const char *d = rdmx_error_detail();
+    return luaL_error(L, "kv.%s: %s (%s)", what,
+                      d[0] != '\0' ? d : rdmx_strerror(st),
+                      rdmx_status_name(st));
+}
+
+static int kv_get(lua_State *L)
+{
+    size_t klen, vlen = 0;
+    const char *k = luaL_checklstring(L, 1, &klen);
+    rdmx__lambda_run_t *r = kv_run(L, 1 + klen / 64);
+    const rdmx_lambda_env_t *env = r->call->env;
+    char small[4096];
+    rdmx_status_t st;
+    int tries;
+
+    st = env->kv_get(env->ctx, k, klen, small, sizeof(small), &vlen);
+    if (st == RDMX_OK && vlen <= sizeof(small)) {
+        lua_pushlstring(L, small, vlen);
+        rdmx__lambda_charge(L, vlen / 64);
+        return 1;
+    }
+    for (tries = 0; tries < 4 && (st == RDMX_ERR_TOO_BIG || st == RDMX_OK);
+         tries++) {
+        luaL_Buffer b;
+        size_t need = vlen, got = 0;
+        int top = lua_gettop(L);
+        char *p = luaL_buffinitsize(L, &b, need); /* counts as memory */
+        st = env->kv_get(env->ctx, k, klen, p, need, &got);
+        if (st == RDMX_OK && got <= need) {
+            luaL_pushresultsize(&b, got);
+            rdmx__lambda_charge(L, got / 64);
+            return 1;
+        }
+        lua_settop(L, top);
+        vlen = got;
+        if (st == RDMX_OK)
+            st = RDMX_ERR_TOO_BIG; /* grew meanwhile: again */
+    }
+    if (st == RDMX_ERR_NOT_FOUND) {
+        lua_pushnil(L);
+        return 1;
+    }
+    return kv_fail(L, "get", st);
+}
+
+static int kv_put(lua_State *L)
+{
+    size_t klen, vlen;
+    const char *k = luaL_checklstring(L, 1, &klen);
+    const char *v = luaL_checklstring(L, 2, &vlen);
+    lua_Integer ttl = luaL_optinteger(L, 3, 0);
+    rdmx__lambda_run_t *r;
+    const rdmx_lambda_env_t *env;
+    rdmx_status_t st;
+    luaL_argcheck(L, ttl >= 0, 3, "ttl_ms must be >= 0");
+    r = kv_run(L, 1 + (klen + vlen) / 64);
+    env = r->call->env;
+    st = env->kv_put(env->ctx, k, klen, v, vlen, (uint64_t)ttl);
+    if (st != RDMX_OK)
+        return kv_fail(L, "put", st);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int kv_bool(lua_State *L, int del)
+{
+    size_t klen;
+    const char *k = luaL_checklstring(L, 1, &klen);
+    rdmx__lambda_run_t *r = kv_run(L, 1 + klen / 64);
+    const rdmx_lambda_env_t *env = r->call->env;
+    rdmx_status_t st = del ? env->kv_delete(env->ctx, k, klen)
+                           : env->kv_exists(env->ctx, k, klen);
+    if (st != RDMX_OK && st != RDMX_ERR_NOT_FOUND)
+        return kv_fail(L, del ? "delete" : "exists", st);
+    lua_pushboolean(L, st == RDMX_OK);
+    return 1;
+}
+
+static int kv_delete(lua_State *L)
+{
+    return kv_bool(L, 1);
+}
+
+static int kv_exists(lua_State *L)
+{
+    return kv_bool(L, 0);
+}
+
+static void open_kv(lua_State *L, const rdmx_lambda_env_t *env)
+{
+    lua_createtable(L, 0, 4);
+    if (env->kv_get != NULL) {
+        lua_pushcfunction(L, kv_get);
+        lua_setfield(L, -2, "get");
+    }
+    if (env->kv_put != NULL) {
+        lua_pushcfunction(L, kv_put);
+        lua_setfield(L, -2, "put");
+    }
+    if (env->kv_delete != NULL) {
+        lua_pushcfunction(L, kv_delete);
+        lua_setfield(L, -2, "delete");
+    }
+    if (env->kv_exists != NULL) {
+        lua_pushcfunction(L, kv_exists);
+        lua_setfield(L, -2, "exists");
+    }
+    lua_setglobal(L, "kv");
+}
+
+/* Open a library function, leave its table on the stack. */
+static void open_lib(lua_State *L, lua_CFunction open)
+{
+    lua_pushcfunction(L, open);
+    lua_call(L, 0, 1);
+}
+
+static void set_nil(lua_State *L, int t, const char *name)
+{
+    t = lua_absindex(L, t);
+    lua_pushnil(L);
+    lua_setfield(L, t, name);
+}
+
+static void open_sandbox(lua_State *L)
+{
+    static const char *os_keep[] = {"time", "clock", "date", "difftime"};
+    unsigned i;
+    int g;
+
+    /* base, into the globals */
+    open_lib(L, luaopen_base);
+    g = lua_gettop(L);
+    set_nil(L, g, "dofile");
+    set_nil(L, g, "loadfile");
+    set_nil(L, g, "warn");
+    lua_pushcfunction(L, l_print);
+    lua_setfield(L, g, "print");
+    lua_pushcfunction(L, l_collectgarbage);
+    lua_setfield(L, g, "collectgarbage");
+    lua_getfield(L, g, "setmetatable");
+    lua_pushcclosure(L, l_setmetatable, 1);
+    lua_setfield(L, g, "setmetatable");
+    lua_getfield(L, g, "load");
+    lua_pushcclosure(L, l_load, 1);
+    lua_setfield(L, g, "load");
+    wrap_field(L, g, "tonumber", COST_STRLEN);
+    lua_pushcfunction(L, l_error);
+    lua_setfield(L, g, "error");
+    wrap_field(L, g, "pcall", COST_PCALL);
+    lua_getfield(L, g, "xpcall");
+    lua_pushcclosure(L, l_xpcall, 1);
+    lua_setfield(L, g, "xpcall");
+
+    /* string: no dump; charged matching, rep and scans */
+    open_lib(L, luaopen_string);
+    set_nil(L, -1, "dump");
+    rdmx__lambda_patch_string(L, -1);
+    wrap_field(L, -1, "byte", COST_RANGE);
+    wrap_field(L, -1, "char", COST_ARGS);
+    wrap_field(L, -1, "format", COST_ARGS);
+    wrap_field(L, -1, "pack", COST_FORMAT);
+    wrap_field(L, -1, "packsize", COST_FORMAT);
+    wrap_field(L, -1, "unpack", COST_FORMAT);
+    lua_setfield(L, g, "string");
+
+    /* table: the charged copy */
+    open_lib(L, rdmx__lambda_open_table);
+    lua_setfield(L, g, "table");
+
+    open_lib(L, luaopen_math);
+    lua_setfield(L, g, "math");
+
+    open_lib(L, luaopen_utf8);
+    wrap_field(L, -1, "len", COST_DECODE);
+    wrap_field(L, -1, "offset", COST_DECODE);
+    wrap_field(L, -1, "codepoint", COST_RANGE);
+    wrap_field(L, -1, "char", COST_ARGS);
+    lua_setfield(L, g, "utf8");
+
+    open_lib(L, luaopen_coroutine);
+    patch_coroutine(L, -1);
+    lua_setfield(L, g, "coroutine");
+
+    /* os: only the clock and calendar functions */
+    open_lib(L, luaopen_os);
+    lua_createtable(L, 0, 4);
+    for (i = 0; i < sizeof(os_keep) / sizeof(os_keep[0]); i++) {
+        lua_getfield(L, -2, os_keep[i]);
+        lua_setfield(L, -2, os_keep[i]);
+    }
+    lua_setfield(L, g, "os");
+    lua_pop(L, 2); /* the full os table, the globals */
+}
+
+static const char *stop_message(rdmx__lambda_run_t *r, int limit, char *buf,
+                                size_t cap)
+{
+    switch (limit) {
+    case RDMX_LAMBDA_LIMIT_INSTRUCTIONS:
+        snprintf(buf, cap, "instruction budget of %" PRIu64 " exceeded",
+                 r->max_units);
+        break;
+    case RDMX_LAMBDA_LIMIT_MEMORY:
+        snprintf(buf, cap, "memory budget of %zu bytes exceeded",
+                 r->max_memory);
+        break;
+    case RDMX_LAMBDA_LIMIT_TIME:
+        snprintf(buf, cap, "time budget of %" PRIu64 " ms exceeded",
+                 r->max_time_ns / 1000000);
+        break;
+    case RDMX_LAMBDA_LIMIT_DEADLINE:
+        snprintf(buf, cap, "deadline passed");
+        break;
+    case RDMX_LAMBDA_LIMIT_OUTPUT:
+        snprintf(buf, cap, "output budget of %zu bytes exceeded",
+                 r->max_output);
+        break;
+    default:
+        snprintf(buf, cap, "lambda stopped");
+        break;
+    }
+    return buf;
+}
+
+static int dump_writer(lua_State *L, const void *p, size_t sz, void *ud)
+{
+    rdmx__lambda_run_t *r = ud;
+    (void)L;
+    if (r->dump_len + sz > r->dump_cap) {
+        size_t cap = r->dump_cap ? r->dump_cap * 2 : 1024;
+        unsigned char *d;
+        while (cap < r->dump_len + sz)
+            cap *= 2;
+        d = realloc(r->dump, cap);
+        if (d == NULL) {
+            r->dump_failed = 1;
+            return 1;
+        }
+        r->dump = d;
+        r->dump_cap = cap;
+    }
+    memcpy(r->dump + r->dump_len, p, sz);
+    r->dump_len += sz;
+    return 0;
+}
+
+static void out_append(lua_State *L, rdmx__lambda_run_t *r, const char *s,
+                       size_t l)
+{
+    int rc = rdmx__lambda_buf_append(&r->out, s, l);
+    if (rc == -2)
+        luaL_error(L, "out of memory for the output");
+    if (rc == -1) {
+        r->stop = RDMX_LAMBDA_LIMIT_OUTPUT;
+        raise_stop(L, r);
+    }
+}
+
+/* Everything that touches the state runs here, under lua_pcall. */
+static int pmain(lua_State *L)
+{
+    rdmx__lambda_run_t *r = lua_touserdata(L, 1);
+    const rdmx_lambda_call_t *c = r->call;
+    char msg[128];
+    int base, nres, st;
+    unsigned i;
+
+    lua_settop(L, 0);
+    open_sandbox(L);
+
+    /* the stop error: allocated now, raised later without allocating */
+    lua_pushstring(L, "lambda stopped: budget exhausted");
+    r->stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+    lua_pushlstring(L, c->input != NULL ? c->input : "", c->input_len);
+    lua_setglobal(L, "input");
+    lua_createtable(L, (int)c->nargs, 0);
+    for (i = 0; i < c->nargs; i++) {
+        lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
+                        c->args[i].len);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_setglobal(L, "args");
+    if (c->env != NULL)
+        open_kv(L, c->env);
+
+    st = luaL_loadbufferx(L, r->code, r->code_len, "=lambda",
+                          r->binary ? "b" : "t");
+    if (st != LUA_OK) {
+        r->compile_error = 1;
+        return lua_error(L);
+    }
+    if (r->want_dump)
+        lua_dump(L, dump_writer, r, 0);
+
+    /* arm the budgets: the function's work starts here */
+    r->units = 0;
+    r->clock_at = CLOCK_EVERY;
+    r->armed = 1;
+    r->current = L;
+    r->hook_count = hook_interval(r);
+    if (deadline_passed(r))
+        return raise_stop(L, r);
+    lua_sethook(L, hook, LUA_MASKCOUNT, r->hook_count);
+
+    base = lua_gettop(L) - 1;
+    lua_call(L, 0, LUA_MULTRET);
+    nres = lua_gettop(L) - base;
+    if (nres > 1)
+        return luaL_error(L, "lambda returned %d values; return at most one",
+                          nres);
+    if (nres == 0 || lua_isnil(L, -1)) {
+        r->type = RDMX_LAMBDA_NIL;
+        return 0;
+    }
+    switch (lua_type(L, -1)) {
+    case LUA_TSTRING: {
+        size_t l;
+        const char *s = lua_tolstring(L, -1, &l);
+        r->type = RDMX_LAMBDA_STRING;
+        out_append(L, r, s, l);
+        break;
+    }
+    case LUA_TBOOLEAN:
+        r->type = RDMX_LAMBDA_BOOLEAN;
+        if (lua_toboolean(L, -1))
+            out_append(L, r, "true", 4);
+        else
+            out_append(L, r, "false", 5);
+        break;
+    case LUA_TNUMBER: {
+        size_t l;
+        const char *s;
+        r->type = lua_isinteger(L, -1) ? RDMX_LAMBDA_INTEGER
+                                       : RDMX_LAMBDA_FLOAT;
+        lua_pushvalue(L, -1);
+        s = lua_tolstring(L, -1, &l); /* Lua's own formatting */
+        out_append(L, r, s, l);
+        break;
+    }
+    default:
+        snprintf(msg, sizeof(msg),
+                 "lambda returned a %s; return a string, number, boolean or "
+                 "nil",
+                 luaL_typename(L, -1));
+        lua_pushstring(L, msg);
+        return lua_error(L);
+    }
+    return 0;
+}
+
+static rdmx_status_t limit_status(int limit)
+{
+    switch (limit) {
+    case RDMX_LAMBDA_LIMIT_INSTRUCTIONS:
+    case RDMX_LAMBDA_LIMIT_MEMORY:
+        return RDMX_ERR_NO_RESOURCE;
+    case RDMX_LAMBDA_LIMIT_TIME:
+    case RDMX_LAMBDA_LIMIT_DEADLINE:
+        return RDMX_ERR_TIMEOUT;
+    case RDMX_LAMBDA_LIMIT_OUTPUT:
+    case RDMX_LAMBDA_LIMIT_SOURCE:
+        return RDMX_ERR_TOO_BIG;
+    default:
+        return RDMX_ERR_INVALID;
+    }
+}
+
+rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r)
+{
+    uint64_t t0 = rdmx_now_ns();
+    const rdmx_lambda_call_t *c = r->call;
+    rdmx_status_t status = RDMX_OK;
+    lua_State *L;
+    int st;
+
+    r->out.max = r->max_output;
+    r->stop_ref = LUA_NOREF;
+    r->deadline_ns = UINT64_MAX;
+    if (r->max_time_ns != 0)
+        r->deadline_ns = t0 + r->max_time_ns;
+    if (c->deadline_ns != 0 && c->deadline_ns <= r->deadline_ns) {
+        r->deadline_ns = c->deadline_ns;
+        r->deadline_is_callers = 1;
+        if (c->deadline_ns <= t0) {
+            r->limit = RDMX_LAMBDA_LIMIT_DEADLINE;
+            snprintf(r->msg, sizeof(r->msg),
+                     "deadline passed before the call started");
+            return RDMX_ERR_TIMEOUT;
+        }
+    }
+
+    L = lua_newstate(lalloc, r);
+    if (L == NULL) {
+        r->limit = RDMX_LAMBDA_LIMIT_MEMORY;
+        stop_message(r, RDMX_LAMBDA_LIMIT_MEMORY, r->msg, sizeof(r->msg));
+        return RDMX_ERR_NO_RESOURCE;
+    }
+    r->L = r->current = L;
+
+    lua_pushcfunction(L, pmain);
+    lua_pushlightuserdata(L, r);
+    st = lua_pcall(L, 1, 0, 0);
+    if (st != LUA_OK) {
+        if (r->stop) {
+            r->limit = (rdmx_lambda_limit_t)r->stop;
+            stop_message(r, r->stop, r->msg, sizeof(r->msg));
+            status = limit_status(r->stop);
+        } else if (st == LUA_ERRMEM) {
+            if (r->mem_refused) {
+                r->limit = RDMX_LAMBDA_LIMIT_MEMORY;
+                stop_message(r, RDMX_LAMBDA_LIMIT_MEMORY, r->msg,
+                             sizeof(r->msg));
+                status = RDMX_ERR_NO_RESOURCE;
+            } else {
+                snprintf(r->msg, sizeof(r->msg), "out of memory");
+                status = RDMX_ERR_NO_MEMORY;
+            }
+        } else {
+            const char *m = lua_type(L, -1) == LUA_TSTRING ||
+                                    lua_type(L, -1) == LUA_TNUMBER
+                                ? lua_tostring(L, -1)
+                                : NULL;
+            if (m != NULL)
+                snprintf(r->msg, sizeof(r->msg), "%s", m);
+            else
+                snprintf(r->msg, sizeof(r->msg),
+                         "(error object is a %s value)",
+                         luaL_typename(L, -1));
+            status = RDMX_ERR_INVALID;
+        }
+    } else if (r->stop) {
+        /* stopped in a coroutine or a pcall, and the function returned */
+        r->limit = (rdmx_lambda_limit_t)r->stop;
+        stop_message(r, r->stop, r->msg, sizeof(r->msg));
+        status = limit_status(r->stop);
+    }
+
+    /* finalizers meet the stop at their first instruction */
+    r->closing = 1;
+    r->current = L;
+    lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+    lua_close(L);
+
+    r->elapsed_ns = rdmx_now_ns() - t0;
+    if (status != RDMX_OK) {
+        free(r->out.data);
+        r->out.data = NULL;
+        r->out.len = r->out.cap = 0;
+    }
+    return status;
+}
