@@ -148,7 +148,16 @@ static void kl_exec(const char *path, char **argv, int in, int out, int err)
         dup2(out, 1);
     if (err >= 0)
         dup2(err, 2);
-    execv(path, argv);
+    /* Others may be relinking the binary right now (a shared build tree):
+     * wait for the linker (ETXTBSY, ENOENT, ENOEXEC, EACCES until it sets
+     * the mode) for up to 10 s. */
+    for (int i = 0; i < 200; i++) {
+        execv(path, argv);
+        if (errno != ETXTBSY && errno != ENOENT && errno != ENOEXEC &&
+            errno != EACCES)
+            break;
+        usleep(50000);
+    }
     fprintf(stderr, "launcher: exec %s: %s\n", path, strerror(errno));
     _exit(127);
 }
@@ -303,8 +312,7 @@ static void kl_do_run(kl_req_t *q, kl_rep_t *r)
     out = open(q->out_path[0] ? q->out_path : "/dev/null",
                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (q->err_path[0])
-        err = open(q->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                   0600);
+        err = open(q->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (in < 0 || out < 0 || (q->err_path[0] && err < 0)) {
         snprintf(r->text, sizeof(r->text), "open: %s", strerror(errno));
         return;
@@ -345,16 +353,23 @@ static void kl_serve(int fd)
             _exit(0);
         memset(&r, 0, sizeof(r));
         switch (q.op) {
-        case KL_KVD: kl_do_kvd(&q, &r); break;
-        case KL_WAIT: kl_do_wait(&q, &r); break;
-        case KL_RUN: kl_do_run(&q, &r); break;
+        case KL_KVD:
+            kl_do_kvd(&q, &r);
+            break;
+        case KL_WAIT:
+            kl_do_wait(&q, &r);
+            break;
+        case KL_RUN:
+            kl_do_run(&q, &r);
+            break;
         case KL_ALIVE:
             r.ok = 1;
             r.alive = waitpid(q.pid, &r.wstatus, WNOHANG) == 0;
             if (!r.alive)
                 kl_forget(q.pid, r.text, sizeof(r.text));
             break;
-        default: break;
+        default:
+            break;
         }
         if (send(fd, &r, sizeof(r), MSG_NOSIGNAL) != (ssize_t)sizeof(r))
             _exit(0);
@@ -417,8 +432,8 @@ static void kl_args(kl_req_t *q, const char *first, va_list ap)
 /* Start rdmx-kvd listening on @listen (NULL: 127.0.0.1:0, a free port) with
  * the NULL-terminated options that follow. Returns 0, or -1 (with @why) if it
  * exited or printed no address in time. */
-__attribute__((unused)) static int kvd_try_start(kvd_t *k, const char *listen, char *why,
-                         size_t why_size, ...)
+__attribute__((unused)) static int
+kvd_try_start(kvd_t *k, const char *listen, char *why, size_t why_size, ...)
 {
     static kl_req_t q;
     static kl_rep_t r;
@@ -461,8 +476,8 @@ __attribute__((unused)) static int kvd_try_start(kvd_t *k, const char *listen, c
 /* Wait up to @timeout_ms for @k to exit: its wait status; its remaining
  * stdout into @out (may be NULL); how long it took into *ms_p (may be
  * NULL). Fails the test if it does not exit. */
-__attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out, size_t out_size,
-                    double *ms_p)
+__attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out,
+                                            size_t out_size, double *ms_p)
 {
     static kl_req_t q;
     static kl_rep_t r;
@@ -484,7 +499,8 @@ __attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out,
 
 /* Has @k exited? If so (reaped now): 1, its wait status in *ws_p and the
  * rest of its stdout in @out (both may be NULL). */
-__attribute__((unused)) static int kvd_exited(kvd_t *k, int *ws_p, char *out, size_t out_size)
+__attribute__((unused)) static int kvd_exited(kvd_t *k, int *ws_p, char *out,
+                                              size_t out_size)
 {
     static kl_req_t q;
     static kl_rep_t r;
@@ -538,7 +554,8 @@ __attribute__((unused)) static void kvd_stop(kvd_t *k)
 }
 
 /* "name value" line of a stats text. */
-__attribute__((unused)) static uint64_t stat_of(const char *text, const char *name)
+__attribute__((unused)) static uint64_t stat_of(const char *text,
+                                                const char *name)
 {
     size_t l = strlen(name);
     const char *p = text;
@@ -587,7 +604,7 @@ part_fail(const char *file, int line, const char *fmt, ...)
         rdmx_status_t st_ = (expr);                                            \
         if (st_ != (want)) {                                                   \
             char d_[512];                                                      \
-            snprintf(d_, sizeof(d_), "%s", rdmx_error_detail());              \
+            snprintf(d_, sizeof(d_), "%s", rdmx_error_detail());               \
             part_fail(__FILE__, __LINE__,                                      \
                       "%s returned %s, expected %s; detail: %s", #expr,        \
                       rdmx_status_name(st_), rdmx_status_name(want),           \
@@ -622,18 +639,18 @@ static void run_part(const char *name, void (*fn)(void))
 /* Shared state                                                             */
 /* ------------------------------------------------------------------------ */
 
-#define BIG_VALUE   (64 * TH_MIB)
-#define MAX_KEY     512
-#define BUF_SIZE    (BIG_VALUE + 64 * TH_KIB)
-#define REG_OFFSET  77 /* values in the registered regions start here */
-#define CANARY      0xA5
+#define BIG_VALUE  (64 * TH_MIB)
+#define MAX_KEY    512
+#define BUF_SIZE   (BIG_VALUE + 64 * TH_KIB)
+#define REG_OFFSET 77 /* values in the registered regions start here */
+#define CANARY     0xA5
 
 static kvd_t big, lru, none;
 static rdmx_context_t *ctx;
 static rdmx_worker_t *worker;
-static rdmx_kv_t *kv;          /* to "big", inline_max 4096 */
+static rdmx_kv_t *kv;              /* to "big", inline_max 4096 */
 static rdmx_mr_t *src_mr, *dst_mr; /* registered put source / get target */
-static uint8_t *src, *dst;     /* plain put source / get target */
+static uint8_t *src, *dst;         /* plain put source / get target */
 static char tmpdir[64];
 
 static uint8_t key_all[256];     /* every byte value once */
@@ -716,7 +733,7 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
 
 static void part_sizes(void)
 {
-    static const size_t sizes[] = {0,    1,           100,        4096,
+    static const size_t sizes[] = {0,    1,          100,      4096,
                                    4097, 1 * TH_MIB, BIG_VALUE};
     const struct {
         const uint8_t *key;
@@ -786,23 +803,23 @@ static void too_small_one(const char *key, size_t len)
               RDMX_ERR_TOO_BIG);
     EXPECT(m.length == len, "plain, %zu-byte value: meta.length %zu", len,
            m.length);
-    EXPECT(m.cas == cas, "plain, %zu-byte value: meta.cas %" PRIu64
-           " (want %" PRIu64 ")", len, m.cas, cas);
+    EXPECT(m.cas == cas,
+           "plain, %zu-byte value: meta.cas %" PRIu64 " (want %" PRIu64 ")",
+           len, m.cas, cas);
     c = not_byte(dst, 0, len + 64, CANARY);
-    EXPECT(c < 0, "plain, %zu-byte value: too small buffer written at %ld",
-           len, c);
+    EXPECT(c < 0, "plain, %zu-byte value: too small buffer written at %ld", len,
+           c);
 
     /* registered buffer one byte short */
     memset(rbuf, CANARY, len + 64);
     memset(&m, 0, sizeof(m));
     EXPECT_ST(rdmx_kv_get(kv, key, strlen(key), rbuf, len - 1, dst_mr, &m),
               RDMX_ERR_TOO_BIG);
-    EXPECT(m.length == len, "registered, %zu-byte value: meta.length %zu",
-           len, m.length);
+    EXPECT(m.length == len, "registered, %zu-byte value: meta.length %zu", len,
+           m.length);
     c = not_byte(rbuf, 0, len + 64, CANARY);
-    EXPECT(c < 0,
-           "registered, %zu-byte value: too small buffer written at %ld", len,
-           c);
+    EXPECT(c < 0, "registered, %zu-byte value: too small buffer written at %ld",
+           len, c);
 
     /* the exact size works both ways */
     EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, len, NULL, &m));
@@ -880,20 +897,20 @@ static int ttl_pass(int pass)
     {
         uint64_t cas = 0;
         t0 = th_now_ms();
-        EXPECT_OK(rdmx_kv_put(kv, k[1], strlen(k[1]), "abc", 3, NULL, &o,
-                              &cas));
+        EXPECT_OK(
+            rdmx_kv_put(kv, k[1], strlen(k[1]), "abc", 3, NULL, &o, &cas));
         st = rdmx_kv_touch(kv, k[1], strlen(k[1]), 0);
         if (th_now_ms() - t0 >= ttl)
             return 1;
         EXPECT(st == RDMX_OK, "touch right after the put: %s",
                rdmx_status_name(st));
         th_sleep_ms(2 * ttl);
-        EXPECT_OK(rdmx_kv_get(kv, k[1], strlen(k[1]), buf, sizeof(buf), NULL,
-                              &m));
+        EXPECT_OK(
+            rdmx_kv_get(kv, k[1], strlen(k[1]), buf, sizeof(buf), NULL, &m));
         EXPECT(m.length == 3 && memcmp(buf, "abc", 3) == 0,
                "touched value changed");
-        EXPECT(m.cas == cas, "touch changed the version %" PRIu64
-               " -> %" PRIu64, cas, m.cas);
+        EXPECT(m.cas == cas,
+               "touch changed the version %" PRIu64 " -> %" PRIu64, cas, m.cas);
     }
 
     /* touch extends: TTL -> 5 x TTL */
@@ -950,8 +967,8 @@ static void part_cas(void)
 
     EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "one", 3, NULL, NULL, &c1));
     EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "two", 3, NULL, NULL, &c2));
-    EXPECT(c1 != 0 && c2 != 0 && c1 != c2, "versions %" PRIu64 ", %" PRIu64,
-           c1, c2);
+    EXPECT(c1 != 0 && c2 != 0 && c1 != c2, "versions %" PRIu64 ", %" PRIu64, c1,
+           c2);
     EXPECT_OK(rdmx_kv_get(kv, "cas:k", 5, buf, sizeof(buf), NULL, &m));
     EXPECT_EQ(m.cas, c2);
 
@@ -1031,13 +1048,13 @@ static void part_incr(void)
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 1000, 1, &v));
     EXPECT_EQ(v, 0);
     expect_text("n", "0");
-    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "18446744073709551615", 20, NULL, NULL,
-                          NULL));
+    EXPECT_OK(
+        rdmx_kv_put(kv, "n", 1, "18446744073709551615", 20, NULL, NULL, NULL));
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 2, 0, &v));
     EXPECT_EQ(v, 1);
     expect_text("n", "1");
-    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "18446744073709551610", 20, NULL, NULL,
-                          NULL));
+    EXPECT_OK(
+        rdmx_kv_put(kv, "n", 1, "18446744073709551610", 20, NULL, NULL, NULL));
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 5, 0, &v));
     EXPECT_EQ(v, UINT64_MAX);
     expect_text("n", "18446744073709551615");
@@ -1052,11 +1069,11 @@ static void part_incr(void)
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
     EXPECT_OK(rdmx_kv_put(kv, "s", 1, "", 0, NULL, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
-    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "99999999999999999999", 20, NULL,
-                          NULL, NULL));
+    EXPECT_OK(
+        rdmx_kv_put(kv, "s", 1, "99999999999999999999", 20, NULL, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
-    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "000000000000000000001", 21, NULL,
-                          NULL, NULL));
+    EXPECT_OK(
+        rdmx_kv_put(kv, "s", 1, "000000000000000000001", 21, NULL, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
     EXPECT_OK(rdmx_kv_put(kv, "s", 1, "007", 3, NULL, NULL, NULL));
     EXPECT_OK(rdmx_kv_incr(kv, "s", 1, 1, 0, &v));
@@ -1169,8 +1186,8 @@ static void part_batches(void)
             if (i == 1)
                 EXPECT(out[i][0] == 'r', "mget 1: replaced value");
             else
-                EXPECT(th_check(out[i], want_len,
-                                th_seed(21, (uint64_t)i, 0)) < 0,
+                EXPECT(th_check(out[i], want_len, th_seed(21, (uint64_t)i, 0)) <
+                           0,
                        "mget %d: value differs", i);
             EXPECT(not_byte(out[i], want_len, sizeof(out[i]), CANARY) < 0,
                    "mget %d: wrote past the value", i);
@@ -1179,8 +1196,7 @@ static void part_batches(void)
 
     /* exists */
     EXPECT_OK(rdmx_kv_exists(kv, keys[0], strlen(keys[0])));
-    EXPECT_ST(rdmx_kv_exists(kv, keys[7], strlen(keys[7])),
-              RDMX_ERR_NOT_FOUND);
+    EXPECT_ST(rdmx_kv_exists(kv, keys[7], strlen(keys[7])), RDMX_ERR_NOT_FOUND);
 
     /* prefix: batch:0..5 present, 6 absent, then 0 again */
     for (int i = 0; i < N; i++) {
@@ -1222,8 +1238,8 @@ static void part_batches(void)
                 if (first < 0)
                     first = i;
             }
-        th_log("  mput of %d keys: %s, %d not stored (first: %d, status %s)",
-               L, rdmx_status_name(st1), unsent, first,
+        th_log("  mput of %d keys: %s, %d not stored (first: %d, status %s)", L,
+               rdmx_status_name(st1), unsent, first,
                first >= 0 ? rdmx_status_name(lp[first].status) : "-");
         /* (reported below; store what is missing so mget can be tried) */
         int mput_unsent = unsent, mput_first = first;
@@ -1302,16 +1318,15 @@ static void part_stats(void)
         size_t len = (size_t)i * 211 + 1;
         snprintf(key, sizeof(key), "stat:%d", i);
         th_fill(src, len, th_seed(31, (uint64_t)i, 0));
-        EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, len, NULL, NULL,
-                              NULL));
+        EXPECT_OK(
+            rdmx_kv_put(kv, key, strlen(key), src, len, NULL, NULL, NULL));
         total += len;
     }
     for (int i = 0; i < GETS; i++, hits++) {
         size_t len = (size_t)i * 211 + 1;
         snprintf(key, sizeof(key), "stat:%d", i);
         if (i % 2)
-            EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len, dst_mr,
-                                  &m));
+            EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len, dst_mr, &m));
         else
             EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, len, NULL, &m));
     }
@@ -1325,8 +1340,7 @@ static void part_stats(void)
         rdmx_kv_mget_t g[10];
         memset(g, 0, sizeof(g));
         for (int i = 0; i < 10; i++) {
-            snprintf(mk[i], sizeof(mk[i]), i < 5 ? "stat:%d" : "stat:no:%d",
-                     i);
+            snprintf(mk[i], sizeof(mk[i]), i < 5 ? "stat:%d" : "stat:no:%d", i);
             g[i].key = mk[i];
             g[i].klen = strlen(mk[i]);
             g[i].buf = dst + (size_t)i * 2048;
@@ -1385,8 +1399,7 @@ static void expect_refused(rdmx_status_t st, const char *what)
     EXPECT(st == RDMX_ERR_TOO_BIG || st == RDMX_ERR_INVALID,
            "%s: %s (want TOO_BIG or INVALID); detail: %s", what,
            rdmx_status_name(st), d);
-    EXPECT(d[0] != '\0', "%s: %s without a detail", what,
-           rdmx_status_name(st));
+    EXPECT(d[0] != '\0', "%s: %s without a detail", what, rdmx_status_name(st));
     th_log("  %s: %s: %s", what, rdmx_status_name(st), d);
 }
 
@@ -1404,8 +1417,7 @@ static void part_limits(void)
     expect_refused(rdmx_kv_put(kv, k, MAX_KEY + 1, "v", 1, NULL, NULL, NULL),
                    "put, key over --max-key");
     snprintf(detail, sizeof(detail), "%s", rdmx_error_detail());
-    expect_refused(rdmx_kv_get(kv, k, MAX_KEY + 1, buf, sizeof(buf), NULL,
-                               &m),
+    expect_refused(rdmx_kv_get(kv, k, MAX_KEY + 1, buf, sizeof(buf), NULL, &m),
                    "get, key over --max-key");
     expect_refused(rdmx_kv_exists(kv, k, MAX_KEY + 1),
                    "exists, key over --max-key");
@@ -1417,8 +1429,7 @@ static void part_limits(void)
                    "incr, key over --max-key");
     /* the next ordinary miss on the same connection must not repeat the
      * old error's message */
-    EXPECT_ST(rdmx_kv_get(kv, "limits:absent", 13, buf, sizeof(buf), NULL,
-                          &m),
+    EXPECT_ST(rdmx_kv_get(kv, "limits:absent", 13, buf, sizeof(buf), NULL, &m),
               RDMX_ERR_NOT_FOUND);
     /* (checked at the end of the part) */
     snprintf(stale, sizeof(stale), "%s", rdmx_error_detail());
@@ -1442,8 +1453,8 @@ static void part_limits(void)
            rdmx_error_detail());
     th_log("  inline put over --max-value: %s", rdmx_error_detail());
     th_fill(rsrc, BIG_VALUE + 1, 42);
-    st = rdmx_kv_put(kv, "limits:v", 8, rsrc, BIG_VALUE + 1, src_mr, NULL,
-                     NULL);
+    st =
+        rdmx_kv_put(kv, "limits:v", 8, rsrc, BIG_VALUE + 1, src_mr, NULL, NULL);
     EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
            "registered value over --max-value: %s (%s)", rdmx_status_name(st),
            rdmx_error_detail());
@@ -1471,10 +1482,9 @@ static void part_limits(void)
     st = rdmx_kv_put(kv, "limits:r", 8, src, 10000, dst_mr, NULL, NULL);
     th_log("  put from memory outside the region given: %s (%s)",
            rdmx_status_name(st), rdmx_error_detail());
-    EXPECT(st == RDMX_ERR_INVALID || st == RDMX_ERR_OUT_OF_RANGE ||
-               st == RDMX_OK,
-           "put from memory outside the region given: %s",
-           rdmx_status_name(st));
+    EXPECT(
+        st == RDMX_ERR_INVALID || st == RDMX_ERR_OUT_OF_RANGE || st == RDMX_OK,
+        "put from memory outside the region given: %s", rdmx_status_name(st));
     EXPECT_OK(rdmx_kv_get(kv, "limits:r", 8, dst, 10000, NULL, &m));
     EXPECT(m.length == 10000 && th_check(dst, 10000, 43) < 0,
            "limits:r changed");
@@ -1524,8 +1534,7 @@ static uint64_t bad_requests(rdmx_channel_t *ch)
     char s[4096];
     size_t len = 0;
 
-    EXPECT_OK(rdmx_call(ch, "kv.stats", NULL, 0, NULL, s, sizeof(s) - 1,
-                        &len));
+    EXPECT_OK(rdmx_call(ch, "kv.stats", NULL, 0, NULL, s, sizeof(s) - 1, &len));
     s[len] = '\0';
     return stat_of(s, "bad_requests");
 }
@@ -1569,8 +1578,7 @@ static void bad(rdmx_channel_t *ch, const char *method, const void *data,
 /* A request the server must refuse (with an error and a message) without
  * harm; whether it counts as a bad request is not checked. */
 static void refused(rdmx_channel_t *ch, const char *method, const void *data,
-                    size_t len, const rdmx_call_params_t *cp,
-                    const char *what)
+                    size_t len, const rdmx_call_params_t *cp, const char *what)
 {
     uint8_t resp[512];
     size_t rl = 0;
@@ -1607,8 +1615,8 @@ static void part_malformed(void)
     for (int i = 0; i < 20; i++) {
         snprintf(key, sizeof(key), "intact:%d", i);
         th_fill(src, (size_t)i * 500, th_seed(51, (uint64_t)i, 0));
-        EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, (size_t)i * 500,
-                              NULL, NULL, NULL));
+        EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, (size_t)i * 500, NULL,
+                              NULL, NULL));
     }
     CHECK_OK(rdmx_channel_create(worker, big.addr, NULL, &ch));
     CHECK_OK(rdmx_channel_wait_ready(ch, 20000 * TH_SLOW));
@@ -1666,8 +1674,7 @@ static void part_malformed(void)
     bad(ch, "kv.mget", p, n, NULL, RDMX_ERR_PROTO, "mget: count 2, one key");
     n = batch_hdr(p, 1);
     n += hdr(p + n, 0, 3, 10);
-    bad(ch, "kv.mget", p, n + 3, NULL, RDMX_ERR_PROTO,
-        "mget: trailing bytes");
+    bad(ch, "kv.mget", p, n + 3, NULL, RDMX_ERR_PROTO, "mget: trailing bytes");
     n = batch_hdr(p, 1);
     p[5] = 1;
     n += hdr(p + n, 0, 3, 10);
@@ -1706,10 +1713,8 @@ static void part_malformed(void)
         if (st == RDMX_OK) {
             EXPECT(rl == 32, "mput answer of %zu bytes", rl);
             item = (int32_t)((uint32_t)resp[0] | (uint32_t)resp[1] << 8 |
-                             (uint32_t)resp[2] << 16 |
-                             (uint32_t)resp[3] << 24);
-            EXPECT(item == RDMX_ERR_PROTO, "mput mode 9: item status %d",
-                   item);
+                             (uint32_t)resp[2] << 16 | (uint32_t)resp[3] << 24);
+            EXPECT(item == RDMX_ERR_PROTO, "mput mode 9: item status %d", item);
         } else {
             EXPECT(st == RDMX_ERR_PROTO, "mput mode 9: %s",
                    rdmx_status_name(st));
@@ -1731,7 +1736,7 @@ static void part_malformed(void)
         cp.field_mask = RDMX_CALL_FIELD_BULK;
         cp.bulk = &b;
         cp.nbulk = 1;
-        n = hdr(p, 0x01, 9, 20000); /* GET into a lent buffer */
+        n = hdr(p, 0x01, 9, 20000);     /* GET into a lent buffer */
         memcpy(p + 32, "intact:19", 9); /* 9500 bytes: RDMA write path */
         b.mr = dst_mr;
         b.offset = REG_OFFSET;
@@ -1768,8 +1773,7 @@ static void part_malformed(void)
         size_t rl = 0;
         n = hdr(p, 0, 8, 0);
         memcpy(p + 32, "intact:1", 8);
-        EXPECT_OK(rdmx_call(ch, "kv.get", p, n, NULL, resp, sizeof(resp),
-                            &rl));
+        EXPECT_OK(rdmx_call(ch, "kv.get", p, n, NULL, resp, sizeof(resp), &rl));
         EXPECT(rl == 32 + 500, "raw get answer of %zu bytes", rl);
     }
     rdmx_channel_destroy(ch);
@@ -1959,8 +1963,7 @@ static void ev_put(rdmx_kv_t *c, const char *fmt, int i, rdmx_status_t want)
 
     snprintf(key, sizeof(key), fmt, i);
     th_fill(src, EV_VALUE, th_seed(71, (uint64_t)key[0], (uint64_t)i));
-    EXPECT_ST(rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL,
-                          NULL),
+    EXPECT_ST(rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL, NULL),
               want);
 }
 
@@ -1983,8 +1986,8 @@ static void ev_check(rdmx_kv_t *c, const char *fmt, int i)
 
     snprintf(key, sizeof(key), fmt, i);
     EXPECT_OK(rdmx_kv_get(c, key, strlen(key), dst, EV_VALUE, NULL, &m));
-    EXPECT(th_check(dst, EV_VALUE, th_seed(71, (uint64_t)key[0],
-                                           (uint64_t)i)) < 0,
+    EXPECT(th_check(dst, EV_VALUE, th_seed(71, (uint64_t)key[0], (uint64_t)i)) <
+               0,
            "%s differs", key);
 }
 
@@ -2116,14 +2119,14 @@ static void part_sigterm(void)
     rdmx_status_t st;
     double t0;
 
-    EXPECT_OK(rdmx_kv_put(kv_short, "term", 4, "x", 1, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "term", 4, "x", 1, NULL, NULL, NULL));
     stop_one(&big, "big");
     t0 = th_now_ms();
     st = rdmx_kv_get(kv_short, "term", 4, buf, sizeof(buf), NULL, &m);
     th_log("  get after the server stopped: %s after %.0f ms (%s)",
            rdmx_status_name(st), th_now_ms() - t0, rdmx_error_detail());
-    EXPECT(st < 0 && st != RDMX_ERR_NOT_FOUND,
-           "get from a stopped server: %s", rdmx_status_name(st));
+    EXPECT(st < 0 && st != RDMX_ERR_NOT_FOUND, "get from a stopped server: %s",
+           rdmx_status_name(st));
     EXPECT(th_now_ms() - t0 < 1000 + 3000.0 * TH_SLOW,
            "get from a stopped server took %.0f ms (timeout 1000)",
            th_now_ms() - t0);

@@ -110,7 +110,16 @@ static void kl_exec(const char *path, char **argv, int in, int out, int err)
         dup2(out, 1);
     if (err >= 0)
         dup2(err, 2);
-    execv(path, argv);
+    /* Others may be relinking the binary right now (a shared build tree):
+     * wait for the linker (ETXTBSY, ENOENT, ENOEXEC, EACCES until it sets
+     * the mode) for up to 10 s. */
+    for (int i = 0; i < 200; i++) {
+        execv(path, argv);
+        if (errno != ETXTBSY && errno != ENOENT && errno != ENOEXEC &&
+            errno != EACCES)
+            break;
+        usleep(50000);
+    }
     fprintf(stderr, "launcher: exec %s: %s\n", path, strerror(errno));
     _exit(127);
 }
@@ -265,8 +274,7 @@ static void kl_do_run(kl_req_t *q, kl_rep_t *r)
     out = open(q->out_path[0] ? q->out_path : "/dev/null",
                O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (q->err_path[0])
-        err = open(q->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                   0600);
+        err = open(q->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (in < 0 || out < 0 || (q->err_path[0] && err < 0)) {
         snprintf(r->text, sizeof(r->text), "open: %s", strerror(errno));
         return;
@@ -307,16 +315,23 @@ static void kl_serve(int fd)
             _exit(0);
         memset(&r, 0, sizeof(r));
         switch (q.op) {
-        case KL_KVD: kl_do_kvd(&q, &r); break;
-        case KL_WAIT: kl_do_wait(&q, &r); break;
-        case KL_RUN: kl_do_run(&q, &r); break;
+        case KL_KVD:
+            kl_do_kvd(&q, &r);
+            break;
+        case KL_WAIT:
+            kl_do_wait(&q, &r);
+            break;
+        case KL_RUN:
+            kl_do_run(&q, &r);
+            break;
         case KL_ALIVE:
             r.ok = 1;
             r.alive = waitpid(q.pid, &r.wstatus, WNOHANG) == 0;
             if (!r.alive)
                 kl_forget(q.pid, r.text, sizeof(r.text));
             break;
-        default: break;
+        default:
+            break;
         }
         if (send(fd, &r, sizeof(r), MSG_NOSIGNAL) != (ssize_t)sizeof(r))
             _exit(0);
@@ -379,8 +394,8 @@ static void kl_args(kl_req_t *q, const char *first, va_list ap)
 /* Start rdmx-kvd listening on @listen (NULL: 127.0.0.1:0, a free port) with
  * the NULL-terminated options that follow. Returns 0, or -1 (with @why) if it
  * exited or printed no address in time. */
-__attribute__((unused)) static int kvd_try_start(kvd_t *k, const char *listen, char *why,
-                         size_t why_size, ...)
+__attribute__((unused)) static int
+kvd_try_start(kvd_t *k, const char *listen, char *why, size_t why_size, ...)
 {
     static kl_req_t q;
     static kl_rep_t r;
@@ -423,8 +438,8 @@ __attribute__((unused)) static int kvd_try_start(kvd_t *k, const char *listen, c
 /* Wait up to @timeout_ms for @k to exit: its wait status; its remaining
  * stdout into @out (may be NULL); how long it took into *ms_p (may be
  * NULL). Fails the test if it does not exit. */
-__attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out, size_t out_size,
-                    double *ms_p)
+__attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out,
+                                            size_t out_size, double *ms_p)
 {
     static kl_req_t q;
     static kl_rep_t r;
@@ -446,7 +461,8 @@ __attribute__((unused)) static int kvd_wait(kvd_t *k, int timeout_ms, char *out,
 
 /* Has @k exited? If so (reaped now): 1, its wait status in *ws_p and the
  * rest of its stdout in @out (both may be NULL). */
-__attribute__((unused)) static int kvd_exited(kvd_t *k, int *ws_p, char *out, size_t out_size)
+__attribute__((unused)) static int kvd_exited(kvd_t *k, int *ws_p, char *out,
+                                              size_t out_size)
 {
     static kl_req_t q;
     static kl_rep_t r;
@@ -500,7 +516,8 @@ __attribute__((unused)) static void kvd_stop(kvd_t *k)
 }
 
 /* "name value" line of a stats text. */
-__attribute__((unused)) static uint64_t stat_of(const char *text, const char *name)
+__attribute__((unused)) static uint64_t stat_of(const char *text,
+                                                const char *name)
 {
     size_t l = strlen(name);
     const char *p = text;
@@ -515,15 +532,15 @@ __attribute__((unused)) static uint64_t stat_of(const char *text, const char *na
 
 /* ---- end of the launcher block ---------------------------------------- */
 
-#define KEY        "torture"
-#define KLEN       (sizeof(KEY) - 1)
-#define MAX_VALUE  (256 * TH_KIB)
-#define HDR        24
-#define MAGIC      ((uint64_t)0x746f72747572ull)
-#define SMALL_CAP  (16 * TH_KIB)
-#define SLACK      256
-#define N_WRITERS  3
-#define N_READERS  3
+#define KEY       "torture"
+#define KLEN      (sizeof(KEY) - 1)
+#define MAX_VALUE (256 * TH_KIB)
+#define HDR       24
+#define MAGIC     ((uint64_t)0x746f72747572ull)
+#define SMALL_CAP (16 * TH_KIB)
+#define SLACK     256
+#define N_WRITERS 3
+#define N_READERS 3
 
 typedef struct {
     uint64_t cas, seed;
@@ -648,8 +665,7 @@ static const char *check_value(const uint8_t *p, size_t len, uint32_t flags,
     if (len < 32) {
         *seed_p = 0;
         if (flags != (uint32_t)len) {
-            snprintf(why, why_size, "%zu-byte value with flags %u", len,
-                     flags);
+            snprintf(why, why_size, "%zu-byte value with flags %u", len, flags);
             return why;
         }
         if ((bad = th_check(p, len, small_seed(len))) >= 0) {
@@ -685,8 +701,8 @@ static const char *check_value(const uint8_t *p, size_t len, uint32_t flags,
     }
     if ((bad = th_check_at(p + HDR, len - HDR, seed, HDR)) >= 0) {
         snprintf(why, why_size,
-                 "%zu-byte value (seed %016" PRIx64 ") wrong at byte %lld",
-                 len, seed, (long long)(bad + HDR));
+                 "%zu-byte value (seed %016" PRIx64 ") wrong at byte %lld", len,
+                 seed, (long long)(bad + HDR));
         return why;
     }
     return NULL;
@@ -794,8 +810,8 @@ static void *reader_main(void *arg)
         dirty[mode] = 0;
         memset(&m, 0, sizeof(m));
         t->ops++;
-        st = rdmx_kv_get(t->kv, KEY, KLEN, p, cap, mode == 0 ? t->mr : NULL,
-                         &m);
+        st =
+            rdmx_kv_get(t->kv, KEY, KLEN, p, cap, mode == 0 ? t->mr : NULL, &m);
         if (st == RDMX_ERR_NOT_FOUND) {
             t->misses++;
             continue;
@@ -810,8 +826,9 @@ static void *reader_main(void *arg)
                 if (p[i] != 0xEE)
                     break;
             if (i <= cap) {
-                tfail(t, "TOO_BIG answer (value %zu > %zu) wrote byte %zu "
-                         "of the buffer",
+                tfail(t,
+                      "TOO_BIG answer (value %zu > %zu) wrote byte %zu "
+                      "of the buffer",
                       m.length, cap, i);
                 break;
             }
@@ -827,8 +844,8 @@ static void *reader_main(void *arg)
         dirty[mode] = off + cap + 1; /* whatever it wrote */
         if (st != RDMX_OK) {
             tfail(t, "get (%s, capacity %zu): %s: %s",
-                  mode == 0 ? "registered" : "plain", cap,
-                  rdmx_status_name(st), rdmx_error_detail());
+                  mode == 0 ? "registered" : "plain", cap, rdmx_status_name(st),
+                  rdmx_error_detail());
             break;
         }
         if (m.length > cap || m.length == 0) {
@@ -849,8 +866,8 @@ static void *reader_main(void *arg)
             break;
         }
         if (m.cas < last_cas) {
-            tfail(t, "version went back from %" PRIu64 " to %" PRIu64,
-                  last_cas, m.cas);
+            tfail(t, "version went back from %" PRIu64 " to %" PRIu64, last_cas,
+                  m.cas);
             break;
         }
         last_cas = m.cas;
@@ -945,8 +962,9 @@ int main(void)
     for (int i = 0; i < N_WRITERS + N_READERS; i++) {
         thr_t *x = &t[i];
         if (x->writer) {
-            th_log("writer %d: %" PRIu64 " puts (%" PRIu64 " RDMA read, %" PRIu64
-                   " inline), %" PRIu64 " deletes, %" PRIu64 " flushes, %.1f MB",
+            th_log("writer %d: %" PRIu64 " puts (%" PRIu64
+                   " RDMA read, %" PRIu64 " inline), %" PRIu64
+                   " deletes, %" PRIu64 " flushes, %.1f MB",
                    x->index, x->puts_rdma + x->puts_inline, x->puts_rdma,
                    x->puts_inline, x->deletes, x->flushes, x->bytes / 1e6);
             writes += x->puts_rdma + x->puts_inline;
@@ -956,8 +974,9 @@ int main(void)
                 obs_add(&all, x->log.v[k].cas, x->log.v[k].seed,
                         x->log.v[k].len);
         } else {
-            th_log("reader %d: %" PRIu64 " gets (%" PRIu64 " RDMA write, %" PRIu64
-                   " inline, %" PRIu64 " too big, %" PRIu64 " misses), %.1f MB",
+            th_log("reader %d: %" PRIu64 " gets (%" PRIu64
+                   " RDMA write, %" PRIu64 " inline, %" PRIu64
+                   " too big, %" PRIu64 " misses), %.1f MB",
                    x->index, x->ops, x->gets_rdma, x->gets_inline, x->too_big,
                    x->misses, x->bytes / 1e6);
             reads += x->ops;
@@ -999,8 +1018,8 @@ int main(void)
     CHECKF(mismatched == 0,
            "%zu reads saw a version with another writer's value", mismatched);
     CHECKF(writes >= 100 * (TH_SANITIZED ? 1 : 5) && reads >= 100,
-           "too little traffic: %" PRIu64 " writes, %" PRIu64 " reads",
-           writes, reads);
+           "too little traffic: %" PRIu64 " writes, %" PRIu64 " reads", writes,
+           reads);
     CHECKF(toobig > 0, "no TOO_BIG answer seen");
 
     /* counters, and no value memory left behind */
