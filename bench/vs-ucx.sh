@@ -20,6 +20,25 @@
 #   send_bw    1 MiB  ucp_am_bw -O 16    bandwidth (MB/s, 10^6 B/s)
 #   put_bw     1 MiB  ucp_put_bw -O 16   bandwidth
 #   get_bw     1 MiB  ucp_get -O 16      bandwidth
+# RPC pairs (rdmx-perf's RPC server with 1 worker, busy polling; one client
+# thread):
+#   rpc_lat    64 B   ucp_am_lat         p50 round trip (us) of a blocking
+#                     call to an echo handler, against 2 x ucp_am_lat's p50
+#                     (ucx_perftest reports one-way latency = RTT / 2)
+#   rpc_rate   64 B   ucp_am_bw -O 32    calls/s with 32 calls in flight
+#                     against ucp_am_bw's overall message rate (one-way
+#                     messages/s; a call is a request and a response)
+#   rpc_bulk   64 MiB ucp_get -O 1       MB/s: a call carrying a descriptor
+#                     of 64 MiB that the handler pulls with a get, then
+#                     answers; one call in flight
+#   rpc_bulk_push 64 MiB ucp_put_bw -O 1 the same, pushed with a put + flush
+# --only also takes "rpc" (the RPC pairs) and "core" (the others).
+# For rpc_lat and rpc_rate a fourth variant runs: bench/ucx_am_rpc.c, the
+# smallest RPC on UCX active messages (the server's AM callback answers each
+# request at once; same payload, no header, peer error handling), compiled
+# here with $CC. It shows what is left for any RPC layer on this machine.
+# Shared memory only: over tcp its round trip came out ~2x ucp_am_lat's (and
+# rdmx's) for a reason not traced, so it is no bound there.
 # put_bw/get_bw: rdmx-perf runs with --flush end, ucx_perftest's method (up to
 # W operations in flight, one flush at the end); --flush window makes it
 # flush after every window instead (rdmx-perf's default).
@@ -31,8 +50,8 @@
 # The machine's speed drifts (see the UCX notes), so each round runs every
 # variant of a pair back to back, rotating which goes first, and the ratio
 # reported is the median over rounds of the per-round ratio rdmx/ucx.
-# Latency: lower is better (ratio < 1: rdmx faster). Bandwidth: higher is
-# better (ratio > 1: rdmx faster). memcpy bandwidth (bench/memcpy_bw.c) is
+# Latency: lower is better (ratio < 1: rdmx faster). Bandwidth and rates:
+# higher is better (ratio > 1: rdmx faster). memcpy bandwidth (bench/memcpy_bw.c) is
 # printed beside the shared-memory figures as the physical limit. Other
 # UCX_* variables in the environment reach both tools and are printed.
 #
@@ -123,21 +142,31 @@ export UCX_WARN_UNUSED_ENV_VARS=n
 
 # --- what runs ---------------------------------------------------------------
 # rdmx test : size : ucx_perftest test : outstanding (-O, -W) : kind
+# kinds: lat (p50 one-way us), rtt (p50 round trip us; ucx: 2 x one-way),
+#        rate (rdmx calls/s; ucx messages/s), bw and bulk (MB/s)
 PAIRS="send_lat:8:ucp_am_lat:1:lat
 put_lat:8:ucp_put_lat:1:lat
 atomic_lat:8:ucp_fadd:1:lat
 send_bw:1048576:ucp_am_bw:16:bw
 put_bw:1048576:ucp_put_bw:16:bw
-get_bw:1048576:ucp_get:16:bw"
+get_bw:1048576:ucp_get:16:bw
+rpc_lat:64:ucp_am_lat:1:rtt
+rpc_rate:64:ucp_am_bw:32:rate
+rpc_bulk:67108864:ucp_get:1:bulk
+rpc_bulk_push:67108864:ucp_put_bw:1:bulk"
 
 # Iterations and warm-up per transport and kind, the same for both tools.
 iters_for() { # transport kind -> "N W"
     local n w
     case "$1:$2" in
-    shm:lat) n=100000 w=10000 ;;
+    shm:lat | shm:rtt) n=100000 w=10000 ;;
     shm:bw) n=4000 w=400 ;;
-    tcp:lat) n=10000 w=1000 ;;
+    shm:rate) n=500000 w=50000 ;;
+    shm:bulk) n=50 w=5 ;;
+    tcp:lat | tcp:rtt) n=10000 w=1000 ;;
     tcp:bw) n=400 w=40 ;;
+    tcp:rate) n=100000 w=10000 ;;
+    tcp:bulk) n=20 w=2 ;;
     esac
     if [ "$QUICK" = 1 ]; then
         n=$((n / 4)) w=$((w / 4))
@@ -155,6 +184,10 @@ tls_for() {
 selected() { # test -> 0 if selected by --only
     [ -z "$ONLY" ] && return 0
     case ",$ONLY," in *",$1,"*) return 0 ;; esac
+    case "$1" in
+    rpc_*) case ",$ONLY," in *",rpc,"*) return 0 ;; esac ;;
+    *) case ",$ONLY," in *",core,"*) return 0 ;; esac ;;
+    esac
     return 1
 }
 
@@ -210,6 +243,14 @@ load_note() { # when -> a line on the machine's load
     else
         echo "# CPU load from other processes ($1): ${busy}%"
     fi
+    # PSI: share of the last 60 s in which some task waited for a CPU. After
+    # the run it covers the run's last minute: both tools busy-poll on the
+    # two CPUs, so anything above a few percent is someone else's work
+    # taking turns with them.
+    if [ -r /proc/pressure/cpu ]; then
+        echo "# CPU pressure ($1, PSI some avg60): $(sed -n \
+            's/^some avg10=[0-9.]* avg60=\([0-9.]*\).*/\1/p' /proc/pressure/cpu)%"
+    fi
 }
 
 json_field() { # name json-line -> value
@@ -240,11 +281,11 @@ run_rdmx() { # transport test size iters warmup window kind
     wait "$SERVER_PID" || die "rdmx-perf server failed: $(cat "$WORK/rs.err")"
     SERVER_PID=""
     line=$(grep '^{' "$WORK/rc.out" | tail -1 || true)
-    if [ "$kind" = lat ]; then
-        VAL=$(json_field p50_us "$line")
-    else
-        VAL=$(json_field mb_per_s "$line")
-    fi
+    case "$kind" in
+    lat | rtt) VAL=$(json_field p50_us "$line") ;; # rpc_lat: a round trip
+    rate) VAL=$(json_field calls_per_s "$line") ;;
+    *) VAL=$(json_field mb_per_s "$line") ;;
+    esac
 }
 
 # ucx_perftest pair half: leaves the metric (p50 us or MB/s) in VAL.
@@ -280,19 +321,66 @@ run_ucx() { # transport errmode(0|1) test size iters warmup outstanding kind
     fi
     wait "$SERVER_PID" || true
     SERVER_PID=""
-    # CSV: iters,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw(MiB/s),...
+    # CSV: iters,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw(MiB/s),
+    #      avg_mr,overall_mr (messages/s). *_lat latencies are one-way: the
+    #      p50 of per-iteration round trips divided by 2 (libperf.c,
+    #      ucx_perf_calc_result: factor 2 for ping-pong tests).
     line=$(grep -E '^ *[0-9]+,' "$WORK/uc.out" | tail -1 || true)
     [ -n "$line" ] || die "ucx_perftest $test: no result: $(cat "$WORK/uc.out")"
-    if [ "$kind" = lat ]; then
-        VAL=$(awk -F, '{print $2}' <<<"$line")
+    case "$kind" in
+    lat) VAL=$(awk -F, '{print $2}' <<<"$line") ;;
+    rtt) VAL=$(awk -F, '{printf "%.4f\n", 2 * $2}' <<<"$line") ;;
+    rate) VAL=$(awk -F, '{print $8}' <<<"$line") ;;
+    *) VAL=$(awk -F, '{printf "%.2f\n", $6 * 1.048576}' <<<"$line") ;;
+    esac
+}
+
+# ucx_am_rpc half (rpc_lat, rpc_rate): leaves p50 RTT us or calls/s in VAL.
+run_amrpc() { # transport size iters warmup window kind
+    local tr=$1 size=$2 n=$3 w=$4 win=$5 kind=$6 port line attempt
+    local -a env=(UCX_TLS="$(tls_for "$tr")" UCX_MM_ERROR_HANDLING=y)
+    if [ "$tr" = shm ]; then
+        env+=(UCX_TCP_PUT_ENABLE=n)
+    fi
+    for attempt in 1 2 3; do
+        port=$(free_port)
+        env "${env[@]}" "$WORK/ucx_am_rpc" -l "$port" -e \
+            >"$WORK/as.out" 2>"$WORK/as.err" &
+        SERVER_PID=$!
+        wait_listen "$port" "$SERVER_PID" && break
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+        if [ "$attempt" = 3 ]; then
+            die "ucx_am_rpc server did not start: $(cat "$WORK/as.err")"
+        fi
+    done
+    if ! env "${env[@]}" "$WORK/ucx_am_rpc" "127.0.0.1:$port" -e \
+        -t "$([ "$kind" = rtt ] && echo lat || echo rate)" -s "$size" \
+        -n "$n" -w "$w" -W "$win" >"$WORK/ac.out" 2>"$WORK/ac.err"; then
+        die "ucx_am_rpc ($tr) failed: $(cat "$WORK/ac.err")"
+    fi
+    wait "$SERVER_PID" || true
+    SERVER_PID=""
+    line=$(grep '^ucx_am_rpc ' "$WORK/ac.out" | tail -1 || true)
+    if [ "$kind" = rtt ]; then
+        VAL=$(sed -n 's/.* p50_us=\([0-9.]*\).*/\1/p' <<<"$line")
     else
-        VAL=$(awk -F, '{printf "%.2f\n", $6 * 1.048576}' <<<"$line")
+        VAL=$(sed -n 's/.* calls_per_s=\([0-9.]*\).*/\1/p' <<<"$line")
     fi
 }
 
 # --- run ---------------------------------------------------------------------
 "$CC" -O2 -std=c11 -o "$WORK/memcpy_bw" "$ROOT/bench/memcpy_bw.c" ||
     die "cannot compile bench/memcpy_bw.c"
+AMRPC=0
+if "$CC" -O2 -o "$WORK/ucx_am_rpc" "$ROOT/bench/ucx_am_rpc.c" -lucp -lucs \
+    2>"$WORK/amrpc.cc"; then
+    AMRPC=1
+else
+    echo "# note: cannot compile bench/ucx_am_rpc.c (libucx-dev?); no am-rpc" \
+        "reference" >&2
+fi
 
 ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' |
     head -1)
@@ -313,10 +401,15 @@ for ((r = 0; r < ROUNDS; r++)); do
         while IFS=: read -r test size utest outst kind; do
             selected "$test" || continue
             read -r n w < <(iters_for "$tr" "$kind")
-            win=$([ "$kind" = bw ] && echo "$outst" || echo 16)
+            win=$([ "$kind" = lat ] && echo 16 || echo "$outst")
             # rotate the order of the three variants from round to round
-            for k in 0 1 2; do
-                v=$(((k + r) % 3))
+            nv=3
+            if [ "$AMRPC" = 1 ] && [ "$tr" = shm ] &&
+                { [ "$kind" = rtt ] || [ "$kind" = rate ]; }; then
+                nv=4
+            fi
+            for ((k = 0; k < nv; k++)); do
+                v=$(((k + r) % nv))
                 VAL=""
                 case $v in
                 0) run_rdmx "$tr" "$test" "$size" "$n" "$w" "$win" "$kind" ;;
@@ -324,6 +417,7 @@ for ((r = 0; r < ROUNDS; r++)); do
                     "$kind" ;;
                 2) run_ucx "$tr" 0 "$utest" "$size" "$n" "$w" "$outst" \
                     "$kind" ;;
+                3) run_amrpc "$tr" "$size" "$n" "$w" "$outst" "$kind" ;;
                 esac
                 [ -n "$VAL" ] || die "no value for $test ($tr, variant $v)"
                 # zero-padded round: join(1) needs the keys sorted as text
@@ -354,9 +448,21 @@ verdict() { # test ratio -> target status
     awk -v t="$1" -v q="$2" 'BEGIN {
         if (t == "send_lat")
             print (q <= 1.2 ? "met (<=1.2)" : "MISSED (<=1.2)");
-        else if (t == "put_bw" || t == "get_bw")
+        else if (t == "rpc_lat")
+            print (q <= 1.3 ? "met (<=1.3)" : "MISSED (<=1.3)");
+        else if (t == "rpc_rate")
+            print (q >= 0.7 ? "met (>=0.7)" : "MISSED (>=0.7)");
+        else if (t == "put_bw" || t == "get_bw" || t == "rpc_bulk")
             print (q >= 0.9 ? "met (>=0.9)" : "MISSED (>=0.9)");
         else print "-" }'
+}
+metric_of() { # kind -> label
+    case "$1" in
+    lat) echo "p50 us" ;;
+    rtt) echo "RTT us" ;;
+    rate) echo "1/s" ;;
+    *) echo "MB/s" ;;
+    esac
 }
 
 echo
@@ -364,8 +470,17 @@ echo "ratio = median over rounds of rdmx/ucx_perftest in the same round."
 echo "latency: p50 in us (one-way for the *_lat ping-pongs); lower is better,"
 echo "  ratio < 1 = rdmx faster."
 echo "bandwidth: MB/s (10^6 B/s); higher is better, ratio > 1 = rdmx faster."
+echo "rpc_lat: p50 round trip of a blocking call (us) against 2 x ucp_am_lat's"
+echo "  p50 one-way latency (ucx_perftest halves its round trips); lower is"
+echo "  better."
+echo "rpc_rate: calls/s (each a request and a response) against ucp_am_bw's"
+echo "  one-way messages/s (its overall msgrate column); higher is better."
+echo "rpc_bulk(_push): MB/s of one 64 MiB call at a time against ucp_get"
+echo "  (ucp_put_bw) -O 1; higher is better."
 echo "ucx -e: ucx_perftest with peer error handling, the mode rdmx uses;"
 echo "ucx: ucx_perftest without it. Targets are judged against ucx -e."
+echo "am-rpc: bench/ucx_am_rpc.c (request/response on bare UCX AM, -e) for"
+echo "  rpc_lat (p50 RTT) and rpc_rate (calls/s), and rdmx's ratio to it."
 for tr in $TRANSPORTS; do
     echo
     if [ "$tr" = shm ]; then
@@ -375,8 +490,9 @@ for tr in $TRANSPORTS; do
     else
         echo "== tcp loopback (UCX_TLS=$(tls_for tcp))"
     fi
-    printf "%-10s %8s %-7s %10s %10s %7s %10s %7s  %s\n" test size metric \
-        rdmx "ucx -e" ratio ucx ratio "target (vs ucx -e)"
+    printf "%-13s %8s %-7s %10s %10s %7s %10s %7s %10s %7s  %s\n" test \
+        size metric rdmx "ucx -e" ratio ucx ratio am-rpc ratio \
+        "target (vs ucx -e)"
     while IFS=: read -r test size utest outst kind; do
         selected "$test" || continue
         [ -f "$WORK/$tr.$test.0" ] || continue
@@ -385,19 +501,33 @@ for tr in $TRANSPORTS; do
         m2=$(awk '{print $2}' "$WORK/$tr.$test.2" | median)
         q1=$(ratio_median "$tr" "$test" 1)
         q2=$(ratio_median "$tr" "$test" 2)
-        metric=$([ "$kind" = lat ] && echo "p50 us" || echo "MB/s")
-        printf "%-10s %8s %-7s %10.3f %10.3f %7.3f %10.3f %7.3f  %s\n" \
-            "$test" "$size" "$metric" "$m0" "$m1" "$q1" "$m2" "$q2" \
+        metric=$(metric_of "$kind")
+        if [ "$kind" = rate ]; then fmt="%10.0f"; else fmt="%10.3f"; fi
+        if [ -f "$WORK/$tr.$test.3" ]; then
+            m3=$(awk '{print $2}' "$WORK/$tr.$test.3" | median)
+            q3=$(ratio_median "$tr" "$test" 3)
+            ref=$(printf "$fmt %7.3f" "$m3" "$q3")
+        else
+            ref=$(printf "%10s %7s" - -)
+        fi
+        printf "%-13s %8s %-7s $fmt $fmt %7.3f $fmt %7.3f %s  %s\n" \
+            "$test" "$size" "$metric" "$m0" "$m1" "$q1" "$m2" "$q2" "$ref" \
             "$(verdict "$test" "$q1")"
     done <<<"$PAIRS"
-    echo "per round (rdmx/ucx -e/ucx):"
+    echo "per round (rdmx/ucx -e/ucx[/am-rpc]):"
     while IFS=: read -r test size utest outst kind; do
         selected "$test" || continue
         [ -f "$WORK/$tr.$test.0" ] || continue
-        printf "  %-10s" "$test"
-        join "$WORK/$tr.$test.0" "$WORK/$tr.$test.1" |
-            join - "$WORK/$tr.$test.2" |
-            awk '{printf " %s/%s/%s", $2, $3, $4} END {print ""}'
+        printf "  %-13s" "$test"
+        if [ -f "$WORK/$tr.$test.3" ]; then
+            join "$WORK/$tr.$test.0" "$WORK/$tr.$test.1" |
+                join - "$WORK/$tr.$test.2" | join - "$WORK/$tr.$test.3" |
+                awk '{printf " %s/%s/%s/%s", $2, $3, $4, $5} END {print ""}'
+        else
+            join "$WORK/$tr.$test.0" "$WORK/$tr.$test.1" |
+                join - "$WORK/$tr.$test.2" |
+                awk '{printf " %s/%s/%s", $2, $3, $4} END {print ""}'
+        fi
     done <<<"$PAIRS"
 done
 echo

@@ -31,6 +31,30 @@
  *               exactly ucx_perftest's ucp_put_bw / ucp_get with -O W.
  *   get_lat     one get at a time; the latency of each get (ucp_get -O 1).
  *   atomic_lat  one 64-bit fetch-and-add at a time (ucp_fadd -O 1).
+ * RPC tests (rdmx_rpc_server_* on the server, channels on the client):
+ *   rpc_lat     blocking round trips (rdmx_call) of SIZE bytes (default 64)
+ *               to an "echo" handler that returns its request; the latency
+ *               columns are whole round trips (not halved).
+ *   rpc_rate    calls per second with W calls in flight (rdmx_call_nb,
+ *               default W 32) to the same handler; with -T N, N client
+ *               threads each with its own worker and channel.
+ *   rpc_bulk    a call carrying a bulk descriptor of SIZE bytes (default
+ *               64 MiB) of the client's memory; the handler pulls it with
+ *               rdmx_get_nb and then answers. GB/s of payload moved.
+ *   rpc_bulk_push  the same, the handler pushes SIZE bytes into the
+ *               client's memory with rdmx_put_nb, flushes, then answers.
+ *               With one call in flight the client checks a token in the
+ *               first and last 8 bytes that moved.
+ * For these the server starts an RPC server on another port for the test
+ * only (--server-workers, --poll; busy polling by default) and sleeps on its
+ * control connection meanwhile, so that its CPU belongs to the RPC workers;
+ * the client's control thread sleeps too. -n is per client thread; calls/s
+ * are over all threads, from the first thread's start to the last one's
+ * end. --rpc-only runs an RPC server alone (server) or connects the
+ * channels straight to one (client), for several client processes against
+ * one server. The rpc_bulk* channels allow 30 s of silence before declaring
+ * the server down (default 1 s): a worker copying a large buffer inside a
+ * handler answers no heartbeat meanwhile.
  * All buffers on both sides come from rdmx_mem_alloc(), which like
  * ucx_perftest's "-m host" maps memory with UCP_MEM_MAP_ALLOCATE. Each side
  * has a send and a receive buffer of SIZE bytes, as in ucx_perftest, and
@@ -47,9 +71,11 @@
 #include <rdmx/rdmx.h>
 
 #include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -71,6 +97,10 @@ typedef enum {
     TEST_GET_LAT,
     TEST_GET_BW,
     TEST_ATOMIC_LAT,
+    TEST_RPC_LAT,
+    TEST_RPC_RATE,
+    TEST_RPC_BULK,
+    TEST_RPC_BULK_PUSH,
     TEST_COUNT
 } test_id_t;
 
@@ -78,6 +108,9 @@ static const struct {
     const char *name;
     bool bw;       /* window test: per-window times, MB/s */
     bool pingpong; /* one-way latency = round trip / 2 */
+    bool rpc;      /* runs over an RPC server and channels */
+    size_t size;   /* default size (0: the global default, 8 B) */
+    uint64_t window; /* default window (0: DEFAULT_WINDOW or 1) */
 } g_tests[TEST_COUNT] = {
     [TEST_SEND_LAT] = {"send_lat", false, true},
     [TEST_SEND_BW] = {"send_bw", true, false},
@@ -86,7 +119,20 @@ static const struct {
     [TEST_GET_LAT] = {"get_lat", false, false},
     [TEST_GET_BW] = {"get_bw", true, false},
     [TEST_ATOMIC_LAT] = {"atomic_lat", false, false},
+    [TEST_RPC_LAT] = {"rpc_lat", false, false, true, 64, 1},
+    [TEST_RPC_RATE] = {"rpc_rate", true, false, true, 64, 32},
+    [TEST_RPC_BULK] = {"rpc_bulk", false, false, true, 64u << 20, 1},
+    [TEST_RPC_BULK_PUSH] = {"rpc_bulk_push", false, false, true, 64u << 20,
+                            1},
 };
+
+/* RPC handler names (the server registers them all). */
+#define RPC_ECHO "perf.echo"
+#define RPC_PULL "perf.pull"
+#define RPC_PUSH "perf.push"
+#define RPC_INFO "perf.info"
+#define RPC_MAX_WORKERS 64
+#define RPC_MAX_THREADS 256
 
 #define MAX_SIZES         64
 #define DEFAULT_WINDOW    16
@@ -110,6 +156,12 @@ typedef struct {
     bool once;
     bool flush_windows; /* put_bw/get_bw: flush per window (else at end) */
     unsigned timeout_s;
+    bool sizes_set;  /* -s or -a given: RPC tests use them too */
+    bool window_set; /* -W given */
+    unsigned threads; /* RPC client threads (-T), default 1 */
+    unsigned server_workers; /* RPC server workers; 0: the default (1) */
+    int poll;        /* rdmx_rpc_poll_t; -1: the default (busy) */
+    bool rpc_only;   /* server: an RPC server alone; client: no control */
 } opts_t;
 
 /* ------------------------------------------------------------------------ */
@@ -118,7 +170,7 @@ typedef struct {
 
 /* Little-endian, fixed layout; both ends are this program. */
 #define CTRL_MAGIC 0x50584452u /* "RDXP" */
-#define CTRL_HDR   56
+#define CTRL_HDR   88
 #define CTRL_MAX   1024
 
 enum {
@@ -140,6 +192,16 @@ typedef struct {
     uint64_t warmup;
     uint64_t window;
     uint32_t desc_len;
+    /* RPC tests. TEST: server workers (0: the server's default), poll mode
+     * (UINT32_MAX: default), client threads. REPLY: the workers and poll
+     * mode in use and the RPC server's port. DONE_ACK: requests the server
+     * answered (stat) and error responses it sent (stat2). */
+    uint32_t workers;
+    uint32_t poll;
+    uint32_t rpc_port;
+    uint32_t threads;
+    uint64_t stat;
+    uint64_t stat2;
     const unsigned char *desc; /* points into the receive buffer */
 } ctrl_t;
 
@@ -188,6 +250,12 @@ static size_t ctrl_encode(const ctrl_t *c, unsigned char *buf)
     put_le64(buf + 36, c->warmup);
     put_le64(buf + 44, c->window);
     put_le32(buf + 52, c->desc_len);
+    put_le32(buf + 56, c->workers);
+    put_le32(buf + 60, c->poll);
+    put_le32(buf + 64, c->rpc_port);
+    put_le32(buf + 68, c->threads);
+    put_le64(buf + 72, c->stat);
+    put_le64(buf + 80, c->stat2);
     return CTRL_HDR + c->desc_len; /* descriptor bytes follow, if any */
 }
 
@@ -205,6 +273,12 @@ static bool ctrl_decode(const unsigned char *buf, size_t len, ctrl_t *c)
     c->warmup = get_le64(buf + 36);
     c->window = get_le64(buf + 44);
     c->desc_len = get_le32(buf + 52);
+    c->workers = get_le32(buf + 56);
+    c->poll = get_le32(buf + 60);
+    c->rpc_port = get_le32(buf + 64);
+    c->threads = get_le32(buf + 68);
+    c->stat = get_le64(buf + 72);
+    c->stat2 = get_le64(buf + 80);
     c->desc = buf + CTRL_HDR;
     return (size_t)CTRL_HDR + c->desc_len <= len;
 }
@@ -246,6 +320,10 @@ typedef struct {
     uint64_t ack_buf[ACK_RING];
     uint64_t *ack_time; /* client send_bw: when each window's ack arrived */
     uint64_t atomic_old;
+
+    /* Server: options and the host to run RPC servers on. */
+    const opts_t *opts;
+    char host[256];
 } perf_t;
 
 static uint64_t now_ns(void)
@@ -720,6 +798,441 @@ static int server_put_lat(perf_t *p, uint64_t total)
     return wait_done(p, &p->rma, p->rma.posted, what);
 }
 
+/* ------------------------------------------------------------------------ */
+/* RPC server                                                               */
+/* ------------------------------------------------------------------------ */
+
+static const char *poll_name(int poll)
+{
+    switch (poll) {
+    case RDMX_RPC_POLL_ADAPTIVE:
+        return "adaptive";
+    case RDMX_RPC_POLL_BUSY:
+        return "busy";
+    case RDMX_RPC_POLL_SLEEP:
+        return "sleep";
+    default:
+        return "?";
+    }
+}
+
+/* A bulk transfer a handler started; kept on its worker's free list. */
+typedef struct bulk_op {
+    struct bulk_op *next;
+    rdmx_rpc_req_t *req;
+    struct rpc_srv *srv;
+    unsigned wi;
+    size_t len;
+} bulk_op_t;
+
+/* The handlers' state. Each server worker has its own bulk buffer and free
+ * list, touched only by that worker's thread (its handlers run there). */
+typedef struct rpc_srv {
+    rdmx_context_t *ctx;
+    rdmx_rpc_server_t *srv;
+    unsigned workers;
+    rdmx_rpc_poll_t poll;
+    char info[128]; /* perf.info's answer */
+    struct {
+        rdmx_mr_t *mr;
+        size_t len;
+        bulk_op_t *free_ops;
+    } w[RPC_MAX_WORKERS];
+} rpc_srv_t;
+
+/* perf.echo: answer with the request. */
+static void h_echo(rdmx_rpc_req_t *req, void *arg)
+{
+    size_t len;
+    const void *data = rdmx_rpc_req_data(req, &len);
+
+    (void)arg;
+    rdmx_rpc_respond(req, data, len);
+}
+
+/* perf.info: "transport=T workers=N poll=P" */
+static void h_info(rdmx_rpc_req_t *req, void *arg)
+{
+    rpc_srv_t *s = arg;
+
+    rdmx_rpc_respond(req, s->info, strlen(s->info));
+}
+
+/* Worker @p wi's bulk buffer, at least @p len bytes. The test's size is
+ * allocated before the server starts; this only grows it for a larger
+ * request (--rpc-only servers). */
+static rdmx_mr_t *bulk_buffer(rpc_srv_t *s, unsigned wi, size_t len)
+{
+    size_t want = len < 16 ? 16 : len;
+
+    if (s->w[wi].len < want) {
+        if (s->w[wi].mr) {
+            rdmx_mem_deregister(s->w[wi].mr);
+        }
+        s->w[wi].mr = NULL;
+        s->w[wi].len = 0;
+        if (rdmx_mem_alloc(s->ctx, want, RDMX_ACCESS_ALL, &s->w[wi].mr) !=
+            RDMX_OK) {
+            s->w[wi].mr = NULL;
+            return NULL;
+        }
+        s->w[wi].len = want;
+    }
+    return s->w[wi].mr;
+}
+
+static bulk_op_t *bulk_op_get(rpc_srv_t *s, rdmx_rpc_req_t *req, size_t len)
+{
+    unsigned wi = rdmx_rpc_req_worker(req);
+    bulk_op_t *op;
+
+    if (wi >= RPC_MAX_WORKERS || bulk_buffer(s, wi, len) == NULL) {
+        return NULL;
+    }
+    op = s->w[wi].free_ops;
+    if (op != NULL) {
+        s->w[wi].free_ops = op->next;
+    } else if ((op = malloc(sizeof(*op))) == NULL) {
+        return NULL;
+    }
+    op->req = req;
+    op->srv = s;
+    op->wi = wi;
+    op->len = len;
+    return op;
+}
+
+static void bulk_op_put(bulk_op_t *op)
+{
+    rpc_srv_t *s = op->srv;
+
+    op->next = s->w[op->wi].free_ops;
+    s->w[op->wi].free_ops = op;
+}
+
+static unsigned char *bulk_addr(const bulk_op_t *op)
+{
+    return rdmx_mr_addr(op->srv->w[op->wi].mr);
+}
+
+/* The request's descriptor 0, or an error answer (then NULL). */
+static rdmx_rmem_t *req_bulk0(rdmx_rpc_req_t *req)
+{
+    rdmx_rmem_t *rm;
+    rdmx_status_t st;
+
+    if (rdmx_rpc_req_bulk_count(req) != 1) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_INVALID,
+                               "expected 1 bulk descriptor, got %u",
+                               rdmx_rpc_req_bulk_count(req));
+        return NULL;
+    }
+    st = rdmx_rpc_req_bulk(req, 0, &rm);
+    if (st != RDMX_OK) {
+        rdmx_rpc_respond_error(req, st, "bulk descriptor: %s",
+                               rdmx_error_detail());
+        return NULL;
+    }
+    return rm;
+}
+
+/* pull done: answer with the first and last 8 bytes that arrived (the
+ * client checks them when it has one call in flight). */
+static void pull_done(rdmx_status_t status, size_t length, void *arg)
+{
+    bulk_op_t *op = arg;
+    const unsigned char *b = bulk_addr(op);
+    unsigned char out[16];
+
+    (void)length;
+    if (status != RDMX_OK) {
+        rdmx_rpc_respond_error(op->req, status, "bulk get: %s",
+                               rdmx_strerror(status));
+    } else {
+        memcpy(out, b, 8);
+        memcpy(out + 8, b + op->len - 8, 8);
+        rdmx_rpc_respond(op->req, out, op->len >= 8 ? sizeof(out) : 0);
+    }
+    bulk_op_put(op);
+}
+
+/* perf.pull: get the caller's descriptor 0 (READ) into this worker's
+ * buffer, then answer. */
+static void h_pull(rdmx_rpc_req_t *req, void *arg)
+{
+    rpc_srv_t *s = arg;
+    rdmx_rmem_t *rm = req_bulk0(req);
+    bulk_op_t *op;
+    rdmx_status_t st;
+    size_t len;
+
+    if (rm == NULL) {
+        return;
+    }
+    len = (size_t)rdmx_rmem_length(rm);
+    if ((op = bulk_op_get(s, req, len)) == NULL) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY,
+                               "no buffer of %zu bytes", len);
+        return;
+    }
+    st = rdmx_get_nb(rdmx_rpc_req_ep(req), bulk_addr(op), len,
+                     s->w[op->wi].mr, rm, 0, pull_done, op);
+    if (st == RDMX_OK) {
+        pull_done(RDMX_OK, len, op);
+    } else if (st != RDMX_INPROGRESS) {
+        rdmx_rpc_respond_error(req, st, "bulk get: %s", rdmx_error_detail());
+        bulk_op_put(op);
+    }
+}
+
+static void push_flushed(rdmx_status_t status, size_t length, void *arg)
+{
+    bulk_op_t *op = arg;
+
+    (void)length;
+    if (status != RDMX_OK) {
+        rdmx_rpc_respond_error(op->req, status, "flush after the bulk put: %s",
+                               rdmx_strerror(status));
+    } else {
+        rdmx_rpc_respond(op->req, NULL, 0);
+    }
+    bulk_op_put(op);
+}
+
+/* The put completed locally: flush, so that the data is at the caller
+ * before the answer (UCX orders neither put and message nor lanes). */
+static void push_put_done(rdmx_status_t status, size_t length, void *arg)
+{
+    bulk_op_t *op = arg;
+    rdmx_status_t st;
+
+    (void)length;
+    if (status != RDMX_OK) {
+        rdmx_rpc_respond_error(op->req, status, "bulk put: %s",
+                               rdmx_strerror(status));
+        bulk_op_put(op);
+        return;
+    }
+    st = rdmx_ep_flush_nb(rdmx_rpc_req_ep(op->req), push_flushed, op);
+    if (st == RDMX_OK) {
+        push_flushed(RDMX_OK, 0, op);
+    } else if (st != RDMX_INPROGRESS) {
+        push_flushed(st, 0, op);
+    }
+}
+
+/* perf.push: payload u64 token; write the token into the first and last 8
+ * bytes of this worker's buffer, put it into the caller's descriptor 0
+ * (WRITE), flush, answer. */
+static void h_push(rdmx_rpc_req_t *req, void *arg)
+{
+    rpc_srv_t *s = arg;
+    rdmx_rmem_t *rm = req_bulk0(req);
+    const void *token;
+    size_t tlen, len;
+    bulk_op_t *op;
+    rdmx_status_t st;
+
+    if (rm == NULL) {
+        return;
+    }
+    token = rdmx_rpc_req_data(req, &tlen);
+    len = (size_t)rdmx_rmem_length(rm);
+    if ((op = bulk_op_get(s, req, len)) == NULL) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY,
+                               "no buffer of %zu bytes", len);
+        return;
+    }
+    if (tlen == 8 && len >= 8) {
+        memcpy(bulk_addr(op), token, 8);
+        memcpy(bulk_addr(op) + len - 8, token, 8);
+    }
+    st = rdmx_put_nb(rdmx_rpc_req_ep(req), bulk_addr(op), len,
+                     s->w[op->wi].mr, rm, 0, push_put_done, op);
+    if (st == RDMX_OK) {
+        push_put_done(RDMX_OK, len, op);
+    } else if (st != RDMX_INPROGRESS) {
+        rdmx_rpc_respond_error(req, st, "bulk put: %s", rdmx_error_detail());
+        bulk_op_put(op);
+    }
+}
+
+/* Start an RPC server on @p address with the perf handlers. @p bulk > 0
+ * allocates each worker's bulk buffer up front. */
+static int rpc_srv_start(rpc_srv_t *s, rdmx_context_t *ctx,
+                         const char *address, unsigned workers,
+                         rdmx_rpc_poll_t poll, size_t bulk, size_t max_message,
+                         unsigned credits)
+{
+    rdmx_rpc_server_params_t sp = {
+        .field_mask = RDMX_RPC_SERVER_FIELD_ADDRESS |
+                      RDMX_RPC_SERVER_FIELD_WORKERS |
+                      RDMX_RPC_SERVER_FIELD_POLL |
+                      RDMX_RPC_SERVER_FIELD_MAX_MESSAGE |
+                      RDMX_RPC_SERVER_FIELD_CREDITS,
+        .address = address,
+        .workers = workers,
+        .poll = poll,
+        .max_message = max_message,
+        .credits = credits,
+    };
+    rdmx_status_t st;
+
+    memset(s, 0, sizeof(*s));
+    s->ctx = ctx;
+    s->workers = workers;
+    s->poll = poll;
+    snprintf(s->info, sizeof(s->info), "transport=%s workers=%u poll=%s",
+             rdmx_transport_name(rdmx_context_transport(ctx)), workers,
+             poll_name(poll));
+    if (workers == 0 || workers > RPC_MAX_WORKERS) {
+        return fail_msg("bad number of server workers");
+    }
+    for (unsigned i = 0; bulk > 0 && i < workers; i++) {
+        if (bulk_buffer(s, i, bulk) == NULL) {
+            return fail("allocate the RPC server's bulk buffers",
+                        RDMX_ERR_NO_MEMORY);
+        }
+    }
+    st = rdmx_rpc_server_create(ctx, &sp, &s->srv);
+    if (st != RDMX_OK) {
+        return fail("create the RPC server", st);
+    }
+    if ((st = rdmx_rpc_server_register(s->srv, RPC_ECHO, h_echo, s,
+                                       RDMX_RPC_IDEMPOTENT)) != RDMX_OK ||
+        (st = rdmx_rpc_server_register(s->srv, RPC_INFO, h_info, s,
+                                       RDMX_RPC_IDEMPOTENT)) != RDMX_OK ||
+        (st = rdmx_rpc_server_register(s->srv, RPC_PULL, h_pull, s, 0)) !=
+            RDMX_OK ||
+        (st = rdmx_rpc_server_register(s->srv, RPC_PUSH, h_push, s, 0)) !=
+            RDMX_OK) {
+        return fail("register the RPC handlers", st);
+    }
+    st = rdmx_rpc_server_start(s->srv);
+    if (st != RDMX_OK) {
+        char what[300];
+
+        snprintf(what, sizeof(what), "start the RPC server on %s", address);
+        return fail(what, st);
+    }
+    return 0;
+}
+
+static void rpc_srv_stop(rpc_srv_t *s, rdmx_rpc_server_stats_t *stats)
+{
+    if (s->srv != NULL) {
+        if (stats != NULL) {
+            rdmx_rpc_server_stats(s->srv, stats);
+        }
+        rdmx_rpc_server_destroy(s->srv);
+        s->srv = NULL;
+    }
+    for (unsigned i = 0; i < RPC_MAX_WORKERS; i++) {
+        while (s->w[i].free_ops != NULL) {
+            bulk_op_t *op = s->w[i].free_ops;
+            s->w[i].free_ops = op->next;
+            free(op);
+        }
+        if (s->w[i].mr != NULL) {
+            rdmx_mem_deregister(s->w[i].mr);
+            s->w[i].mr = NULL;
+            s->w[i].len = 0;
+        }
+    }
+}
+
+/* "host:port", with brackets for an IPv6 host. */
+static void format_address(char *out, size_t cap, const char *host,
+                           unsigned port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+
+    snprintf(out, cap, "%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "",
+             port);
+}
+
+/* Wait for a control message while sleeping on the worker's fd: during an
+ * RPC test this process's CPU time belongs to the RPC server's workers. */
+static int ctrl_wait_idle(perf_t *p, ctrl_t *c, const char *what)
+{
+    while (p->ctrl_rx_ops.done < p->ctrl_rx_ops.posted) {
+        if (p->conn_status != RDMX_OK) {
+            return conn_failed(p, what);
+        }
+        rdmx_worker_wait(p->worker, 100);
+    }
+    if (p->ctrl_rx_ops.err != RDMX_OK) {
+        return fail_status(what, p->ctrl_rx_ops.err);
+    }
+    if (!ctrl_decode(p->ctrl_rx, p->ctrl_rx_ops.last_length, c)) {
+        return fail_msg("malformed control message");
+    }
+    return 0;
+}
+
+/* The server half of an RPC test: run an RPC server for its duration. */
+static int server_rpc_test(perf_t *p, const ctrl_t *c)
+{
+    const opts_t *o = p->opts;
+    ctrl_t reply = {.op = OP_REPLY, .test = c->test}, done;
+    ctrl_t ack = {.op = OP_DONE_ACK, .test = c->test};
+    rdmx_rpc_server_stats_t stats = {0};
+    char address[300];
+    rpc_srv_t *s;
+    unsigned workers;
+    int poll, rc;
+
+    workers = c->workers ? c->workers
+              : o->server_workers ? o->server_workers
+                                  : 1;
+    poll = c->poll != UINT32_MAX ? (int)c->poll
+           : o->poll >= 0        ? o->poll
+                                 : RDMX_RPC_POLL_BUSY;
+    reply.transport = (uint32_t)rdmx_context_transport(p->ctx);
+    reply.workers = workers;
+    reply.poll = (uint32_t)poll;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        reply.status = RDMX_ERR_NO_MEMORY;
+        return ctrl_send(p, &reply, NULL, "reply");
+    }
+    format_address(address, sizeof(address), p->host, 0);
+    if (poll < 0 || poll > RDMX_RPC_POLL_SLEEP ||
+        rpc_srv_start(s, p->ctx, address, workers, (rdmx_rpc_poll_t)poll,
+                      c->test == TEST_RPC_BULK ||
+                              c->test == TEST_RPC_BULK_PUSH
+                          ? c->size
+                          : 0,
+                      c->size + 4096 > (64u << 20) ? c->size + 4096
+                                                   : (64u << 20),
+                      /* credits are per connection (client thread) */
+                      c->window > 240 ? (unsigned)c->window + 16 : 256) < 0) {
+        rpc_srv_stop(s, NULL);
+        free(s);
+        reply.status = RDMX_ERR_INVALID;
+        return ctrl_send(p, &reply, NULL, "reply");
+    }
+    reply.rpc_port = rdmx_rpc_server_port(s->srv);
+    rc = ctrl_post_recv(p);
+    if (rc == 0) {
+        rc = ctrl_send(p, &reply, NULL, "reply");
+    }
+    if (rc == 0) {
+        rc = ctrl_wait_idle(p, &done, "wait for the client's done");
+    }
+    if (rc == 0 && done.op != OP_DONE) {
+        rc = fail_msg("protocol error: expected DONE");
+    }
+    rpc_srv_stop(s, &stats);
+    free(s);
+    if (rc == 0) {
+        ack.stat = stats.responses;
+        ack.stat2 = stats.errors;
+        rc = ctrl_send(p, &ack, NULL, "done ack");
+    }
+    return rc;
+}
+
 /* Run the server half of the test in @p c. The DONE control message that
  * ends it is received into ctrl_rx. */
 static int server_test(perf_t *p, const ctrl_t *c)
@@ -736,6 +1249,9 @@ static int server_test(perf_t *p, const ctrl_t *c)
     if (c->test >= TEST_COUNT || c->window == 0 || c->size == 0) {
         reply.status = RDMX_ERR_INVALID;
         return ctrl_send(p, &reply, NULL, "reply");
+    }
+    if (g_tests[c->test].rpc) {
+        return server_rpc_test(p, c);
     }
     if (test_setup(p, (test_id_t)c->test, c->size, desc, sizeof(desc),
                    &desc_len) < 0) {
@@ -1092,6 +1608,10 @@ typedef struct {
     double p50_us, p99_us, p999_us, avg_us; /* one-way / per op / per window */
     double mb_s;                            /* 10^6 bytes per second */
     double msg_s;
+    /* RPC tests */
+    unsigned threads, workers;
+    int poll;
+    uint64_t server_responses, server_errors;
 } result_t;
 
 static int cmp_u64(const void *a, const void *b)
@@ -1181,6 +1701,26 @@ static void print_header(const opts_t *o, const char *server_transport)
 
 static void print_result(const opts_t *o, const result_t *r)
 {
+    if (o->json && g_tests[r->test].rpc) {
+        printf("{\"test\":\"%s\",\"bytes\":%zu,\"iterations\":%" PRIu64
+               ",\"window\":%" PRIu64 ",\"threads\":%u,"
+               "\"server_workers\":%u,\"poll\":\"%s\",\"transport\":\"%s\","
+               "\"latency\":\"%s\",\"p50_us\":%.4f,\"p99_us\":%.4f,"
+               "\"p999_us\":%.4f,\"avg_us\":%.4f,\"mb_per_s\":%.2f,"
+               "\"gb_per_s\":%.4f,\"msg_per_s\":%.1f,\"calls_per_s\":%.1f,"
+               "\"clock_ns\":%.1f}\n",
+               g_tests[r->test].name, r->size, r->iters, r->window,
+               r->threads, r->workers, poll_name(r->poll),
+               rdmx_transport_name(o->transport),
+               r->test == TEST_RPC_RATE  ? "window"
+               : r->test == TEST_RPC_LAT ? "round_trip"
+                                         : "call",
+               r->p50_us,
+               r->p99_us, r->p999_us, r->avg_us, r->mb_s, r->mb_s / 1000.0,
+               r->msg_s, r->msg_s, g_clock_ns);
+        fflush(stdout);
+        return;
+    }
     if (o->json) {
         printf("{\"test\":\"%s\",\"bytes\":%zu,\"iterations\":%" PRIu64
                ",\"window\":%" PRIu64 ",\"transport\":\"%s\","
@@ -1213,6 +1753,605 @@ static uint64_t default_iters(size_t size)
         n = n < 100 ? 100 : n;
     }
     return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* RPC client                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct rpc_run rpc_run_t;
+
+/* One client thread: its own worker and channel. */
+typedef struct {
+    rpc_run_t *run;
+    unsigned index;
+    pthread_t tid;
+    bool started;
+    int rc;
+    rdmx_worker_t *w;
+    rdmx_channel_t *ch;
+    rdmx_mr_t *mr;       /* bulk: the memory lent to the handler */
+    rdmx_rpc_bulk_t bulk;
+    rdmx_call_params_t params;
+    const char *method;
+    unsigned char *req;  /* request payload */
+    unsigned char *resp; /* rpc_lat: response buffer */
+    uint64_t token;      /* bulk: value of the last call issued */
+    bool validate;       /* bulk: check the token (one call in flight) */
+    uint64_t bad;        /* bulk: answers that did not check out */
+    /* completions and timing */
+    uint64_t done;
+    bool measuring;
+    uint64_t sample_every, sample_count;
+    uint64_t *samples, nsamples, cap;
+    uint64_t t_last, t_start, t_end;
+    rdmx_status_t err;
+    char errmsg[300];
+} rpc_thread_t;
+
+struct rpc_run {
+    const opts_t *o;
+    rdmx_context_t *ctx;
+    test_id_t test;
+    char address[300];
+    size_t size;
+    uint64_t iters, warmup, window;
+    unsigned threads;
+    pthread_barrier_t barrier;
+    volatile int abort;
+    volatile unsigned finished; /* threads that returned */
+    char server_info[128];      /* perf.info, from thread 0 */
+    rpc_thread_t *th;
+};
+
+static void rpc_thread_fail(rpc_thread_t *t, const char *what,
+                            rdmx_status_t st, const char *detail)
+{
+    if (!t->run->abort) {
+        fprintf(stderr, "rdmx-perf: %s thread %u: %s: %s (%s)%s%s\n",
+                g_tests[t->run->test].name, t->index, what, rdmx_strerror(st),
+                rdmx_status_name(st), detail && detail[0] ? ": " : "",
+                detail ? detail : "");
+    }
+    t->run->abort = 1;
+}
+
+static void rpc_cb(const rdmx_call_result_t *r, void *arg)
+{
+    rpc_thread_t *t = arg;
+
+    if (r->status != RDMX_OK) {
+        if (t->err == RDMX_OK) {
+            t->err = r->status;
+            snprintf(t->errmsg, sizeof(t->errmsg), "%s", r->message);
+        }
+    } else if (t->validate) {
+        const unsigned char *b = rdmx_mr_addr(t->mr);
+        uint64_t first, last;
+
+        if (t->run->test == TEST_RPC_BULK) { /* the server's view */
+            if (r->length != 16) {
+                t->bad++;
+            } else {
+                memcpy(&first, r->data, 8);
+                memcpy(&last, (const unsigned char *)r->data + 8, 8);
+                t->bad += first != t->token || last != t->token;
+            }
+        } else { /* what the server wrote into our memory */
+            memcpy(&first, b, 8);
+            memcpy(&last, b + t->run->size - 8, 8);
+            t->bad += first != t->token || last != t->token;
+        }
+    }
+    t->done++;
+    if (t->measuring && ++t->sample_count == t->sample_every) {
+        uint64_t now = now_ns();
+
+        t->sample_count = 0;
+        if (t->nsamples < t->cap) {
+            t->samples[t->nsamples++] = now - t->t_last;
+        }
+        t->t_last = now;
+    }
+}
+
+static rdmx_status_t rpc_issue(rpc_thread_t *t)
+{
+    rpc_run_t *run = t->run;
+
+    switch (run->test) {
+    case TEST_RPC_RATE:
+        return rdmx_call_nb(t->ch, RPC_ECHO, t->req, run->size, NULL, rpc_cb,
+                            t, NULL);
+    case TEST_RPC_BULK:
+        if (t->validate) {
+            unsigned char *b = rdmx_mr_addr(t->mr);
+
+            t->token++;
+            memcpy(b, &t->token, 8);
+            memcpy(b + run->size - 8, &t->token, 8);
+        }
+        return rdmx_call_nb(t->ch, RPC_PULL, NULL, 0, &t->params, rpc_cb, t,
+                            NULL);
+    default: /* TEST_RPC_BULK_PUSH */
+        t->token++;
+        return rdmx_call_nb(t->ch, RPC_PUSH, &t->token, sizeof(t->token),
+                            &t->params, rpc_cb, t, NULL);
+    }
+}
+
+/* @p count calls with up to W in flight (rpc_rate, rpc_bulk*). */
+static int rpc_phase_window(rpc_thread_t *t, uint64_t count, bool measure)
+{
+    rpc_run_t *run = t->run;
+    const uint64_t base = t->done, window = run->window;
+    uint64_t posted = 0;
+
+    t->measuring = measure;
+    t->sample_count = 0;
+    if (measure) {
+        t->t_last = t->t_start = now_ns();
+    }
+    while (t->done - base < count) {
+        while (posted < count && posted - (t->done - base) < window) {
+            rdmx_status_t st = rpc_issue(t);
+
+            if (st == RDMX_INPROGRESS) {
+                posted++;
+                continue;
+            }
+            if (st == RDMX_ERR_NO_RESOURCE) {
+                break; /* over the credits: progress, then retry */
+            }
+            rpc_thread_fail(t, "call", st, rdmx_error_detail());
+            return -1;
+        }
+        rdmx_worker_progress(t->w);
+        if (__builtin_expect(t->err != RDMX_OK, 0)) {
+            rpc_thread_fail(t, "call failed", t->err, t->errmsg);
+            return -1;
+        }
+        if (__builtin_expect(run->abort, 0)) {
+            return -1;
+        }
+    }
+    if (measure) {
+        t->t_end = now_ns();
+        t->measuring = false;
+    }
+    return 0;
+}
+
+/* @p count blocking round trips (rpc_lat). */
+static int rpc_phase_lat(rpc_thread_t *t, uint64_t count, bool measure)
+{
+    rpc_run_t *run = t->run;
+    uint64_t t_last = 0;
+
+    if (measure) {
+        t_last = t->t_start = now_ns();
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        size_t got = 0;
+        rdmx_status_t st = rdmx_call(t->ch, RPC_ECHO, t->req, run->size, NULL,
+                                     t->resp, run->size, &got);
+
+        if (st != RDMX_OK) {
+            rpc_thread_fail(t, "call", st, rdmx_error_detail());
+            return -1;
+        }
+        if (got != run->size || (i == 0 && memcmp(t->resp, t->req, got))) {
+            rpc_thread_fail(t, "echo", RDMX_ERR_PROTO,
+                            "the answer differs from the request");
+            return -1;
+        }
+        if (measure) {
+            uint64_t now = now_ns();
+
+            t->samples[t->nsamples++] = now - t_last;
+            t_last = now;
+        }
+        if (__builtin_expect(run->abort, 0)) {
+            return -1;
+        }
+    }
+    if (measure) {
+        t->t_end = t_last;
+    }
+    t->done += count;
+    return 0;
+}
+
+static int rpc_phase(rpc_thread_t *t, uint64_t count, bool measure)
+{
+    return t->run->test == TEST_RPC_LAT ? rpc_phase_lat(t, count, measure)
+                                        : rpc_phase_window(t, count, measure);
+}
+
+static int rpc_thread_setup(rpc_thread_t *t)
+{
+    rpc_run_t *run = t->run;
+    const size_t size = run->size;
+    rdmx_channel_params_t cp = {
+        .field_mask = RDMX_CHANNEL_FIELD_TIMEOUT |
+                      RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT,
+        /* a call may take as long as a test may */
+        .timeout_ms = run->o->timeout_s ? (int)run->o->timeout_s * 1000 : 0,
+        .connect_timeout_ms = CONNECT_TIMEOUT,
+    };
+    rdmx_status_t st;
+
+    if (run->test == TEST_RPC_BULK || run->test == TEST_RPC_BULK_PUSH) {
+        /* A server worker moving a large bulk buffer inside a handler
+         * answers nothing else meanwhile, heartbeats included: with the
+         * default 1 s timeout a slow transfer makes the channel declare the
+         * server dead. Keep the default ping interval, allow 30 s. */
+        cp.field_mask |= RDMX_CHANNEL_FIELD_HEARTBEAT;
+        cp.heartbeat_ms = 250;
+        cp.heartbeat_timeout_ms = 30000;
+    }
+
+    st = rdmx_worker_create(run->ctx, NULL, &t->w);
+    if (st != RDMX_OK) {
+        rpc_thread_fail(t, "create worker", st, rdmx_error_detail());
+        return -1;
+    }
+    st = rdmx_channel_create(t->w, run->address, &cp, &t->ch);
+    if (st != RDMX_OK) {
+        rpc_thread_fail(t, "create channel", st, rdmx_error_detail());
+        return -1;
+    }
+    st = rdmx_channel_wait_ready(t->ch, CONNECT_TIMEOUT);
+    if (st != RDMX_OK) {
+        rpc_thread_fail(t, "connect", st, rdmx_error_detail());
+        return -1;
+    }
+    if (t->index == 0) {
+        size_t got = 0;
+
+        st = rdmx_call(t->ch, RPC_INFO, NULL, 0, NULL, run->server_info,
+                       sizeof(run->server_info) - 1, &got);
+        if (st != RDMX_OK) {
+            rpc_thread_fail(t, "ask the server what it runs", st,
+                            rdmx_error_detail());
+            return -1;
+        }
+        run->server_info[got] = '\0';
+    }
+    if (run->test == TEST_RPC_LAT || run->test == TEST_RPC_RATE) {
+        t->req = malloc(size);
+        t->resp = malloc(size);
+        if (t->req == NULL || t->resp == NULL) {
+            rpc_thread_fail(t, "allocate buffers", RDMX_ERR_NO_MEMORY, NULL);
+            return -1;
+        }
+        for (size_t i = 0; i < size; i++) {
+            t->req[i] = (unsigned char)(i * 7 + t->index);
+        }
+    } else {
+        st = rdmx_mem_alloc(run->ctx, size,
+                            RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &t->mr);
+        if (st != RDMX_OK) {
+            rpc_thread_fail(t, "allocate the bulk buffer", st,
+                            rdmx_error_detail());
+            return -1;
+        }
+        t->bulk.mr = t->mr;
+        t->bulk.offset = 0;
+        t->bulk.length = size;
+        t->bulk.access = run->test == TEST_RPC_BULK ? RDMX_ACCESS_READ
+                                                    : RDMX_ACCESS_WRITE;
+        t->params.field_mask = RDMX_CALL_FIELD_BULK;
+        t->params.bulk = &t->bulk;
+        t->params.nbulk = 1;
+        t->validate = run->threads == 1 && run->window == 1 && size >= 8;
+    }
+    t->sample_every = run->test == TEST_RPC_RATE ? run->window : 1;
+    t->cap = run->iters / t->sample_every + 1;
+    t->samples = calloc(t->cap, sizeof(*t->samples));
+    if (t->samples == NULL) {
+        rpc_thread_fail(t, "allocate samples", RDMX_ERR_NO_MEMORY, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+static void rpc_thread_teardown(rpc_thread_t *t)
+{
+    if (t->ch != NULL) {
+        rdmx_channel_destroy(t->ch);
+        t->ch = NULL;
+    }
+    if (t->w != NULL) {
+        rdmx_worker_destroy(t->w);
+        t->w = NULL;
+    }
+    if (t->mr != NULL) {
+        rdmx_mem_deregister(t->mr);
+        t->mr = NULL;
+    }
+    free(t->req);
+    free(t->resp);
+    t->req = t->resp = NULL;
+}
+
+static void *rpc_thread_main(void *arg)
+{
+    rpc_thread_t *t = arg;
+    rpc_run_t *run = t->run;
+    bool ok;
+
+    ok = rpc_thread_setup(t) == 0;
+    pthread_barrier_wait(&run->barrier); /* every channel is ready */
+    ok = ok && !run->abort && rpc_phase(t, run->warmup, false) == 0;
+    pthread_barrier_wait(&run->barrier); /* every warm-up is over */
+    ok = ok && !run->abort && rpc_phase(t, run->iters, true) == 0;
+    pthread_barrier_wait(&run->barrier); /* nobody measures any more */
+    if (ok && t->bad != 0) {
+        fprintf(stderr,
+                "rdmx-perf: %s thread %u: %" PRIu64 " answers carried the "
+                "wrong data\n",
+                g_tests[run->test].name, t->index, t->bad);
+        ok = false;
+    }
+    rpc_thread_teardown(t);
+    t->rc = ok ? 0 : -1;
+    __atomic_add_fetch(&run->finished, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Merge the threads' samples and timings into @p r. */
+static void rpc_compute(const rpc_run_t *run, result_t *r)
+{
+    uint64_t n = 0, sum = 0, t0 = UINT64_MAX, t1 = 0, *all;
+    double secs, calls = (double)run->iters * run->threads;
+
+    for (unsigned i = 0; i < run->threads; i++) {
+        n += run->th[i].nsamples;
+    }
+    all = calloc(n ? n : 1, sizeof(*all));
+    n = 0;
+    for (unsigned i = 0; i < run->threads; i++) {
+        const rpc_thread_t *t = &run->th[i];
+
+        for (uint64_t k = 0; k < t->nsamples; k++) {
+            if (all != NULL) {
+                all[n] = t->samples[k];
+            }
+            sum += t->samples[k];
+            n++;
+        }
+        t0 = t->t_start < t0 ? t->t_start : t0;
+        t1 = t->t_end > t1 ? t->t_end : t1;
+    }
+    if (all != NULL) {
+        qsort(all, n, sizeof(*all), cmp_u64);
+        r->p50_us = percentile(all, n, 0.50) / 1000.0;
+        r->p99_us = percentile(all, n, 0.99) / 1000.0;
+        r->p999_us = percentile(all, n, 0.999) / 1000.0;
+    } else {
+        r->p50_us = r->p99_us = r->p999_us = NAN;
+    }
+    r->avg_us = n ? (double)sum / (double)n / 1000.0 : NAN;
+    secs = t1 > t0 ? (double)(t1 - t0) / 1e9 : NAN;
+    r->msg_s = calls / secs;
+    r->mb_s = r->msg_s * (double)r->size / 1e6;
+    free(all);
+}
+
+/* Parse perf.info's "transport=T workers=N poll=P". */
+static void parse_info(const char *info, const char **transport,
+                       unsigned *workers, int *poll)
+{
+    static char tr[32];
+    char pl[32] = "";
+
+    if (sscanf(info, "transport=%31s workers=%u poll=%31s", tr, workers,
+               pl) == 3) {
+        *transport = tr;
+        *poll = strcmp(pl, "busy") == 0       ? RDMX_RPC_POLL_BUSY
+                : strcmp(pl, "adaptive") == 0 ? RDMX_RPC_POLL_ADAPTIVE
+                : strcmp(pl, "sleep") == 0    ? RDMX_RPC_POLL_SLEEP
+                                              : -1;
+    }
+}
+
+static void print_rpc_note(const opts_t *o, const result_t *r,
+                           const char *server_transport)
+{
+    if (o->json) {
+        return;
+    }
+    printf("# %s: %u client thread(s), %" PRIu64 " call(s) in flight each; "
+           "server %s: %u worker(s), poll %s; msg/s = calls/s; latency per ",
+           g_tests[r->test].name, r->threads, r->window,
+           server_transport ? server_transport : "?", r->workers,
+           poll_name(r->poll));
+    if (r->test == TEST_RPC_RATE) {
+        printf("window of %" PRIu64 " calls\n", r->window);
+    } else if (r->test == TEST_RPC_LAT) {
+        printf("round trip (not halved)\n");
+    } else {
+        printf("call (completion to completion)\n");
+    }
+    fflush(stdout);
+}
+
+static int client_rpc_test(perf_t *p, const opts_t *o, test_id_t test,
+                           size_t size, const char **server_transport)
+{
+    rpc_run_t *run = calloc(1, sizeof(*run));
+    result_t r = {.test = test, .size = size};
+    ctrl_t req = {.op = OP_TEST, .test = test}, reply, ack;
+    bool barrier = false, have_ctrl = !o->rpc_only;
+    unsigned started = 0;
+    int rc = -1;
+
+    if (run == NULL) {
+        return fail_msg("out of memory");
+    }
+    r.iters = o->iters ? o->iters
+              : test == TEST_RPC_RATE ? 10 * default_iters(size)
+                                      : default_iters(size);
+    r.window = o->window_set ? o->window : g_tests[test].window;
+    if (test == TEST_RPC_LAT) {
+        r.window = 1; /* blocking calls */
+    }
+    r.threads = o->threads;
+    r.workers = o->server_workers;
+    r.poll = o->poll;
+    if ((test == TEST_RPC_BULK || test == TEST_RPC_BULK_PUSH) && size < 16) {
+        free(run);
+        return fail_msg("rpc_bulk: -s must be at least 16 bytes");
+    }
+    run->o = o;
+    run->ctx = p->ctx;
+    run->test = test;
+    run->size = size;
+    run->iters = r.iters;
+    run->window = r.window;
+    run->threads = r.threads;
+    run->warmup = o->warmup != UINT64_MAX              ? o->warmup
+                  : r.iters / 10 < DEFAULT_WARMUP * 10 ? r.iters / 10
+                                                       : DEFAULT_WARMUP * 10;
+    watchdog_arm(o->timeout_s);
+
+    if (have_ctrl) {
+        char host[256];
+        uint16_t port;
+
+        req.size = size;
+        req.iters = r.iters;
+        req.warmup = run->warmup;
+        req.window = r.window;
+        req.transport = (uint32_t)o->transport;
+        req.workers = o->server_workers;
+        req.poll = o->poll < 0 ? UINT32_MAX : (uint32_t)o->poll;
+        req.threads = o->threads;
+        if (ctrl_post_recv(p) < 0 || ctrl_send(p, &req, NULL, "request") < 0 ||
+            ctrl_wait(p, &reply, "wait for the server's reply") < 0) {
+            goto out;
+        }
+        if (reply.op != OP_REPLY) {
+            fail_msg("protocol error: expected a reply");
+            goto out;
+        }
+        if (reply.status != RDMX_OK) {
+            fprintf(stderr, "rdmx-perf: %s %zu B: the server refused: %s\n",
+                    g_tests[test].name, size,
+                    rdmx_strerror((rdmx_status_t)reply.status));
+            goto out;
+        }
+        r.workers = reply.workers;
+        r.poll = (int)reply.poll;
+        if (*server_transport == NULL) {
+            *server_transport =
+                rdmx_transport_name((rdmx_transport_t)reply.transport);
+            if (reply.transport != (uint32_t)o->transport) {
+                fprintf(stderr,
+                        "rdmx-perf: warning: the server runs transport %s, "
+                        "this client %s; UCX uses what both have\n",
+                        *server_transport ? *server_transport : "?",
+                        rdmx_transport_name(o->transport));
+            }
+            print_header(o, *server_transport ? *server_transport : "?");
+        }
+        if (rdmx_addr_parse(o->address, host, sizeof(host), &port) !=
+            RDMX_OK) {
+            fail_msg("bad server address");
+            goto out;
+        }
+        format_address(run->address, sizeof(run->address), host,
+                       reply.rpc_port);
+    } else {
+        snprintf(run->address, sizeof(run->address), "%s", o->address);
+    }
+
+    run->th = calloc(run->threads, sizeof(*run->th));
+    if (run->th == NULL ||
+        pthread_barrier_init(&run->barrier, NULL, run->threads) != 0) {
+        fail_msg("out of memory for threads");
+        goto out;
+    }
+    barrier = true;
+    for (unsigned i = 0; i < run->threads; i++) {
+        run->th[i].run = run;
+        run->th[i].index = i;
+        if (pthread_create(&run->th[i].tid, NULL, rpc_thread_main,
+                           &run->th[i]) != 0) {
+            /* the barrier counts every thread: cannot go on without it */
+            fprintf(stderr, "rdmx-perf: cannot start thread %u\n", i);
+            exit(1);
+        }
+        run->th[i].started = true;
+        started++;
+    }
+    /* Keep the control connection progressed, sleeping on its fd. */
+    while (__atomic_load_n(&run->finished, __ATOMIC_ACQUIRE) < started) {
+        if (have_ctrl) {
+            rdmx_worker_wait(p->worker, 20);
+        } else {
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    rc = 0;
+    for (unsigned i = 0; i < started; i++) {
+        pthread_join(run->th[i].tid, NULL);
+        rc = run->th[i].rc < 0 ? -1 : rc;
+    }
+    if (have_ctrl) {
+        ctrl_t done = {.op = OP_DONE, .test = test};
+
+        if (ctrl_post_recv(p) < 0 || ctrl_send(p, &done, NULL, "done") < 0 ||
+            ctrl_wait(p, &ack, "wait for the server's done") < 0) {
+            rc = -1;
+            goto out;
+        }
+        if (ack.op != OP_DONE_ACK) {
+            fail_msg("protocol error: expected DONE_ACK");
+            rc = -1;
+            goto out;
+        }
+        r.server_responses = ack.stat;
+        r.server_errors = ack.stat2;
+    }
+    if (rc < 0) {
+        goto out;
+    }
+    if (!have_ctrl && *server_transport == NULL) {
+        const char *tr = NULL;
+        unsigned workers = 0;
+        int poll = -1;
+
+        parse_info(run->server_info, &tr, &workers, &poll);
+        *server_transport = tr ? tr : "?";
+        print_header(o, *server_transport);
+        r.workers = workers;
+        r.poll = poll;
+    } else if (!have_ctrl) {
+        const char *tr = NULL;
+
+        parse_info(run->server_info, &tr, &r.workers, &r.poll);
+    }
+    if (have_ctrl && r.server_errors != 0) {
+        fprintf(stderr, "rdmx-perf: warning: the server sent %" PRIu64
+                        " error responses\n",
+                r.server_errors);
+    }
+    rpc_compute(run, &r);
+    print_rpc_note(o, &r, *server_transport);
+    print_result(o, &r);
+out:
+    if (barrier) {
+        pthread_barrier_destroy(&run->barrier);
+    }
+    for (unsigned i = 0; run->th != NULL && i < run->threads; i++) {
+        free(run->th[i].samples);
+    }
+    free(run->th);
+    free(run);
+    return rc;
 }
 
 static int client_test(perf_t *p, const opts_t *o, test_id_t test, size_t size,
@@ -1359,6 +2498,32 @@ static int run_client(perf_t *p, const opts_t *o)
 
     g_clock_ns = clock_cost_ns();
     watchdog_arm(o->timeout_s);
+    if (o->rpc_only) {
+        /* channels straight to an RPC server: no control connection */
+        for (unsigned si = 0; si < o->nsizes; si++) {
+            for (int ti = 0; ti < TEST_COUNT; ti++) {
+                if (!o->tests[ti]) {
+                    continue;
+                }
+                if (!g_tests[ti].rpc) {
+                    fprintf(stderr, "rdmx-perf: %s needs the control "
+                                    "connection (drop --rpc-only)\n",
+                            g_tests[ti].name);
+                    return -1;
+                }
+                if (!o->sizes_set && si != 0) {
+                    continue;
+                }
+                if (client_rpc_test(p, o, (test_id_t)ti,
+                                    o->sizes_set ? o->sizes[si]
+                                                 : g_tests[ti].size,
+                                    &server_transport) < 0) {
+                    return -1;
+                }
+            }
+        }
+        return 0;
+    }
     st = rdmx_connect(p->worker, o->address, &ep_params, CONNECT_TIMEOUT,
                       &p->ep);
     if (st != RDMX_OK) {
@@ -1383,6 +2548,18 @@ static int run_client(perf_t *p, const opts_t *o)
                 }
                 size = 8;
             }
+            if (g_tests[ti].rpc) {
+                /* without -s/-a: once, with the test's own default size */
+                if (!o->sizes_set && si != 0) {
+                    continue;
+                }
+                if (client_rpc_test(p, o, (test_id_t)ti,
+                                    o->sizes_set ? size : g_tests[ti].size,
+                                    &server_transport) < 0) {
+                    return -1;
+                }
+                continue;
+            }
             if (client_test(p, o, (test_id_t)ti, size, &server_transport) < 0) {
                 return -1;
             }
@@ -1406,6 +2583,70 @@ static int run_client(perf_t *p, const opts_t *o)
 /* ------------------------------------------------------------------------ */
 /* Server                                                                   */
 /* ------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_stop;
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+/* --rpc-only: an RPC server with the perf handlers until SIGINT/SIGTERM
+ * (with --once: until the last client has left). */
+static int run_rpc_server(perf_t *p, const opts_t *o, const char *host)
+{
+    rpc_srv_t *s = calloc(1, sizeof(*s));
+    rdmx_rpc_server_stats_t st = {0};
+    struct sigaction sa = {0};
+    unsigned workers = o->server_workers ? o->server_workers : 1;
+    int poll = o->poll >= 0 ? o->poll : RDMX_RPC_POLL_BUSY;
+    uint64_t idle_since = 0;
+    char address[300];
+
+    if (s == NULL) {
+        return fail_msg("out of memory");
+    }
+    sa.sa_handler = on_stop;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (rpc_srv_start(s, p->ctx, o->listen, workers, (rdmx_rpc_poll_t)poll,
+                      0, 1u << 30, 1024) < 0) {
+        rpc_srv_stop(s, NULL);
+        free(s);
+        return -1;
+    }
+    format_address(address, sizeof(address), host,
+                   rdmx_rpc_server_port(s->srv));
+    printf("listening on %s\n", address);
+    printf("# rpc server: %u worker(s), poll %s, transport %s\n", workers,
+           poll_name(poll), rdmx_transport_name(o->transport));
+    fflush(stdout);
+    while (!g_stop) {
+        struct timespec ts = {0, 50000000};
+
+        nanosleep(&ts, NULL);
+        if (o->once) {
+            /* a client makes new channels for every test: leave after 2 s
+             * without any */
+            rdmx_rpc_server_stats(s->srv, &st);
+            if (st.connections_total == 0 || st.connections > 0) {
+                idle_since = 0;
+            } else if (idle_since == 0) {
+                idle_since = now_ns();
+            } else if (now_ns() - idle_since > 2000000000ull) {
+                break;
+            }
+        }
+    }
+    rpc_srv_stop(s, &st);
+    free(s);
+    fprintf(stderr,
+            "rdmx-perf: rpc server: %" PRIu64 " connections, %" PRIu64
+            " requests, %" PRIu64 " responses, %" PRIu64 " errors\n",
+            st.connections_total, st.requests, st.responses, st.errors);
+    return 0;
+}
 
 static int run_server(perf_t *p, const opts_t *o, const char *host)
 {
@@ -1486,24 +2727,45 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: rdmx-perf --listen [HOST:]PORT [--once] [--transport T]\n"
-        "       rdmx-perf HOST:PORT -t TEST[,TEST...|all] [-s SIZE[,SIZE...] "
+        "                 [--server-workers N] [--poll busy|adaptive|sleep] "
+        "[--rpc-only]\n"
+        "       rdmx-perf HOST:PORT -t TEST[,TEST...|all|rpc] [-s SIZE[,SIZE...] "
         "| -a]\n"
         "                 [-n ITERS] [-w WARMUP] [-W WINDOW] "
         "[--flush window|end]\n"
+        "                 [-T THREADS] [--server-workers N] [--poll MODE] "
+        "[--rpc-only]\n"
         "                 [--transport T] [--json] [--timeout S]\n"
         "\n"
         "tests: send_lat send_bw put_lat put_bw get_lat get_bw "
-        "atomic_lat (or all)\n"
+        "atomic_lat (all: these)\n"
+        "       rpc_lat rpc_rate rpc_bulk rpc_bulk_push (rpc: these)\n"
         "  -s SIZE      message size in bytes; k/m/g suffixes are "
-        "binary (default 8)\n"
+        "binary (default 8;\n"
+        "               rpc_lat/rpc_rate 64, rpc_bulk* 64m)\n"
         "  -a           sweep sizes 8 B .. 8 MiB in powers of 4\n"
-        "  -n ITERS     measured iterations (default %d, fewer above "
-        "64 KiB)\n"
-        "  -w WARMUP    warm-up iterations (default min(%d, ITERS/10))\n"
-        "  -W WINDOW    operations in flight in *_bw tests (default %d)\n"
+        "  -n ITERS     measured iterations, per thread for rpc_* (default "
+        "%d, fewer\n"
+        "               above 64 KiB; rpc_rate 10x)\n"
+        "  -w WARMUP    warm-up iterations (default ITERS/10, at most %d; "
+        "rpc_* %d)\n"
+        "  -W WINDOW    operations in flight in *_bw tests (default %d), "
+        "calls in\n"
+        "               flight per thread in rpc_rate (32) and rpc_bulk* "
+        "(1)\n"
         "  --flush M    put_bw/get_bw: flush after each window (window, "
         "default)\n"
         "               or only at the end, like ucx_perftest (end)\n"
+        "  -T THREADS   rpc_*: client threads, each with its own worker and "
+        "channel (1)\n"
+        "  --server-workers N  RPC server worker threads (server's default, "
+        "else 1)\n"
+        "  --poll MODE  RPC server polling: busy (default), adaptive, sleep\n"
+        "  --rpc-only   server: run only an RPC server on PORT (until "
+        "SIGINT/SIGTERM;\n"
+        "               --once: until it had no client for 2 s); client: "
+        "connect the\n"
+        "               channels straight to it (several client processes)\n"
         "  --transport  auto|shm|tcp|rdma (default auto, or "
         "RDMX_TRANSPORT)\n"
         "  --json       one JSON object per result line\n"
@@ -1511,7 +2773,8 @@ static void usage(FILE *f)
         "  --timeout S  give up when a test takes longer (default %d s, "
         "0: never)\n"
         "Loopback addresses use UCX_NET_DEVICES=lo unless it is set.\n",
-        DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_WINDOW, DEFAULT_TIMEOUT_S);
+        DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_WARMUP * 10, DEFAULT_WINDOW,
+        DEFAULT_TIMEOUT_S);
 }
 
 static int parse_u64(const char *s, uint64_t *v, bool suffixes)
@@ -1561,9 +2824,11 @@ static int parse_tests(const char *arg, opts_t *o)
          tok = strtok_r(NULL, ",", &save)) {
         bool found = false;
 
-        if (strcmp(tok, "all") == 0) {
+        if (strcmp(tok, "all") == 0 || strcmp(tok, "rpc") == 0) {
             for (int i = 0; i < TEST_COUNT; i++) {
-                o->tests[i] = true;
+                if (g_tests[i].rpc == (tok[0] == 'r')) {
+                    o->tests[i] = true;
+                }
             }
             continue;
         }
@@ -1610,6 +2875,9 @@ enum {
     OPT_ONCE,
     OPT_TIMEOUT,
     OPT_FLUSH,
+    OPT_SERVER_WORKERS,
+    OPT_POLL,
+    OPT_RPC_ONLY,
 };
 
 static int parse_args(int argc, char **argv, opts_t *o)
@@ -1621,6 +2889,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"once", no_argument, NULL, OPT_ONCE},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"flush", required_argument, NULL, OPT_FLUSH},
+        {"server-workers", required_argument, NULL, OPT_SERVER_WORKERS},
+        {"poll", required_argument, NULL, OPT_POLL},
+        {"rpc-only", no_argument, NULL, OPT_RPC_ONLY},
+        {"threads", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1635,7 +2907,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
     o->window = DEFAULT_WINDOW;
     o->timeout_s = DEFAULT_TIMEOUT_S;
     o->flush_windows = true;
-    while ((c = getopt_long(argc, argv, "t:s:an:w:W:h", longopts, NULL)) !=
+    o->threads = 1;
+    o->poll = -1;
+    while ((c = getopt_long(argc, argv, "t:s:an:w:W:T:h", longopts, NULL)) !=
            -1) {
         switch (c) {
         case 't':
@@ -1648,9 +2922,45 @@ static int parse_args(int argc, char **argv, opts_t *o)
             if (parse_sizes(optarg, o) < 0) {
                 return -1;
             }
+            o->sizes_set = true;
             break;
         case 'a':
             sweep = true;
+            o->sizes_set = true;
+            break;
+        case 'T':
+            if (parse_u64(optarg, &v, false) < 0 || v == 0 ||
+                v > RPC_MAX_THREADS) {
+                fprintf(stderr, "rdmx-perf: bad -T '%s' (1..%d)\n", optarg,
+                        RPC_MAX_THREADS);
+                return -1;
+            }
+            o->threads = (unsigned)v;
+            break;
+        case OPT_SERVER_WORKERS:
+            if (parse_u64(optarg, &v, false) < 0 || v == 0 ||
+                v > RPC_MAX_WORKERS) {
+                fprintf(stderr,
+                        "rdmx-perf: bad --server-workers '%s' (1..%d)\n",
+                        optarg, RPC_MAX_WORKERS);
+                return -1;
+            }
+            o->server_workers = (unsigned)v;
+            break;
+        case OPT_POLL:
+            if (strcmp(optarg, "busy") == 0) {
+                o->poll = RDMX_RPC_POLL_BUSY;
+            } else if (strcmp(optarg, "adaptive") == 0) {
+                o->poll = RDMX_RPC_POLL_ADAPTIVE;
+            } else if (strcmp(optarg, "sleep") == 0) {
+                o->poll = RDMX_RPC_POLL_SLEEP;
+            } else {
+                fprintf(stderr, "rdmx-perf: bad --poll '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case OPT_RPC_ONLY:
+            o->rpc_only = true;
             break;
         case 'n':
             if (parse_u64(optarg, &o->iters, false) < 0 || o->iters == 0) {
@@ -1670,6 +2980,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
                 fprintf(stderr, "rdmx-perf: bad -W '%s'\n", optarg);
                 return -1;
             }
+            o->window_set = true;
             break;
         case OPT_LISTEN:
             o->listen = optarg;
@@ -1793,7 +3104,11 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    rc = o.listen ? run_server(p, &o, host) : run_client(p, &o);
+    p->opts = &o;
+    snprintf(p->host, sizeof(p->host), "%s", host);
+    rc = !o.listen    ? run_client(p, &o)
+         : o.rpc_only ? run_rpc_server(p, &o, host)
+                      : run_server(p, &o, host);
 
     teardown_conn(p);
     rdmx_worker_destroy(p->worker);

@@ -1,0 +1,456 @@
+/*
+ * ucx_am_rpc — the smallest RPC that can be built on UCX active messages, as
+ * a reference for rdmx-perf's rpc_lat and rpc_rate: the client sends a
+ * request (an AM with an H-byte header and an S-byte payload), the server's
+ * AM callback answers it at once with the same header and payload on its
+ * endpoint, the client's AM callback counts the answer. No matching, no
+ * call records, no deadlines, no credits: what is left is UCX.
+ *
+ *   ucx_am_rpc -l PORT [-e]                      server on 127.0.0.1 (one client)
+ *   ucx_am_rpc HOST:PORT -t lat|rate [-s SIZE] [-H HDR] [-n N] [-w WARMUP]
+ *              [-W WINDOW] [-e]                  client
+ *
+ * Connection setup is UCX's sockaddr client/server mode, like rdmx's. -e
+ * creates both endpoints with UCP_ERR_HANDLING_MODE_PEER (rdmx's mode; set
+ * UCX_MM_ERROR_HANDLING=y as well for shared memory). Transports come from
+ * UCX_TLS / UCX_NET_DEVICES as for ucx_perftest.
+ *
+ * lat: one call at a time, p50 / p99 / mean of the round trip (us), one
+ * clock_gettime per call (as rdmx-perf). rate: up to WINDOW calls in flight,
+ * calls per second over the measured calls. Output: one line
+ *   ucx_am_rpc test=lat size=64 hdr=0 iters=N p50_us=.. p99_us=.. avg_us=..
+ *   calls_per_s=..
+ *
+ * Build: cc -O2 -o ucx_am_rpc bench/ucx_am_rpc.c -lucp -lucs
+ */
+#define _GNU_SOURCE
+#include <ucp/api/ucp.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AM_REQ  11
+#define AM_RESP 12
+#define AM_QUIT 13
+#define SLOTS   4096 /* payload copies the server keeps while UCX sends */
+
+static ucp_context_h g_ctx;
+static ucp_worker_h g_worker;
+static ucp_ep_h g_ep;
+static int g_err_mode;
+static volatile int g_failed;
+
+/* server */
+static int g_quit;
+static unsigned char *g_slots;
+static size_t g_slot_size;
+static unsigned g_slot;
+static unsigned g_pending_sends;
+
+/* client */
+static uint64_t g_done;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, ucs_status_t st)
+{
+    fprintf(stderr, "ucx_am_rpc: %s: %s\n", what, ucs_status_string(st));
+    exit(1);
+}
+
+static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)arg;
+    (void)ep;
+    (void)status;
+    g_failed = 1;
+}
+
+static void send_cb(void *req, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    (void)user_data;
+    g_pending_sends--;
+    ucp_request_free(req);
+}
+
+static void send_am(unsigned id, const void *hdr, size_t hlen,
+                    const void *data, size_t len)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+        .cb.send = send_cb,
+    };
+    ucs_status_ptr_t r = ucp_am_send_nbx(g_ep, id, hdr, hlen, data, len, &p);
+
+    if (UCS_PTR_IS_ERR(r)) {
+        die("am send", UCS_PTR_STATUS(r));
+    }
+    if (r != NULL) {
+        g_pending_sends++;
+    }
+}
+
+/* Server: answer a request with its header and payload. The payload is
+ * copied into a slot that outlives a send UCX could not finish at once. */
+static ucs_status_t req_cb(void *arg, const void *header, size_t hlen,
+                           void *data, size_t len,
+                           const ucp_am_recv_param_t *param)
+{
+    static unsigned char hdr_copy[SLOTS][64];
+    unsigned s = g_slot++ % SLOTS;
+    unsigned char *slot = g_slots + (size_t)s * g_slot_size;
+
+    (void)arg;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV || len > g_slot_size ||
+        hlen > sizeof(hdr_copy[0])) {
+        fprintf(stderr, "ucx_am_rpc: request too large\n");
+        exit(1);
+    }
+    memcpy(slot, data, len);
+    memcpy(hdr_copy[s], header, hlen);
+    send_am(AM_RESP, hdr_copy[s], hlen, slot, len);
+    return UCS_OK;
+}
+
+static ucs_status_t quit_cb(void *arg, const void *header, size_t hlen,
+                            void *data, size_t len,
+                            const ucp_am_recv_param_t *param)
+{
+    (void)arg, (void)header, (void)hlen, (void)data, (void)len, (void)param;
+    g_quit = 1;
+    return UCS_OK;
+}
+
+/* Client: an answer arrived. */
+static ucs_status_t resp_cb(void *arg, const void *header, size_t hlen,
+                            void *data, size_t len,
+                            const ucp_am_recv_param_t *param)
+{
+    (void)arg, (void)header, (void)hlen, (void)data, (void)len, (void)param;
+    g_done++;
+    return UCS_OK;
+}
+
+static void set_handler(unsigned id, ucp_am_recv_callback_t cb)
+{
+    ucp_am_handler_param_t p = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = id,
+        .cb = cb,
+        .flags = UCP_AM_FLAG_WHOLE_MSG,
+    };
+    ucs_status_t st = ucp_worker_set_am_recv_handler(g_worker, &p);
+
+    if (st != UCS_OK) {
+        die("set AM handler", st);
+    }
+}
+
+static void init(void)
+{
+    ucp_params_t cp = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES,
+        .features = UCP_FEATURE_AM,
+    };
+    ucp_worker_params_t wp = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SINGLE,
+    };
+    ucs_status_t st;
+
+    if ((st = ucp_init(&cp, NULL, &g_ctx)) != UCS_OK) {
+        die("ucp_init", st);
+    }
+    if ((st = ucp_worker_create(g_ctx, &wp, &g_worker)) != UCS_OK) {
+        die("ucp_worker_create", st);
+    }
+}
+
+static void fill_ep_params(ucp_ep_params_t *ep)
+{
+    ep->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep->err_handler.cb = ep_err_cb;
+    ep->err_handler.arg = NULL;
+    ep->err_mode =
+        g_err_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+}
+
+static void conn_cb(ucp_conn_request_h req, void *arg)
+{
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
+        .conn_request = req,
+    };
+    ucs_status_t st;
+
+    (void)arg;
+    if (g_ep != NULL) {
+        ucp_listener_reject(*(ucp_listener_h *)arg, req);
+        return;
+    }
+    fill_ep_params(&ep);
+    if ((st = ucp_ep_create(g_worker, &ep, &g_ep)) != UCS_OK) {
+        die("accept", st);
+    }
+}
+
+static void close_ep(void)
+{
+    ucp_request_param_t p = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_EP_CLOSE_FLAG_FORCE,
+    };
+    ucs_status_ptr_t r;
+
+    if (g_ep == NULL) {
+        return;
+    }
+    r = ucp_ep_close_nbx(g_ep, &p);
+    if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) {
+            ucp_worker_progress(g_worker);
+        }
+        ucp_request_free(r);
+    }
+    g_ep = NULL;
+}
+
+static int run_server(int port)
+{
+    static ucp_listener_h listener;
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET,
+        .sin_port = htons((uint16_t)port),
+        .sin_addr.s_addr = htonl(INADDR_LOOPBACK), /* loopback only */
+    };
+    ucp_listener_params_t lp = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                      UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr = {.addr = (struct sockaddr *)&sa, .addrlen = sizeof(sa)},
+        .conn_handler = {.cb = conn_cb, .arg = &listener},
+    };
+    ucs_status_t st;
+
+    g_slot_size = 1 << 16;
+    g_slots = malloc((size_t)SLOTS * g_slot_size);
+    if (g_slots == NULL) {
+        fprintf(stderr, "ucx_am_rpc: out of memory\n");
+        return 1;
+    }
+    set_handler(AM_REQ, req_cb);
+    set_handler(AM_QUIT, quit_cb);
+    if ((st = ucp_listener_create(g_worker, &lp, &listener)) != UCS_OK) {
+        die("listen", st);
+    }
+    printf("listening on port %d\n", port);
+    fflush(stdout);
+    while (!g_quit && !g_failed) {
+        ucp_worker_progress(g_worker);
+    }
+    while (g_pending_sends > 0 && !g_failed) {
+        ucp_worker_progress(g_worker);
+    }
+    close_ep();
+    ucp_listener_destroy(listener);
+    free(g_slots);
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void wait_done(uint64_t target)
+{
+    while (g_done < target) {
+        ucp_worker_progress(g_worker);
+        if (g_failed) {
+            fprintf(stderr, "ucx_am_rpc: the connection failed\n");
+            exit(1);
+        }
+    }
+}
+
+static int run_client(const char *address, const char *test, size_t size,
+                      size_t hlen, uint64_t iters, uint64_t warmup,
+                      uint64_t window)
+{
+    char host[256];
+    const char *colon = strrchr(address, ':');
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM},
+                    *res;
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR,
+        .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+    };
+    unsigned char *payload = calloc(1, size ? size : 1);
+    unsigned char hdr[64] = {0};
+    uint64_t *samples = calloc(iters + 1, sizeof(uint64_t));
+    int lat = strcmp(test, "lat") == 0;
+    uint64_t t0, t1, posted = 0;
+    ucs_status_t st;
+
+    if (colon == NULL || (size_t)(colon - address) >= sizeof(host) ||
+        payload == NULL || samples == NULL || hlen > sizeof(hdr)) {
+        fprintf(stderr, "ucx_am_rpc: bad arguments\n");
+        return 2;
+    }
+    memcpy(host, address, (size_t)(colon - address));
+    host[colon - address] = '\0';
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0) {
+        fprintf(stderr, "ucx_am_rpc: cannot resolve %s\n", address);
+        return 2;
+    }
+    ep.sockaddr.addr = res->ai_addr;
+    ep.sockaddr.addrlen = res->ai_addrlen;
+    fill_ep_params(&ep);
+    set_handler(AM_RESP, resp_cb);
+    if ((st = ucp_ep_create(g_worker, &ep, &g_ep)) != UCS_OK) {
+        die("connect", st);
+    }
+    freeaddrinfo(res);
+
+    /* warm-up (also completes the connection) */
+    for (uint64_t i = 0; i < warmup; i++) {
+        send_am(AM_REQ, hdr, hlen, payload, size);
+        wait_done(i + 1);
+    }
+    g_done = 0;
+    t0 = now_ns();
+    if (lat) {
+        uint64_t last = t0;
+
+        for (uint64_t i = 0; i < iters; i++) {
+            uint64_t now;
+
+            send_am(AM_REQ, hdr, hlen, payload, size);
+            wait_done(i + 1);
+            now = now_ns();
+            samples[i] = now - last;
+            last = now;
+        }
+        t1 = last;
+    } else {
+        while (g_done < iters) {
+            while (posted < iters && posted - g_done < window) {
+                send_am(AM_REQ, hdr, hlen, payload, size);
+                posted++;
+            }
+            ucp_worker_progress(g_worker);
+            if (g_failed) {
+                fprintf(stderr, "ucx_am_rpc: the connection failed\n");
+                return 1;
+            }
+        }
+        t1 = now_ns();
+    }
+    while (g_pending_sends > 0) {
+        ucp_worker_progress(g_worker);
+    }
+    printf("ucx_am_rpc test=%s size=%zu hdr=%zu iters=%llu window=%llu",
+           test, size, hlen, (unsigned long long)iters,
+           (unsigned long long)(lat ? 1 : window));
+    if (lat) {
+        double sum = 0;
+
+        for (uint64_t i = 0; i < iters; i++) {
+            sum += (double)samples[i];
+        }
+        qsort(samples, iters, sizeof(*samples), cmp_u64);
+        printf(" p50_us=%.4f p99_us=%.4f avg_us=%.4f",
+               (double)samples[(iters - 1) / 2] / 1e3,
+               (double)samples[(uint64_t)((double)(iters - 1) * 0.99)] / 1e3,
+               sum / (double)iters / 1e3);
+    }
+    printf(" calls_per_s=%.1f\n", (double)iters / ((double)(t1 - t0) / 1e9));
+    send_am(AM_QUIT, NULL, 0, NULL, 0);
+    while (g_pending_sends > 0) {
+        ucp_worker_progress(g_worker);
+    }
+    /* let the quit arrive before the disconnect can overtake it */
+    for (uint64_t end = now_ns() + 50000000ull; now_ns() < end;) {
+        ucp_worker_progress(g_worker);
+    }
+    close_ep();
+    free(payload);
+    free(samples);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *test = "lat", *address = NULL;
+    size_t size = 64, hlen = 0;
+    uint64_t iters = 100000, warmup = 10000, window = 32;
+    int port = -1, c, rc;
+
+    while ((c = getopt(argc, argv, "l:t:s:H:n:w:W:eh")) != -1) {
+        switch (c) {
+        case 'l':
+            port = atoi(optarg);
+            break;
+        case 't':
+            test = optarg;
+            break;
+        case 's':
+            size = strtoull(optarg, NULL, 0);
+            break;
+        case 'H':
+            hlen = strtoull(optarg, NULL, 0);
+            break;
+        case 'n':
+            iters = strtoull(optarg, NULL, 0);
+            break;
+        case 'w':
+            warmup = strtoull(optarg, NULL, 0);
+            break;
+        case 'W':
+            window = strtoull(optarg, NULL, 0);
+            break;
+        case 'e':
+            g_err_mode = 1;
+            break;
+        default:
+            fprintf(stderr, "usage: ucx_am_rpc -l PORT [-e] | HOST:PORT -t "
+                            "lat|rate [-s SIZE] [-H HDR] [-n N] [-w WARMUP] "
+                            "[-W WINDOW] [-e]\n");
+            return 2;
+        }
+    }
+    if (port < 0 && optind + 1 != argc) {
+        fprintf(stderr, "ucx_am_rpc: a server address or -l PORT\n");
+        return 2;
+    }
+    if (port < 0) {
+        address = argv[optind];
+    }
+    if (iters == 0 || window == 0 || size > (1 << 16) ||
+        (strcmp(test, "lat") != 0 && strcmp(test, "rate") != 0)) {
+        fprintf(stderr, "ucx_am_rpc: bad arguments\n");
+        return 2;
+    }
+    init();
+    rc = port >= 0 ? run_server(port)
+                   : run_client(address, test, size, hlen, iters, warmup,
+                                window);
+    ucp_worker_destroy(g_worker);
+    ucp_cleanup(g_ctx);
+    return rc;
+}
