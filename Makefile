@@ -48,7 +48,8 @@ test: build
 	@$(MAKE) --no-print-directory fuzz-smoke
 
 test-asan: asan
-	cd build-asan && ctest --output-on-failure --timeout 600 -j 2
+	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	  ctest --output-on-failure --timeout 600 -j 2
 
 demo: build
 	scripts/demo.sh build/bin
