@@ -912,7 +912,9 @@ int main(void)
         CHECKF(nb_calls == 0, "a refused put_nb ran its callback");
     }
     kill_server(victim2);
-    dt = wait_state(rdmx_kv_channel(kv2, victim2), RDMX_CHANNEL_READY, 1, 5000,
+    /* (the patient client's heartbeat allows 15 s of silence; a killed
+     * server is normally found at once through its closed connection) */
+    dt = wait_state(rdmx_kv_channel(kv2, victim2), RDMX_CHANNEL_READY, 1, 20000,
                     "dead server (replicas)");
     dt += wait_state(rdmx_kv_channel(kv2q, victim2), RDMX_CHANNEL_READY, 1,
                      5000, "dead server (replicas, quick client)");

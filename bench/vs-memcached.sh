@@ -1,0 +1,606 @@
+#!/usr/bin/env bash
+# vs-memcached.sh — rdmx-kvd against memcached and Redis on this machine,
+# the same workload, interleaved, in one run.
+#
+# Systems (all servers on 127.0.0.1, started here, stopped at exit):
+#   memcached  memcached -t 2 -m 2048 -I 2m (text protocol over tcp)
+#   redis      redis-server --save "" --appendonly no (one thread, tcp)
+#   rdmx shm   rdmx-kvd --workers 2 --memory 1g, RDMX_TRANSPORT=shm for the
+#              server and the client (shared memory; tcp only for setup)
+#   rdmx tcp   the same with RDMX_TRANSPORT=tcp
+# UCX_NET_DEVICES=lo for rdmx. No address but 127.0.0.1 is ever used.
+#
+# Workload, the same for every system: `rdmx-kv bench` for rdmx;
+# bench/kv_peer_driver.c (compiled here with $CC, libmemcached and hiredis)
+# for memcached and Redis, which is rdmx-kv bench's loop: N client threads,
+# each with its own connection and ONE request in flight (blocking calls),
+# keys "bench:K" uniform over the key space, values of SIZE bytes; for GET
+# one thread first stores every key (not timed), then all threads run for
+# --seconds; every operation is timed (clock_gettime). Reported: ops/s, MB/s
+# (10^6 B/s of values) and p50/p99 latency over all operations.
+# Cells: GET and SET x 100 B, 4 KiB, 1 MiB x 1 and 8 clients. Key space:
+# 10,000 keys (100 B, 4 KiB), 100 keys (1 MiB). rdmx-kv runs with
+# --zero-copy for 4 KiB and 1 MiB (registered client buffers: a 1 MiB GET is
+# RDMA-written into it, a 1 MiB SET RDMA-read from it; 4 KiB is still
+# answered inline, --inline-threshold 4k); --zero-copy on|off changes that.
+#
+# The machine has 2 CPUs: client threads and server threads share them, for
+# every system alike (memcached 2 worker threads, rdmx-kvd 2 workers, Redis
+# 1 thread). rdmx's clients and server workers poll before they sleep
+# (client: 50 us, server: 100 us), memcached's and Redis's block in the
+# kernel at once.
+#
+# Each round runs every cell once; within a cell the systems run back to
+# back, their order rotated from cell to cell and round to round. A ratio is
+# the median over rounds of the per-round ratio rdmx/peer (throughput:
+# > 1 = rdmx faster; p99: < 1 = rdmx lower). Throughput ratios are the same
+# for ops/s and MB/s (every operation moves SIZE bytes; a run with errors or
+# misses stops the script). At the end: met/MISSED per target, against
+# memcached (same run, same client count):
+#   GET 100 B and 4 KiB, 1 client: ops/s >= 10x over shm, >= 1.5x over tcp;
+#     p99 below memcached's (shm and tcp)
+#   GET 4 KiB, 8 clients: ops/s >= 4x over shm
+#   GET and SET 1 MiB (1 and 8 clients): MB/s >= 4x over shm, >= 1x over tcp
+# Redis is reported beside memcached (no targets).
+#
+# Peers are Debian packages: memcached, redis-server, libmemcached-dev,
+# libhiredis-dev (and redis-tools, libmemcached-tools for manual checks);
+# missing ones are installed with apt-get (sudo when not root; apt-get
+# update only if an install fails) unless --no-install.
+#
+# Usage: bench/vs-memcached.sh [--quick] [--rounds N] [--seconds S]
+#          [--peers memcached,redis] [--transport shm|tcp|all]
+#          [--ops get,set] [--sizes 100,4k,1m] [--clients 1,8]
+#          [--zero-copy auto|on|off] [--keep] [--no-install]
+#   --quick: 1 round of 1 s runs (default: 3 rounds of 3 s)
+#   bench/vs-redis.sh is this script with --peers redis (Redis only).
+# Environment: RDMX_KV, RDMX_KVD (default build/bin/), CC, MEMCACHED,
+#   REDIS_SERVER.
+set -euo pipefail
+
+NAME=${VS_NAME:-vs-memcached}
+ROUNDS=""
+SECONDS_RUN=""
+QUICK=0
+PEERS="memcached,redis"
+TRANSPORTS="shm tcp"
+OPS="get,set"
+SIZES="100,4k,1m"
+CLIENTS="1,8"
+ZC=auto
+KEEP=0
+INSTALL=1
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+die() {
+    echo "$NAME: $*" >&2
+    exit 1
+}
+
+bad_arg() {
+    echo "$NAME: $*" >&2
+    exit 2
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --rounds) ROUNDS="${2:-}"; shift ;;
+    --seconds) SECONDS_RUN="${2:-}"; shift ;;
+    --peers) PEERS="${2:-}"; shift ;;
+    --transport)
+        case "${2:-}" in
+        shm | tcp) TRANSPORTS="$2" ;;
+        all) TRANSPORTS="shm tcp" ;;
+        *) bad_arg "--transport shm|tcp|all" ;;
+        esac
+        shift ;;
+    --ops) OPS="${2:-}"; shift ;;
+    --sizes) SIZES="${2:-}"; shift ;;
+    --clients) CLIENTS="${2:-}"; shift ;;
+    --zero-copy)
+        case "${2:-}" in auto | on | off) ZC="$2" ;;
+        *) bad_arg "--zero-copy auto|on|off" ;; esac
+        shift ;;
+    --keep) KEEP=1 ;;
+    --no-install) INSTALL=0 ;;
+    -h | --help) usage; exit 0 ;;
+    *) bad_arg "unknown argument '$1' (try --help)" ;;
+    esac
+    shift
+done
+[ -n "$ROUNDS" ] || ROUNDS=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
+[ -n "$SECONDS_RUN" ] || SECONDS_RUN=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
+case "$ROUNDS" in '' | *[!0-9]* | 0) bad_arg "bad --rounds" ;; esac
+awk -v s="$SECONDS_RUN" 'BEGIN { exit !(s + 0 > 0) }' ||
+    bad_arg "bad --seconds"
+HAVE_MC=0
+HAVE_REDIS=0
+for p in ${PEERS//,/ }; do
+    case "$p" in
+    memcached) HAVE_MC=1 ;;
+    redis) HAVE_REDIS=1 ;;
+    *) bad_arg "--peers: memcached and/or redis" ;;
+    esac
+done
+for o in ${OPS//,/ }; do
+    case "$o" in get | set) ;; *) bad_arg "--ops: get and/or set" ;; esac
+done
+for c in ${CLIENTS//,/ }; do
+    case "$c" in '' | *[!0-9]* | 0) bad_arg "bad --clients '$c'" ;; esac
+done
+
+size_bytes() { # 100 | 4k | 1m -> bytes
+    local s=$1 n m=1
+    case "$s" in
+    *[kK]) n=${s%?}; m=1024 ;;
+    *[mM]) n=${s%?}; m=1048576 ;;
+    *) n=$s ;;
+    esac
+    case "$n" in '' | *[!0-9]*) bad_arg "bad size '$s'" ;; esac
+    echo $((n * m))
+}
+size_label() { # bytes -> 100B | 4KiB | 1MiB
+    local b=$1
+    if [ $((b % 1048576)) = 0 ]; then echo "$((b / 1048576))MiB"
+    elif [ $((b % 1024)) = 0 ]; then echo "$((b / 1024))KiB"
+    else echo "${b}B"; fi
+}
+SIZE_LIST=""
+for s in ${SIZES//,/ }; do
+    b=$(size_bytes "$s")
+    [ "$b" -le 1048576 ] || bad_arg "sizes up to 1m (rdmx-kvd --max-value)"
+    SIZE_LIST="$SIZE_LIST $b"
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RDMX_KV=${RDMX_KV:-$ROOT/build/bin/rdmx-kv}
+RDMX_KVD=${RDMX_KVD:-$ROOT/build/bin/rdmx-kvd}
+CC=${CC:-cc}
+[ -x "$RDMX_KV" ] || die "$RDMX_KV not found; run make"
+[ -x "$RDMX_KVD" ] || die "$RDMX_KVD not found; run make"
+
+# --- install the peers (Debian packages) -------------------------------------
+install_missing() {
+    local missing=() p sudo=""
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+            grep -q "ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$INSTALL" = 1 ] || die "missing packages: ${missing[*]} (--no-install)"
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null ||
+            die "need root or sudo to install: ${missing[*]}"
+        sudo=sudo
+    fi
+    echo "# installing ${missing[*]}" >&2
+    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >&2; then
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends "${missing[@]}" >&2 ||
+            die "cannot install ${missing[*]}"
+    fi
+}
+pkgs=()
+[ "$HAVE_MC" = 1 ] && pkgs+=(memcached libmemcached-dev libmemcached-tools)
+[ "$HAVE_REDIS" = 1 ] && pkgs+=(redis-server redis-tools libhiredis-dev)
+install_missing "${pkgs[@]}"
+MEMCACHED=${MEMCACHED:-$(command -v memcached || true)}
+REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server || true)}
+[ "$HAVE_MC" = 0 ] || [ -n "$MEMCACHED" ] || die "memcached not found"
+[ "$HAVE_REDIS" = 0 ] || [ -n "$REDIS_SERVER" ] || die "redis-server not found"
+
+# --- work dir, processes, cleanup --------------------------------------------
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/$NAME.XXXXXX")
+SERVER_PIDS=()
+cleanup() {
+    local p
+    for p in "${SERVER_PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${SERVER_PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    if [ "$KEEP" = 1 ]; then
+        echo "raw results kept in $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A clean, loopback-only UCX environment for rdmx.
+unset UCX_TLS UCX_MM_ERROR_HANDLING RDMX_TRANSPORT
+export UCX_NET_DEVICES=lo
+export UCX_WARN_UNUSED_ENV_VARS=n
+
+# --- helpers -----------------------------------------------------------------
+free_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 40000))
+        if [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then
+            echo "$p"
+            return
+        fi
+    done
+    die "no free port found"
+}
+
+wait_listen() { # port pid
+    for _ in $(seq 500); do
+        [ -n "$(ss -Htln "src 127.0.0.1 and sport = :$1" 2>/dev/null)" ] &&
+            return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.02
+    done
+    return 1
+}
+
+median() { # values on stdin -> median
+    sort -g | awk '{v[NR] = $1} END {
+        if (NR == 0) { print "nan"; exit }
+        if (NR % 2) print v[(NR + 1) / 2];
+        else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+cpu_busy() { # share of CPU time used over one second (percent)
+    local a b
+    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+    sleep 1
+    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        busy = y[1] - x[1]; idle = y[2] - x[2];
+        printf "%.0f\n", (busy + idle > 0) ? 100 * busy / (busy + idle) : 0 }'
+}
+
+load_note() { # when -> a line on the machine's load
+    local busy la
+    busy=$(cpu_busy)
+    la=$(cut -d' ' -f1-3 /proc/loadavg)
+    if [ "$busy" -gt 10 ]; then
+        echo "# WARNING ($1): other processes use ${busy}% of the CPUs" \
+            "(load average $la); figures will show it. Top users:"
+        ps -eo pcpu=,comm= --sort=-pcpu | head -3 | sed 's/^/#   /'
+    else
+        echo "# CPU use by other processes ($1): ${busy}%; load average $la"
+    fi
+}
+
+# CPU ticks: "total busy ours" — all CPUs from /proc/stat, and what this
+# script's processes used (reaped children: clients; plus the live servers).
+cpu_ticks() {
+    local ours p
+    ours=$(awk '{print $16 + $17}' "/proc/$$/stat")
+    for p in "${SERVER_PIDS[@]}"; do
+        [ -r "/proc/$p/stat" ] || continue
+        ours=$((ours + $(sed 's/^.*) //' "/proc/$p/stat" |
+            awk '{print $12 + $13}')))
+    done
+    awk -v o="$ours" '/^cpu /{ b = $2+$3+$4+$7+$8+$9;
+        print b + $5 + $6, b, o }' /proc/stat
+}
+others_pct() { # "total busy ours" before, after -> % of CPU others used
+    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        t = y[1] - x[1]; o = (y[2] - x[2]) - (y[3] - x[3]);
+        if (o < 0) o = 0;
+        printf "%.0f\n", (t > 0 ? 100 * o / t : 0) }'
+}
+
+json_field() { # name json-line -> value
+    sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" <<<"$2"
+}
+
+# --- servers -----------------------------------------------------------------
+start_memcached() {
+    local attempt user
+    user=$(id -un)
+    for attempt in 1 2 3; do
+        MC_PORT=$(free_port)
+        "$MEMCACHED" -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 2 -m 2048 -I 2m \
+            -c 1024 -u "$user" >"$WORK/memcached.log" 2>&1 &
+        MC_PID=$!
+        SERVER_PIDS+=("$MC_PID")
+        wait_listen "$MC_PORT" "$MC_PID" && return 0
+        kill "$MC_PID" 2>/dev/null || true
+        wait "$MC_PID" 2>/dev/null || true
+    done
+    die "memcached did not start: $(cat "$WORK/memcached.log")"
+}
+
+start_redis() {
+    local attempt
+    for attempt in 1 2 3; do
+        REDIS_PORT=$(free_port)
+        "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" \
+            --protected-mode yes --save "" --appendonly no \
+            --daemonize no --dir "$WORK" --logfile "$WORK/redis.log" \
+            --maxmemory 0 >/dev/null 2>&1 &
+        REDIS_PID=$!
+        SERVER_PIDS+=("$REDIS_PID")
+        wait_listen "$REDIS_PORT" "$REDIS_PID" && return 0
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+    done
+    die "redis-server did not start: $(cat "$WORK/redis.log")"
+}
+
+start_kvd() { # transport -> KVD_PORT_<tr>
+    local tr=$1 pid port
+    : >"$WORK/kvd.$tr.out"
+    RDMX_TRANSPORT=$tr "$RDMX_KVD" --listen 127.0.0.1:0 --workers 2 \
+        --memory 1g --max-value 1m \
+        >"$WORK/kvd.$tr.out" 2>"$WORK/kvd.$tr.err" &
+    pid=$!
+    SERVER_PIDS+=("$pid")
+    for _ in $(seq 1500); do # registering 1 GiB takes seconds when busy
+        grep -q 'listening on' "$WORK/kvd.$tr.out" 2>/dev/null && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.02
+    done
+    port=$(sed -n 's/^rdmx-kvd: listening on [^ ]*:\([0-9]*\) .*/\1/p' \
+        "$WORK/kvd.$tr.out")
+    [ -n "$port" ] || die "rdmx-kvd ($tr) did not start:" \
+        "$(cat "$WORK/kvd.$tr.err" "$WORK/kvd.$tr.out")"
+    printf -v "KVD_PORT_$tr" '%s' "$port"
+}
+
+# --- one run: leaves "ops_per_s mb_per_s p50_us p99_us" in RES ----------------
+keys_for() { # bytes -> key space
+    if [ "$1" -ge 1048576 ]; then echo 100; else echo 10000; fi
+}
+
+check_line() { # system line err-file
+    local ops errors misses
+    [ -n "$2" ] || die "$1: no result: $(tail -5 "$3")"
+    ops=$(json_field ops "$2")
+    errors=$(json_field errors "$2")
+    misses=$(json_field misses "$2")
+    [ "${ops:-0}" -gt 0 ] || die "$1: no operation done: $2"
+    [ "${errors:-1}" = 0 ] && [ "${misses:-1}" = 0 ] ||
+        die "$1: errors or misses: $2 $(tail -3 "$3")"
+}
+
+run_one() { # system op bytes clients
+    local sys=$1 op=$2 bytes=$3 n=$4 keys line tmo
+    local -a zc=()
+    keys=$(keys_for "$bytes")
+    tmo=$(awk -v s="$SECONDS_RUN" 'BEGIN { printf "%d", s + 120 }')
+    case "$sys" in
+    memcached | redis)
+        local srv
+        if [ "$sys" = memcached ]; then srv=127.0.0.1:$MC_PORT
+        else srv=127.0.0.1:$REDIS_PORT; fi
+        timeout "$tmo" "$WORK/kv_peer_driver" --system "$sys" --server "$srv" \
+            --op "$op" --size "$bytes" --keys "$keys" --threads "$n" \
+            --seconds "$SECONDS_RUN" --json \
+            >"$WORK/run.out" 2>"$WORK/run.err" ||
+            die "$sys $op $bytes x $n failed: $(tail -5 "$WORK/run.err")"
+        ;;
+    shm | tcp)
+        local port_var="KVD_PORT_$sys"
+        case "$ZC" in
+        on) zc=(--zero-copy) ;;
+        auto) [ "$bytes" -ge 4096 ] && zc=(--zero-copy) ;;
+        esac
+        RDMX_TRANSPORT=$sys timeout "$tmo" "$RDMX_KV" \
+            --servers "127.0.0.1:${!port_var}" --timeout 30000 bench \
+            --op "$op" --size "$bytes" --keys "$keys" --threads "$n" \
+            --seconds "$SECONDS_RUN" "${zc[@]}" --json \
+            >"$WORK/run.out" 2>"$WORK/run.err" ||
+            die "rdmx $sys $op $bytes x $n failed: $(tail -5 "$WORK/run.err")"
+        ;;
+    esac
+    line=$(grep '^{' "$WORK/run.out" | tail -1 || true)
+    check_line "$sys" "$line" "$WORK/run.err"
+    RES="$(json_field ops_per_s "$line") $(json_field mb_per_s "$line")"
+    RES="$RES $(json_field p50_us "$line") $(json_field p99_us "$line")"
+}
+
+# --- run ---------------------------------------------------------------------
+# Private copies of the binaries (statically linked with librdmx): a `make`
+# in the same tree during the run must not replace them under it.
+BIN_TIME=$(date -u -r "$RDMX_KV" '+%Y-%m-%d %H:%M UTC')
+cp "$RDMX_KV" "$WORK/rdmx-kv" && cp "$RDMX_KVD" "$WORK/rdmx-kvd" ||
+    die "cannot copy the rdmx binaries"
+RDMX_KV=$WORK/rdmx-kv
+RDMX_KVD=$WORK/rdmx-kvd
+libs=()
+defs=()
+if [ "$HAVE_MC" = 1 ]; then libs+=(-lmemcached); else defs+=(-DNO_MEMCACHED); fi
+if [ "$HAVE_REDIS" = 1 ]; then libs+=(-lhiredis); else defs+=(-DNO_HIREDIS); fi
+"$CC" -O2 "${defs[@]}" -o "$WORK/kv_peer_driver" \
+    "$ROOT/bench/kv_peer_driver.c" "${libs[@]}" -lpthread \
+    2>"$WORK/driver.cc" ||
+    die "cannot compile bench/kv_peer_driver.c: $(cat "$WORK/driver.cc")"
+
+SYSTEMS=()
+[ "$HAVE_MC" = 1 ] && { start_memcached; SYSTEMS+=(memcached); }
+[ "$HAVE_REDIS" = 1 ] && { start_redis; SYSTEMS+=(redis); }
+for tr in $TRANSPORTS; do
+    start_kvd "$tr"
+    SYSTEMS+=("$tr")
+done
+
+CELLS=()
+for op in ${OPS//,/ }; do
+    for b in $SIZE_LIST; do
+        for n in ${CLIENTS//,/ }; do
+            CELLS+=("$op:$b:$n")
+        done
+    done
+done
+
+mc_version=$([ "$HAVE_MC" = 1 ] && "$MEMCACHED" -V 2>/dev/null || true)
+redis_version=""
+[ "$HAVE_REDIS" = 1 ] && redis_version=$("$REDIS_SERVER" --version \
+    2>/dev/null | sed -n 's/.* v=\([^ ]*\).*/Redis \1/p' || true)
+ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' |
+    head -1 || true)
+extra_env=$(env | grep -E '^(UCX|RDMX)_' |
+    grep -v -E '^(UCX_NET_DEVICES|UCX_WARN_UNUSED_ENV_VARS|RDMX_KVD?)=' |
+    sort | tr '\n' ' ' || true)
+echo "# $NAME: rdmx-kvd vs ${PEERS//,/ and }, $ROUNDS round(s) of" \
+    "${SECONDS_RUN} s runs$([ "$QUICK" = 1 ] && echo " (quick)")," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "# $(nproc) CPUs shared by clients and servers;" \
+    "${mc_version:+$mc_version, }${redis_version:+$redis_version, }${ucx_version:-UCX ?};" \
+    "rdmx binaries built $BIN_TIME, tree at" \
+    "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(
+        git -C "$ROOT" diff --quiet HEAD -- src include tools 2>/dev/null ||
+        echo ' (+ local changes)')"
+servers=""
+[ "$HAVE_MC" = 1 ] &&
+    servers="memcached -t 2 -m 2048 -I 2m on :$MC_PORT; "
+[ "$HAVE_REDIS" = 1 ] &&
+    servers="${servers}redis-server (1 thread, no persistence) on :$REDIS_PORT; "
+for tr in $TRANSPORTS; do
+    v="KVD_PORT_$tr"
+    servers="${servers}rdmx-kvd --workers 2 --memory 1g ($tr) on :${!v}; "
+done
+echo "# servers: ${servers%; }"
+echo "# clients: rdmx-kv bench ($( [ "$ZC" = auto ] &&
+    echo "--zero-copy for >= 4 KiB" || echo "--zero-copy $ZC"));" \
+    "bench/kv_peer_driver.c (libmemcached text protocol / hiredis) for the" \
+    "peers; 1 request in flight per client thread"
+echo "# extra environment: ${extra_env:-none}"
+load_note before
+start=$(date +%s)
+nsys=${#SYSTEMS[@]}
+ncell=${#CELLS[@]}
+for ((r = 0; r < ROUNDS; r++)); do
+    t0=$(cpu_ticks)
+    for ((c = 0; c < ncell; c++)); do
+        IFS=: read -r op b n <<<"${CELLS[$c]}"
+        for ((k = 0; k < nsys; k++)); do
+            sys=${SYSTEMS[$(((k + c + r) % nsys))]}
+            run_one "$sys" "$op" "$b" "$n"
+            printf "%03d %s\n" "$r" "$RES" >>"$WORK/res.$op.$b.$n.$sys"
+        done
+    done
+    others=$(others_pct "$t0" "$(cpu_ticks)")
+    echo "$others" >>"$WORK/others"
+    echo "# round $((r + 1))/$ROUNDS done ($(($(date +%s) - start)) s;" \
+        "other processes used ${others}% of the CPUs)" >&2
+done
+load_note after
+echo "# CPU used by other processes during each round: $(tr '\n' ' ' \
+    <"$WORK/others" | sed 's/ $//; s/ /%, /g')%"
+
+# --- report ------------------------------------------------------------------
+col() { # file column(2=ops 3=MB/s 4=p50 5=p99) -> median
+    awk -v c="$1" '{print $c}' "$2" | median
+}
+# median over rounds of per-round ratio: rdmx/peer in column c
+ratio() { # rdmx-file peer-file column
+    join "$1" "$2" | awk -v c="$3" '{ k = NF / 2; a = $(c); b = $(c + 4);
+        if (b > 0) printf "%.6g\n", a / b }' | median
+}
+label_of() {
+    case "$1" in shm) echo "rdmx shm" ;; tcp) echo "rdmx tcp" ;; *) echo "$1" ;; esac
+}
+
+echo
+echo "Figures: median over rounds. ops/s and MB/s (10^6 B/s): higher is"
+echo "better; p50/p99 latency of one operation in us: lower is better."
+printf "%-4s %-6s %3s  %-9s %10s %9s %9s %9s\n" op size cl system ops/s \
+    MB/s p50_us p99_us
+for cell in "${CELLS[@]}"; do
+    IFS=: read -r op b n <<<"$cell"
+    for sys in "${SYSTEMS[@]}"; do
+        f="$WORK/res.$op.$b.$n.$sys"
+        printf "%-4s %-6s %3s  %-9s %10.0f %9.1f %9.2f %9.2f\n" "$op" \
+            "$(size_label "$b")" "$n" "$(label_of "$sys")" "$(col 2 "$f")" \
+            "$(col 3 "$f")" "$(col 4 "$f")" "$(col 5 "$f")"
+    done
+done
+
+PEER_LIST=()
+[ "$HAVE_MC" = 1 ] && PEER_LIST+=(memcached)
+[ "$HAVE_REDIS" = 1 ] && PEER_LIST+=(redis)
+short() { case "$1" in memcached) echo mc ;; redis) echo redis ;; esac; }
+echo
+echo "Ratios rdmx/peer: median over rounds of the per-round ratio."
+echo "thr = ops/s (= MB/s) ratio, > 1: rdmx faster; p99 = p99 ratio, < 1:"
+echo "rdmx's tail lower."
+hdr=$(printf "%-4s %-6s %3s " op size cl)
+for tr in $TRANSPORTS; do
+    for p in "${PEER_LIST[@]}"; do
+        hdr="$hdr$(printf " %14s %14s" "thr $tr/$(short "$p")" \
+            "p99 $tr/$(short "$p")")"
+    done
+done
+echo "$hdr"
+for cell in "${CELLS[@]}"; do
+    IFS=: read -r op b n <<<"$cell"
+    line=$(printf "%-4s %-6s %3s " "$op" "$(size_label "$b")" "$n")
+    for tr in $TRANSPORTS; do
+        for p in "${PEER_LIST[@]}"; do
+            fr="$WORK/res.$op.$b.$n.$tr"
+            fp="$WORK/res.$op.$b.$n.$p"
+            line="$line$(printf " %14.2f %14.2f" "$(ratio "$fr" "$fp" 2)" \
+                "$(ratio "$fr" "$fp" 5)")"
+        done
+    done
+    echo "$line"
+done
+
+echo
+echo "Per round (ops/s; p99 us), in run order of systems:"
+for cell in "${CELLS[@]}"; do
+    IFS=: read -r op b n <<<"$cell"
+    printf "  %-4s %-6s %3s" "$op" "$(size_label "$b")" "$n"
+    for sys in "${SYSTEMS[@]}"; do
+        printf "  %s:" "$(label_of "$sys" | tr ' ' '-')"
+        awk '{printf " %.0f;%.0f", $2, $5}' "$WORK/res.$op.$b.$n.$sys"
+    done
+    echo
+done
+
+# --- targets -----------------------------------------------------------------
+if [ "$HAVE_MC" = 1 ]; then
+    echo
+    echo "Targets (against memcached, same run, same client count):"
+    target() { # op bytes clients tr column(2 thr, 5 p99) bound what
+        local op=$1 b=$2 n=$3 tr=$4 c=$5 bound=$6 what=$7 fr fp q ok
+        fr="$WORK/res.$op.$b.$n.$tr"
+        fp="$WORK/res.$op.$b.$n.memcached"
+        # cells left out by --ops/--sizes/--clients/--transport: no line
+        [ -f "$fr" ] && [ -f "$fp" ] || return 0
+        q=$(ratio "$fr" "$fp" "$c")
+        if [ "$c" = 5 ]; then
+            ok=$(awk -v q="$q" -v t="$bound" 'BEGIN { print (q < t) }')
+            printf "  %-52s %6.2f  %s (< %s)\n" "$what" "$q" \
+                "$([ "$ok" = 1 ] && echo met || echo MISSED)" "$bound"
+        else
+            ok=$(awk -v q="$q" -v t="$bound" 'BEGIN { print (q >= t) }')
+            printf "  %-52s %6.2f  %s (>= %s)\n" "$what" "$q" \
+                "$([ "$ok" = 1 ] && echo met || echo MISSED)" "$bound"
+        fi
+    }
+    for b in 100 4096; do
+        l=$(size_label "$b")
+        target get "$b" 1 shm 2 10 "GET $l, 1 client, ops/s shm/mc"
+        target get "$b" 1 tcp 2 1.5 "GET $l, 1 client, ops/s tcp/mc"
+        target get "$b" 1 shm 5 1 "GET $l, 1 client, p99 shm/mc"
+        target get "$b" 1 tcp 5 1 "GET $l, 1 client, p99 tcp/mc"
+    done
+    target get 4096 8 shm 2 4 "GET 4KiB, 8 clients, ops/s shm/mc"
+    for op in get set; do
+        OP=$(tr a-z A-Z <<<"$op")
+        for n in 1 8; do
+            target "$op" 1048576 "$n" shm 3 4 \
+                "$OP 1MiB, $n client(s), MB/s shm/mc"
+            target "$op" 1048576 "$n" tcp 3 1 \
+                "$OP 1MiB, $n client(s), MB/s tcp/mc"
+        done
+    done
+fi
+echo
+echo "# total $(($(date +%s) - start)) s"
