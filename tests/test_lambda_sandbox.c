@@ -438,7 +438,7 @@ static void test_sandbox(void)
     th_log("sandbox: globals and libraries are exactly these");
     snprintf(src, sizeof(src), "%s return keys(_G)", keys);
     EXPECT_OUT(e, src,
-               "_G _VERSION args assert collectgarbage coroutine error "
+               "ARGV KEYS _G _VERSION args assert collectgarbage coroutine error "
                "getmetatable input ipairs load math next os pairs pcall print "
                "rawequal rawget rawlen rawset select setmetatable string "
                "table tonumber tostring type utf8 xpcall");
@@ -1194,7 +1194,8 @@ static void test_wire(void)
 {
     rdmx_lambda_engine_t *e = mk_engine(NULL);
     const char *args[] = {"x", "", "zz"};
-    const char *src = "return input .. #args .. args[1] .. args[3]";
+    const char *src = "return input .. #args .. args[1] .. args[3] .. "
+                      "#KEYS .. KEYS[1] .. #ARGV .. ARGV[2]";
     uint8_t id[RDMX_LAMBDA_ID_LEN];
     rdmx__lambda_req_t req;
     rdmx_lambda_result_t r;
@@ -1209,7 +1210,7 @@ static void test_wire(void)
     {
         rdmx_lambda_arg_t a[3] = {{"x", 1}, {"", 0}, {"zz", 2}};
         rdmx_lambda_call_t c = {.input = "in", .input_len = 2, .args = a,
-                                .nargs = 3};
+                                .nargs = 3, .nkeys = 1};
         CHECK_OK(ev(e, src, &c, &r)); /* cached for the CALL */
         rdmx_lambda_result_free(&r);
     }
@@ -1217,12 +1218,12 @@ static void test_wire(void)
         rdmx__lambda_kind_t kind = (rdmx__lambda_kind_t)k;
         void *b;
         CHECK_OK(rdmx__lambda_encode(kind, src, strlen(src), id, "rev", "in",
-                                     2, args, 3, &b, &len));
+                                     2, args, 3, 1, &b, &len));
         buf = b;
         CHECK_OK(rdmx__lambda_decode(kind, buf, len, &req));
         CHECK(req.input_len == 2 && memcmp(req.input, "in", 2) == 0);
         if (kind != RDMX__LAMBDA_NATIVE)
-            CHECK(req.nargs == 3 && req.args[2].len == 2 &&
+            CHECK(req.nargs == 3 && req.nkeys == 1 && req.args[2].len == 2 &&
                   memcmp(req.args[2].data, "zz", 2) == 0 &&
                   req.args[1].len == 0);
         if (kind == RDMX__LAMBDA_EVAL)
@@ -1235,7 +1236,7 @@ static void test_wire(void)
         /* served as a handler would */
         CHECK_OK(rdmx__lambda_serve(e, kind, &req, 0, NULL, &r));
         CHECKF(strcmp(r.output,
-                      kind == RDMX__LAMBDA_NATIVE ? "ni" : "in3xzz") == 0,
+                      kind == RDMX__LAMBDA_NATIVE ? "ni" : "in3xzz1x2zz") == 0,
                "%s", r.output);
         rdmx_lambda_result_free(&r);
         /* every truncation and an extension are refused */
@@ -1251,9 +1252,9 @@ static void test_wire(void)
         copy[0] = 1;
         if (kind != RDMX__LAMBDA_NATIVE) {
             size_t off = kind == RDMX__LAMBDA_EVAL ? 8 : 36;
-            copy[1] = 1; /* flags */
+            copy[1] = 4; /* nkeys > nargs */
             decode_must_fail(kind, copy, len, __LINE__);
-            copy[1] = 0;
+            copy[1] = 1;
             copy[2] = 0xff; /* nargs 255: lengths do not fit */
             decode_must_fail(kind, copy, len, __LINE__);
             copy[2] = 0x00;
@@ -1306,13 +1307,16 @@ static void test_wire(void)
     {
         void *b;
         CHECK_ST(rdmx__lambda_encode(RDMX__LAMBDA_NATIVE, NULL, 0, NULL, "",
-                                     NULL, 0, NULL, 0, &b, &len),
+                                     NULL, 0, NULL, 0, 0, &b, &len),
                  RDMX_ERR_INVALID);
         CHECK_ST(rdmx__lambda_encode(RDMX__LAMBDA_EVAL, "x", 1, NULL, NULL,
-                                     NULL, 0, NULL, 256, &b, &len),
+                                     NULL, 0, NULL, 256, 0, &b, &len),
+                 RDMX_ERR_INVALID);
+        CHECK_ST(rdmx__lambda_encode(RDMX__LAMBDA_EVAL, "x", 1, NULL, NULL,
+                                     NULL, 0, args, 3, 4, &b, &len),
                  RDMX_ERR_INVALID);
         CHECK_ST(rdmx__lambda_encode(RDMX__LAMBDA_CALL, NULL, 0, NULL, NULL,
-                                     NULL, 0, NULL, 0, &b, &len),
+                                     NULL, 0, NULL, 0, 0, &b, &len),
                  RDMX_ERR_INVALID);
     }
     rdmx_lambda_engine_destroy(e);

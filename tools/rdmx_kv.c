@@ -3,8 +3,8 @@
  *
  *   rdmx-kv [--servers A:P,B:P] COMMAND [ARGS]
  *
- * Commands: get put delete touch incr decr exists mget stats flush repl
- * bench (rdmx-kv --help lists their arguments). Exit status: 0 done/found,
+ * Commands: get put delete touch incr decr exists mget stats flush eval
+ * repl bench (rdmx-kv --help lists their arguments). Exit status: 0 done/found,
  * 1 not found (get, exists, delete, touch, incr), 2 error (message on
  * stderr).
  */
@@ -47,6 +47,9 @@ typedef struct {
     uint64_t ops;
     int json;
     int zero_copy;
+    /* after "--" (eval: ARGV; other commands: more arguments) */
+    char **tail;
+    int ntail;
 } opts_t;
 
 static double now_s(void)
@@ -211,6 +214,44 @@ static int cmd_put(const opts_t *o, client_t *c, const char *key,
     return code(key, st);
 }
 
+/* eval FILE.lua [KEY...] [-- ARG...]: run the function on the server that
+ * owns the keys; its result to stdout. */
+static int cmd_eval(const opts_t *o, client_t *c, int argc, char **argv)
+{
+    size_t slen, cap = (size_t)16 << 20, olen = 0; /* the server's max_output */
+    char *src, *out;
+    FILE *f;
+    rdmx_status_t st;
+
+    f = strcmp(argv[1], "-") == 0 ? stdin : fopen(argv[1], "rb");
+    if (f == NULL) {
+        fprintf(stderr, "rdmx-kv: %s: %s\n", argv[1], strerror(errno));
+        return 2;
+    }
+    src = slurp(f, &slen);
+    if (f != stdin)
+        fclose(f);
+    out = malloc(cap);
+    if (src == NULL || out == NULL) {
+        fprintf(stderr, "rdmx-kv: out of memory\n");
+        return 2;
+    }
+    st = rdmx_kv_eval(c->kv, src, slen, (const char *const *)argv + 2,
+                      (unsigned)(argc - 2), (const char *const *)o->tail,
+                      (unsigned)o->ntail, out, cap, &olen);
+    if (st == RDMX_OK && fwrite(out, 1, olen, stdout) != olen)
+        st = RDMX_ERR_IO;
+    free(src);
+    free(out);
+    if (st == RDMX_OK)
+        return 0;
+    /* a miss inside the function is the function's business: NOT_FOUND
+     * here only means the server could not run it */
+    fprintf(stderr, "rdmx-kv: eval %s: %s: %s\n", argv[1], rdmx_strerror(st),
+            rdmx_error_detail());
+    return 2;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -223,6 +264,11 @@ static void usage(FILE *f)
         "  incr KEY [DELTA]        decr KEY [DELTA]    (new value to stdout)\n"
         "  mget KEY...             one line per key: KEY LENGTH VALUE|-\n"
         "  stats [--server I]      flush\n"
+        "  eval FILE.lua [KEY...] [-- ARG...]\n"
+        "                          run a Lua function on the server owning the\n"
+        "                          keys (FILE - = stdin); it sees KEYS, ARGV\n"
+        "                          and kv.get/put/delete/exists; its result\n"
+        "                          to stdout (docs/LAMBDA.md)\n"
         "  repl                    commands from stdin, one per line\n"
         "  bench [--op get|set|mix] [--size S] [--keys N] [--threads T]\n"
         "        [--read-ratio R] [--seconds S | --ops N] [--zero-copy]\n"
@@ -515,6 +561,10 @@ static int run(const opts_t *o, client_t *c, int argc, char **argv)
     }
     if (strcmp(cmd, "flush") == 0)
         return code("flush", rdmx_kv_flush(c->kv));
+    if (strcmp(cmd, "eval") == 0) {
+        NEED(1);
+        return cmd_eval(o, c, argc, argv);
+    }
     fprintf(stderr, "rdmx-kv: unknown command '%s'\n", cmd);
     return 2;
 #undef NEED
@@ -555,6 +605,16 @@ int main(int argc, char **argv)
     rdmx_status_t st;
     int ch, rc;
 
+    /* Everything after the first "--" is an argument, never an option: eval
+     * passes it as ARGV; other commands take it as more arguments. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            o.tail = argv + i + 1;
+            o.ntail = argc - i - 1;
+            argc = i;
+            break;
+        }
+    }
     while ((ch = getopt_long(argc, argv, "s:r:t:f:h", lo, NULL)) != -1) {
         switch (ch) {
         case 's': o.servers = optarg; break;
@@ -615,6 +675,15 @@ int main(int argc, char **argv)
     }
     argc -= optind;
     argv += optind;
+    if (o.ntail > 0 && strcmp(argv[0], "eval") != 0) {
+        /* the options are parsed: append the tail to the arguments */
+        char **all = calloc((size_t)(argc + o.ntail + 1), sizeof(*all));
+        memcpy(all, argv, (size_t)argc * sizeof(*all));
+        memcpy(all + argc, o.tail, (size_t)o.ntail * sizeof(*all));
+        argv = all;
+        argc += o.ntail;
+        o.ntail = 0;
+    }
     if (o.keys == 0 || o.threads == 0) {
         fprintf(stderr, "rdmx-kv: --keys and --threads must be positive\n");
         return 2;

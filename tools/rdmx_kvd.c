@@ -8,8 +8,13 @@
  * larger ones with RDMA read into a reserved item that becomes visible only
  * when complete. An item is referenced while a transfer reads it, so a
  * concurrent PUT or DELETE never frees memory a GET is still writing from.
+ *
+ * Lambdas (docs/LAMBDA.md): "lambda.eval/call/native" run sandboxed Lua
+ * next to the store, with kv.get/put/delete/exists over it under the same
+ * limits as remote clients; --plugin-dir adds the operator's natives.
  */
 #define _GNU_SOURCE
+#include <rdmx/lambda.h>
 #include <rdmx/rdmx.h>
 
 #include "kv/proto.h"
@@ -32,6 +37,8 @@ typedef struct {
     rdmx_rpc_server_t *srv;
     rdmx_mr_t *mr;           /* the value region */
     rdmx_kv_store_t *store;
+    rdmx_lambda_engine_t *lambda; /* NULL with --no-lambda */
+    rdmx_lambda_env_t lambda_env;
     size_t inline_threshold;
     uint64_t bad_requests;   /* atomic */
     uint64_t xfers;          /* RDMA transfers in flight (atomic) */
@@ -550,6 +557,50 @@ static void h_mget(rdmx_rpc_req_t *req, void *arg) { h_batch(req, arg, 0); }
 static void h_mput(rdmx_rpc_req_t *req, void *arg) { h_batch(req, arg, 1); }
 static void h_prefix(rdmx_rpc_req_t *req, void *arg) { h_batch(req, arg, 2); }
 
+/* --- lambda environment: the store, as a remote client sees it ------------- */
+
+static rdmx_status_t env_get(void *ctx, const void *key, size_t klen,
+                             void *buf, size_t cap, size_t *vlen_p)
+{
+    kvd_t *k = ctx;
+    rdmx_kv_item_t *it;
+    rdmx_status_t st;
+    size_t len;
+
+    st = rdmx__kv_store_get(k->store, key, klen, now_ms(), &it);
+    if (st != RDMX_OK)
+        return st;
+    len = rdmx__kv_item_length(it);
+    *vlen_p = len;
+    if (len <= cap)
+        memcpy(buf, rdmx__kv_item_value(k->store, it), len);
+    rdmx__kv_store_release(k->store, it);
+    return len <= cap ? RDMX_OK : RDMX_ERR_TOO_BIG;
+}
+
+static rdmx_status_t env_put(void *ctx, const void *key, size_t klen,
+                             const void *value, size_t vlen, uint64_t ttl_ms)
+{
+    kvd_t *k = ctx;
+
+    return rdmx__kv_store_set(k->store, key, klen, value, vlen,
+                              RDMX_KV_STORE_SET, 0, 0, ttl_ms, now_ms(), NULL);
+}
+
+static rdmx_status_t env_delete(void *ctx, const void *key, size_t klen)
+{
+    kvd_t *k = ctx;
+
+    return rdmx__kv_store_delete(k->store, key, klen, 0, now_ms());
+}
+
+static rdmx_status_t env_exists(void *ctx, const void *key, size_t klen)
+{
+    kvd_t *k = ctx;
+
+    return rdmx__kv_store_exists(k->store, key, klen, now_ms());
+}
+
 /* --- stats ----------------------------------------------------------------------- */
 
 static void h_stats(rdmx_rpc_req_t *req, void *arg)
@@ -602,6 +653,23 @@ static void h_stats(rdmx_rpc_req_t *req, void *arg)
                           r.malformed + r.unknown_handler + r.too_big);
     P("rpc_requests", r.requests);
     P("rpc_errors", r.errors);
+    if (k->lambda != NULL) {
+        rdmx_lambda_stats_t l;
+        rdmx_lambda_engine_stats(k->lambda, &l);
+        P("lambda_calls", l.calls);
+        P("lambda_errors", l.errors);
+        P("lambda_syntax_errors", l.syntax_errors);
+        P("lambda_budget_instructions", l.budget_instructions);
+        P("lambda_budget_memory", l.budget_memory);
+        P("lambda_budget_time", l.budget_time);
+        P("lambda_budget_output", l.budget_output);
+        P("lambda_cache_hits", l.cache_hits);
+        P("lambda_cache_misses", l.cache_misses);
+        P("lambda_cache_evictions", l.cache_evictions);
+        P("lambda_cache_entries", l.cache_entries);
+        P("lambda_natives", l.natives);
+        P("lambda_native_calls", l.native_calls);
+    }
 #undef P
     rdmx_rpc_respond(req, out, o < sizeof(out) ? o : sizeof(out));
 }
@@ -649,6 +717,18 @@ static void usage(FILE *f)
         "      --auth-secret-file F   require clients to prove this secret\n"
         "      --transport T          auto|shm|tcp|rdma (default: RDMX_TRANSPORT\n"
         "                             or auto)\n"
+        "Lambdas (lambda.eval/call/native: sandboxed Lua 5.4 with kv.get/put/\n"
+        "delete/exists over this store; see docs/LAMBDA.md):\n"
+        "      --no-lambda            do not serve lambdas\n"
+        "      --plugin-dir DIR       load the native plugins DIR/*.so at start\n"
+        "                             (refused if DIR or a plugin is world-\n"
+        "                             writable)\n"
+        "      --lambda-max-instructions N  work units per call (default 10M)\n"
+        "      --lambda-max-memory SIZE     Lua memory per call (default 64m)\n"
+        "      --lambda-max-time MS   wall-clock limit per call besides the\n"
+        "                             caller's deadline (default 1000; a call\n"
+        "                             holds its server thread meanwhile)\n"
+        "      --lambda-cache N       compiled functions kept (default 256)\n"
         "  -h, --help\n"
         "Stops cleanly on SIGTERM or SIGINT. Prints its address at start.\n");
 }
@@ -665,6 +745,12 @@ int main(int argc, char **argv)
         {"eviction", required_argument, NULL, 'E'},
         {"auth-secret-file", required_argument, NULL, 'A'},
         {"transport", required_argument, NULL, 'T'},
+        {"no-lambda", no_argument, NULL, 'N'},
+        {"plugin-dir", required_argument, NULL, 'P'},
+        {"lambda-max-instructions", required_argument, NULL, 'i'},
+        {"lambda-max-memory", required_argument, NULL, 'M'},
+        {"lambda-max-time", required_argument, NULL, 't'},
+        {"lambda-cache", required_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *listen = KVD_DEFAULT_LISTEN, *secret_file = NULL;
@@ -675,6 +761,8 @@ int main(int argc, char **argv)
     rdmx_context_params_t cp = {0};
     rdmx_rpc_server_params_t sp = {0};
     rdmx_kv_store_params_t stp = {0};
+    rdmx_lambda_params_t lp = {0};
+    int no_lambda = 0;
     char secret[4096];
     size_t secret_len = 0;
     kvd_t k = {0};
@@ -732,6 +820,53 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'N': no_lambda = 1; break;
+        case 'P':
+            lp.field_mask |= RDMX_LAMBDA_FIELD_PLUGIN_DIR;
+            lp.plugin_dir = optarg;
+            break;
+        case 'i': {
+            size_t v;
+            if (parse_size(optarg, &v) || v < 1000) {
+                fprintf(stderr, "rdmx-kvd: --lambda-max-instructions '%s': "
+                                "a number of at least 1000\n", optarg);
+                return 2;
+            }
+            lp.field_mask |= RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS;
+            lp.max_instructions = v;
+            break;
+        }
+        case 'M':
+            if (parse_size(optarg, &lp.max_memory) ||
+                lp.max_memory < (256u << 10)) {
+                fprintf(stderr, "rdmx-kvd: --lambda-max-memory '%s': a size "
+                                "of at least 256k\n", optarg);
+                return 2;
+            }
+            lp.field_mask |= RDMX_LAMBDA_FIELD_MAX_MEMORY;
+            break;
+        case 't': {
+            size_t v;
+            if (parse_size(optarg, &v) || v > 3600000) {
+                fprintf(stderr, "rdmx-kvd: --lambda-max-time '%s': "
+                                "milliseconds, 0..3600000\n", optarg);
+                return 2;
+            }
+            lp.field_mask |= RDMX_LAMBDA_FIELD_MAX_TIME;
+            lp.max_time_ms = (unsigned)v;
+            break;
+        }
+        case 'C': {
+            size_t v;
+            if (parse_size(optarg, &v) || v > 1000000) {
+                fprintf(stderr, "rdmx-kvd: --lambda-cache '%s': 0..1000000\n",
+                        optarg);
+                return 2;
+            }
+            lp.field_mask |= RDMX_LAMBDA_FIELD_CACHE_ENTRIES;
+            lp.cache_entries = (unsigned)v;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -817,6 +952,17 @@ int main(int argc, char **argv)
     REG(RDMX_KV_H_FLUSH, h_flush, RDMX_RPC_IDEMPOTENT);
     REG(RDMX_KV_H_STATS, h_stats, RDMX_RPC_IDEMPOTENT);
 #undef REG
+    if (st == RDMX_OK && !no_lambda) {
+        k.lambda_env = (rdmx_lambda_env_t){.ctx = &k,
+                                           .kv_get = env_get,
+                                           .kv_put = env_put,
+                                           .kv_delete = env_delete,
+                                           .kv_exists = env_exists};
+        st = rdmx_lambda_engine_create(&lp, &k.lambda);
+        if (st == RDMX_OK)
+            st = rdmx_lambda_register_handlers(k.srv, k.lambda,
+                                               &k.lambda_env);
+    }
     if (st == RDMX_OK)
         st = rdmx_rpc_server_start(k.srv);
     if (st != RDMX_OK) {
@@ -827,12 +973,19 @@ int main(int argc, char **argv)
     {
         char host[256];
         uint16_t port;
+        char lam[64] = "off";
         rdmx_addr_parse(listen, host, sizeof(host), &port);
+        if (k.lambda != NULL) {
+            rdmx_lambda_stats_t l;
+            rdmx_lambda_engine_stats(k.lambda, &l);
+            snprintf(lam, sizeof(lam), "on, %llu natives",
+                     (unsigned long long)l.natives);
+        }
         printf("rdmx-kvd: listening on %s:%u (memory %zu MiB, %u workers, "
-               "transport %s)\n",
+               "transport %s, lambda %s)\n",
                host, rdmx_rpc_server_port(k.srv), memory >> 20,
                rdmx_rpc_server_workers(k.srv),
-               rdmx_transport_name(rdmx_context_transport(k.ctx)));
+               rdmx_transport_name(rdmx_context_transport(k.ctx)), lam);
         fflush(stdout);
     }
     /* Expired items are reclaimed lazily on access and here, in bounded
@@ -849,6 +1002,8 @@ int main(int argc, char **argv)
          i++)
         usleep(10000);
     rdmx_rpc_server_destroy(k.srv);
+    if (k.lambda != NULL)
+        rdmx_lambda_engine_destroy(k.lambda);
     rdmx__kv_store_destroy(k.store);
     rdmx_mem_deregister(k.mr);
     rdmx_context_destroy(k.ctx);

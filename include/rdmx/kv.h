@@ -184,6 +184,24 @@ rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
 /** Drop every key on every server. */
 rdmx_status_t rdmx_kv_flush(rdmx_kv_t *kv);
 
+/**
+ * Run a Lua function next to the data (docs/LAMBDA.md): on the server that
+ * owns @p keys[0] (server 0 when @p nkeys is 0), in its sandbox, with
+ * kv.get/put/delete/exists over that server's store. The function sees
+ * the tables KEYS (@p keys) and ARGV (@p args), both also in `args`, and
+ * an empty `input`. Every key must live on that server (else
+ * RDMX_ERR_INVALID names the one that does not): a function never reaches
+ * another shard, and with replicas its writes stay on the primary. Sent
+ * by hash first, with the source when the server does not have it. The
+ * output goes to @p out as rdmx_lambda_eval says; lambda errors (budget,
+ * syntax, runtime) come back with the server's message in
+ * rdmx_error_detail(). nkeys + nargs <= 255.
+ */
+rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
+                           const char *const *keys, unsigned nkeys,
+                           const char *const *args, unsigned nargs, void *out,
+                           size_t capacity, size_t *out_len_p);
+
 /** Server @p index's statistics as "name value\n" lines (memcached's
  *  names) into @p buf; NUL-terminated. */
 rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,

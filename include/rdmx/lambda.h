@@ -15,7 +15,8 @@
  *   (max_instructions), memory (max_memory), wall-clock time (max_time_ms
  *   and the caller's deadline), output (max_output), source (max_source).
  * - Function contract: the chunk sees the global string `input` and the
- *   table `args` (strings); it returns one string, number, boolean or
+ *   table `args` (strings), also split into `KEYS` (the first nkeys) and
+ *   `ARGV` (the rest); it returns one string, number, boolean or
  *   nothing; print() output comes first. Optional near-data access through
  *   an environment (kv.get/put/delete/exists) the host supplies per call.
  * - Natives: every *.so in plugin_dir exports rdmx_lambda_plugin_init(),
@@ -131,6 +132,10 @@ typedef struct {
     size_t input_len;
     const rdmx_lambda_arg_t *args; /**< the global table `args` */
     unsigned nargs;                /**< up to RDMX_LAMBDA_ARGS_MAX */
+    /** The first @p nkeys of @p args name keys (as in Redis scripts): the
+     *  function also sees them as the table `KEYS` and the rest as `ARGV`.
+     *  At most nargs. */
+    unsigned nkeys;
     /** Absolute deadline, ns on CLOCK_MONOTONIC (rdmx_rpc_req_deadline());
      *  0 = none. */
     uint64_t deadline_ns;
@@ -219,7 +224,8 @@ void rdmx_lambda_id_hex(const uint8_t id[RDMX_LAMBDA_ID_LEN], char hex[65]);
 
 /** Engine counters. */
 typedef struct {
-    uint64_t calls;          /**< eval + call + native */
+    uint64_t calls;          /**< eval + call + native (a call by id that
+                                  is not cached counts only as a miss) */
     uint64_t errors;         /**< calls that ended with an error */
     uint64_t syntax_errors;  /**< sources that did not compile */
     uint64_t budget_instructions; /**< stopped by each limit */

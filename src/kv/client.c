@@ -7,6 +7,7 @@
 
 #include "core/internal.h"
 #include "kv/proto.h"
+#include "lambda/lambda_int.h"
 #include "util/hash.h"
 
 #include <stdio.h>
@@ -899,6 +900,45 @@ rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,
     st = kv_call(kv, index, RDMX_KV_H_STATS, NULL, 0, NULL, 0, &wt);
     buf[st == RDMX_OK || st == RDMX_ERR_TOO_BIG ? wt.resp_len : 0] = '\0';
     return st;
+}
+
+/* --- lambda ------------------------------------------------------------------ */
+
+rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
+                           const char *const *keys, unsigned nkeys,
+                           const char *const *args, unsigned nargs, void *out,
+                           size_t capacity, size_t *out_len_p)
+{
+    const char *all[RDMX_LAMBDA_ARGS_MAX];
+    unsigned s = 0, i;
+    rdmx_status_t st;
+
+    if (kv == NULL || (source == NULL && length > 0) ||
+        (nkeys > 0 && keys == NULL) || (nargs > 0 && args == NULL))
+        return rdmx__error(RDMX_ERR_INVALID, "kv eval: NULL argument");
+    if ((size_t)nkeys + nargs > RDMX_LAMBDA_ARGS_MAX)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "kv eval: %u keys and %u args, at most %d in all",
+                           nkeys, nargs, RDMX_LAMBDA_ARGS_MAX);
+    for (i = 0; i < nkeys; i++) {
+        size_t klen = keys[i] != NULL ? strlen(keys[i]) : 0;
+        if ((st = check_key(klen, keys[i])) != RDMX_OK)
+            return st;
+        if (i == 0)
+            s = rdmx_kv_server_of(kv, keys[0], klen);
+        else if (rdmx_kv_server_of(kv, keys[i], klen) != s)
+            return rdmx__error(RDMX_ERR_INVALID,
+                               "kv eval: key '%.64s' lives on %s, not on %s "
+                               "with '%.64s': a function runs on one server",
+                               keys[i], kv->addr[rdmx_kv_server_of(
+                                            kv, keys[i], klen)],
+                               kv->addr[s], keys[0]);
+        all[i] = keys[i];
+    }
+    for (i = 0; i < nargs; i++)
+        all[nkeys + i] = args[i];
+    return rdmx__lambda_eval(kv->ch[s], source, length, NULL, 0, all,
+                             nkeys + nargs, nkeys, out, capacity, out_len_p);
 }
 
 /* --- non-blocking forms ------------------------------------------------------ */

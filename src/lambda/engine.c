@@ -644,7 +644,9 @@ rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
         snprintf(result->message, sizeof(result->message),
                  "function %.16s... is not cached here; send its source",
                  hex);
-        return finish(e, RDMX_ERR_NOT_FOUND, result, 0);
+        /* the ordinary first step of a client that calls by hash: a
+         * cache miss, not a call or an error */
+        return rdmx__error(RDMX_ERR_NOT_FOUND, "%s", result->message);
     }
     result->cached = 1;
     st = run(e, (const char *)f->code, f->len, 1, 0, call, result);

@@ -101,8 +101,8 @@ void rdmx__lambda_patch_string(lua_State *L, int idx);
 /* --- rpc.c: the request format (docs/LAMBDA.md, "Wire format") -------- */
 
 #define RDMX__LAMBDA_WIRE_VERSION 1
-#define RDMX__LAMBDA_EVAL_HDR     12 /* version, flags, nargs, slen, ilen */
-#define RDMX__LAMBDA_CALL_HDR     40 /* version, flags, nargs, id, ilen */
+#define RDMX__LAMBDA_EVAL_HDR     12 /* version, nkeys, nargs, slen, ilen */
+#define RDMX__LAMBDA_CALL_HDR     40 /* version, nkeys, nargs, id, ilen */
 #define RDMX__LAMBDA_NATIVE_HDR   8  /* version, name len, 0, ilen */
 
 typedef struct {
@@ -114,6 +114,7 @@ typedef struct {
     const void *input;
     size_t input_len;
     unsigned nargs;
+    unsigned nkeys; /* the first nkeys args are keys */
     rdmx_lambda_arg_t args[RDMX_LAMBDA_ARGS_MAX];
 } rdmx__lambda_req_t;
 
@@ -135,7 +136,14 @@ rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
                                   const uint8_t *id, const char *name,
                                   const void *input, size_t input_len,
                                   const char *const *args, unsigned nargs,
-                                  void **buf_p, size_t *len_p);
+                                  unsigned nkeys, void **buf_p, size_t *len_p);
+
+/* rdmx_lambda_eval with the first @p nkeys of @p args marked as keys. */
+rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
+                                size_t length, const void *input,
+                                size_t input_len, const char *const *args,
+                                unsigned nargs, unsigned nkeys, void *out,
+                                size_t capacity, size_t *out_len_p);
 
 /* Serve a decoded request with @p engine (what a handler does, without
  * the RPC request: tests use it directly). */

@@ -3,9 +3,9 @@
  * validated), the "lambda.eval" / "lambda.call" / "lambda.native" handlers,
  * and the client helpers. docs/LAMBDA.md, "Wire format".
  *
- *   eval:   u8 version(1) u8 flags(0) u16 nargs u32 source_len u32 input_len
+ *   eval:   u8 version(1) u8 nkeys u16 nargs u32 source_len u32 input_len
  *           u32 arg_len[nargs] | source | input | arg 0 | arg 1 ...
- *   call:   u8 version(1) u8 flags(0) u16 nargs u8 id[32] u32 input_len
+ *   call:   u8 version(1) u8 nkeys u16 nargs u8 id[32] u32 input_len
  *           u32 arg_len[nargs] | input | arg 0 | arg 1 ...
  *   native: u8 version(1) u8 name_len u16 0 u32 input_len | name | input
  *
@@ -65,13 +65,15 @@ rdmx_status_t rdmx__lambda_decode(rdmx__lambda_kind_t kind, const void *p,
         return RDMX_OK;
     }
 
-    if (b[1] != 0)
-        return rdmx__error(RDMX_ERR_PROTO, "lambda: unknown flags 0x%x",
-                           b[1]);
+    req->nkeys = b[1];
     req->nargs = rdmx_get_le16(b + 2);
     if (req->nargs > RDMX_LAMBDA_ARGS_MAX)
         return rdmx__error(RDMX_ERR_PROTO, "lambda: %u args, at most %d",
                            req->nargs, RDMX_LAMBDA_ARGS_MAX);
+    if (req->nkeys > req->nargs)
+        return rdmx__error(RDMX_ERR_PROTO,
+                           "lambda: %u keys among %u args", req->nkeys,
+                           req->nargs);
     if (kind == RDMX__LAMBDA_EVAL) {
         req->source_len = rdmx_get_le32(b + 4);
         req->input_len = rdmx_get_le32(b + 8);
@@ -112,7 +114,7 @@ rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
                                   const uint8_t *id, const char *name,
                                   const void *input, size_t input_len,
                                   const char *const *args, unsigned nargs,
-                                  void **buf_p, size_t *len_p)
+                                  unsigned nkeys, void **buf_p, size_t *len_p)
 {
     size_t hdr, total, nl = 0, off;
     size_t alen[RDMX_LAMBDA_ARGS_MAX];
@@ -149,10 +151,12 @@ rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
         return RDMX_OK;
     }
 
-    if (nargs > RDMX_LAMBDA_ARGS_MAX || (nargs > 0 && args == NULL))
+    if (nargs > RDMX_LAMBDA_ARGS_MAX || (nargs > 0 && args == NULL) ||
+        nkeys > nargs)
         return rdmx__error(RDMX_ERR_INVALID,
-                           "lambda: %u args (at most %d), args not NULL",
-                           nargs, RDMX_LAMBDA_ARGS_MAX);
+                           "lambda: %u args (at most %d, args not NULL), "
+                           "%u of them keys",
+                           nargs, RDMX_LAMBDA_ARGS_MAX, nkeys);
     if (kind == RDMX__LAMBDA_EVAL) {
         if (source == NULL && source_len > 0)
             return rdmx__error(RDMX_ERR_INVALID, "lambda: NULL source");
@@ -178,7 +182,7 @@ rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
     if (b == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "lambda: out of memory");
     b[0] = RDMX__LAMBDA_WIRE_VERSION;
-    b[1] = 0;
+    b[1] = (unsigned char)nkeys;
     rdmx_put_le16(b + 2, (uint16_t)nargs);
     if (kind == RDMX__LAMBDA_EVAL) {
         rdmx_put_le32(b + 4, (uint32_t)source_len);
@@ -219,6 +223,7 @@ rdmx_status_t rdmx__lambda_serve(rdmx_lambda_engine_t *engine,
         .input_len = req->input_len,
         .args = req->args,
         .nargs = req->nargs,
+        .nkeys = req->nkeys,
         .deadline_ns = deadline_ns,
         .env = env,
     };
@@ -298,11 +303,11 @@ rdmx_status_t rdmx_lambda_register_handlers(rdmx_rpc_server_t *server,
     return st;
 }
 
-rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel, const char *source,
-                               size_t length, const void *input,
-                               size_t input_len, const char *const *args,
-                               unsigned nargs, void *out, size_t capacity,
-                               size_t *out_len_p)
+rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
+                                size_t length, const void *input,
+                                size_t input_len, const char *const *args,
+                                unsigned nargs, unsigned nkeys, void *out,
+                                size_t capacity, size_t *out_len_p)
 {
     uint8_t id[RDMX_LAMBDA_ID_LEN];
     void *buf;
@@ -314,7 +319,7 @@ rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel, const char *source,
                            "lambda: NULL channel or source");
     rdmx_lambda_id(source, length, id);
     st = rdmx__lambda_encode(RDMX__LAMBDA_CALL, NULL, 0, id, NULL, input,
-                             input_len, args, nargs, &buf, &len);
+                             input_len, args, nargs, nkeys, &buf, &len);
     if (st != RDMX_OK)
         return st;
     st = rdmx_call(channel, "lambda.call", buf, len, NULL, out, capacity,
@@ -324,13 +329,24 @@ rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel, const char *source,
         return st;
     /* not cached on the server (or evicted): send the source */
     st = rdmx__lambda_encode(RDMX__LAMBDA_EVAL, source, length, NULL, NULL,
-                             input, input_len, args, nargs, &buf, &len);
+                             input, input_len, args, nargs, nkeys, &buf,
+                             &len);
     if (st != RDMX_OK)
         return st;
     st = rdmx_call(channel, "lambda.eval", buf, len, NULL, out, capacity,
                    out_len_p);
     free(buf);
     return st;
+}
+
+rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel, const char *source,
+                               size_t length, const void *input,
+                               size_t input_len, const char *const *args,
+                               unsigned nargs, void *out, size_t capacity,
+                               size_t *out_len_p)
+{
+    return rdmx__lambda_eval(channel, source, length, input, input_len, args,
+                             nargs, 0, out, capacity, out_len_p);
 }
 
 rdmx_status_t rdmx_lambda_native(rdmx_channel_t *channel, const char *name,
@@ -345,7 +361,7 @@ rdmx_status_t rdmx_lambda_native(rdmx_channel_t *channel, const char *name,
     if (channel == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "lambda: NULL channel");
     st = rdmx__lambda_encode(RDMX__LAMBDA_NATIVE, NULL, 0, NULL, name, input,
-                             input_len, NULL, 0, &buf, &len);
+                             input_len, NULL, 0, 0, &buf, &len);
     if (st != RDMX_OK)
         return st;
     st = rdmx_call(channel, "lambda.native", buf, len, NULL, out, capacity,

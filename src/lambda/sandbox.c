@@ -768,7 +768,7 @@ static int pmain(lua_State *L)
     const rdmx_lambda_call_t *c = r->call;
     char msg[128];
     int base, nres, st;
-    unsigned i;
+    unsigned i, nkeys;
 
     lua_settop(L, 0);
     open_sandbox(L);
@@ -786,6 +786,22 @@ static int pmain(lua_State *L)
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     lua_setglobal(L, "args");
+    /* KEYS and ARGV: the same strings split at nkeys (Redis scripts' names) */
+    nkeys = c->nkeys < c->nargs ? c->nkeys : c->nargs;
+    lua_createtable(L, (int)nkeys, 0);
+    for (i = 0; i < nkeys; i++) {
+        lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
+                        c->args[i].len);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_setglobal(L, "KEYS");
+    lua_createtable(L, (int)(c->nargs - nkeys), 0);
+    for (i = nkeys; i < c->nargs; i++) {
+        lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
+                        c->args[i].len);
+        lua_rawseti(L, -2, (lua_Integer)(i - nkeys) + 1);
+    }
+    lua_setglobal(L, "ARGV");
     if (c->env != NULL)
         open_kv(L, c->env);
 
