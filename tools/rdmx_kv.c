@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ typedef struct {
     const char *op;
     size_t size;
     uint64_t keys;
-    unsigned threads;
+    unsigned threads, procs, window;
     double read_ratio;
     double seconds;
     uint64_t ops;
@@ -270,9 +271,13 @@ static void usage(FILE *f)
         "                          and kv.get/put/delete/exists; its result\n"
         "                          to stdout (docs/LAMBDA.md)\n"
         "  repl                    commands from stdin, one per line\n"
-        "  bench [--op get|set|mix] [--size S] [--keys N] [--threads T]\n"
-        "        [--read-ratio R] [--seconds S | --ops N] [--zero-copy]\n"
-        "        [--json]\n"
+        "  bench [--op get|set|mix] [--size S] [--keys N] [--read-ratio R]\n"
+        "        [--procs P] [--threads T] [--window W]\n"
+        "        [--seconds S | --ops N] [--zero-copy] [--json]\n"
+        "                          P processes x T threads, each its own\n"
+        "                          client with W operations in flight\n"
+        "                          (--ops: per thread); ops/s, MB/s and\n"
+        "                          p50/p99/p99.9 from issue to completion\n"
         "options:\n"
         "  -s, --servers A:P,B:P   servers (default " KV_DEFAULT_SERVERS ")\n"
         "  -r, --replicas R        copies of each key (default 1)\n"
@@ -284,7 +289,34 @@ static void usage(FILE *f)
 
 /* --- bench ---------------------------------------------------------------- */
 
+/*
+ * P processes (--procs) x T threads (--threads), each thread with its own
+ * worker and client and W operations in flight (--window; 1: blocking
+ * calls, which sleep on the worker's fd after 50 us like any blocking
+ * caller; more: non-blocking calls and a busy progress loop). The keys are
+ * loaded first, by one client. Latency is from issue to completion.
+ */
+
 typedef struct {
+    uint64_t done, errors, misses, bytes;
+    double rate; /* ops/s: done / the slowest thread's seconds, summed
+                    over processes */
+    double secs;
+} bench_sum_t;
+
+typedef struct bench_thread bench_thread_t;
+
+typedef struct {
+    bench_thread_t *t;
+    char key[64];
+    size_t klen;
+    char *buf;
+    struct timespec start;
+    int get;
+    int busy; /* issued, its callback has not run */
+} bench_slot_t;
+
+struct bench_thread {
     const opts_t *o;
     rdmx_context_t *ctx;
     unsigned index;
@@ -292,7 +324,10 @@ typedef struct {
     uint64_t *lat;   /* ns per op */
     size_t nlat, caplat;
     double start, end;
-} bench_thread_t;
+    uint64_t rng;
+    rdmx_mr_t *mr;
+    unsigned inflight;
+};
 
 static volatile int bench_go;
 
@@ -305,82 +340,176 @@ static uint64_t xorshift(uint64_t *s)
     return *s = x;
 }
 
+static void bench_key(const opts_t *o, uint64_t k, char *key, size_t *klen)
+{
+    int n = snprintf(key, 64, "bench:%" PRIu64, k % o->keys);
+    *klen = (size_t)n;
+}
+
+/* Every key a reader may ask for exists. */
+static void bench_load(const opts_t *o, rdmx_context_t *ctx)
+{
+    client_t c;
+    char *buf = malloc(o->size ? o->size : 1), key[64];
+    size_t klen;
+    rdmx_status_t st;
+
+    memset(buf, 'x', o->size);
+    client_open(o, ctx, &c);
+    for (uint64_t k = 0; k < o->keys; k++) {
+        bench_key(o, k, key, &klen);
+        if ((st = rdmx_kv_put(c.kv, key, klen, buf, o->size, NULL, NULL,
+                              NULL)) != RDMX_OK)
+            die("bench load", st);
+    }
+    client_close(&c);
+    free(buf);
+}
+
+static void bench_record(bench_thread_t *t, rdmx_status_t st,
+                         const struct timespec *a)
+{
+    struct timespec b;
+
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    if (st == RDMX_OK)
+        t->bytes += t->o->size;
+    else if (st == RDMX_ERR_NOT_FOUND)
+        t->misses++;
+    else
+        t->errors++;
+    t->done++;
+    if (t->nlat == t->caplat) {
+        t->caplat = t->caplat ? t->caplat * 2 : 65536;
+        t->lat = realloc(t->lat, t->caplat * sizeof(*t->lat));
+        if (t->lat == NULL)
+            die("bench", RDMX_ERR_NO_MEMORY);
+    }
+    t->lat[t->nlat++] = (uint64_t)(b.tv_sec - a->tv_sec) * 1000000000ull +
+                        (uint64_t)(b.tv_nsec - a->tv_nsec);
+}
+
+static int bench_pick_get(bench_thread_t *t)
+{
+    const opts_t *o = t->o;
+    return strcmp(o->op, "get") == 0 ||
+           (strcmp(o->op, "mix") == 0 &&
+            (double)(xorshift(&t->rng) % 10000) < o->read_ratio * 10000);
+}
+
+static void bench_slot_done(rdmx_status_t st, const rdmx_kv_meta_t *meta,
+                            void *arg)
+{
+    bench_slot_t *s = arg;
+    (void)meta;
+    bench_record(s->t, st, &s->start);
+    s->busy = 0;
+    s->t->inflight--;
+}
+
+/* Issue the next operation of slot @s; 0 if it could not start. */
+static int bench_issue(bench_thread_t *t, client_t *c, bench_slot_t *s)
+{
+    const opts_t *o = t->o;
+    rdmx_status_t st;
+
+    bench_key(o, xorshift(&t->rng), s->key, &s->klen);
+    s->get = bench_pick_get(t);
+    clock_gettime(CLOCK_MONOTONIC, &s->start);
+    t->inflight++;
+    s->busy = 1;
+    if (s->get)
+        st = rdmx_kv_get_nb(c->kv, s->key, s->klen, s->buf, o->size, t->mr,
+                            bench_slot_done, s);
+    else
+        st = rdmx_kv_put_nb(c->kv, s->key, s->klen, s->buf, o->size, t->mr,
+                            NULL, bench_slot_done, s);
+    if (st != RDMX_INPROGRESS) {
+        t->inflight--;
+        s->busy = 0;
+        bench_record(t, st, &s->start);
+        return 0;
+    }
+    return 1;
+}
+
 static void *bench_main(void *arg)
 {
     bench_thread_t *t = arg;
     const opts_t *o = t->o;
+    size_t slot_size = o->size ? (o->size + 63) & ~(size_t)63 : 64;
+    bench_slot_t *slots = calloc(o->window, sizeof(*slots));
     client_t c;
-    rdmx_mr_t *mr = NULL;
-    char *buf;
-    char key[64];
-    uint64_t rng = 0x9e3779b97f4a7c15ull * (t->index + 1);
+    char *mem;
     double deadline;
     rdmx_status_t st;
 
+    t->rng = 0x9e3779b97f4a7c15ull * (t->index + 1) + (uint64_t)getpid();
     client_open(o, t->ctx, &c);
     if (o->zero_copy) {
-        if ((st = rdmx_mem_alloc(t->ctx, o->size ? o->size : 1,
-                                 RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &mr)) !=
-            RDMX_OK)
+        if ((st = rdmx_mem_alloc(t->ctx, slot_size * o->window,
+                                 RDMX_ACCESS_READ | RDMX_ACCESS_WRITE,
+                                 &t->mr)) != RDMX_OK)
             die("register", st);
-        buf = rdmx_mr_addr(mr);
+        mem = rdmx_mr_addr(t->mr);
     } else {
-        buf = malloc(o->size ? o->size : 1);
+        mem = malloc(slot_size * o->window);
     }
-    memset(buf, 'x', o->size);
-    /* load: every key this thread may read exists */
-    if (strcmp(o->op, "set") != 0 && t->index == 0) {
-        for (uint64_t k = 0; k < o->keys; k++) {
-            int n = snprintf(key, sizeof(key), "bench:%" PRIu64, k);
-            st = rdmx_kv_put(c.kv, key, (size_t)n, buf, o->size, mr, NULL,
-                             NULL);
-            if (st != RDMX_OK)
-                die("bench load", st);
-        }
+    if (slots == NULL || mem == NULL)
+        die("bench", RDMX_ERR_NO_MEMORY);
+    memset(mem, 'x', slot_size * o->window);
+    for (unsigned i = 0; i < o->window; i++) {
+        slots[i].t = t;
+        slots[i].buf = mem + slot_size * i;
     }
     __atomic_add_fetch(&bench_go, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&bench_go, __ATOMIC_SEQ_CST) <= (int)o->threads)
         usleep(100);
     t->start = now_s();
     deadline = t->start + o->seconds;
-    for (uint64_t i = 0;; i++) {
-        uint64_t k = xorshift(&rng) % o->keys;
-        int n = snprintf(key, sizeof(key), "bench:%" PRIu64, k);
-        int get = strcmp(o->op, "get") == 0 ||
-                  (strcmp(o->op, "mix") == 0 &&
-                   (double)(xorshift(&rng) % 10000) < o->read_ratio * 10000);
-        struct timespec a, b;
-        rdmx_kv_meta_t m;
-
-        if (o->ops ? i >= o->ops : ((i & 15) == 0 && now_s() >= deadline))
-            break;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        if (get)
-            st = rdmx_kv_get(c.kv, key, (size_t)n, buf, o->size, mr, &m);
-        else
-            st = rdmx_kv_put(c.kv, key, (size_t)n, buf, o->size, mr, NULL,
-                             NULL);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        if (st == RDMX_OK)
-            t->bytes += o->size;
-        else if (st == RDMX_ERR_NOT_FOUND)
-            t->misses++;
-        else
-            t->errors++;
-        t->done++;
-        if (t->nlat == t->caplat) {
-            t->caplat = t->caplat ? t->caplat * 2 : 65536;
-            t->lat = realloc(t->lat, t->caplat * sizeof(*t->lat));
+    if (o->window == 1) {
+        bench_slot_t *s = &slots[0];
+        for (uint64_t i = 0;; i++) {
+            rdmx_kv_meta_t m;
+            if (o->ops ? i >= o->ops : ((i & 15) == 0 && now_s() >= deadline))
+                break;
+            bench_key(o, xorshift(&t->rng), s->key, &s->klen);
+            s->get = bench_pick_get(t);
+            clock_gettime(CLOCK_MONOTONIC, &s->start);
+            if (s->get)
+                st = rdmx_kv_get(c.kv, s->key, s->klen, s->buf, o->size,
+                                 t->mr, &m);
+            else
+                st = rdmx_kv_put(c.kv, s->key, s->klen, s->buf, o->size,
+                                 t->mr, NULL, NULL);
+            bench_record(t, st, &s->start);
         }
-        t->lat[t->nlat++] = (uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull +
-                            (uint64_t)(b.tv_nsec - a.tv_nsec);
+    } else {
+        uint64_t issued = 0;
+        unsigned spins = 0;
+        int more = 1;
+        while (more || t->inflight > 0) {
+            if (more && (o->ops ? issued >= o->ops
+                                : (++spins & 63) == 0 && now_s() >= deadline))
+                more = 0;
+            for (unsigned i = 0; more && i < o->window; i++) {
+                if (slots[i].busy)
+                    continue;
+                issued++;
+                bench_issue(t, &c, &slots[i]);
+                if (o->ops && issued >= o->ops)
+                    more = 0;
+            }
+            rdmx_worker_progress(c.w);
+        }
     }
     t->end = now_s();
-    if (mr != NULL)
-        rdmx_mem_deregister(mr);
-    else
-        free(buf);
     client_close(&c);
+    if (t->mr != NULL)
+        rdmx_mem_deregister(t->mr);
+    else
+        free(mem);
+    free(slots);
     return NULL;
 }
 
@@ -390,14 +519,17 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int cmd_bench(const opts_t *o, rdmx_context_t *ctx)
+/* This process's threads; their latencies appended to *lat_p. */
+static void bench_threads(const opts_t *o, rdmx_context_t *ctx,
+                          bench_sum_t *sum, uint64_t **lat_p, size_t *nlat_p)
 {
     bench_thread_t *t = calloc(o->threads, sizeof(*t));
     pthread_t *th = calloc(o->threads, sizeof(*th));
-    uint64_t done = 0, errors = 0, misses = 0, bytes = 0, *all;
     size_t nall = 0, k = 0;
     double secs = 0;
 
+    if (t == NULL || th == NULL)
+        die("bench", RDMX_ERR_NO_MEMORY);
     for (unsigned i = 0; i < o->threads; i++) {
         t[i].o = o;
         t[i].ctx = ctx;
@@ -407,44 +539,209 @@ static int cmd_bench(const opts_t *o, rdmx_context_t *ctx)
     while (__atomic_load_n(&bench_go, __ATOMIC_SEQ_CST) < (int)o->threads)
         usleep(1000);
     __atomic_add_fetch(&bench_go, 1, __ATOMIC_SEQ_CST);
+    memset(sum, 0, sizeof(*sum));
     for (unsigned i = 0; i < o->threads; i++) {
         pthread_join(th[i], NULL);
-        done += t[i].done;
-        errors += t[i].errors;
-        misses += t[i].misses;
-        bytes += t[i].bytes;
+        sum->done += t[i].done;
+        sum->errors += t[i].errors;
+        sum->misses += t[i].misses;
+        sum->bytes += t[i].bytes;
         nall += t[i].nlat;
         if (t[i].end - t[i].start > secs)
             secs = t[i].end - t[i].start;
     }
-    all = malloc((nall ? nall : 1) * sizeof(*all));
+    sum->secs = secs;
+    sum->rate = secs > 0 ? (double)sum->done / secs : 0;
+    *lat_p = realloc(*lat_p, (*nlat_p + nall + 1) * sizeof(**lat_p));
+    if (*lat_p == NULL)
+        die("bench", RDMX_ERR_NO_MEMORY);
     for (unsigned i = 0; i < o->threads; i++) {
-        memcpy(all + k, t[i].lat, t[i].nlat * sizeof(*all));
+        memcpy(*lat_p + *nlat_p + k, t[i].lat, t[i].nlat * sizeof(**lat_p));
         k += t[i].nlat;
         free(t[i].lat);
     }
-    qsort(all, nall, sizeof(*all), cmp_u64);
-#define PCT(q) (nall ? all[(size_t)((double)(nall - 1) * (q))] / 1e3 : 0.0)
-    if (o->json)
-        printf("{\"op\":\"%s\",\"size\":%zu,\"threads\":%u,\"ops\":%" PRIu64
-               ",\"errors\":%" PRIu64 ",\"misses\":%" PRIu64
-               ",\"seconds\":%.3f,\"ops_per_s\":%.0f,\"mb_per_s\":%.1f,"
-               "\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f}\n",
-               o->op, o->size, o->threads, done, errors, misses, secs,
-               done / secs, bytes / secs / 1e6, PCT(0.5), PCT(0.99),
-               PCT(0.999));
-    else
-        printf("%s %zu B x %u threads: %" PRIu64 " ops in %.2f s = %.0f "
-               "ops/s, %.1f MB/s; latency p50 %.2f us, p99 %.2f us, "
-               "p99.9 %.2f us; %" PRIu64 " misses, %" PRIu64 " errors\n",
-               o->op, o->size, o->threads, done, secs, done / secs,
-               bytes / secs / 1e6, PCT(0.5), PCT(0.99), PCT(0.999), misses,
-               errors);
-#undef PCT
-    free(all);
+    *nlat_p += nall;
     free(t);
     free(th);
-    return errors ? 2 : 0;
+}
+
+static rdmx_context_t *bench_context(const opts_t *o)
+{
+    rdmx_context_t *ctx;
+    rdmx_status_t st = rdmx_context_create(&o->cp, &ctx);
+    if (st != RDMX_OK)
+        die("context", st);
+    return ctx;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* --procs P: P child processes (each its own UCX context, created after
+ * fork), results back over pipes. */
+static int bench_procs(const opts_t *o, bench_sum_t *sum, uint64_t **lat_p,
+                       size_t *nlat_p)
+{
+    pid_t *pid = calloc(o->procs, sizeof(*pid));
+    int *fd = calloc(o->procs, sizeof(*fd)), failed = 0, ws;
+
+    if (pid == NULL || fd == NULL)
+        die("bench", RDMX_ERR_NO_MEMORY);
+    for (unsigned p = 0; p < o->procs; p++) {
+        int pfd[2];
+        if (pipe(pfd) != 0) {
+            perror("rdmx-kv: pipe");
+            return 2;
+        }
+        fflush(NULL);
+        pid[p] = fork();
+        if (pid[p] < 0) {
+            perror("rdmx-kv: fork");
+            return 2;
+        }
+        if (pid[p] == 0) {
+            rdmx_context_t *ctx;
+            bench_sum_t s;
+            uint64_t *lat = NULL;
+            size_t nlat = 0;
+            close(pfd[0]);
+            ctx = bench_context(o);
+            bench_threads(o, ctx, &s, &lat, &nlat);
+            if (write_all(pfd[1], &s, sizeof(s)) != 0 ||
+                write_all(pfd[1], &nlat, sizeof(nlat)) != 0 ||
+                write_all(pfd[1], lat, nlat * sizeof(*lat)) != 0)
+                _exit(2);
+            rdmx_context_destroy(ctx);
+            _exit(0);
+        }
+        close(pfd[1]);
+        fd[p] = pfd[0];
+    }
+    memset(sum, 0, sizeof(*sum));
+    for (unsigned p = 0; p < o->procs; p++) {
+        bench_sum_t s;
+        size_t n;
+        if (read_all(fd[p], &s, sizeof(s)) != 0 ||
+            read_all(fd[p], &n, sizeof(n)) != 0 ||
+            (*lat_p = realloc(*lat_p, (*nlat_p + n + 1) * sizeof(**lat_p))) ==
+                NULL ||
+            read_all(fd[p], *lat_p + *nlat_p, n * sizeof(**lat_p)) != 0) {
+            failed = 1;
+        } else {
+            *nlat_p += n;
+            sum->done += s.done;
+            sum->errors += s.errors;
+            sum->misses += s.misses;
+            sum->bytes += s.bytes;
+            sum->rate += s.rate;
+            if (s.secs > sum->secs)
+                sum->secs = s.secs;
+        }
+        close(fd[p]);
+    }
+    for (unsigned p = 0; p < o->procs; p++)
+        if (waitpid(pid[p], &ws, 0) != pid[p] || !WIFEXITED(ws) ||
+            WEXITSTATUS(ws) != 0)
+            failed = 1;
+    free(pid);
+    free(fd);
+    if (failed)
+        fprintf(stderr, "rdmx-kv: bench: a client process failed\n");
+    return failed ? 2 : 0;
+}
+
+static int cmd_bench(const opts_t *o)
+{
+    bench_sum_t sum;
+    uint64_t *all = NULL;
+    size_t nall = 0;
+    double mbps;
+    int rc = 0;
+
+    if (strcmp(o->op, "set") != 0) {
+        /* load in a child when more processes follow: UCX must not be
+         * initialised in a process that forks */
+        if (o->procs > 1) {
+            pid_t p;
+            int ws;
+            fflush(NULL);
+            if ((p = fork()) == 0) {
+                rdmx_context_t *ctx = bench_context(o);
+                bench_load(o, ctx);
+                rdmx_context_destroy(ctx);
+                _exit(0);
+            }
+            if (p < 0 || waitpid(p, &ws, 0) != p || !WIFEXITED(ws) ||
+                WEXITSTATUS(ws) != 0) {
+                fprintf(stderr, "rdmx-kv: bench: loading the keys failed\n");
+                return 2;
+            }
+        }
+    }
+    if (o->procs > 1) {
+        rc = bench_procs(o, &sum, &all, &nall);
+    } else {
+        rdmx_context_t *ctx = bench_context(o);
+        if (strcmp(o->op, "set") != 0)
+            bench_load(o, ctx);
+        bench_threads(o, ctx, &sum, &all, &nall);
+        rdmx_context_destroy(ctx);
+    }
+    if (rc != 0) {
+        free(all);
+        return rc;
+    }
+    qsort(all, nall, sizeof(*all), cmp_u64);
+    mbps = sum.done ? sum.rate * ((double)sum.bytes / (double)sum.done) / 1e6
+                    : 0;
+#define PCT(q) (nall ? all[(size_t)((double)(nall - 1) * (q))] / 1e3 : 0.0)
+    if (o->json)
+        printf("{\"op\":\"%s\",\"size\":%zu,\"procs\":%u,\"threads\":%u,"
+               "\"window\":%u,\"ops\":%" PRIu64 ",\"errors\":%" PRIu64
+               ",\"misses\":%" PRIu64 ",\"seconds\":%.3f,\"ops_per_s\":%.0f,"
+               "\"mb_per_s\":%.1f,\"p50_us\":%.2f,\"p99_us\":%.2f,"
+               "\"p999_us\":%.2f}\n",
+               o->op, o->size, o->procs, o->threads, o->window, sum.done,
+               sum.errors, sum.misses, sum.secs, sum.rate, mbps, PCT(0.5),
+               PCT(0.99), PCT(0.999));
+    else
+        printf("%s %zu B x %u procs x %u threads x %u in flight: %" PRIu64
+               " ops in %.2f s = %.0f ops/s, %.1f MB/s; latency p50 %.2f "
+               "us, p99 %.2f us, p99.9 %.2f us; %" PRIu64 " misses, %" PRIu64
+               " errors\n",
+               o->op, o->size, o->procs, o->threads, o->window, sum.done,
+               sum.secs, sum.rate, mbps, PCT(0.5), PCT(0.99), PCT(0.999),
+               sum.misses, sum.errors);
+#undef PCT
+    free(all);
+    return sum.errors ? 2 : 0;
 }
 
 /* --- commands ------------------------------------------------------------- */
@@ -587,6 +884,8 @@ int main(int argc, char **argv)
         {"size", required_argument, NULL, 'z'},
         {"keys", required_argument, NULL, 'k'},
         {"threads", required_argument, NULL, 'n'},
+        {"procs", required_argument, NULL, 'P'},
+        {"window", required_argument, NULL, 'W'},
         {"read-ratio", required_argument, NULL, 'x'},
         {"seconds", required_argument, NULL, 'd'},
         {"ops", required_argument, NULL, 'N'},
@@ -598,7 +897,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     opts_t o = {.servers = KV_DEFAULT_SERVERS, .replicas = 1,
                 .timeout_ms = 5000, .server = -1, .op = "get", .size = 100,
-                .keys = 1000, .threads = 1, .read_ratio = 0.9,
+                .keys = 1000, .threads = 1, .procs = 1, .window = 1, .read_ratio = 0.9,
                 .seconds = 5};
     rdmx_context_t *ctx;
     client_t c;
@@ -639,6 +938,8 @@ int main(int argc, char **argv)
             break;
         case 'k': o.keys = strtoull(optarg, NULL, 10); break;
         case 'n': o.threads = (unsigned)atoi(optarg); break;
+        case 'P': o.procs = (unsigned)atoi(optarg); break;
+        case 'W': o.window = (unsigned)atoi(optarg); break;
         case 'x': o.read_ratio = atof(optarg); break;
         case 'd': o.seconds = atof(optarg); break;
         case 'N': o.ops = strtoull(optarg, NULL, 10); break;
@@ -684,8 +985,10 @@ int main(int argc, char **argv)
         argc += o.ntail;
         o.ntail = 0;
     }
-    if (o.keys == 0 || o.threads == 0) {
-        fprintf(stderr, "rdmx-kv: --keys and --threads must be positive\n");
+    if (o.keys == 0 || o.threads == 0 || o.procs == 0 || o.procs > 256 ||
+        o.window == 0 || o.window > 4096) {
+        fprintf(stderr, "rdmx-kv: --keys, --threads, --procs (<= 256) and "
+                        "--window (<= 4096) must be positive\n");
         return 2;
     }
     {
@@ -706,16 +1009,14 @@ int main(int argc, char **argv)
             o.cp.net_devices = "lo";
         }
     }
+    if (strcmp(argv[0], "bench") == 0)
+        return cmd_bench(&o);
     if ((st = rdmx_context_create(&o.cp, &ctx)) != RDMX_OK)
         die("context", st);
-    if (strcmp(argv[0], "bench") == 0) {
-        rc = cmd_bench(&o, ctx);
-    } else {
-        client_open(&o, ctx, &c);
-        rc = strcmp(argv[0], "repl") == 0 ? cmd_repl(&o, &c)
-                                          : run(&o, &c, argc, argv);
-        client_close(&c);
-    }
+    client_open(&o, ctx, &c);
+    rc = strcmp(argv[0], "repl") == 0 ? cmd_repl(&o, &c)
+                                      : run(&o, &c, argc, argv);
+    client_close(&c);
     rdmx_context_destroy(ctx);
     return rc;
 }
