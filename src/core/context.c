@@ -105,6 +105,16 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
     if (ctx == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
     ctx->transport = p.transport;
+    ctx->spin_ns = RDMX_SPIN_NS;
+    if ((env = getenv("RDMX_SPIN_US")) != NULL && *env != '\0') {
+        char *end;
+        unsigned long spin_us = strtoul(env, &end, 10);
+        if (*end != '\0' || spin_us > 1000000)
+            rdmx_warn("RDMX_SPIN_US='%s' ignored: microseconds, "
+                      "0..1000000", env);
+        else
+            ctx->spin_ns = (uint64_t)spin_us * 1000;
+    }
     snprintf(ctx->name, sizeof(ctx->name), "%s",
              (p.field_mask & RDMX_CONTEXT_PARAM_FIELD_NAME) && p.name ? p.name
                                                                       : "rdmx");

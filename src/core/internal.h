@@ -97,9 +97,14 @@ typedef struct {
     unsigned char data[]; /* eager: the copied payload */
 } rdmx_unexp_t;
 
+/* Default of rdmx_context.spin_ns. */
+#define RDMX_SPIN_NS 50000ull
+
 struct rdmx_context {
     ucp_context_h ucp;
     rdmx_transport_t transport;
+    uint64_t spin_ns; /* blocking waits poll this long before they sleep,
+                         RPC server workers twice as long (RDMX_SPIN_US) */
     char name[32];
     pthread_mutex_t mr_lock; /* guards regions, next_region_id */
     rdmx_ptrmap_t regions;   /* region id (as pointer key) -> rdmx_mr_t */

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #define RDMX_OP_POOL_MAX 4096 /* free op records kept for reuse */
-#define RDMX_SPIN_NS 50000ull  /* blocking waits spin this long, then sleep */
 
 /* --- operation records --------------------------------------------------- */
 
@@ -330,23 +329,27 @@ rdmx_status_t rdmx__worker_set_am(rdmx_worker_t *w, unsigned id,
     return set_am_handler_flags(w, id, cb, UCP_AM_FLAG_PERSISTENT_DATA);
 }
 
+/* Poll for up to ctx->spin_ns (RDMX_SPIN_US; 0: sleep at once), then sleep
+ * on the worker's fd. */
 void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
 {
-    uint64_t idle_since = 0;
+    uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns;
     unsigned spins = 0;
 
     while (!*done) {
+        uint64_t now;
+
         if (rdmx_worker_progress(w) > 0) {
             idle_since = 0;
             continue;
         }
-        if ((++spins & 63) != 0)
+        if (spin_ns != 0 && (++spins & 63) != 0)
             continue;
-        if (idle_since == 0) {
-            idle_since = rdmx_now_ns();
-        } else if (rdmx_now_ns() - idle_since > RDMX_SPIN_NS) {
+        now = rdmx_now_ns();
+        if (idle_since == 0)
+            idle_since = now;
+        if (now - idle_since >= spin_ns)
             rdmx_worker_wait(w, 1);
-        }
     }
 }
 

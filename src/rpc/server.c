@@ -24,7 +24,6 @@
 #define SRV_DEFAULT_CREDITS  256
 #define SRV_DEFAULT_MAX_MSG  (64ull << 20)
 #define SRV_DEFAULT_INFLIGHT 65536
-#define SRV_SPIN_NS          100000ull /* adaptive polling: spin 100 us */
 #define SRV_REQ_POOL_MAX     1024
 
 typedef struct {
@@ -1045,11 +1044,16 @@ static void worker_shutdown(server_worker_t *sw)
     }
 }
 
+/*
+ * Adaptive polling: after the last work, poll for twice the context's spin
+ * time (100 us by default; RDMX_SPIN_US=0: none), then sleep on the
+ * worker's fd.
+ */
 static void *worker_main(void *arg)
 {
     server_worker_t *sw = arg;
     rdmx_rpc_server_t *s = sw->srv;
-    uint64_t last_work = rdmx_now_ns();
+    uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * s->ctx->spin_ns;
     unsigned spins = 0;
 
     while (!s->stop) {
@@ -1061,11 +1065,12 @@ static void *worker_main(void *arg)
         }
         if (s->poll == RDMX_RPC_POLL_BUSY)
             continue;
-        if (s->poll == RDMX_RPC_POLL_ADAPTIVE && (++spins & 63) != 0)
-            continue;
-        if (s->poll == RDMX_RPC_POLL_ADAPTIVE &&
-            rdmx_now_ns() - last_work < SRV_SPIN_NS)
-            continue;
+        if (s->poll == RDMX_RPC_POLL_ADAPTIVE && spin_ns != 0) {
+            if ((++spins & 63) != 0)
+                continue;
+            if (rdmx_now_ns() - last_work < spin_ns)
+                continue;
+        }
         rdmx_worker_wait(sw->w, 100);
         last_work = rdmx_now_ns();
     }
