@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run rdmx-demo's four modes (send, write, read, atomic) between two
+# Run rdmx-demo's five modes (send, write, read, atomic, lambda) between two
 # processes on 127.0.0.1 and print a summary. Exits non-zero if any mode
 # fails. Called by `make demo` and by the demo.* tests.
 #
@@ -51,9 +51,13 @@ show_logs() {
 run_mode() {
   local mode=$1 slog="$logdir/$1.server.log" clog="$logdir/$1.client.log"
   local port="" i rc_s rc_c
+  local -a opts=("${extra[@]}")
 
+  # lambda's SIZE is the input of a Lua function: keep its default (64K)
+  # rather than, say, the 64M given for the transfers.
+  [ "$mode" = lambda ] && opts=("${extra_lambda[@]}")
   timeout -k 5 "$limit" "$demo" "$mode" --listen 0 --host "$host" \
-    "${extra[@]}" >"$slog" 2>&1 &
+    "${opts[@]}" >"$slog" 2>&1 &
   server_pid=$!
 
   # Wait (up to 10 s) for "listening on HOST:PORT".
@@ -72,7 +76,7 @@ run_mode() {
     return 1
   fi
 
-  timeout -k 5 "$limit" "$demo" "$mode" "$host:$port" "${extra[@]}" \
+  timeout -k 5 "$limit" "$demo" "$mode" "$host:$port" "${opts[@]}" \
     >"$clog" 2>&1
   rc_c=$?
   wait "$server_pid"
@@ -92,14 +96,23 @@ run_mode() {
 }
 
 extra=("$@")
+extra_lambda=()
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  case ${extra[i]} in
+    --size) i=$((i + 1)) ;;
+    --size=*) ;;
+    *) extra_lambda+=("${extra[i]}") ;;
+  esac
+done
 echo "rdmx-demo on $host, transport ${RDMX_TRANSPORT:-auto}, UCX_NET_DEVICES=lo"
+modes=(send write read atomic lambda)
 failed=0
-for mode in send write read atomic; do
+for mode in "${modes[@]}"; do
   run_mode "$mode" || failed=$((failed + 1))
 done
 if [ $failed -ne 0 ]; then
-  echo "demo: $failed of 4 modes FAILED"
+  echo "demo: $failed of ${#modes[@]} modes FAILED"
   exit 1
 fi
-echo "demo: all 4 modes passed"
+echo "demo: all ${#modes[@]} modes passed"
 exit 0

@@ -1,13 +1,14 @@
 /*
- * rdmx-demo: the four kinds of rdmx transfer between two processes.
+ * rdmx-demo: the four kinds of rdmx transfer between two processes, and a
+ * function shipped to run next to the data.
  *
  *   rdmx-demo MODE --listen PORT [--host H] [options]   (server)
  *   rdmx-demo MODE HOST:PORT [options]                   (client)
  *
- * MODE is send, write, read or atomic. The server serves one client and
- * exits. The client connects and says hello (mode, size, seed); for write,
- * read and atomic the server allocates memory, packs a descriptor and sends
- * it; then:
+ * MODE is send, write, read, atomic or lambda. The server serves one client
+ * and exits. The client connects and says hello (mode, size, seed); for
+ * write, read and atomic the server allocates memory, packs a descriptor and
+ * sends it; then:
  *   send    the client sends SIZE bytes; the server verifies them.
  *   write   the client writes SIZE bytes with put-with-notify; the server
  *           verifies them in its notify callback.
@@ -19,13 +20,28 @@
  * The data is a pattern derived from a seed, so each side verifies without
  * a copy. The client reports its outcome (DONE), the server answers with
  * its own (RESULT); each exits 0 only if both sides succeeded.
+ *
+ *   lambda  the server is an RPC server with a lambda engine
+ *           (rdmx_lambda_register_handlers: "lambda.eval", "lambda.call",
+ *           "lambda.native"; docs/LAMBDA.md). The client ships a Lua
+ *           function with SIZE bytes of input (by default a built-in
+ *           function that computes the FNV-1a checksum of its input, which
+ *           the client verifies against its own computation), calls it a
+ *           second time by hash (the server's cache), times both, and shows
+ *           an endless loop stopped by the server's budget. It reports its
+ *           outcome with "demo.done"; "demo.stats" gives the engine's
+ *           counters. With --serve the server keeps serving any number of
+ *           clients until SIGTERM or SIGINT (tests/test_lambda_rpc.c runs it
+ *           so).
  */
 #define _GNU_SOURCE
+#include <rdmx/lambda.h>
 #include <rdmx/rdmx.h>
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +56,9 @@
 #define STEP_TIMEOUT_MS    60000
 #define ATOMIC_ADD         42
 
-enum { MODE_SEND, MODE_WRITE, MODE_READ, MODE_ATOMIC, MODE_COUNT };
-static const char *mode_names[MODE_COUNT] = {"send", "write", "read", "atomic"};
+enum { MODE_SEND, MODE_WRITE, MODE_READ, MODE_ATOMIC, MODE_LAMBDA, MODE_COUNT };
+static const char *mode_names[MODE_COUNT] = {"send", "write", "read",
+                                             "atomic", "lambda"};
 
 enum { MSG_HELLO = 1, MSG_DESC, MSG_DONE, MSG_RESULT };
 
@@ -203,6 +220,13 @@ static void usage(FILE *f)
             "          and verifies them\n"
             "  atomic  client runs fetch-add and compare-and-swap on server\n"
             "          memory; both sides verify the values\n"
+            "  lambda  client ships a Lua function with SIZE bytes of input "
+            "to the\n"
+            "          server's sandbox (built-in: the FNV-1a checksum of "
+            "the input,\n"
+            "          verified here), calls it again by hash (cached "
+            "there), and\n"
+            "          shows an endless loop stopped by the server's budget\n"
             "\n"
             "options:\n"
             "  --listen PORT     serve one client on PORT (0: any free port;\n"
@@ -213,8 +237,32 @@ static void usage(FILE *f)
             "$RDMX_TRANSPORT,\n"
             "                    else auto)\n"
             "  --size N          bytes to move, with K/M/G suffixes "
-            "(default 1M)\n"
+            "(default 1M;\n"
+            "                    lambda: bytes of input, default 64K)\n"
             "  --help            this text\n"
+            "\n"
+            "lambda, server (an RPC server with lambda.eval/call/native,\n"
+            "docs/LAMBDA.md):\n"
+            "  --serve           serve any number of clients until SIGTERM "
+            "or SIGINT\n"
+            "  --workers N       RPC worker threads (default 1)\n"
+            "  --plugin-dir DIR  load the native plugins DIR/*.so\n"
+            "  --max-instructions N  work units per call (default 10M)\n"
+            "  --max-memory SIZE     Lua memory per call (default 64M)\n"
+            "  --max-time-ms MS      wall-clock limit per call (default "
+            "1000; 0: only\n"
+            "                        the caller's deadline)\n"
+            "  --cache N         compiled functions kept (default 256; 0: "
+            "no cache)\n"
+            "lambda, client:\n"
+            "  --function FILE   ship FILE.lua instead of the built-in "
+            "function (its\n"
+            "                    output is printed, not verified)\n"
+            "  --input TEXT      the input: TEXT, or @FILE for a file's "
+            "bytes\n"
+            "                    (default: SIZE bytes of a pattern)\n"
+            "  --native NAME     call the server's native function NAME "
+            "with the input\n"
             "\n"
             "With a loopback address and UCX_NET_DEVICES unset, traffic is "
             "kept\n"
@@ -306,7 +354,10 @@ static void notify_cb(rdmx_ep_t *ep, const rdmx_notify_t *n, void *arg)
     g.notify_ok = 1;
 }
 
-static void create_context(rdmx_transport_t transport, const char *host)
+/* The context, and the worker unless @p with_worker is 0 (an RPC server
+ * makes its own). */
+static void create_context(rdmx_transport_t transport, const char *host,
+                           int with_worker)
 {
     rdmx_context_params_t cp;
     const char *devs = getenv("UCX_NET_DEVICES");
@@ -325,6 +376,8 @@ static void create_context(rdmx_transport_t transport, const char *host)
     st = rdmx_context_create(&cp, &g.ctx);
     if (st != RDMX_OK)
         die_st("creating the rdmx context", st);
+    if (!with_worker)
+        return;
     st = rdmx_worker_create(g.ctx, NULL, &g.worker);
     if (st != RDMX_OK)
         die_st("creating the worker", st);
@@ -420,7 +473,7 @@ static int run_server(const char *host, unsigned port,
 
     if (m == NULL)
         die("out of memory");
-    create_context(transport, host);
+    create_context(transport, host, 1);
     memset(&lp, 0, sizeof(lp));
     snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,
              port);
@@ -640,7 +693,7 @@ static int run_client(const char *address, const char *host, size_t size,
 
     if (m == NULL)
         die("out of memory");
-    create_context(transport, host);
+    create_context(transport, host, 1);
     memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB;
     ep_params.error_cb = ep_error_cb;
@@ -790,15 +843,578 @@ static int run_client(const char *address, const char *host, size_t size,
 }
 
 /* ------------------------------------------------------------------------ */
+/* Lambda                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define LAMBDA_DEFAULT_SIZE (64u << 10)
+#define LAMBDA_TIMEOUT_MS   10000      /* a call's deadline */
+#define LAMBDA_REPEAT       100        /* calls by hash timed after two */
+#define LAMBDA_OUT_MAX      (16u << 20) /* the engine's default max_output */
+
+/* Options of the lambda mode. */
+typedef struct {
+    rdmx_lambda_params_t engine; /* server: budgets, cache, plugins */
+    unsigned workers;            /* server: RPC worker threads */
+    int serve;                   /* server: any number of clients */
+    const char *function;        /* client: FILE.lua; NULL: built-in */
+    const char *input;           /* client: TEXT or @FILE; NULL: SIZE bytes */
+    const char *native;          /* client: call this native instead */
+} lambda_opts_t;
+
+/* The built-in function: FNV-1a (64-bit) of `input`, eight bytes a step.
+ * Lua 5.4 integers wrap around like uint64_t, and %x prints them as
+ * unsigned, so the client can check the result exactly (fnv1a64). */
+static const char builtin_source[] =
+    "-- rdmx-demo: FNV-1a (64-bit) of the input\n"
+    "local s, n = input, #input\n"
+    "local h, P = 0xcbf29ce484222325, 0x100000001b3\n"
+    "local byte = string.byte\n"
+    "local i = 1\n"
+    "while i + 7 <= n do\n"
+    "  local a, b, c, d, e, f, g, k = byte(s, i, i + 7)\n"
+    "  h = (h ~ a) * P; h = (h ~ b) * P; h = (h ~ c) * P; h = (h ~ d) * P\n"
+    "  h = (h ~ e) * P; h = (h ~ f) * P; h = (h ~ g) * P; h = (h ~ k) * P\n"
+    "  i = i + 8\n"
+    "end\n"
+    "for j = i, n do h = (h ~ byte(s, j)) * P end\n"
+    "return string.format(\"bytes=%d fnv1a64=%016x\", n, h)\n";
+
+static uint64_t fnv1a64(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The whole of @p path (malloc'd, NUL-terminated); dies on error. */
+static char *read_file(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    size_t cap = 4096, len = 0, n;
+    char *buf = malloc(cap);
+
+    if (f == NULL)
+        die("%s: %s", path, strerror(errno));
+    while (buf != NULL && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len - 1 == 0) {
+            char *nb = realloc(buf, cap * 2);
+
+            if (nb == NULL)
+                free(buf);
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (buf == NULL)
+        die("%s: out of memory", path);
+    if (ferror(f))
+        die("%s: %s", path, strerror(errno));
+    fclose(f);
+    buf[len] = '\0';
+    *len_p = len;
+    return buf;
+}
+
+/* --- server --------------------------------------------------------------- */
+
+static volatile sig_atomic_t lambda_stop;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    lambda_stop = 1;
+}
+
+/* The server's state. The handlers run on the RPC workers; the main thread
+ * reads `done` (atomic) and, once it is set, the client's outcome. */
+static struct {
+    rdmx_lambda_engine_t *engine;
+    int serve;
+    int done;      /* demo.done arrived (atomic; one-client mode) */
+    int client_ok; /* written before `done` */
+    char client_text[DEMO_TEXT];
+} lam;
+
+/* "N calls (H cache hits, M misses), B stopped by a budget, E errors". */
+static void lambda_summary(char *buf, size_t cap)
+{
+    rdmx_lambda_stats_t s;
+
+    rdmx_lambda_engine_stats(lam.engine, &s);
+    snprintf(buf, cap,
+             "%" PRIu64 " calls (%" PRIu64 " cache hits, %" PRIu64
+             " misses), %" PRIu64 " stopped by a budget, %" PRIu64 " errors",
+             s.calls, s.cache_hits, s.cache_misses,
+             s.budget_instructions + s.budget_memory + s.budget_time +
+                 s.budget_output,
+             s.errors);
+}
+
+/* demo.stats: the engine's counters, "name value" lines. */
+static void h_demo_stats(rdmx_rpc_req_t *req, void *arg)
+{
+    rdmx_lambda_stats_t s;
+    char text[1024];
+    int n;
+
+    (void)arg;
+    rdmx_lambda_engine_stats(lam.engine, &s);
+    n = snprintf(text, sizeof(text),
+                 "calls %" PRIu64 "\nerrors %" PRIu64
+                 "\nsyntax_errors %" PRIu64 "\nbudget_instructions %" PRIu64
+                 "\nbudget_memory %" PRIu64 "\nbudget_time %" PRIu64
+                 "\nbudget_output %" PRIu64 "\ncache_hits %" PRIu64
+                 "\ncache_misses %" PRIu64 "\ncache_evictions %" PRIu64
+                 "\ncache_entries %" PRIu64 "\nnatives %" PRIu64
+                 "\nnative_calls %" PRIu64 "\n",
+                 s.calls, s.errors, s.syntax_errors, s.budget_instructions,
+                 s.budget_memory, s.budget_time, s.budget_output, s.cache_hits,
+                 s.cache_misses, s.cache_evictions, s.cache_entries, s.natives,
+                 s.native_calls);
+    rdmx_rpc_respond(req, text, (size_t)n);
+}
+
+/* demo.done: the client's outcome, a byte (1: ok) and its text. Answered
+ * with the engine's summary. Only the first one counts, and only in
+ * one-client mode. */
+static void h_demo_done(rdmx_rpc_req_t *req, void *arg)
+{
+    const char *p;
+    size_t len;
+    char summary[DEMO_TEXT];
+
+    (void)arg;
+    p = rdmx_rpc_req_data(req, &len);
+    if (len < 1) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_PROTO,
+                               "demo.done: empty request");
+        return;
+    }
+    if (!lam.serve && !__atomic_load_n(&lam.done, __ATOMIC_ACQUIRE)) {
+        len = len - 1 < sizeof(lam.client_text) - 1
+                  ? len - 1
+                  : sizeof(lam.client_text) - 1;
+        memcpy(lam.client_text, p + 1, len);
+        lam.client_text[len] = '\0';
+        lam.client_ok = p[0] == 1;
+        __atomic_store_n(&lam.done, 1, __ATOMIC_RELEASE);
+    }
+    lambda_summary(summary, sizeof(summary));
+    rdmx_rpc_respond(req, summary, strlen(summary));
+}
+
+static int run_lambda_server(const char *host, unsigned port,
+                             rdmx_transport_t transport,
+                             const lambda_opts_t *lo)
+{
+    const rdmx_lambda_params_t *ep = &lo->engine;
+    rdmx_rpc_server_params_t sp;
+    rdmx_rpc_server_t *srv;
+    rdmx_rpc_server_stats_t ss;
+    rdmx_lambda_stats_t ls;
+    char addr[300], summary[DEMO_TEXT];
+    int ok;
+    rdmx_status_t st;
+
+    create_context(transport, host, 0);
+    lam.serve = lo->serve;
+    st = rdmx_lambda_engine_create(ep, &lam.engine);
+    if (st != RDMX_OK)
+        die_st("creating the lambda engine", st);
+    snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,
+             port);
+    memset(&sp, 0, sizeof(sp));
+    sp.field_mask =
+        RDMX_RPC_SERVER_FIELD_ADDRESS | RDMX_RPC_SERVER_FIELD_WORKERS;
+    sp.address = addr;
+    sp.workers = lo->workers;
+    st = rdmx_rpc_server_create(g.ctx, &sp, &srv);
+    if (st != RDMX_OK)
+        die_st("creating the RPC server", st);
+    st = rdmx_lambda_register_handlers(srv, lam.engine, NULL);
+    if (st == RDMX_OK)
+        st = rdmx_rpc_server_register(srv, "demo.stats", h_demo_stats, NULL,
+                                      RDMX_RPC_IDEMPOTENT);
+    if (st == RDMX_OK)
+        st = rdmx_rpc_server_register(srv, "demo.done", h_demo_done, NULL, 0);
+    if (st != RDMX_OK)
+        die_st("registering the handlers", st);
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+    st = rdmx_rpc_server_start(srv);
+    if (st != RDMX_OK) {
+        char what[340];
+
+        snprintf(what, sizeof(what), "listening on %s", addr);
+        die_st(what, st);
+    }
+    printf(strchr(host, ':') ? "listening on [%s]:%u\n"
+                             : "listening on %s:%u\n",
+           host, (unsigned)rdmx_rpc_server_port(srv));
+    rdmx_lambda_engine_stats(lam.engine, &ls);
+    printf("lambda: serving lambda.eval, lambda.call and lambda.native with "
+           "%u worker(s); per call at most %" PRIu64 " instructions, %zu "
+           "bytes of memory, %u ms; cache of %u functions; %" PRIu64
+           " native(s)%s\n",
+           rdmx_rpc_server_workers(srv),
+           ep->field_mask & RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS
+               ? ep->max_instructions
+               : (uint64_t)10000000,
+           ep->field_mask & RDMX_LAMBDA_FIELD_MAX_MEMORY ? ep->max_memory
+                                                         : (size_t)64 << 20,
+           ep->field_mask & RDMX_LAMBDA_FIELD_MAX_TIME ? ep->max_time_ms : 1000,
+           ep->field_mask & RDMX_LAMBDA_FIELD_CACHE_ENTRIES ? ep->cache_entries
+                                                            : 256,
+           ls.natives, lo->serve ? "; until SIGTERM" : "");
+    fflush(stdout);
+
+    /* One-client mode: until the client reported (or left without). */
+    while (!lambda_stop) {
+        usleep(50000);
+        if (lo->serve)
+            continue;
+        if (__atomic_load_n(&lam.done, __ATOMIC_ACQUIRE))
+            break;
+        rdmx_rpc_server_stats(srv, &ss);
+        if (ss.connections_total > 0 && ss.connections == 0)
+            break;
+    }
+    if (!lo->serve) {
+        /* Let the client close first (bounded). */
+        double deadline = now_ms() + 5000;
+
+        for (;;) {
+            rdmx_rpc_server_stats(srv, &ss);
+            if (ss.connections == 0 || now_ms() > deadline)
+                break;
+            usleep(20000);
+        }
+    }
+    lambda_summary(summary, sizeof(summary));
+    ok = lo->serve ||
+         (__atomic_load_n(&lam.done, __ATOMIC_ACQUIRE) && lam.client_ok);
+    if (lo->serve)
+        printf("lambda: shutting down; %s\n", summary);
+    else if (ok)
+        printf("lambda: ok, the client verified the output; %s\n", summary);
+    else if (__atomic_load_n(&lam.done, __ATOMIC_ACQUIRE))
+        fprintf(stderr, "%s: lambda: client reports: %s\n", prog,
+                lam.client_text);
+    else
+        fprintf(stderr, "%s: lambda: %s\n", prog,
+                lambda_stop ? "stopped by a signal before the client reported"
+                            : "the client left without reporting");
+    fflush(stdout);
+    rdmx_rpc_server_destroy(srv);
+    rdmx_lambda_engine_destroy(lam.engine);
+    rdmx_context_destroy(g.ctx);
+    return ok ? 0 : 1;
+}
+
+/* --- client --------------------------------------------------------------- */
+
+/* The engine's counters from demo.stats into @p s (cache hits and misses
+ * only). -1 if the server is not rdmx-demo's. */
+static int lambda_remote_stats(rdmx_channel_t *ch, rdmx_lambda_stats_t *s)
+{
+    char text[1024], *p;
+    size_t len = 0;
+
+    if (rdmx_call(ch, "demo.stats", NULL, 0, NULL, text, sizeof(text) - 1,
+                  &len) != RDMX_OK)
+        return -1;
+    text[len] = '\0';
+    memset(s, 0, sizeof(*s));
+    if ((p = strstr(text, "\ncache_hits ")) != NULL)
+        s->cache_hits = strtoull(p + 12, NULL, 10);
+    if ((p = strstr(text, "\ncache_misses ")) != NULL)
+        s->cache_misses = strtoull(p + 14, NULL, 10);
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Print a function's output: as text if it is, else its length. */
+static void print_output(const char *out, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < len; i++)
+        if (!isprint((unsigned char)out[i]) && out[i] != '\n' &&
+            out[i] != '\t')
+            break;
+    if (i < len || len > 4096)
+        printf("lambda: output: %zu bytes (not shown)\n", len);
+    else
+        printf("lambda: output (%zu bytes): %.*s%s", len, (int)len, out,
+               len > 0 && out[len - 1] == '\n' ? "" : "\n");
+}
+
+static int run_lambda_client(const char *address, const char *host,
+                             size_t size, rdmx_transport_t transport,
+                             const lambda_opts_t *lo)
+{
+    rdmx_channel_params_t cp;
+    rdmx_channel_t *ch;
+    rdmx_lambda_stats_t s0, s1, s2;
+    char result[DEMO_TEXT] = "", *src = NULL, *out, *first = NULL;
+    char expect[64], hex[65], done[1 + DEMO_TEXT], reply[DEMO_TEXT];
+    const char *detail;
+    uint8_t id[RDMX_LAMBDA_ID_LEN], *input;
+    size_t slen, ilen, olen = 0, flen = 0;
+    double t0, t_first = 0, t_second = 0, times[LAMBDA_REPEAT];
+    int ok = 0, have_stats, builtin = lo->function == NULL;
+    rdmx_status_t st;
+
+    create_context(transport, host, 1);
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT |
+                    RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT |
+                    RDMX_CHANNEL_FIELD_HEARTBEAT;
+    cp.timeout_ms = LAMBDA_TIMEOUT_MS;
+    cp.connect_timeout_ms = CONNECT_TIMEOUT_MS;
+    /* A function holds the server's worker for up to its time budget, and
+     * heartbeats wait meanwhile: allow more silence than the default 1 s. */
+    cp.heartbeat_ms = 250;
+    cp.heartbeat_timeout_ms = LAMBDA_TIMEOUT_MS;
+    st = rdmx_channel_create(g.worker, address, &cp, &ch);
+    if (st == RDMX_OK)
+        st = rdmx_channel_wait_ready(ch, CONNECT_TIMEOUT_MS);
+    if (st != RDMX_OK) {
+        char what[300];
+
+        snprintf(what, sizeof(what), "connecting to %s", address);
+        die_st(what, st);
+    }
+    out = malloc(LAMBDA_OUT_MAX);
+    if (out == NULL)
+        die("out of memory");
+    have_stats = lambda_remote_stats(ch, &s0) == 0;
+
+    if (lo->input != NULL && lo->input[0] == '@') {
+        input = (uint8_t *)read_file(lo->input + 1, &ilen);
+    } else if (lo->input != NULL) {
+        ilen = strlen(lo->input);
+        input = (uint8_t *)strdup(lo->input);
+    } else {
+        ilen = size;
+        input = malloc(size ? size : 1);
+        if (input != NULL)
+            pattern_fill(input,
+                         size, mix64((uint64_t)now_ms() ^
+                                     ((uint64_t)getpid() << 32)));
+    }
+    if (input == NULL)
+        die("out of memory for the input");
+
+    if (lo->native != NULL) {
+        printf("lambda: calls the server's native function \"%s\" with %zu "
+               "bytes of input\n",
+               lo->native, ilen);
+        t0 = now_ms();
+        st = rdmx_lambda_native(ch, lo->native, input, ilen, out,
+                                LAMBDA_OUT_MAX, &olen);
+        t_first = now_ms() - t0;
+        if (st != RDMX_OK) {
+            detail = rdmx_error_detail();
+            snprintf(result, sizeof(result), "%s: %s", rdmx_status_name(st),
+                     detail ? detail : "");
+        } else {
+            print_output(out, olen);
+            ok = 1;
+        }
+        goto report;
+    }
+
+    if (builtin) {
+        src = strdup(builtin_source);
+        slen = strlen(builtin_source);
+        if (src == NULL)
+            die("out of memory");
+    } else {
+        src = read_file(lo->function, &slen);
+    }
+    rdmx_lambda_id(src, slen, id);
+    rdmx_lambda_id_hex(id, hex);
+    printf("lambda: ships %s (%zu bytes of Lua, id %.16s...) with %zu bytes "
+           "of input; the server runs it in its sandbox\n",
+           builtin ? "a function computing the FNV-1a checksum of its input"
+                   : lo->function,
+           slen, hex, ilen);
+
+    /* Call 1: by hash, and with the source if the server lacks it. */
+    t0 = now_ms();
+    st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
+                          LAMBDA_OUT_MAX, &olen);
+    t_first = now_ms() - t0;
+    if (st != RDMX_OK) {
+        detail = rdmx_error_detail();
+        snprintf(result, sizeof(result), "the function failed: %s: %s",
+                 rdmx_status_name(st), detail ? detail : "");
+        goto report;
+    }
+    have_stats = have_stats && lambda_remote_stats(ch, &s1) == 0;
+    printf("lambda: call 1: %.3f ms%s\n", t_first,
+           !have_stats ? ""
+           : s1.cache_misses > s0.cache_misses
+               ? ", by hash, not cached on the server: sent again with the "
+                 "source, compiled there"
+               : ", by hash: the server had it compiled already");
+    first = malloc(olen ? olen : 1);
+    if (first == NULL)
+        die("out of memory");
+    memcpy(first, out, olen);
+    flen = olen;
+
+    /* Call 2: by hash, from the server's cache. */
+    t0 = now_ms();
+    st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
+                          LAMBDA_OUT_MAX, &olen);
+    t_second = now_ms() - t0;
+    if (st != RDMX_OK) {
+        detail = rdmx_error_detail();
+        snprintf(result, sizeof(result), "call 2 failed: %s: %s",
+                 rdmx_status_name(st), detail ? detail : "");
+        goto report;
+    }
+    have_stats = have_stats && lambda_remote_stats(ch, &s2) == 0;
+    printf("lambda: call 2: %.3f ms%s\n", t_second,
+           !have_stats ? ", by hash"
+           : s2.cache_hits > s1.cache_hits && s2.cache_misses == s1.cache_misses
+               ? ", by hash: compiled code from the server's cache"
+               : ", by hash, not cached (the server's cache is off or full): "
+                 "sent again with the source");
+    if (builtin && (olen != flen || memcmp(out, first, olen) != 0)) {
+        snprintf(result, sizeof(result), "call 2 returned another output");
+        goto report;
+    }
+    for (int i = 0; i < LAMBDA_REPEAT; i++) {
+        t0 = now_ms();
+        st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
+                              LAMBDA_OUT_MAX, &olen);
+        times[i] = now_ms() - t0;
+        if (st != RDMX_OK) {
+            detail = rdmx_error_detail();
+            snprintf(result, sizeof(result), "a call by hash failed: %s: %s",
+                     rdmx_status_name(st), detail ? detail : "");
+            goto report;
+        }
+    }
+    qsort(times, LAMBDA_REPEAT, sizeof(times[0]), cmp_double);
+    printf("lambda: %d more calls by hash: median %.3f ms, fastest %.3f ms\n",
+           LAMBDA_REPEAT, times[LAMBDA_REPEAT / 2], times[0]);
+    print_output(first, flen);
+    if (builtin) {
+        snprintf(expect, sizeof(expect), "bytes=%zu fnv1a64=%016" PRIx64, ilen,
+                 fnv1a64(input, ilen));
+        if (flen != strlen(expect) || memcmp(first, expect, flen) != 0) {
+            snprintf(result, sizeof(result),
+                     "the server computed '%.*s', expected '%s'",
+                     (int)(flen < 80 ? flen : 80), first, expect);
+            goto report;
+        }
+        printf("lambda: verified: the same checksum computed here\n");
+    }
+
+    /* The sandbox: an endless loop is stopped by the server's budget, and
+     * the server goes on serving. */
+    t0 = now_ms();
+    st = rdmx_lambda_eval(ch, "while true do end", 17, NULL, 0, NULL, 0, out,
+                          LAMBDA_OUT_MAX, &olen);
+    detail = rdmx_error_detail();
+    if (st != RDMX_ERR_NO_RESOURCE && st != RDMX_ERR_TIMEOUT) {
+        snprintf(result, sizeof(result),
+                 "an endless loop was not stopped by a budget: %s: %s",
+                 rdmx_status_name(st), detail ? detail : "");
+        goto report;
+    }
+    printf("lambda: sandbox: an endless loop was stopped by the server after "
+           "%.0f ms: %s\n",
+           now_ms() - t0, detail ? detail : rdmx_strerror(st));
+    st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
+                          LAMBDA_OUT_MAX, &olen);
+    if (st != RDMX_OK || (builtin && (olen != flen ||
+                                      memcmp(out, first, olen) != 0))) {
+        snprintf(result, sizeof(result),
+                 "the server did not serve the function again after the loop");
+        goto report;
+    }
+    ok = 1;
+
+report:
+    /* Tell rdmx-demo's server the outcome (other servers lack demo.done). */
+    done[0] = ok ? 1 : 0;
+    memcpy(done + 1, result, strlen(result));
+    if (have_stats) {
+        size_t rlen = 0;
+
+        st = rdmx_call(ch, "demo.done", done, 1 + strlen(result), NULL, reply,
+                       sizeof(reply) - 1, &rlen);
+        if (st == RDMX_OK) {
+            reply[rlen] = '\0';
+            printf("lambda: server: %s\n", reply);
+        } else if (ok) {
+            detail = rdmx_error_detail();
+            snprintf(result, sizeof(result), "reporting to the server: %s",
+                     detail ? detail : rdmx_strerror(st));
+            ok = 0;
+        }
+    }
+    if (!ok)
+        fprintf(stderr, "%s: lambda: %s\n", prog, result);
+    else if (lo->native != NULL)
+        printf("lambda: ok, native function %s ran (%.3f ms)\n", lo->native,
+               t_first);
+    else
+        printf("lambda: ok, %s (call 1 %.3f ms, call 2 by hash %.3f ms)\n",
+               builtin ? "output verified" : "function ran", t_first,
+               t_second);
+    rdmx_channel_destroy(ch);
+    rdmx_worker_destroy(g.worker);
+    rdmx_context_destroy(g.ctx);
+    free(first);
+    free(src);
+    free(input);
+    free(out);
+    return ok ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* A number in [lo, hi] with K/M/G suffixes; dies with a usage error. */
+static uint64_t parse_count(const char *opt, const char *val, uint64_t lo,
+                            uint64_t hi)
+{
+    size_t v;
+
+    if (parse_size(val, &v) != 0 || v < lo || v > hi)
+        usage_error("%s '%s': a number from %" PRIu64 " to %" PRIu64, opt, val,
+                    lo, hi);
+    return v;
+}
 
 int main(int argc, char **argv)
 {
     const char *listen = NULL, *host = "0.0.0.0", *target = NULL;
-    const char *transport_name = NULL, *mode = NULL;
+    const char *transport_name = NULL, *mode = NULL, *lambda_opt = NULL;
     size_t size = 1u << 20;
+    int size_set = 0;
     rdmx_transport_t transport = RDMX_TRANSPORT_AUTO;
+    lambda_opts_t lo;
     int i;
 
+    memset(&lo, 0, sizeof(lo));
+    lo.workers = 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL, *eq;
@@ -815,6 +1431,11 @@ int main(int argc, char **argv)
                 target = a;
             else
                 usage_error("unexpected argument '%s'", a);
+            continue;
+        }
+        if (strcmp(a, "--serve") == 0) { /* the only flag without a value */
+            lo.serve = 1;
+            lambda_opt = a;
             continue;
         }
         /* --opt VALUE or --opt=VALUE */
@@ -836,22 +1457,68 @@ int main(int argc, char **argv)
         else if (strcmp(opt, "--size") == 0) {
             if (parse_size(val, &size) != 0)
                 usage_error("bad size '%s' (e.g. 4096, 64K, 1M, 1G)", val);
+            size_set = 1;
+        } else if (strcmp(opt, "--function") == 0) {
+            lo.function = val;
+            lambda_opt = a;
+        } else if (strcmp(opt, "--input") == 0) {
+            lo.input = val;
+            lambda_opt = a;
+        } else if (strcmp(opt, "--native") == 0) {
+            lo.native = val;
+            lambda_opt = a;
+        } else if (strcmp(opt, "--plugin-dir") == 0) {
+            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_PLUGIN_DIR;
+            lo.engine.plugin_dir = val;
+            lambda_opt = a;
+        } else if (strcmp(opt, "--max-instructions") == 0) {
+            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS;
+            lo.engine.max_instructions =
+                parse_count(opt, val, 1000, UINT64_MAX);
+            lambda_opt = a;
+        } else if (strcmp(opt, "--max-memory") == 0) {
+            if (parse_size(val, &lo.engine.max_memory) != 0 ||
+                lo.engine.max_memory < (256u << 10))
+                usage_error("--max-memory '%s': a size of at least 256K",
+                            val);
+            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_MAX_MEMORY;
+            lambda_opt = a;
+        } else if (strcmp(opt, "--max-time-ms") == 0) {
+            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_MAX_TIME;
+            lo.engine.max_time_ms =
+                (unsigned)parse_count(opt, val, 0, 3600000);
+            lambda_opt = a;
+        } else if (strcmp(opt, "--cache") == 0) {
+            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_CACHE_ENTRIES;
+            lo.engine.cache_entries = (unsigned)parse_count(opt, val, 0,
+                                                            1000000);
+            lambda_opt = a;
+        } else if (strcmp(opt, "--workers") == 0) {
+            lo.workers = (unsigned)parse_count(opt, val, 1, 64);
+            lambda_opt = a;
         } else
             usage_error("unknown option %s", opt);
     }
 
     if (mode == NULL)
-        usage_error("missing MODE (send, write, read or atomic)");
+        usage_error("missing MODE (send, write, read, atomic or lambda)");
     for (i = 0; i < MODE_COUNT; i++)
         if (strcmp(mode, mode_names[i]) == 0)
             g_mode = i;
     if (g_mode < 0)
-        usage_error("unknown mode '%s' (send, write, read or atomic)", mode);
+        usage_error("unknown mode '%s' (send, write, read, atomic or lambda)",
+                    mode);
+    if (g_mode != MODE_LAMBDA && lambda_opt != NULL)
+        usage_error("%s is an option of the lambda mode", lambda_opt);
     if ((listen == NULL) == (target == NULL))
         usage_error("give either --listen PORT (server) or HOST:PORT "
                     "(client)");
+    if (g_mode == MODE_LAMBDA && !size_set)
+        size = LAMBDA_DEFAULT_SIZE;
     if (size == 0 && (g_mode == MODE_WRITE || g_mode == MODE_READ))
         usage_error("--size must be at least 1 for %s", mode);
+    if (lo.native != NULL && lo.function != NULL)
+        usage_error("give --function or --native, not both");
 
     if (transport_name == NULL) {
         transport_name = getenv("RDMX_TRANSPORT");
@@ -869,6 +1536,8 @@ int main(int argc, char **argv)
 
         if (*listen == '\0' || *end != '\0' || port > 65535)
             usage_error("bad port '%s'", listen);
+        if (g_mode == MODE_LAMBDA)
+            return run_lambda_server(host, (unsigned)port, transport, &lo);
         return run_server(host, (unsigned)port, transport);
     } else {
         char thost[256];
@@ -877,6 +1546,8 @@ int main(int argc, char **argv)
         if (rdmx_addr_parse(target, thost, sizeof(thost), &port) != RDMX_OK ||
             port == 0)
             usage_error("bad address '%s' (HOST:PORT or [V6]:PORT)", target);
+        if (g_mode == MODE_LAMBDA)
+            return run_lambda_client(target, thost, size, transport, &lo);
         return run_client(target, thost, size, transport);
     }
 }

@@ -45,6 +45,22 @@
  *               client's memory with rdmx_put_nb, flushes, then answers.
  *               With one call in flight the client checks a token in the
  *               first and last 8 bytes that moved.
+ *   lambda_lat  the cost of calling an empty Lua function ("return") next to
+ *               the data, against a plain RPC round trip, in one run: four
+ *               kinds of blocking call, interleaved in blocks of 100 so that
+ *               a slow phase of the machine hits all of them alike:
+ *                 rpc      perf.echo of SIZE bytes (default 0)
+ *                 hash     lambda.call by the function's id: the engine has
+ *                          its compiled code cached (the common case)
+ *                 source   lambda.eval with the source every time; the
+ *                          engine still finds the compiled code cached
+ *                 nocache  perf.lambda_nocache: the same lambda.eval
+ *                          request, run by a second engine without a cache
+ *                          (cache_entries 0), so every call compiles
+ *               Requests are encoded once (docs/LAMBDA.md, "Wire format");
+ *               SIZE bytes of input go to every call. Each kind gets p50,
+ *               p99, p99.9 and its ratio to rpc. --function FILE calls
+ *               another function than "return". Not part of "-t rpc".
  * For these the server starts an RPC server on another port for the test
  * only (--server-workers, --poll; busy polling by default) and sleeps on its
  * control connection meanwhile, so that its CPU belongs to the RPC workers;
@@ -68,6 +84,7 @@
  * no CPU (important on a 2-core machine). Nothing is allocated on the hot
  * path: sample arrays and buffers are set up before each test.
  */
+#include <rdmx/lambda.h>
 #include <rdmx/rdmx.h>
 
 #include <ctype.h>
@@ -101,6 +118,7 @@ typedef enum {
     TEST_RPC_RATE,
     TEST_RPC_BULK,
     TEST_RPC_BULK_PUSH,
+    TEST_LAMBDA_LAT,
     TEST_COUNT
 } test_id_t;
 
@@ -124,6 +142,7 @@ static const struct {
     [TEST_RPC_BULK] = {"rpc_bulk", false, false, true, 64u << 20, 1},
     [TEST_RPC_BULK_PUSH] = {"rpc_bulk_push", false, false, true, 64u << 20,
                             1},
+    [TEST_LAMBDA_LAT] = {"lambda_lat", false, false, true, 0, 1},
 };
 
 /* RPC handler names (the server registers them all). */
@@ -131,6 +150,7 @@ static const struct {
 #define RPC_PULL "perf.pull"
 #define RPC_PUSH "perf.push"
 #define RPC_INFO "perf.info"
+#define RPC_LAMBDA_NOCACHE "perf.lambda_nocache"
 #define RPC_MAX_WORKERS 64
 #define RPC_MAX_THREADS 256
 
@@ -162,6 +182,9 @@ typedef struct {
     unsigned server_workers; /* RPC server workers; 0: the default (1) */
     int poll;        /* rdmx_rpc_poll_t; -1: the default (busy) */
     bool rpc_only;   /* server: an RPC server alone; client: no control */
+    const char *function; /* lambda_lat: --function FILE (NULL: "return") */
+    char *function_src;   /* its source (malloc'd) */
+    size_t function_len;
 } opts_t;
 
 /* ------------------------------------------------------------------------ */
@@ -833,6 +856,8 @@ typedef struct rpc_srv {
     unsigned workers;
     rdmx_rpc_poll_t poll;
     char info[128]; /* perf.info's answer */
+    rdmx_lambda_engine_t *lambda;         /* lambda.eval/call/native */
+    rdmx_lambda_engine_t *lambda_nocache; /* perf.lambda_nocache */
     struct {
         rdmx_mr_t *mr;
         size_t len;
@@ -856,6 +881,46 @@ static void h_info(rdmx_rpc_req_t *req, void *arg)
     rpc_srv_t *s = arg;
 
     rdmx_rpc_respond(req, s->info, strlen(s->info));
+}
+
+/* perf.lambda_nocache: a lambda.eval request without args (u8 version 1,
+ * u8 nkeys 0, u16 nargs 0, u32 source_len, u32 input_len, source, input),
+ * run exactly as the library's lambda.eval handler runs it, by the engine
+ * without a cache: every call compiles the source. */
+static void h_lambda_nocache(rdmx_rpc_req_t *req, void *arg)
+{
+    rpc_srv_t *s = arg;
+    size_t len;
+    const unsigned char *b = rdmx_rpc_req_data(req, &len);
+    rdmx_lambda_call_t call = {0};
+    rdmx_lambda_result_t res;
+    uint32_t slen, ilen;
+    rdmx_status_t st;
+
+    if (len < 12 || b[0] != 1 || b[1] != 0 || b[2] != 0 || b[3] != 0) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_PROTO,
+                               "perf.lambda_nocache: not a lambda.eval "
+                               "request without args");
+        return;
+    }
+    slen = get_le32(b + 4);
+    ilen = get_le32(b + 8);
+    if ((uint64_t)12 + slen + ilen != len) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_PROTO,
+                               "perf.lambda_nocache: lengths do not add up");
+        return;
+    }
+    call.input = b + 12 + slen;
+    call.input_len = ilen;
+    call.deadline_ns = rdmx_rpc_req_deadline(req);
+    st = rdmx_lambda_engine_eval(s->lambda_nocache, (const char *)b + 12, slen,
+                                 &call, &res);
+    if (st == RDMX_OK) {
+        rdmx_rpc_respond(req, res.output, res.output_len);
+    } else {
+        rdmx_rpc_respond_error(req, st, "%s", res.message);
+    }
+    rdmx_lambda_result_free(&res);
 }
 
 /* Worker @p wi's bulk buffer, at least @p len bytes. The test's size is
@@ -1094,6 +1159,18 @@ static int rpc_srv_start(rpc_srv_t *s, rdmx_context_t *ctx,
                         RDMX_ERR_NO_MEMORY);
         }
     }
+    st = rdmx_lambda_engine_create(NULL, &s->lambda);
+    if (st == RDMX_OK) {
+        rdmx_lambda_params_t lp = {
+            .field_mask = RDMX_LAMBDA_FIELD_CACHE_ENTRIES,
+            .cache_entries = 0,
+        };
+
+        st = rdmx_lambda_engine_create(&lp, &s->lambda_nocache);
+    }
+    if (st != RDMX_OK) {
+        return fail("create the lambda engines", st);
+    }
     st = rdmx_rpc_server_create(ctx, &sp, &s->srv);
     if (st != RDMX_OK) {
         return fail("create the RPC server", st);
@@ -1105,6 +1182,10 @@ static int rpc_srv_start(rpc_srv_t *s, rdmx_context_t *ctx,
         (st = rdmx_rpc_server_register(s->srv, RPC_PULL, h_pull, s, 0)) !=
             RDMX_OK ||
         (st = rdmx_rpc_server_register(s->srv, RPC_PUSH, h_push, s, 0)) !=
+            RDMX_OK ||
+        (st = rdmx_rpc_server_register(s->srv, RPC_LAMBDA_NOCACHE,
+                                       h_lambda_nocache, s, 0)) != RDMX_OK ||
+        (st = rdmx_lambda_register_handlers(s->srv, s->lambda, NULL)) !=
             RDMX_OK) {
         return fail("register the RPC handlers", st);
     }
@@ -1126,6 +1207,15 @@ static void rpc_srv_stop(rpc_srv_t *s, rdmx_rpc_server_stats_t *stats)
         }
         rdmx_rpc_server_destroy(s->srv);
         s->srv = NULL;
+    }
+    /* after the server: its handlers use them until it is gone */
+    if (s->lambda != NULL) {
+        rdmx_lambda_engine_destroy(s->lambda);
+        s->lambda = NULL;
+    }
+    if (s->lambda_nocache != NULL) {
+        rdmx_lambda_engine_destroy(s->lambda_nocache);
+        s->lambda_nocache = NULL;
     }
     for (unsigned i = 0; i < RPC_MAX_WORKERS; i++) {
         while (s->w[i].free_ops != NULL) {
@@ -1246,7 +1336,8 @@ static int server_test(perf_t *p, const ctrl_t *c)
     int rc = 0;
 
     reply.transport = (uint32_t)rdmx_context_transport(p->ctx);
-    if (c->test >= TEST_COUNT || c->window == 0 || c->size == 0) {
+    if (c->test >= TEST_COUNT || c->window == 0 ||
+        (c->size == 0 && c->test != TEST_LAMBDA_LAT)) {
         reply.status = RDMX_ERR_INVALID;
         return ctrl_send(p, &reply, NULL, "reply");
     }
@@ -1761,6 +1852,20 @@ static uint64_t default_iters(size_t size)
 
 typedef struct rpc_run rpc_run_t;
 
+/* lambda_lat: the kinds of call it compares (see the top of the file). */
+enum { LK_RPC, LK_HASH, LK_SOURCE, LK_NOCACHE, LK_COUNT };
+static const char *const lk_names[LK_COUNT] = {"rpc", "hash", "source",
+                                               "nocache"};
+static const char *const lk_what[LK_COUNT] = {
+    "perf.echo (plain RPC round trip)",
+    "lambda.call by id, compiled code cached",
+    "lambda.eval with the source, cached engine",
+    "lambda.eval with the source, no cache",
+};
+#define LAMBDA_SOURCE "return" /* the empty function (default) */
+#define LAMBDA_BLOCK  100      /* calls of one kind in a row */
+#define LAMBDA_OUT_MAX 65536   /* --function: longest output accepted */
+
 /* One client thread: its own worker and channel. */
 typedef struct {
     rpc_run_t *run;
@@ -1776,6 +1881,12 @@ typedef struct {
     const char *method;
     unsigned char *req;  /* request payload */
     unsigned char *resp; /* rpc_lat: response buffer */
+    /* lambda_lat: the encoded lambda.call and lambda.eval requests, and the
+     * samples of each kind */
+    unsigned char *lreq[LK_COUNT];
+    size_t lreq_len[LK_COUNT];
+    uint64_t *lsamples[LK_COUNT], lnsamples[LK_COUNT];
+    size_t lout_len; /* the function's output length (from the first call) */
     uint64_t token;      /* bulk: value of the last call issued */
     bool validate;       /* bulk: check the token (one call in flight) */
     uint64_t bad;        /* bulk: answers that did not check out */
@@ -1962,10 +2073,109 @@ static int rpc_phase_lat(rpc_thread_t *t, uint64_t count, bool measure)
     return 0;
 }
 
+/* @p count blocking calls of each lambda_lat kind, interleaved in blocks
+ * of LAMBDA_BLOCK. */
+static int rpc_phase_lambda(rpc_thread_t *t, uint64_t count, bool measure)
+{
+    static const char *const method[LK_COUNT] = {
+        RPC_ECHO, "lambda.call", "lambda.eval", RPC_LAMBDA_NOCACHE};
+    rpc_run_t *run = t->run;
+
+    for (uint64_t done = 0; done < count; done += LAMBDA_BLOCK) {
+        uint64_t n = count - done < LAMBDA_BLOCK ? count - done : LAMBDA_BLOCK;
+
+        for (int k = 0; k < LK_COUNT; k++) {
+            uint64_t t_last = now_ns();
+
+            for (uint64_t i = 0; i < n; i++) {
+                size_t got = 0;
+                rdmx_status_t st =
+                    rdmx_call(t->ch, method[k], t->lreq[k], t->lreq_len[k],
+                              NULL, t->resp, run->size + LAMBDA_OUT_MAX, &got);
+
+                if (st != RDMX_OK) {
+                    rpc_thread_fail(t, method[k], st, rdmx_error_detail());
+                    return -1;
+                }
+                /* echo: the request back; the function: what it gave the
+                 * first time */
+                if (got != (k == LK_RPC ? run->size : t->lout_len)) {
+                    rpc_thread_fail(t, method[k], RDMX_ERR_PROTO,
+                                    "unexpected answer length");
+                    return -1;
+                }
+                if (measure) {
+                    uint64_t now = now_ns();
+
+                    t->lsamples[k][t->lnsamples[k]++] = now - t_last;
+                    t_last = now;
+                }
+            }
+            if (__builtin_expect(run->abort, 0)) {
+                return -1;
+            }
+        }
+    }
+    t->done += count * LK_COUNT;
+    return 0;
+}
+
 static int rpc_phase(rpc_thread_t *t, uint64_t count, bool measure)
 {
-    return t->run->test == TEST_RPC_LAT ? rpc_phase_lat(t, count, measure)
-                                        : rpc_phase_window(t, count, measure);
+    switch (t->run->test) {
+    case TEST_RPC_LAT:
+        return rpc_phase_lat(t, count, measure);
+    case TEST_LAMBDA_LAT:
+        return rpc_phase_lambda(t, count, measure);
+    default:
+        return rpc_phase_window(t, count, measure);
+    }
+}
+
+/* lambda_lat: encode the four requests once (docs/LAMBDA.md, "Wire
+ * format"); the input is SIZE bytes of t->req. */
+static int lambda_requests(rpc_thread_t *t)
+{
+    const opts_t *o = t->run->o;
+    const char *src = o->function_src ? o->function_src : LAMBDA_SOURCE;
+    const size_t size = t->run->size,
+                 sl = o->function_src ? o->function_len : strlen(src);
+    uint8_t id[RDMX_LAMBDA_ID_LEN];
+    unsigned char *b;
+
+    rdmx_lambda_id(src, sl, id);
+    t->lreq[LK_RPC] = malloc(size ? size : 1);
+    t->lreq[LK_HASH] = b = malloc(40 + size);
+    if (t->lreq[LK_RPC] == NULL || b == NULL) {
+        return -1;
+    }
+    memcpy(t->lreq[LK_RPC], t->req, size);
+    t->lreq_len[LK_RPC] = size;
+    b[0] = 1; /* version */
+    b[1] = 0; /* nkeys */
+    b[2] = b[3] = 0; /* nargs */
+    memcpy(b + 4, id, sizeof(id));
+    put_le32(b + 36, (uint32_t)size);
+    memcpy(b + 40, t->req, size);
+    t->lreq_len[LK_HASH] = 40 + size;
+    t->lreq[LK_SOURCE] = b = malloc(12 + sl + size);
+    if (b == NULL) {
+        return -1;
+    }
+    b[0] = 1;
+    b[1] = b[2] = b[3] = 0;
+    put_le32(b + 4, (uint32_t)sl);
+    put_le32(b + 8, (uint32_t)size);
+    memcpy(b + 12, src, sl);
+    memcpy(b + 12 + sl, t->req, size);
+    t->lreq_len[LK_SOURCE] = 12 + sl + size;
+    t->lreq[LK_NOCACHE] = malloc(t->lreq_len[LK_SOURCE]);
+    if (t->lreq[LK_NOCACHE] == NULL) {
+        return -1;
+    }
+    memcpy(t->lreq[LK_NOCACHE], b, t->lreq_len[LK_SOURCE]);
+    t->lreq_len[LK_NOCACHE] = t->lreq_len[LK_SOURCE];
+    return 0;
 }
 
 static int rpc_thread_setup(rpc_thread_t *t)
@@ -2018,7 +2228,42 @@ static int rpc_thread_setup(rpc_thread_t *t)
         }
         run->server_info[got] = '\0';
     }
-    if (run->test == TEST_RPC_LAT || run->test == TEST_RPC_RATE) {
+    if (run->test == TEST_LAMBDA_LAT) {
+        t->req = malloc(size + 1);
+        t->resp = malloc(size + LAMBDA_OUT_MAX);
+        if (t->req == NULL || t->resp == NULL) {
+            rpc_thread_fail(t, "allocate buffers", RDMX_ERR_NO_MEMORY, NULL);
+            return -1;
+        }
+        for (size_t i = 0; i < size; i++) {
+            t->req[i] = (unsigned char)(i * 7 + t->index);
+        }
+        if (lambda_requests(t) < 0) {
+            rpc_thread_fail(t, "allocate requests", RDMX_ERR_NO_MEMORY, NULL);
+            return -1;
+        }
+        /* lambda.eval once, so that lambda.call finds it cached */
+        {
+            size_t got = 0;
+
+            st = rdmx_call(t->ch, "lambda.eval", t->lreq[LK_SOURCE],
+                           t->lreq_len[LK_SOURCE], NULL, t->resp,
+                           size + LAMBDA_OUT_MAX, &got);
+            if (st != RDMX_OK) {
+                rpc_thread_fail(t, "lambda.eval", st, rdmx_error_detail());
+                return -1;
+            }
+            t->lout_len = got;
+        }
+        for (int k = 0; k < LK_COUNT; k++) {
+            t->lsamples[k] = calloc(run->iters + 1, sizeof(uint64_t));
+            if (t->lsamples[k] == NULL) {
+                rpc_thread_fail(t, "allocate samples", RDMX_ERR_NO_MEMORY,
+                                NULL);
+                return -1;
+            }
+        }
+    } else if (run->test == TEST_RPC_LAT || run->test == TEST_RPC_RATE) {
         t->req = malloc(size);
         t->resp = malloc(size);
         if (t->req == NULL || t->resp == NULL) {
@@ -2073,6 +2318,10 @@ static void rpc_thread_teardown(rpc_thread_t *t)
     free(t->req);
     free(t->resp);
     t->req = t->resp = NULL;
+    for (int k = 0; k < LK_COUNT; k++) {
+        free(t->lreq[k]);
+        t->lreq[k] = NULL;
+    }
 }
 
 static void *rpc_thread_main(void *arg)
@@ -2177,6 +2426,75 @@ static void print_rpc_note(const opts_t *o, const result_t *r,
     fflush(stdout);
 }
 
+/* lambda_lat: each kind's latency, merged over the threads, and its ratio
+ * to the plain RPC round trip. */
+static void lambda_print(const opts_t *o, const rpc_run_t *run,
+                         const result_t *r, const char *server_transport)
+{
+    double p50[LK_COUNT], p99[LK_COUNT], p999[LK_COUNT], avg[LK_COUNT];
+
+    for (int k = 0; k < LK_COUNT; k++) {
+        uint64_t n = 0, sum = 0, *all;
+
+        for (unsigned i = 0; i < run->threads; i++) {
+            n += run->th[i].lnsamples[k];
+        }
+        all = calloc(n ? n : 1, sizeof(*all));
+        if (all == NULL) {
+            p50[k] = p99[k] = p999[k] = avg[k] = NAN;
+            continue;
+        }
+        n = 0;
+        for (unsigned i = 0; i < run->threads; i++) {
+            for (uint64_t j = 0; j < run->th[i].lnsamples[k]; j++) {
+                all[n++] = run->th[i].lsamples[k][j];
+                sum += run->th[i].lsamples[k][j];
+            }
+        }
+        qsort(all, n, sizeof(*all), cmp_u64);
+        p50[k] = percentile(all, n, 0.50) / 1000.0;
+        p99[k] = percentile(all, n, 0.99) / 1000.0;
+        p999[k] = percentile(all, n, 0.999) / 1000.0;
+        avg[k] = n ? (double)sum / (double)n / 1000.0 : NAN;
+        free(all);
+    }
+    if (!o->json) {
+        printf("# lambda_lat: %u client thread(s), blocking calls of %s%s%s "
+               "with %zu B of input, %" PRIu64
+               " per kind, interleaved in blocks of %d; server %s: %u "
+               "worker(s), poll %s; latency per round trip\n",
+               r->threads,
+               o->function ? "" : "the empty function \"",
+               o->function ? o->function : LAMBDA_SOURCE,
+               o->function ? "" : "\"", r->size, r->iters, LAMBDA_BLOCK,
+               server_transport ? server_transport : "?", r->workers,
+               poll_name(r->poll));
+        printf("%-10s %-8s %10s %10s %10s %10s %8s %8s  %s\n", "test", "kind",
+               "p50[us]", "p99[us]", "p99.9[us]", "avg[us]", "p50/rpc",
+               "p99/rpc", "call");
+    }
+    for (int k = 0; k < LK_COUNT; k++) {
+        if (o->json) {
+            printf("{\"test\":\"lambda_lat\",\"kind\":\"%s\",\"bytes\":%zu,"
+                   "\"iterations\":%" PRIu64 ",\"threads\":%u,"
+                   "\"server_workers\":%u,\"poll\":\"%s\","
+                   "\"transport\":\"%s\",\"p50_us\":%.4f,\"p99_us\":%.4f,"
+                   "\"p999_us\":%.4f,\"avg_us\":%.4f,\"p50_vs_rpc\":%.3f,"
+                   "\"p99_vs_rpc\":%.3f,\"clock_ns\":%.1f}\n",
+                   lk_names[k], r->size, r->iters, r->threads, r->workers,
+                   poll_name(r->poll), rdmx_transport_name(o->transport),
+                   p50[k], p99[k], p999[k], avg[k], p50[k] / p50[LK_RPC],
+                   p99[k] / p99[LK_RPC], g_clock_ns);
+        } else {
+            printf("%-10s %-8s %10.3f %10.3f %10.3f %10.3f %7.2fx %7.2fx  "
+                   "%s\n",
+                   "lambda_lat", lk_names[k], p50[k], p99[k], p999[k], avg[k],
+                   p50[k] / p50[LK_RPC], p99[k] / p99[LK_RPC], lk_what[k]);
+        }
+    }
+    fflush(stdout);
+}
+
 static int client_rpc_test(perf_t *p, const opts_t *o, test_id_t test,
                            size_t size, const char **server_transport)
 {
@@ -2194,7 +2512,7 @@ static int client_rpc_test(perf_t *p, const opts_t *o, test_id_t test,
               : test == TEST_RPC_RATE ? 10 * default_iters(size)
                                       : default_iters(size);
     r.window = o->window_set ? o->window : g_tests[test].window;
-    if (test == TEST_RPC_LAT) {
+    if (test == TEST_RPC_LAT || test == TEST_LAMBDA_LAT) {
         r.window = 1; /* blocking calls */
     }
     r.threads = o->threads;
@@ -2339,6 +2657,10 @@ static int client_rpc_test(perf_t *p, const opts_t *o, test_id_t test,
                         " error responses\n",
                 r.server_errors);
     }
+    if (test == TEST_LAMBDA_LAT) {
+        lambda_print(o, run, &r, *server_transport);
+        goto out;
+    }
     rpc_compute(run, &r);
     print_rpc_note(o, &r, *server_transport);
     print_result(o, &r);
@@ -2348,6 +2670,9 @@ out:
     }
     for (unsigned i = 0; run->th != NULL && i < run->threads; i++) {
         free(run->th[i].samples);
+        for (int k = 0; k < LK_COUNT; k++) {
+            free(run->th[i].lsamples[k]);
+        }
     }
     free(run->th);
     free(run);
@@ -2735,14 +3060,19 @@ static void usage(FILE *f)
         "[--flush window|end]\n"
         "                 [-T THREADS] [--server-workers N] [--poll MODE] "
         "[--rpc-only]\n"
-        "                 [--transport T] [--json] [--timeout S]\n"
+        "                 [--transport T] [--json] [--timeout S] "
+        "[--function FILE]\n"
         "\n"
         "tests: send_lat send_bw put_lat put_bw get_lat get_bw "
         "atomic_lat (all: these)\n"
         "       rpc_lat rpc_rate rpc_bulk rpc_bulk_push (rpc: these)\n"
+        "       lambda_lat (an empty Lua function: by id, with its source, "
+        "without\n"
+        "               the server's cache, each against a plain RPC)\n"
         "  -s SIZE      message size in bytes; k/m/g suffixes are "
         "binary (default 8;\n"
-        "               rpc_lat/rpc_rate 64, rpc_bulk* 64m)\n"
+        "               rpc_lat/rpc_rate 64, rpc_bulk* 64m; lambda_lat: "
+        "input, 0)\n"
         "  -a           sweep sizes 8 B .. 8 MiB in powers of 4\n"
         "  -n ITERS     measured iterations, per thread for rpc_* (default "
         "%d, fewer\n"
@@ -2761,6 +3091,9 @@ static void usage(FILE *f)
         "  --server-workers N  RPC server worker threads (server's default, "
         "else 1)\n"
         "  --poll MODE  RPC server polling: busy (default), adaptive, sleep\n"
+        "  --function FILE  lambda_lat: call this Lua function instead of "
+        "the empty\n"
+        "               one (\"return\"; its output must be at most 64 KiB)\n"
         "  --rpc-only   server: run only an RPC server on PORT (until "
         "SIGINT/SIGTERM;\n"
         "               --once: until it had no client for 2 s); client: "
@@ -2826,7 +3159,8 @@ static int parse_tests(const char *arg, opts_t *o)
 
         if (strcmp(tok, "all") == 0 || strcmp(tok, "rpc") == 0) {
             for (int i = 0; i < TEST_COUNT; i++) {
-                if (g_tests[i].rpc == (tok[0] == 'r')) {
+                if (g_tests[i].rpc == (tok[0] == 'r') &&
+                    i != TEST_LAMBDA_LAT) {
                     o->tests[i] = true;
                 }
             }
@@ -2878,6 +3212,7 @@ enum {
     OPT_SERVER_WORKERS,
     OPT_POLL,
     OPT_RPC_ONLY,
+    OPT_FUNCTION,
 };
 
 static int parse_args(int argc, char **argv, opts_t *o)
@@ -2892,6 +3227,7 @@ static int parse_args(int argc, char **argv, opts_t *o)
         {"server-workers", required_argument, NULL, OPT_SERVER_WORKERS},
         {"poll", required_argument, NULL, OPT_POLL},
         {"rpc-only", no_argument, NULL, OPT_RPC_ONLY},
+        {"function", required_argument, NULL, OPT_FUNCTION},
         {"threads", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -2958,6 +3294,9 @@ static int parse_args(int argc, char **argv, opts_t *o)
                 fprintf(stderr, "rdmx-perf: bad --poll '%s'\n", optarg);
                 return -1;
             }
+            break;
+        case OPT_FUNCTION:
+            o->function = optarg;
             break;
         case OPT_RPC_ONLY:
             o->rpc_only = true;
@@ -3039,6 +3378,27 @@ static int parse_args(int argc, char **argv, opts_t *o)
         return -1;
     }
     o->address = argv[optind];
+    if (o->function != NULL) {
+        FILE *f = fopen(o->function, "rb");
+        size_t cap = 1u << 20;
+
+        o->function_src = malloc(cap);
+        if (f == NULL || o->function_src == NULL) {
+            fprintf(stderr, "rdmx-perf: --function %s: %s\n", o->function,
+                    strerror(errno));
+            if (f != NULL) {
+                fclose(f);
+            }
+            return -1;
+        }
+        o->function_len = fread(o->function_src, 1, cap, f);
+        fclose(f);
+        if (o->function_len == cap) {
+            fprintf(stderr, "rdmx-perf: --function %s: over 1 MiB\n",
+                    o->function);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -3113,5 +3473,6 @@ int main(int argc, char **argv)
     teardown_conn(p);
     rdmx_worker_destroy(p->worker);
     rdmx_context_destroy(p->ctx);
+    free(o.function_src);
     return rc < 0 ? 1 : 0;
 }
