@@ -69,7 +69,7 @@
 
 static rdmx_context_t *ctx;
 
-/* Checks of library bugs filed in .notes/rpc-bugs.md: a failure is
+/* Regression checks of library bugs found earlier: a failure is
  * reported, the other parts still run, and the test fails at the end. */
 static int known_bug_failures;
 
@@ -1248,7 +1248,7 @@ int main(int argc, char **argv)
     stop_server(&s2, "server S2");
     stop_server(&s3, "server S3");
     if (known_bug_failures > 0) {
-        th_log("FAILED: %d check(s) of bugs filed in .notes/rpc-bugs.md",
+        th_log("FAILED: %d regression check(s) of earlier bugs",
                known_bug_failures);
         return 1;
     }
