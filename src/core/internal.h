@@ -168,10 +168,14 @@ struct rdmx_ep {
 };
 
 /* A connection request the listener got; the endpoint is made outside the
- * UCX callback. */
+ * UCX callback. Until then it sits on a worker's conn_reqs or handoff list,
+ * and whoever takes it off must accept or reject it: UCX 1.13 frees neither
+ * the request nor its socket with the listener. rdmx_listener_destroy
+ * rejects those of its listener on every worker, so a queued request's
+ * origin always exists. */
 typedef struct {
     rdmx_list_t link;
-    rdmx_listener_t *listener; /* NULL once handed to another worker */
+    rdmx_listener_t *origin;     /* the listener it came from */
     ucp_listener_h ucp_listener; /* for a reject */
     ucp_conn_request_h req;
     rdmx_ep_params_t ep_params;  /* copied from the listener */
@@ -197,6 +201,10 @@ struct rdmx_listener {
     rdmx_worker_t **targets;  /* workers accepted connections go to */
     unsigned ntargets;
     unsigned next_target;
+    /* Paused (shutting down): new requests wait here, neither accepted
+     * nor rejected, until rdmx_listener_destroy rejects them. */
+    int paused;
+    rdmx_list_t paused_reqs;
 };
 
 struct rdmx_worker {
@@ -228,6 +236,7 @@ struct rdmx_worker {
     pthread_cond_t cond;      /* signalled when an op completes (mt) */
     pthread_t thread;
     volatile int stop;
+    int destroying; /* rdmx_worker_destroy: queued requests stay queued */
 };
 
 /* --- errors (status.c) --------------------------------------------------- */
@@ -280,6 +289,19 @@ void rdmx__progress_until(rdmx_worker_t *w, volatile int *done);
 void rdmx__hook_del(rdmx_hook_t *hook);
 /* Hand a connection request to worker @w (any thread). */
 void rdmx__worker_handoff(rdmx_worker_t *w, rdmx_conn_req_t *cr);
+
+/* --- listener.c ---------------------------------------------------------- */
+
+/* Reject a queued connection request (its origin exists) and free it. */
+void rdmx__conn_req_reject(rdmx_conn_req_t *cr);
+/* From now on new connection requests wait, neither accepted nor rejected,
+ * until the listener is destroyed (which rejects them); the port stays
+ * bound. For a server that is shutting down (the listener's worker's
+ * thread): rdmx_worker_destroy does it too, and destroys the listener last.
+ * Rejecting at once would cost UCX work per request while clients retry,
+ * and UCX 1.13 may hand an event it missed meanwhile to another socket that
+ * reused the number (see rdmx_worker_destroy). */
+void rdmx__listener_pause(rdmx_listener_t *l);
 
 /* --- ep.c ---------------------------------------------------------------- */
 

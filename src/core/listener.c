@@ -13,22 +13,25 @@
 static void on_conn_request(ucp_conn_request_h req, void *arg)
 {
     rdmx_listener_t *l = arg;
-    rdmx_conn_req_t *cr = malloc(sizeof(*cr));
+    rdmx_conn_req_t *cr;
 
-    if (cr == NULL) {
+    if ((cr = malloc(sizeof(*cr))) == NULL) {
         ucp_listener_reject(l->ucp, req);
         return;
     }
-    cr->listener = l;
+    cr->origin = l;
     cr->ucp_listener = l->ucp;
     cr->req = req;
     cr->ep_params = l->params.ep_params;
     cr->accept_cb = l->params.accept_cb;
     cr->accept_arg = l->params.arg;
+    if (l->paused) {
+        rdmx_list_insert_tail(&l->paused_reqs, &cr->link);
+        return;
+    }
     if (l->ntargets > 0) {
         rdmx_worker_t *t = l->targets[l->next_target++ % l->ntargets];
         if (t != l->worker) {
-            cr->listener = NULL;
             rdmx__worker_handoff(t, cr);
             return;
         }
@@ -78,6 +81,7 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
     }
     l->worker = w;
     l->params = *params;
+    rdmx_list_init(&l->paused_reqs);
     if (!(params->field_mask & RDMX_LISTENER_PARAM_FIELD_EP_PARAMS))
         memset(&l->params.ep_params, 0, sizeof(l->params.ep_params));
     if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_WORKERS) &&
@@ -142,25 +146,80 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
     return RDMX_OK;
 }
 
+void rdmx__conn_req_reject(rdmx_conn_req_t *cr)
+{
+    ucp_listener_reject(cr->ucp_listener, cr->req);
+    free(cr);
+}
+
+void rdmx__listener_pause(rdmx_listener_t *l)
+{
+    rdmx__lock(l->worker);
+    l->paused = 1;
+    rdmx__unlock(l->worker);
+}
+
+/* Reject and free the requests of @l queued on @list. */
+static void reject_queued(rdmx_list_t *list, const rdmx_listener_t *l)
+{
+    rdmx_list_t *pos, *tmp;
+
+    rdmx_list_for_each_safe(pos, tmp, list)
+    {
+        rdmx_conn_req_t *cr = rdmx_container_of(pos, rdmx_conn_req_t, link);
+        if (cr->origin == l) {
+            rdmx_list_del(&cr->link);
+            rdmx__conn_req_reject(cr);
+        }
+    }
+}
+
+/* Requests of @l that @w holds: taken over ones and those still handed. */
+static void reject_queued_on(rdmx_worker_t *w, const rdmx_listener_t *l)
+{
+    reject_queued(&w->conn_reqs, l);
+    pthread_mutex_lock(&w->handoff_lock);
+    reject_queued(&w->handoff, l);
+    pthread_mutex_unlock(&w->handoff_lock);
+}
+
+/*
+ * UCX 1.13 neither rejects nor frees connection requests it delivered, so
+ * every request of this listener still queued on any worker is rejected
+ * here, before ucp_listener_destroy. The targets must not be progressed
+ * meanwhile by another thread (progress-thread workers are locked).
+ *
+ * UCX 1.13 race (uct tcp_sockcm): a connection the listener's socket
+ * accepted before ucp_listener_destroy whose first data arrives after it
+ * runs the connection request callback with the freed listener (SEGV in
+ * UCX's async thread). Those sockets stay on the worker's connection manager
+ * until ucp_worker_destroy, so the safe moment to destroy a listener is
+ * together with its worker: rdmx_worker_destroy does that, with UCX's async
+ * thread held from before it closes its endpoints to the end of
+ * ucp_worker_destroy. Destroying a listener of a worker that lives on leaves
+ * this window open while the worker lives.
+ */
 void rdmx_listener_destroy(rdmx_listener_t *l)
 {
     rdmx_worker_t *w;
-    rdmx_list_t *pos, *tmp;
 
     if (l == NULL)
         return;
     w = l->worker;
     rdmx__lock(w);
-    /* Refuse requests that arrived but were not accepted yet. */
-    rdmx_list_for_each_safe(pos, tmp, &w->conn_reqs)
-    {
-        rdmx_conn_req_t *cr = rdmx_container_of(pos, rdmx_conn_req_t, link);
-        if (cr->listener == l) {
-            rdmx_list_del(&cr->link);
-            ucp_listener_reject(l->ucp, cr->req);
-            free(cr);
-        }
+    l->paused = 1; /* no more hand-offs from here on */
+    rdmx__unlock(w);
+    for (unsigned i = 0; i < l->ntargets; i++) {
+        rdmx_worker_t *t = l->targets[i];
+        if (t == w)
+            continue;
+        rdmx__lock(t);
+        reject_queued_on(t, l);
+        rdmx__unlock(t);
     }
+    rdmx__lock(w);
+    reject_queued_on(w, l);
+    reject_queued(&l->paused_reqs, l);
     ucp_listener_destroy(l->ucp);
     rdmx_list_del(&l->link);
     rdmx__unlock(w);

@@ -6,10 +6,15 @@
 
 #include "util/time.h"
 
+#include <ucs/async/async_fwd.h>
+
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #define RDMX_OP_POOL_MAX 4096 /* free op records kept for reuse */
 
@@ -285,8 +290,115 @@ err_free:
     return status;
 }
 
+/* --- holding UCX's async thread still ---------------------------------------
+ *
+ * UCX runs every socket and timer handler of the process (thread async modes)
+ * on one thread of its own. async_hold() parks that thread inside a handler
+ * of ours on an eventfd, so that no UCX handler runs until async_release()
+ * (why: rdmx_worker_destroy). If the thread does not come within a second,
+ * nothing is held and the caller goes on regardless.
+ */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int state; /* HOLD_* */
+    int efd;
+} async_hold_t;
+
+enum { HOLD_WAITING, HOLD_HELD, HOLD_OVER };
+
+static void async_hold_cb(int id, ucs_event_set_types_t events, void *arg)
+{
+    async_hold_t *h = arg;
+    uint64_t v;
+
+    (void)id;
+    (void)events;
+    if (read(h->efd, &v, sizeof(v)) < 0) {
+        /* EAGAIN: a spurious wake-up, nothing to read */
+    }
+    pthread_mutex_lock(&h->lock);
+    if (h->state == HOLD_WAITING) {
+        h->state = HOLD_HELD;
+        pthread_cond_broadcast(&h->cond);
+        while (h->state == HOLD_HELD)
+            pthread_cond_wait(&h->cond, &h->lock);
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* 1 if UCX's async thread is held (call async_release in any case). */
+static int async_hold(async_hold_t *h)
+{
+    pthread_condattr_t ca;
+    struct timespec until;
+    uint64_t one = 1;
+    int held;
+
+    h->state = HOLD_WAITING;
+    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (h->efd < 0)
+        return 0;
+    if (ucs_async_set_event_handler(UCS_ASYNC_MODE_THREAD_SPINLOCK, h->efd,
+                                    UCS_EVENT_SET_EVREAD, async_hold_cb, h,
+                                    NULL) != UCS_OK) {
+        close(h->efd);
+        h->efd = -1;
+        return 0;
+    }
+    if (write(h->efd, &one, sizeof(one)) != sizeof(one))
+        return 0;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += 1;
+    pthread_mutex_lock(&h->lock);
+    while (h->state == HOLD_WAITING &&
+           pthread_cond_timedwait(&h->cond, &h->lock, &until) == 0)
+        ;
+    held = h->state == HOLD_HELD;
+    if (!held)
+        h->state = HOLD_OVER; /* a late callback returns at once */
+    pthread_mutex_unlock(&h->lock);
+    return held;
+}
+
+static void async_release(async_hold_t *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->state = HOLD_OVER;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    if (h->efd >= 0) {
+        ucs_async_remove_handler(h->efd, 1); /* waits for the callback */
+        close(h->efd);
+    }
+    pthread_cond_destroy(&h->cond);
+    pthread_mutex_destroy(&h->lock);
+}
+
+/* Reject the connection requests queued on @w (their listeners exist:
+ * rdmx_listener_destroy takes its own off every worker). */
+static void reject_all_queued(rdmx_worker_t *w)
+{
+    rdmx_list_t *e;
+
+    pthread_mutex_lock(&w->handoff_lock);
+    while ((e = rdmx_list_pop(&w->handoff)) != NULL)
+        rdmx_list_insert_tail(&w->conn_reqs, e);
+    w->handoff_pending = 0;
+    pthread_mutex_unlock(&w->handoff_lock);
+    while ((e = rdmx_list_pop(&w->conn_reqs)) != NULL)
+        rdmx__conn_req_reject(rdmx_container_of(e, rdmx_conn_req_t, link));
+}
+
 void rdmx_worker_destroy(rdmx_worker_t *w)
 {
+    async_hold_t hold;
+    int listening;
     rdmx_list_t *e;
 
     if (w == NULL)
@@ -297,21 +409,36 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
         pthread_join(w->thread, NULL);
         w->mt = 0; /* only this thread from here on */
     }
-    while (!rdmx_list_empty(&w->listeners))
-        rdmx_listener_destroy(
-            rdmx_container_of(w->listeners.next, rdmx_listener_t, link));
-    while ((e = rdmx_list_pop(&w->conn_reqs)) != NULL) {
-        rdmx_conn_req_t *cr = rdmx_container_of(e, rdmx_conn_req_t, link);
-        free(cr); /* its listener, and with it the request, is gone */
-    }
-    pthread_mutex_lock(&w->handoff_lock);
-    while ((e = rdmx_list_pop(&w->handoff)) != NULL)
-        free(rdmx_container_of(e, rdmx_conn_req_t, link)); /* listener gone */
-    pthread_mutex_unlock(&w->handoff_lock);
+    /* A worker that listens goes down with UCX's async thread held, from
+     * here to the end of ucp_worker_destroy. So its listeners accept no
+     * more sockets; UCX 1.13 cannot run a connection request callback on a
+     * listener destroyed before the worker's destroy closes the sockets it
+     * accepted without a request yet (see rdmx_listener_destroy); and no
+     * socket event is missed meanwhile, which UCX 1.13 may later hand to
+     * another socket that got the same number as endpoints close (its
+     * missed-event queue is keyed by fd: "tcp_sockcm_ep.c:416 Assertion"
+     * or "async.c:643 Assertion"). Endpoints close without the async
+     * thread: their messages are progressed by this thread. */
+    listening = !rdmx_list_empty(&w->listeners);
+    if (listening && !async_hold(&hold))
+        rdmx_warn("worker destroy: UCX's async thread not held; a client "
+                  "connecting now may crash it (UCX 1.13)");
+    /* From here on connection requests wait, neither accepted nor rejected
+     * (see rdmx__listener_pause), until the end. */
+    w->destroying = 1;
+    rdmx_list_for_each(e, &w->listeners)
+        rdmx_container_of(e, rdmx_listener_t, link)->paused = 1;
     rdmx__ep_destroy_all(w);
     while ((e = rdmx_list_pop(&w->free_ops)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
+    /* Listeners last, together with the UCX worker. */
+    while (!rdmx_list_empty(&w->listeners))
+        rdmx_listener_destroy(
+            rdmx_container_of(w->listeners.next, rdmx_listener_t, link));
+    reject_all_queued(w); /* other workers' listeners' (they exist) */
     ucp_worker_destroy(w->ucp);
+    if (listening)
+        async_release(&hold);
     /* Requests UCX never completed went with its worker. */
     while ((e = rdmx_list_pop(&w->orphans)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
@@ -435,9 +562,11 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
 
     rdmx__lock(w);
     n = ucp_worker_progress(w->ucp);
-    if (__atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE))
+    /* (being destroyed: requests wait to be rejected at the end) */
+    if (__atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) &&
+        !w->destroying)
         take_handoffs(w);
-    while (!rdmx_list_empty(&w->conn_reqs)) {
+    while (!rdmx_list_empty(&w->conn_reqs) && !w->destroying) {
         rdmx_list_t *e = rdmx_list_pop(&w->conn_reqs);
         rdmx__ep_accept(w, rdmx_container_of(e, rdmx_conn_req_t, link));
         n++;

@@ -1022,10 +1022,11 @@ static void worker_shutdown(server_worker_t *sw)
 {
     rdmx_list_t *pos, *tmp;
 
-    if (sw->index == 0 && sw->srv->listener != NULL) {
-        rdmx_listener_destroy(sw->srv->listener);
-        sw->srv->listener = NULL;
-    }
+    /* The listener (worker 0's) accepts no more connections from now on,
+     * but stays until rdmx_worker_destroy(worker 0) destroys it together
+     * with its UCX worker (a UCX 1.13 race: see rdmx_listener_destroy). */
+    if (sw->index == 0 && sw->srv->listener != NULL)
+        rdmx__listener_pause(sw->srv->listener);
     rdmx_list_for_each_safe(pos, tmp, &sw->conns)
     {
         conn_t *c = rdmx_container_of(pos, conn_t, node);
@@ -1256,6 +1257,9 @@ void rdmx_rpc_server_destroy(rdmx_rpc_server_t *s)
             rdmx_worker_signal(s->workers[i].w);
         for (unsigned i = 0; i < s->nworkers; i++)
             pthread_join(s->workers[i].thread, NULL);
+        /* Worker 0 first: destroying it destroys the listener, which
+         * rejects the requests it handed to the other workers. */
+        s->listener = NULL;
         for (unsigned i = 0; i < s->nworkers; i++) {
             server_worker_t *sw = &s->workers[i];
             rdmx_list_t *e;
