@@ -298,7 +298,12 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *worker,
                                    const rdmx_listener_params_t *params,
                                    rdmx_listener_t **listener_p);
 
-/** Stop listening. Accepted endpoints stay open. */
+/** Stop listening. Accepted endpoints stay open; connection requests not
+ *  yet accepted (on any worker the listener hands connections to) are
+ *  rejected. With UCX 1.13 a client that connects while a listener of a
+ *  worker that lives on is destroyed can crash UCX's async thread; a
+ *  listener destroyed by rdmx_worker_destroy is safe (docs/CORE.md,
+ *  "Listener teardown"). */
 void rdmx_listener_destroy(rdmx_listener_t *listener);
 
 /** The port the listener is bound to (the chosen one for port 0). */
