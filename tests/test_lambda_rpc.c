@@ -67,6 +67,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 #include "kvd_launcher.h"
+#include "parts.h"
 
 #include <rdmx/kv.h>
 #include <rdmx/lambda.h>
@@ -88,71 +89,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------------------ */
-/* Parts that fail report and let the next part run                         */
-/* ------------------------------------------------------------------------ */
-
-static jmp_buf part_jmp;
-static int failures;
-static const char *part_name = "setup";
-
-__attribute__((noreturn, format(printf, 3, 4))) static void
-part_fail(const char *file, int line, const char *fmt, ...)
-{
-    char msg[1536];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    th_log("FAIL %s:%d (part %s; continuing with the next part): %s", file,
-           line, part_name, msg);
-    failures++;
-    longjmp(part_jmp, 1);
-}
-
-#define EXPECT(cond, ...)                                                      \
-    do {                                                                       \
-        if (!(cond))                                                           \
-            part_fail(__FILE__, __LINE__, __VA_ARGS__);                        \
-    } while (0)
-
-#define EXPECT_ST(expr, want)                                                  \
-    do {                                                                       \
-        rdmx_status_t st_ = (expr);                                            \
-        if (st_ != (want)) {                                                   \
-            char d_[512];                                                      \
-            snprintf(d_, sizeof(d_), "%s", rdmx_error_detail());               \
-            part_fail(__FILE__, __LINE__,                                      \
-                      "%s returned %s, expected %s; detail: %s", #expr,        \
-                      rdmx_status_name(st_), rdmx_status_name(want),           \
-                      d_[0] ? d_ : "(none)");                                  \
-        }                                                                      \
-    } while (0)
-
-#define EXPECT_OK(expr) EXPECT_ST(expr, RDMX_OK)
-
-#define EXPECT_EQ(a, b)                                                        \
-    do {                                                                       \
-        uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                       \
-        if (a_ != b_)                                                          \
-            part_fail(__FILE__, __LINE__, "%s == %s: %" PRIu64 " != %" PRIu64, \
-                      #a, #b, a_, b_);                                         \
-    } while (0)
-
-static void run_part(const char *name, void (*fn)(void))
-{
-    double t0 = th_now_ms();
-
-    part_name = name;
-    if (setjmp(part_jmp) == 0) {
-        fn();
-        th_log("%s: ok (%.0f ms)", name, th_now_ms() - t0);
-    } else {
-        th_log("%s: FAILED (%.0f ms)", name, th_now_ms() - t0);
-    }
-}
 
 /* ------------------------------------------------------------------------ */
 /* Setup and helpers                                                        */
@@ -1091,7 +1027,7 @@ static void stop_server(kvd_t *k, const char *name)
     ws = kvd_wait(k, 10000 * TH_SLOW, text, sizeof(text), NULL);
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
         th_log("FAIL: %s: wait status 0x%x after SIGTERM:\n%s", name, ws, text);
-        failures++;
+        parts_add_failure();
     }
 }
 
@@ -1155,8 +1091,8 @@ int main(void)
         }
         rmdir(tmpdir);
     }
-    if (failures) {
-        th_log("FAILED: %d part(s) failed (%.1f s)", failures,
+    if (parts_failed()) {
+        th_log("FAILED: %d part(s) failed (%.1f s)", parts_failed(),
                (th_now_ms() - t0) / 1000);
         return 1;
     }
