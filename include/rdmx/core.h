@@ -128,6 +128,10 @@ typedef struct {
     uint64_t rma_refused;       /**< put/get/atomic refused by bounds/rights */
     uint64_t bad_descriptors;   /**< descriptors refused by unpack */
     uint64_t proto_errors;      /**< malformed or unknown messages dropped */
+    uint64_t conns_refused;     /**< connections a listener refused: at its
+                                     limit, or shutting down */
+    uint64_t handshakes_failed; /**< connections that ended before their
+                                     handshake completed */
 } rdmx_worker_stats_t;
 
 rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
@@ -275,6 +279,7 @@ enum {
     RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB = 1u << 1,
     RDMX_LISTENER_PARAM_FIELD_EP_PARAMS = 1u << 2,
     RDMX_LISTENER_PARAM_FIELD_WORKERS = 1u << 3,
+    RDMX_LISTENER_PARAM_FIELD_MAX_CONNECTIONS = 1u << 4,
 };
 
 typedef struct {
@@ -291,6 +296,12 @@ typedef struct {
      *  Default: the listener's worker takes every connection. */
     rdmx_worker_t *const *workers;
     unsigned nworkers;
+    /** Connections open at once, over every worker. A client past it gets
+     *  RDMX_ERR_BUSY "server at its connection limit (N)" at once; the
+     *  refusal is counted (conns_refused) and logged, at most once a
+     *  second. Default 0: no limit but the process's file descriptors
+     *  (one per connection; see docs/CORE.md, "Connections at scale"). */
+    unsigned max_connections;
 } rdmx_listener_params_t;
 
 /** Listen on params->address. RDMX_ERR_ADDR_IN_USE if the port is taken. */
@@ -298,12 +309,9 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *worker,
                                    const rdmx_listener_params_t *params,
                                    rdmx_listener_t **listener_p);
 
-/** Stop listening. Accepted endpoints stay open; connection requests not
- *  yet accepted (on any worker the listener hands connections to) are
- *  rejected. With UCX 1.13 a client that connects while a listener of a
- *  worker that lives on is destroyed can crash UCX's async thread; a
- *  listener destroyed by rdmx_worker_destroy is safe (docs/CORE.md,
- *  "Listener teardown"). */
+/** Stop listening. Accepted endpoints stay open; connections whose
+ *  handshake has not completed (on any worker the listener hands
+ *  connections to) are refused with RDMX_ERR_CONN_REFUSED. */
 void rdmx_listener_destroy(rdmx_listener_t *listener);
 
 /** The port the listener is bound to (the chosen one for port 0). */

@@ -52,13 +52,14 @@ static int have_rdma_device(void)
     return found;
 }
 
-/* UCX_TLS for each transport. Shared memory still needs tcp: the sockaddr
- * connection manager and the wire-up run over it (UCX_NOTES gotcha 2). */
+/* UCX_TLS for each transport. rdmx's own bootstrap exchanges worker
+ * addresses, so shared memory needs no tcp beside it (UCX's sockaddr
+ * connection manager, which did, is not used). */
 static const char *transport_tls(rdmx_transport_t t)
 {
     switch (t) {
     case RDMX_TRANSPORT_SHM:
-        return "sm,self,tcp";
+        return "sm,self";
     case RDMX_TRANSPORT_TCP:
         return "tcp,self";
     case RDMX_TRANSPORT_RDMA:
@@ -125,20 +126,12 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
         goto err_free;
     }
 
-    /* These are transport-level settings that ucp_config_modify cannot
-     * reach; they must be in the environment before ucp_config_read. A
-     * value the user set wins. Shared memory with peer failure detection
-     * (gotcha 3) and port reuse after a crash (gotcha 4). */
+    /* UCX 1.13 disables shared memory under peer failure detection unless
+     * this is set (UCX_NOTES gotcha 3); it is a transport-level setting
+     * that ucp_config_modify cannot reach, so it goes in the environment
+     * before ucp_config_read. A value the user set wins. */
     if (p.transport != RDMX_TRANSPORT_TCP)
         setenv("UCX_MM_ERROR_HANDLING", "y", 0);
-    /* With shm, tcp is there only for connection setup. If its put_zcopy
-     * is on, UCX makes tcp an rma_bw lane of every endpoint: rendezvous
-     * data then moves over tcp, and every progress call polls the tcp
-     * iface with a syscall (7x the latency). Process-wide, like the two
-     * above: UCX reads transport settings only from the environment. */
-    if (p.transport == RDMX_TRANSPORT_SHM)
-        setenv("UCX_TCP_PUT_ENABLE", "n", 0);
-    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
 
     us = ucp_config_read(NULL, NULL, &config);
     if (us != UCS_OK) {

@@ -1,17 +1,40 @@
 /*
- * Endpoints: connect, accept, the HELLO handshake, failure and close.
+ * Endpoints: connect, accept, the bootstrap handshake, failure and close.
  *
- * Life of an endpoint:
- *   client: rdmx_connect_nb -> CONNECTING -(HELLO_ACK)-> CONNECTED
- *   server: conn request -> ACCEPTING -(HELLO)-> CONNECTED (accept_cb)
- *   any:    -(peer failed / BYE / deadline)-> FAILED -(rdmx_ep_close)->
- *           CLOSING -(UCX close done, no op left)-> freed
- * The handshake makes sure the first message on a new UCX endpoint is a
- * small one (UCX sends the first AM eagerly whatever its size) and checks
- * the peer speaks our protocol version.
+ * Life of an endpoint (docs/CORE.md, "Connections"):
+ *   client: rdmx_connect_nb: TCP connect -> HELLO -> WELCOME (the server
+ *           worker's transport address) -> UCX endpoint -> BIND over UCX
+ *           -> BIND_ACK -> CONNECTED
+ *   server: the listener read HELLO and handed the socket to this worker:
+ *           UCX endpoint to the client's address -> WELCOME -> ACCEPTING
+ *           -(BIND)-> CONNECTED (accept_cb)
+ *   any:    -(peer failed / BYE / control socket closed / deadline)->
+ *           FAILED -(rdmx_ep_close)-> CLOSING -(UCX close done, no op
+ *           left)-> freed
+ * The BIND round trip makes the first message on a new UCX endpoint a small
+ * one (UCX sends the first AM eagerly whatever its size) and proves the
+ * transport path works both ways before anyone is told "connected".
  *
- * UCX callbacks (error handler, AM handlers) only record what happened and
- * queue the endpoint on worker->ep_events; the user's callbacks run from
+ * Pairing. Both sides create a UCX endpoint from the other's worker
+ * address, and UCX pairs them by a per-peer sequence number: the n-th
+ * endpoint a client worker creates toward a server worker meets the n-th
+ * endpoint that server worker created toward it. With several handshakes
+ * between the same two workers in flight, the n-th may belong to another
+ * rdmx connection than the one that created it. BIND names the connection
+ * (the token from WELCOME) and arrives on whichever UCX endpoint UCX
+ * paired; the server then gives that UCX endpoint to the named connection,
+ * and the one it had to the connection that owned the other (or keeps it as
+ * a spare for the next connection from that worker, when the handshake it
+ * was made for ended first). Both sides create endpoints only on those
+ * steps, so counts stay level and no message is ever delivered to the wrong
+ * connection.
+ *
+ * The bootstrap socket stays open as the connection's control channel: its
+ * end (the peer process died, its kernel closed the socket) fails the
+ * endpoint at once on every transport.
+ *
+ * UCX callbacks and socket events only record what happened and queue the
+ * endpoint on worker->ep_events; the user's callbacks run from
  * rdmx__ep_progress, where closing an endpoint is safe.
  */
 #include "core/internal.h"
@@ -20,34 +43,36 @@
 #include "util/time.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define RDMX_CLOSE_TIMEOUT_NS  (2000ull * 1000000ull)
 #define RDMX_ACCEPT_TIMEOUT_NS (10000ull * 1000000ull)
 #define RDMX_REPORT_MAX_NS     (1000ull * 1000000ull)
+#define RDMX_SPARE_TTL_NS      (60000ull * 1000000ull)
 
-/* HELLO and BYE headers never change: static memory outlives every send. */
-static const unsigned char hello_hdr[RDMX_HELLO_SIZE] = {
-    RDMX_WIRE_MAGIC & 0xff,         (RDMX_WIRE_MAGIC >> 8) & 0xff,
-    (RDMX_WIRE_MAGIC >> 16) & 0xff, (RDMX_WIRE_MAGIC >> 24) & 0xff,
-    RDMX_WIRE_VERSION,              0, 0, 0};
-static const unsigned char ack_ok_hdr[RDMX_HELLO_SIZE] = {
-    RDMX_WIRE_MAGIC & 0xff,         (RDMX_WIRE_MAGIC >> 8) & 0xff,
-    (RDMX_WIRE_MAGIC >> 16) & 0xff, (RDMX_WIRE_MAGIC >> 24) & 0xff,
-    0,                              0, 0, 0};
-static const unsigned char ack_bad_version_hdr[RDMX_HELLO_SIZE] = {
-    RDMX_WIRE_MAGIC & 0xff,         (RDMX_WIRE_MAGIC >> 8) & 0xff,
-    (RDMX_WIRE_MAGIC >> 16) & 0xff, (RDMX_WIRE_MAGIC >> 24) & 0xff,
-    (unsigned char)-RDMX_ERR_PROTO, 0, 0, 0};
-static const unsigned char bye_hdr[RDMX_HELLO_SIZE] = {0};
+/* BIND_ACK and BYE headers never change: static memory outlives every
+ * send. */
+static const unsigned char ack_ok_hdr[RDMX_BIND_SIZE] = {
+    RDMX_WIRE_MAGIC & 0xff, (RDMX_WIRE_MAGIC >> 8) & 0xff,
+    (RDMX_WIRE_MAGIC >> 16) & 0xff, (RDMX_WIRE_MAGIC >> 24) & 0xff};
+static const unsigned char bye_hdr[RDMX_BIND_SIZE] = {0};
 
 /* A close request outlives its endpoint when the close times out. */
 typedef struct {
     rdmx_ep_t *ep; /* NULL once the endpoint gave up waiting */
     void *req;     /* the UCX close request */
 } rdmx_closer_t;
+
+static void on_ctl_event(rdmx_sock_t *s, uint32_t events);
 
 static void queue_event(rdmx_ep_t *ep, unsigned ev)
 {
@@ -77,20 +102,31 @@ void rdmx__ep_fail(rdmx_ep_t *ep, rdmx_status_t status)
     }
 }
 
+/* Fail @ep with @status and a detail message. */
+static void fail_with(rdmx_ep_t *ep, rdmx_status_t status, const char *fmt,
+                      const char *arg)
+{
+    char msg[256];
+
+    snprintf(msg, sizeof(msg), fmt, arg);
+    rdmx__error(status, "connection to %s: %s", ep->peer, msg);
+    rdmx_debug("ep %p (%s): %s", (void *)ep, ep->peer, msg);
+    rdmx__ep_fail(ep, status);
+}
+
 static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
 {
-    rdmx_ep_t *ep = arg;
+    rdmx_uep_t *uep = arg;
+    rdmx_ep_t *ep = uep->owner;
     rdmx_status_t st;
 
+    (void)ucp_ep;
+    uep->failed = 1;
+    if (ep == NULL)
+        return; /* a spare: closed by the next sweep */
     ep->dead = 1;
-    /* A refused or unreachable connect shows up here too; once connected,
-     * any transport error means the peer is gone. */
-    if (ep->state == RDMX_EP_CONNECTING &&
-        (us == UCS_ERR_UNREACHABLE || us == UCS_ERR_REJECTED ||
-         us == UCS_ERR_NOT_CONNECTED || us == UCS_ERR_CONNECTION_RESET))
-        st = RDMX_ERR_CONN_REFUSED;
-    else if (ep->state == RDMX_EP_CONNECTING)
-        st = rdmx__from_ucs(us);
+    if (ep->state == RDMX_EP_CONNECTING || ep->state == RDMX_EP_ACCEPTING)
+        st = RDMX_ERR_UNREACHABLE; /* the transport cannot reach the peer */
     else if (ep->peer_closed)
         st = RDMX_ERR_CONN_CLOSED; /* the disconnect that follows a BYE */
     else
@@ -101,6 +137,104 @@ static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
     rdmx__ep_fail(ep, st);
 }
 
+/* --- UCX endpoints ----------------------------------------------------------- */
+
+/* Create a UCX endpoint toward the worker address @addr. */
+static rdmx_status_t uep_create(rdmx_worker_t *w, const void *addr,
+                                size_t len, uint64_t peer_worker,
+                                rdmx_uep_t **uep_p)
+{
+    ucp_ep_params_t p = {0};
+    rdmx_uep_t *uep;
+    ucs_status_t us;
+    void *copy;
+
+    /* UCX reads the address without a length: give it a zero tail so a
+     * short one cannot make it read past the buffer. */
+    copy = calloc(1, len + 4096);
+    uep = calloc(1, sizeof(*uep));
+    if (copy == NULL || uep == NULL) {
+        free(copy);
+        free(uep);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "endpoint: out of memory");
+    }
+    memcpy(copy, addr, len);
+    rdmx_list_init(&uep->link);
+    uep->peer_worker = peer_worker;
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = copy;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = ep_error_handler;
+    p.err_handler.arg = uep;
+    us = ucp_ep_create(w->ucp, &p, &uep->ucp);
+    free(copy);
+    if (us != UCS_OK) {
+        free(uep);
+        return rdmx__error(RDMX_ERR_UNREACHABLE,
+                           "no transport reaches the peer: %s",
+                           ucs_status_string(us));
+    }
+    if (rdmx_ptrmap_put(&w->ep_map, uep->ucp, uep) != 0) {
+        ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t r = ucp_ep_close_nbx(uep->ucp, &cp);
+        if (UCS_PTR_IS_PTR(r))
+            ucp_request_free(r);
+        free(uep);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "endpoint: out of memory");
+    }
+    *uep_p = uep;
+    return RDMX_OK;
+}
+
+static void ep_take_uep(rdmx_ep_t *ep, rdmx_uep_t *uep)
+{
+    ep->uep = uep;
+    ep->ucp_ep = uep != NULL ? uep->ucp : NULL;
+    if (uep != NULL)
+        uep->owner = ep;
+}
+
+/* Keep @uep, whose handshake ended, for the next connection from the same
+ * worker: UCX may pair that one's endpoint with it. */
+static void uep_make_spare(rdmx_worker_t *w, rdmx_uep_t *uep)
+{
+    uep->owner = NULL;
+    uep->expire_ns = rdmx_now_ns() + RDMX_SPARE_TTL_NS;
+    rdmx_list_insert_tail(&w->spares, &uep->link);
+}
+
+static void uep_close(rdmx_worker_t *w, rdmx_uep_t *uep)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    ucs_status_ptr_t r;
+
+    rdmx_ptrmap_del(&w->ep_map, uep->ucp);
+    r = ucp_ep_close_nbx(uep->ucp, &p);
+    if (UCS_PTR_IS_PTR(r))
+        ucp_request_free(r);
+    free(uep);
+}
+
+void rdmx__spares_sweep(rdmx_worker_t *w, uint64_t now, int all)
+{
+    rdmx_list_t *pos, *tmp;
+
+    rdmx_list_for_each_safe(pos, tmp, &w->spares)
+    {
+        rdmx_uep_t *uep = rdmx_container_of(pos, rdmx_uep_t, link);
+        if (all || uep->failed || now >= uep->expire_ns) {
+            rdmx_list_del(&uep->link);
+            uep_close(w, uep);
+        }
+    }
+}
+
+/* --- endpoint records -------------------------------------------------------- */
+
 static rdmx_ep_t *ep_alloc(rdmx_worker_t *w, const rdmx_ep_params_t *params)
 {
     rdmx_ep_t *ep = calloc(1, sizeof(*ep));
@@ -108,12 +242,14 @@ static rdmx_ep_t *ep_alloc(rdmx_worker_t *w, const rdmx_ep_params_t *params)
         return NULL;
     ep->worker = w;
     ep->status = RDMX_OK;
+    ep->ctl.fd = -1;
     if (params != NULL)
         ep->params = *params;
     rdmx_list_init(&ep->recvs);
     rdmx_list_init(&ep->unexpected);
     rdmx_list_init(&ep->rmems);
     rdmx_list_init(&ep->inflight);
+    rdmx_list_init(&ep->amo_pending);
     rdmx_list_init(&ep->event_link);
     rdmx_list_insert_tail(&w->eps, &ep->link);
     return ep;
@@ -124,20 +260,31 @@ static void ep_free(rdmx_ep_t *ep)
     rdmx_list_del(&ep->link);
     rdmx_list_del(&ep->event_link);
     set_deadline(ep, 0);
+    if (ep->token != 0 &&
+        rdmx_ptrmap_get(&ep->worker->tokens, (void *)ep->token) == ep)
+        rdmx_ptrmap_del(&ep->worker->tokens, (void *)ep->token);
+    rdmx__sock_close(&ep->ctl);
+    if (ep->limit != NULL) {
+        __atomic_sub_fetch(&ep->limit->now, 1, __ATOMIC_ACQ_REL);
+        rdmx__limit_put(ep->limit);
+    }
     free(ep);
 }
 
 rdmx_ep_t *rdmx__ep_lookup(rdmx_worker_t *w, const ucp_am_recv_param_t *param)
 {
+    rdmx_uep_t *uep;
+
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
         param->reply_ep == NULL) {
         w->stats.proto_errors++;
         return NULL;
     }
-    return rdmx_ptrmap_get(&w->ep_map, param->reply_ep);
+    uep = rdmx_ptrmap_get(&w->ep_map, param->reply_ep);
+    return uep != NULL ? uep->owner : NULL;
 }
 
-/* Fire-and-forget send of a constant header (HELLO_ACK, BYE). */
+/* Fire-and-forget send of a header that outlives the send. */
 static void send_control(rdmx_ep_t *ep, unsigned id, const void *hdr)
 {
     ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
@@ -146,7 +293,7 @@ static void send_control(rdmx_ep_t *ep, unsigned id, const void *hdr)
 
     if (ep->ucp_ep == NULL)
         return;
-    r = ucp_am_send_nbx(ep->ucp_ep, id, hdr, RDMX_HELLO_SIZE, NULL, 0, &p);
+    r = ucp_am_send_nbx(ep->ucp_ep, id, hdr, RDMX_BIND_SIZE, NULL, 0, &p);
     if (UCS_PTR_IS_PTR(r))
         ucp_request_free(r); /* released by UCX on completion */
 }
@@ -165,18 +312,26 @@ static void close_done(void *req, ucs_status_t us, void *user_data)
 }
 
 /* Close the UCX endpoint: orderly (flush) when healthy, forced otherwise.
- * Descriptors' rkeys go first, as UCX requires. */
+ * Descriptors' rkeys go first, as UCX requires. A server endpoint whose
+ * handshake never completed keeps its UCX endpoint as a spare (Pairing). */
 static void ucp_close(rdmx_ep_t *ep, int force)
 {
     rdmx_worker_t *w = ep->worker;
     ucp_request_param_t p = {0};
     rdmx_closer_t *closer;
+    rdmx_uep_t *uep = ep->uep;
     ucs_status_ptr_t r;
 
     rdmx__rmem_detach_all(ep);
-    if (ep->ucp_ep == NULL)
+    if (uep == NULL)
         return;
-    rdmx_ptrmap_del(&w->ep_map, ep->ucp_ep);
+    ep_take_uep(ep, NULL);
+    if (!ep->bound && ep->accept_cb != NULL && !uep->failed &&
+        ep->token != 0) {
+        uep_make_spare(w, uep);
+        return;
+    }
+    rdmx_ptrmap_del(&w->ep_map, uep->ucp);
     closer = malloc(sizeof(*closer));
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -189,8 +344,8 @@ static void ucp_close(rdmx_ep_t *ep, int force)
     }
     rdmx_debug("ep %p (%s): UCX close, %s", (void *)ep, ep->peer,
                force ? "forced" : "flush");
-    r = ucp_ep_close_nbx(ep->ucp_ep, &p);
-    ep->ucp_ep = NULL;
+    r = ucp_ep_close_nbx(uep->ucp, &p);
+    free(uep);
     if (UCS_PTR_IS_PTR(r) && closer != NULL) {
         closer->req = r;
         ep->closer = closer;
@@ -212,8 +367,10 @@ static void tear_down(rdmx_ep_t *ep)
     rdmx__msg_purge(ep, ep->status);
     ucp_close(ep, 1);
     /* Requests the forced close did not complete (a rendezvous send whose
-     * receiver died, on shared memory) complete now, with the error. */
+     * receiver died, on shared memory) complete now, with the error; so do
+     * atomics waiting for a reply. */
     rdmx__op_orphan_all(ep);
+    rdmx__amo_fail_all(ep);
 }
 
 /* Handle one endpoint's queued events. Returns 1 if it stays queued. */
@@ -255,7 +412,7 @@ static int handle_events(rdmx_ep_t *ep)
         ep->events = 0;
         if (ep->accept_cb != NULL) {
             /* The user never saw this endpoint: free it quietly. */
-            w->stats.eps_failed++;
+            w->stats.handshakes_failed++;
             rdmx_ep_close(ep);
         } else if (!ep->error_done) {
             ep->error_done = 1;
@@ -295,9 +452,10 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
                     rdmx__ep_fail(ep, RDMX_ERR_CONN_CLOSED);
                     continue;
                 }
-                rdmx__error(RDMX_ERR_TIMEOUT, "connect to %s: timed out",
-                            ep->peer);
-                rdmx__ep_fail(ep, RDMX_ERR_TIMEOUT);
+                fail_with(ep, RDMX_ERR_TIMEOUT, "%s",
+                          ep->accept_cb != NULL
+                              ? "handshake timed out"
+                              : "timed out waiting for the server");
             }
         }
     }
@@ -322,10 +480,9 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
             rdmx_ep_t *ep = rdmx_container_of(pos, rdmx_ep_t, link);
             if (ep->ucp_ep != NULL) {
                 /* BYE sent: close once the peer has acknowledged it and
-                 * our own operations are done. Forced: a flush close on
-                 * shared memory leaves a socket behind per connection in
-                 * UCX 1.13, and after the BYE_ACK nothing is left to flush
-                 * but what rdmx_ep_flush covers. */
+                 * our own operations are done. Forced: after the BYE_ACK
+                 * nothing is left to flush but what rdmx_ep_flush
+                 * covers. */
                 if (!(ep->bye_acked && rdmx_list_empty(&ep->inflight)) &&
                     !ep->dead && now < ep->close_deadline_ns)
                     continue;
@@ -345,6 +502,7 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
             if (ep->closer != NULL)
                 continue;
             rdmx__op_orphan_all(ep);
+            rdmx__amo_fail_all(ep);
             if (ep->ops == 0) {
                 ep_free(ep);
                 n++;
@@ -357,6 +515,141 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
 void rdmx__ep_release(rdmx_ep_t *ep)
 {
     ep->ops--;
+}
+
+/* --- the control socket ----------------------------------------------------- */
+
+/* The BIND of a client endpoint: its token, over its new UCX endpoint. */
+static void send_bind(rdmx_ep_t *ep)
+{
+    rdmx_put_le32(ep->bind_hdr, RDMX_WIRE_MAGIC);
+    rdmx_put_le32(ep->bind_hdr + 4, 0);
+    rdmx_put_le64(ep->bind_hdr + 8, ep->token);
+    send_control(ep, RDMX_AM_BIND, ep->bind_hdr);
+}
+
+/* Client: the server's WELCOME (or REFUSE) arrived. */
+static void client_on_frame(rdmx_ep_t *ep, unsigned type,
+                            const unsigned char *body, size_t len)
+{
+    rdmx_worker_t *w = ep->worker;
+    rdmx_bs_msg_t m;
+    rdmx_uep_t *uep;
+    rdmx_status_t st;
+
+    if (ep->uep != NULL) {
+        w->stats.proto_errors++; /* nothing is expected after WELCOME */
+        return;
+    }
+    st = rdmx__bs_decode(type, body, len, &m);
+    if (st != RDMX_OK) {
+        w->stats.proto_errors++;
+        fail_with(ep, RDMX_ERR_PROTO, "%s", rdmx_error_detail());
+        return;
+    }
+    if (type == RDMX_BS_REFUSE) {
+        fail_with(ep, m.status, "refused: %s", m.message);
+        return;
+    }
+    if (type != RDMX_BS_WELCOME) {
+        w->stats.proto_errors++;
+        fail_with(ep, RDMX_ERR_PROTO, "%s", "expected WELCOME");
+        return;
+    }
+    ep->token = m.token;
+    ep->peer_worker = m.worker_id;
+    st = uep_create(w, m.addr, m.addr_len, m.worker_id, &uep);
+    if (st != RDMX_OK) {
+        fail_with(ep, st, "%s", rdmx_error_detail());
+        return;
+    }
+    ep_take_uep(ep, uep);
+    if (m.worker_id == w->id) {
+        /* Connected to this very worker: make the server side's UCX
+         * endpoint right after this one, so UCX pairs the two. */
+        rdmx_ep_t *srv = rdmx_ptrmap_get(&w->tokens, (void *)m.token);
+        if (srv != NULL && srv->uep == NULL &&
+            uep_create(w, w->addr, w->addr_len, w->id, &uep) == RDMX_OK)
+            ep_take_uep(srv, uep);
+    }
+    send_bind(ep);
+}
+
+/* Events of an endpoint's TCP socket: the client's handshake, then, on
+ * both sides, the end of the peer process. */
+static void on_ctl_event(rdmx_sock_t *s, uint32_t events)
+{
+    rdmx_ep_t *ep = rdmx_container_of(s, rdmx_ep_t, ctl);
+    rdmx_worker_t *w = ep->worker;
+    const unsigned char *body;
+    unsigned type;
+    size_t len;
+    int rc;
+
+    if (ep->accept_cb == NULL && !ep->tcp_connected) {
+        int err = 0;
+        socklen_t elen = sizeof(err);
+        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+            return;
+        if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+            err = errno;
+        if (err != 0) {
+            rdmx__sock_close(s);
+            fail_with(ep,
+                      err == ECONNREFUSED ? RDMX_ERR_CONN_REFUSED
+                                          : RDMX_ERR_UNREACHABLE,
+                      "%s", strerror(err));
+            return;
+        }
+        ep->tcp_connected = 1;
+        rdmx__sock_set_events(s, EPOLLIN | EPOLLRDHUP);
+        {
+            rdmx_bs_msg_t m = {.version = RDMX_WIRE_VERSION,
+                               .worker_id = w->id,
+                               .addr = w->addr,
+                               .addr_len = w->addr_len};
+            rdmx_status_t st = rdmx__sock_send(s, RDMX_BS_HELLO, &m);
+            if (st != RDMX_OK) {
+                rdmx__sock_close(s);
+                fail_with(ep, RDMX_ERR_CONN_REFUSED, "%s",
+                          rdmx_error_detail());
+                return;
+            }
+        }
+    }
+    if ((events & EPOLLOUT) && rdmx__sock_flush(s) < 0)
+        events |= EPOLLERR;
+    while ((rc = rdmx__sock_read_frame(s, &type, &body, &len)) > 0) {
+        if (ep->accept_cb == NULL && ep->state == RDMX_EP_CONNECTING &&
+            ep->status == RDMX_OK)
+            client_on_frame(ep, type, body, len);
+        else
+            w->stats.proto_errors++; /* no control messages defined yet */
+        rdmx__sock_consume(s);
+        if (s->fd < 0)
+            return;
+    }
+    if (rc == 0)
+        return;
+    /* The connection ended: the peer process is gone, or it closed. */
+    rdmx__sock_close(s);
+    if (ep->status != RDMX_OK || ep->user_closed)
+        return;
+    if (ep->peer_closed)
+        return; /* its BYE came first: an orderly close */
+    if (rc == RDMX_ERR_PROTO) {
+        w->stats.proto_errors++;
+        fail_with(ep, RDMX_ERR_PROTO, "%s", "garbage on the control socket");
+    } else if (ep->state == RDMX_EP_CONNECTING) {
+        fail_with(ep, RDMX_ERR_CONN_REFUSED, "%s",
+                  "the server closed the connection during the handshake");
+    } else if (ep->state == RDMX_EP_ACCEPTING) {
+        fail_with(ep, RDMX_ERR_CONN_RESET, "%s",
+                  "the client left during the handshake");
+    } else {
+        fail_with(ep, RDMX_ERR_CONN_RESET, "%s",
+                  "the peer's control connection closed (process gone)");
+    }
 }
 
 /* --- connect --------------------------------------------------------------- */
@@ -397,56 +690,50 @@ rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
 {
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
-    ucp_ep_params_t ep_params = {0};
-    ucs_status_t us;
     rdmx_status_t st;
     rdmx_ep_t *ep;
+    int fd, one = 1, rc, err;
 
     if (w == NULL || address == NULL || ep_p == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "connect: NULL argument");
     st = resolve(address, &ss, &sslen);
     if (st != RDMX_OK)
         return st;
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return rdmx__error(RDMX_ERR_NO_RESOURCE, "connect to %s: socket: %s",
+                           address, strerror(errno));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    rc = connect(fd, (struct sockaddr *)&ss, sslen);
+    err = rc == 0 ? 0 : errno;
 
     rdmx__lock(w);
     ep = ep_alloc(w, params);
     if (ep == NULL) {
         rdmx__unlock(w);
+        close(fd);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "connect: out of memory");
     }
     snprintf(ep->peer, sizeof(ep->peer), "%s", address);
     ep->state = RDMX_EP_CONNECTING;
     ep->connect_cb = cb;
     ep->connect_arg = arg;
-
-    ep_params.field_mask =
-        UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-        UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep_params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep_params.sockaddr.addr = (struct sockaddr *)&ss;
-    ep_params.sockaddr.addrlen = sslen;
-    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep_params.err_handler.cb = ep_error_handler;
-    ep_params.err_handler.arg = ep;
-    us = ucp_ep_create(w->ucp, &ep_params, &ep->ucp_ep);
-    if (us != UCS_OK) {
-        ep_free(ep);
-        rdmx__unlock(w);
-        return rdmx__error(RDMX_ERR_UNREACHABLE, "connect to %s: %s", address,
-                           ucs_status_string(us));
-    }
-    if (rdmx_ptrmap_put(&w->ep_map, ep->ucp_ep, ep) != 0) {
-        ucp_close(ep, 1);
-        ep_free(ep);
-        rdmx__unlock(w);
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "connect: out of memory");
-    }
     if (timeout_ms > 0)
         set_deadline(ep, rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull);
-
-    /* The HELLO: a small first message. A refused connection shows up in
-     * the error handler. */
-    send_control(ep, RDMX_AM_HELLO, hello_hdr);
+    if (err != 0 && err != EINPROGRESS) {
+        /* Refused at once (loopback): the callback says so, as always. */
+        close(fd);
+        fail_with(ep,
+                  err == ECONNREFUSED ? RDMX_ERR_CONN_REFUSED
+                                      : RDMX_ERR_UNREACHABLE,
+                  "%s", strerror(err));
+    } else if (rdmx__sock_attach(w, &ep->ctl, fd,
+                                 EPOLLOUT | EPOLLIN | EPOLLRDHUP,
+                                 on_ctl_event) != RDMX_OK) {
+        close(fd);
+        ep->ctl.fd = -1;
+        fail_with(ep, RDMX_ERR_NO_RESOURCE, "%s", rdmx_error_detail());
+    }
     *ep_p = ep;
     rdmx__unlock(w);
     return RDMX_INPROGRESS;
@@ -471,6 +758,7 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *w, const char *address,
                            rdmx_ep_t **ep_p)
 {
     connect_wait_t cw = {0, RDMX_OK};
+    char detail[256];
     rdmx_ep_t *ep;
     rdmx_status_t st;
 
@@ -484,13 +772,12 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *w, const char *address,
             pthread_cond_wait(&w->cond, &w->lock);
         pthread_mutex_unlock(&w->lock);
     } else {
-        while (!cw.done)
-            rdmx_worker_progress(w);
+        rdmx__progress_until(w, &cw.done);
     }
     if (cw.status != RDMX_OK) {
+        snprintf(detail, sizeof(detail), "%s", rdmx_error_detail());
         rdmx_ep_close(ep);
-        return rdmx__error(cw.status, "connect to %s: %s", address,
-                           rdmx_strerror(cw.status));
+        return rdmx__error(cw.status, "%s", detail);
     }
     *ep_p = ep;
     return RDMX_OK;
@@ -500,90 +787,111 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *w, const char *address,
 
 void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
 {
-    ucp_conn_request_attr_t attr = {
-        .field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR};
-    ucp_ep_params_t ep_params = {0};
+    rdmx_bs_msg_t m = {.version = RDMX_WIRE_VERSION, .worker_id = w->id,
+                       .addr = w->addr, .addr_len = w->addr_len};
+    rdmx_uep_t *uep;
+    rdmx_status_t st;
     rdmx_ep_t *ep;
-    ucs_status_t us;
+    int fd = cr->sock.fd;
 
     ep = ep_alloc(w, &cr->ep_params);
-    if (ep == NULL) {
-        ucp_listener_reject(cr->ucp_listener, cr->req);
-        free(cr);
+    if (ep == NULL || getrandom(&ep->token, sizeof(ep->token), 0) !=
+                          (ssize_t)sizeof(ep->token)) {
+        if (ep != NULL)
+            ep_free(ep);
+        rdmx__conn_req_reject(cr, RDMX_ERR_NO_MEMORY, "server out of memory");
         return;
     }
+    ep->token |= 1; /* never 0 */
     ep->state = RDMX_EP_ACCEPTING;
     ep->accept_cb = cr->accept_cb;
     ep->accept_arg = cr->accept_arg;
-    if (ucp_conn_request_query(cr->req, &attr) == UCS_OK) {
-        char host[INET6_ADDRSTRLEN] = "?";
-        uint16_t port = 0;
-        if (attr.client_address.ss_family == AF_INET) {
-            struct sockaddr_in *a = (struct sockaddr_in *)&attr.client_address;
-            inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-            port = ntohs(a->sin_port);
-            snprintf(ep->peer, sizeof(ep->peer), "%s:%u", host, port);
-        } else if (attr.client_address.ss_family == AF_INET6) {
-            struct sockaddr_in6 *a =
-                (struct sockaddr_in6 *)&attr.client_address;
-            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-            port = ntohs(a->sin6_port);
-            snprintf(ep->peer, sizeof(ep->peer), "[%s]:%u", host, port);
+    ep->peer_worker = cr->peer_worker;
+    ep->limit = cr->limit; /* its count and reference move here */
+    snprintf(ep->peer, sizeof(ep->peer), "%s", cr->peer);
+    cr->sock.fd = -1;
+    if (rdmx__sock_attach(w, &ep->ctl, fd, EPOLLIN | EPOLLRDHUP,
+                          on_ctl_event) != RDMX_OK) {
+        close(fd);
+        ep->ctl.fd = -1;
+        goto fail;
+    }
+    if (rdmx_ptrmap_put(&w->tokens, (void *)ep->token, ep) != 0)
+        goto fail;
+    if (cr->peer_worker != w->id) {
+        /* (a connection from this very worker makes both UCX endpoints
+         * when the WELCOME arrives: client_on_frame) */
+        st = uep_create(w, cr->peer_addr, cr->peer_addr_len, cr->peer_worker,
+                        &uep);
+        if (st != RDMX_OK) {
+            rdmx_bs_msg_t r = {.status = st};
+            snprintf(r.message, sizeof(r.message),
+                     "the server cannot reach your transport address: %s",
+                     rdmx_error_detail());
+            rdmx__sock_send(&ep->ctl, RDMX_BS_REFUSE, &r);
+            goto fail;
         }
+        ep_take_uep(ep, uep);
     }
-
-    ep_params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST |
-                           UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                           UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep_params.conn_request = cr->req;
-    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep_params.err_handler.cb = ep_error_handler;
-    ep_params.err_handler.arg = ep;
-    free(cr);
-    us = ucp_ep_create(w->ucp, &ep_params, &ep->ucp_ep);
-    if (us != UCS_OK) {
-        rdmx_warn("accept from %s: %s", ep->peer, ucs_status_string(us));
-        ep_free(ep);
-        return;
-    }
-    if (rdmx_ptrmap_put(&w->ep_map, ep->ucp_ep, ep) != 0) {
-        ucp_close(ep, 1);
-        ep_free(ep);
-        return;
-    }
-    /* A peer that connects but never says HELLO is dropped. */
+    m.token = ep->token;
+    if (rdmx__sock_send(&ep->ctl, RDMX_BS_WELCOME, &m) != RDMX_OK)
+        goto fail;
+    /* A peer that never says BIND is dropped. */
     set_deadline(ep, rdmx_now_ns() + RDMX_ACCEPT_TIMEOUT_NS);
+    free(cr->peer_addr);
+    free(cr);
+    return;
+
+fail:
+    w->stats.handshakes_failed++;
+    rdmx__ep_fail(ep, RDMX_ERR_UNREACHABLE);
+    free(cr->peer_addr);
+    free(cr);
 }
 
-ucs_status_t rdmx__am_hello(void *arg, const void *header, size_t hlen,
-                            void *data, size_t len,
-                            const ucp_am_recv_param_t *param)
+/* --- BIND over the transport ---------------------------------------------------- */
+
+ucs_status_t rdmx__am_bind(void *arg, const void *header, size_t hlen,
+                           void *data, size_t len,
+                           const ucp_am_recv_param_t *param)
 {
     rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
     const unsigned char *h = header;
+    rdmx_uep_t *uep, *mine;
+    rdmx_ep_t *ep, *other;
 
-    if (ep == NULL || ep->state != RDMX_EP_ACCEPTING) {
-        w->stats.proto_errors++;
-        return UCS_OK;
-    }
-    if (hlen != RDMX_HELLO_SIZE || len != 0 ||
+    (void)data;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+        (uep = rdmx_ptrmap_get(&w->ep_map, param->reply_ep)) == NULL ||
+        hlen != RDMX_BIND_SIZE || len != 0 ||
         rdmx_get_le32(h) != RDMX_WIRE_MAGIC) {
         w->stats.proto_errors++;
-        rdmx__error(RDMX_ERR_PROTO, "HELLO from %s: not an rdmx peer",
-                    ep->peer);
-        rdmx__ep_fail(ep, RDMX_ERR_PROTO);
         return UCS_OK;
     }
-    if (h[4] != RDMX_WIRE_VERSION) {
+    ep = rdmx_ptrmap_get(&w->tokens, (void *)rdmx_get_le64(h + 8));
+    if (ep == NULL || ep->state != RDMX_EP_ACCEPTING || ep->status != RDMX_OK ||
+        uep->peer_worker != ep->peer_worker ||
+        (uep->owner != NULL && uep->owner->bound)) {
         w->stats.proto_errors++;
-        rdmx_warn("HELLO from %s: protocol version %u, this is %u", ep->peer,
-                  h[4], RDMX_WIRE_VERSION);
-        send_control(ep, RDMX_AM_HELLO_ACK, ack_bad_version_hdr);
-        rdmx__ep_fail(ep, RDMX_ERR_PROTO);
         return UCS_OK;
     }
-    send_control(ep, RDMX_AM_HELLO_ACK, ack_ok_hdr);
+    other = uep->owner;
+    if (other != ep) {
+        /* UCX paired the client's endpoint with another of ours toward the
+         * same worker: trade (Pairing, above). */
+        mine = ep->uep;
+        if (other != NULL) {
+            ep_take_uep(other, mine);
+        } else {
+            rdmx_list_del(&uep->link); /* a spare */
+            if (mine != NULL)
+                uep_make_spare(w, mine);
+        }
+        ep_take_uep(ep, uep);
+    }
+    ep->bound = 1;
+    rdmx_ptrmap_del(&w->tokens, (void *)ep->token);
+    send_control(ep, RDMX_AM_BIND_ACK, ack_ok_hdr);
     set_deadline(ep, 0);
     ep->state = RDMX_EP_CONNECTED;
     w->stats.eps_opened++;
@@ -591,30 +899,27 @@ ucs_status_t rdmx__am_hello(void *arg, const void *header, size_t hlen,
     return UCS_OK;
 }
 
-ucs_status_t rdmx__am_hello_ack(void *arg, const void *header, size_t hlen,
-                                void *data, size_t len,
-                                const ucp_am_recv_param_t *param)
+ucs_status_t rdmx__am_bind_ack(void *arg, const void *header, size_t hlen,
+                               void *data, size_t len,
+                               const ucp_am_recv_param_t *param)
 {
     rdmx_worker_t *w = arg;
     rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
     const unsigned char *h = header;
 
-    if (ep == NULL || ep->state != RDMX_EP_CONNECTING) {
+    (void)data;
+    if (ep == NULL || ep->state != RDMX_EP_CONNECTING ||
+        ep->accept_cb != NULL || ep->status != RDMX_OK) {
         w->stats.proto_errors++;
         return UCS_OK;
     }
-    if (hlen != RDMX_HELLO_SIZE || rdmx_get_le32(h) != RDMX_WIRE_MAGIC) {
+    if (hlen != RDMX_BIND_SIZE || len != 0 ||
+        rdmx_get_le32(h) != RDMX_WIRE_MAGIC) {
         w->stats.proto_errors++;
-        rdmx__ep_fail(ep, RDMX_ERR_PROTO);
+        fail_with(ep, RDMX_ERR_PROTO, "%s", "malformed BIND_ACK");
         return UCS_OK;
     }
-    if (h[4] != 0) {
-        rdmx__error(RDMX_ERR_PROTO, "connect to %s: peer refused our "
-                                    "protocol version %u",
-                    ep->peer, RDMX_WIRE_VERSION);
-        rdmx__ep_fail(ep, RDMX_ERR_PROTO);
-        return UCS_OK;
-    }
+    ep->bound = 1;
     set_deadline(ep, 0);
     ep->state = RDMX_EP_CONNECTED;
     w->stats.eps_opened++;
@@ -632,6 +937,10 @@ ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
     rdmx_worker_t *w = arg;
     rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
 
+    (void)header;
+    (void)hlen;
+    (void)data;
+    (void)len;
     if (ep == NULL)
         return UCS_OK;
     send_control(ep, RDMX_AM_BYE_ACK, bye_hdr);
@@ -650,6 +959,10 @@ ucs_status_t rdmx__am_bye_ack(void *arg, const void *header, size_t hlen,
     rdmx_worker_t *w = arg;
     rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
 
+    (void)header;
+    (void)hlen;
+    (void)data;
+    (void)len;
     if (ep != NULL)
         ep->bye_acked = 1;
     return UCS_OK;

@@ -22,24 +22,26 @@
 
 /* Active-message ids. Core uses 0..15; the RPC layer takes 16 and up. */
 enum {
-    RDMX_AM_HELLO = 0,     /* client -> server: magic, version */
-    RDMX_AM_HELLO_ACK = 1, /* server -> client: status */
-    RDMX_AM_MSG = 2,       /* two-sided message, payload only */
-    RDMX_AM_NOTIFY = 3,    /* put-with-notify: imm, region, offset, length */
-    RDMX_AM_BYE = 4,       /* orderly close: "I sent everything" */
-    RDMX_AM_BYE_ACK = 5,   /* "I have received everything before BYE" */
+    RDMX_AM_BIND = 0,     /* client -> server: the token from WELCOME */
+    RDMX_AM_BIND_ACK = 1, /* server -> client: status */
+    RDMX_AM_MSG = 2,      /* two-sided message, payload only */
+    RDMX_AM_NOTIFY = 3,   /* put-with-notify: imm, region, offset, length */
+    RDMX_AM_BYE = 4,      /* orderly close: "I sent everything" */
+    RDMX_AM_BYE_ACK = 5,  /* "I have received everything before BYE" */
+    RDMX_AM_ATOMIC = 6,   /* atomic request (atomic.c) */
+    RDMX_AM_ATOMIC_REPLY = 7,
     RDMX_AM_CORE_LAST = 16
 };
 
 #define RDMX_WIRE_MAGIC   0x58444d52u /* "RMDX" little-endian */
-#define RDMX_WIRE_VERSION 1u
-#define RDMX_HELLO_SIZE   8
+#define RDMX_WIRE_VERSION 2u          /* 2: rdmx's own TCP bootstrap */
+#define RDMX_BIND_SIZE    16          /* magic, status, token */
 #define RDMX_NOTIFY_SIZE  32
-#define RDMX_OP_HDR_MAX   40 /* largest AM header an op carries (RPC's) */
+#define RDMX_OP_HDR_MAX   48 /* largest AM header an op carries (atomic) */
 
 typedef enum {
-    RDMX_EP_CONNECTING, /* client: waiting for HELLO_ACK */
-    RDMX_EP_ACCEPTING,  /* server: waiting for HELLO */
+    RDMX_EP_CONNECTING, /* client: bootstrap, then waiting for BIND_ACK */
+    RDMX_EP_ACCEPTING,  /* server: WELCOME sent, waiting for BIND */
     RDMX_EP_CONNECTED,
     RDMX_EP_FAILED,     /* transport gone; waiting for rdmx_ep_close */
     RDMX_EP_CLOSING     /* user closed; struct lives until UCX is done */
@@ -47,12 +49,91 @@ typedef enum {
 
 /* Endpoint events, handled in progress (never inside a UCX callback). */
 enum {
-    RDMX_EPEV_ACCEPTED = 1u << 0,  /* HELLO arrived: run accept_cb */
-    RDMX_EPEV_CONNECTED = 1u << 1, /* HELLO_ACK arrived: run connect_cb */
+    RDMX_EPEV_ACCEPTED = 1u << 0,  /* BIND arrived: run accept_cb */
+    RDMX_EPEV_CONNECTED = 1u << 1, /* BIND_ACK arrived: run connect_cb */
     RDMX_EPEV_FAILED = 1u << 2,    /* tear down, then report */
     RDMX_EPEV_PEER_CLOSED = 1u << 3, /* BYE arrived: end once receives
                                         in flight are done */
 };
+
+/* --- sockets of the bootstrap (bootstrap.c) -------------------------------
+ *
+ * Every socket rdmx owns (listening sockets, connections in their
+ * handshake, and each connection's control socket afterwards) sits in its
+ * worker's epoll set with a pointer to one of these. The worker checks them
+ * when it is about to sleep, after it woke, and every 64th progress pass;
+ * on_event runs on the worker's thread. */
+typedef struct rdmx_sock rdmx_sock_t;
+struct rdmx_sock {
+    int fd;                 /* -1: none */
+    rdmx_worker_t *worker;  /* whose epoll set holds it */
+    void (*on_event)(rdmx_sock_t *s, uint32_t events);
+    uint32_t events;        /* EPOLL* bits registered */
+    unsigned char *in;      /* bytes read, not yet consumed */
+    size_t in_len, in_cap;
+    unsigned char *out;     /* bytes still to write */
+    size_t out_len, out_off;
+};
+
+/* Bootstrap frames: u32 body length, u8 type, 3 zero bytes, body. */
+enum {
+    RDMX_BS_HELLO = 1,   /* client: magic, version, flags, worker id, addr */
+    RDMX_BS_WELCOME = 2, /* server: token, worker id, addr */
+    RDMX_BS_REFUSE = 3,  /* server: status, message */
+};
+#define RDMX_BS_HDR_SIZE  8
+#define RDMX_BS_BODY_MAX  (64u * 1024) /* a transport address fits */
+
+typedef struct {
+    uint32_t version;
+    uint32_t flags;
+    uint64_t worker_id;  /* the sender's worker (random, per process run) */
+    uint64_t token;      /* WELCOME: names the connection in BIND */
+    int32_t status;      /* REFUSE */
+    const unsigned char *addr; /* transport address of the sender's worker
+                                  (points into the frame) */
+    size_t addr_len;
+    char message[160];   /* REFUSE */
+} rdmx_bs_msg_t;
+
+/* 1: a whole frame is in s->in (type and body written); 0: need more;
+ * negative: the socket is closed or broken (an error detail is set), or
+ * the frame is malformed (RDMX_ERR_PROTO). */
+int rdmx__sock_read_frame(rdmx_sock_t *s, unsigned *type_p,
+                          const unsigned char **body_p, size_t *len_p);
+/* Drop the frame rdmx__sock_read_frame returned. */
+void rdmx__sock_consume(rdmx_sock_t *s);
+/* Queue a frame and write what the socket takes now. */
+rdmx_status_t rdmx__sock_send(rdmx_sock_t *s, unsigned type,
+                              const rdmx_bs_msg_t *m);
+/* Flush queued bytes (on EPOLLOUT); negative when the socket broke. */
+int rdmx__sock_flush(rdmx_sock_t *s);
+rdmx_status_t rdmx__bs_decode(unsigned type, const unsigned char *body,
+                              size_t len, rdmx_bs_msg_t *m);
+/* Add @fd to @w's epoll set for @events. */
+rdmx_status_t rdmx__sock_attach(rdmx_worker_t *w, rdmx_sock_t *s, int fd,
+                                uint32_t events,
+                                void (*on_event)(rdmx_sock_t *, uint32_t));
+void rdmx__sock_set_events(rdmx_sock_t *s, uint32_t events);
+/* Remove from the epoll set, close, free buffers. */
+void rdmx__sock_close(rdmx_sock_t *s);
+/* Move the socket to worker @w's epoll set (on @w's thread). */
+rdmx_status_t rdmx__sock_move(rdmx_sock_t *s, rdmx_worker_t *w,
+                              void (*on_event)(rdmx_sock_t *, uint32_t));
+/* "host:port" of the socket's peer. */
+void rdmx__sock_peer_name(int fd, char *buf, size_t size);
+
+/* A connection limit shared by a listener and the endpoints it accepted
+ * (it outlives the listener while they live). */
+typedef struct {
+    unsigned max;      /* 0: no limit */
+    unsigned now;      /* atomic: connections accepted and not yet freed */
+    unsigned refs;     /* atomic: the listener + its endpoints */
+    uint64_t refused;  /* atomic: connections refused at the limit */
+    uint64_t last_log_ns;
+} rdmx_limit_t;
+
+void rdmx__limit_put(rdmx_limit_t *lim);
 
 typedef enum {
     RDMX_OP_SEND,
@@ -85,6 +166,8 @@ struct rdmx_op {
     uint64_t *old_p;      /* atomic: where the old value goes */
     uint64_t result;      /* atomic: reply buffer */
     uint64_t operand;     /* atomic: value / compare */
+    uint64_t amo_tag;     /* atomic: names it in the reply */
+    unsigned amo_wait;    /* atomic: halves left (send, reply) */
     unsigned char hdr[RDMX_OP_HDR_MAX]; /* AM header: lives as long as the
                                            send (UCX 1.13 does not copy) */
 };
@@ -133,10 +216,24 @@ struct rdmx_rmem {
     unsigned access;
 };
 
+/* A transport endpoint. UCX's error callback and the active-message lookup
+ * (ep_map) reach the rdmx endpoint through it, so two pending server
+ * endpoints toward the same client worker can trade their UCX endpoints
+ * when UCX paired them the other way round (see ep.c, "Pairing"). */
+typedef struct {
+    rdmx_list_t link;      /* worker->spares while it has no owner */
+    ucp_ep_h ucp;
+    rdmx_ep_t *owner;      /* NULL: a spare, waiting for its pair */
+    uint64_t peer_worker;  /* the remote worker's id */
+    uint64_t expire_ns;    /* a spare is closed after this */
+    int failed;            /* UCX reported an error on it */
+} rdmx_uep_t;
+
 struct rdmx_ep {
     rdmx_list_t link;       /* worker->eps or worker->closing */
     rdmx_worker_t *worker;
-    ucp_ep_h ucp_ep;        /* NULL once closed at the UCX level */
+    ucp_ep_h ucp_ep;        /* uep->ucp; NULL once closed at the UCX level */
+    rdmx_uep_t *uep;        /* NULL until the peer's address is known */
     rdmx_ep_state_t state;
     rdmx_status_t status;   /* RDMX_OK while healthy */
     rdmx_ep_params_t params;
@@ -159,25 +256,38 @@ struct rdmx_ep {
     rdmx_list_t unexpected; /* messages waiting for a receive */
     rdmx_list_t rmems;      /* descriptors unpacked on this endpoint */
     rdmx_list_t inflight;   /* ops whose UCX request is outstanding */
+    rdmx_list_t amo_pending; /* atomics sent, waiting for their reply */
     int bye_sent;           /* closing: BYE sent, waiting for BYE_ACK */
     int bye_acked;          /* closing: the peer acknowledged the BYE */
     int peer_closed;        /* the peer sent BYE: its disconnect is orderly */
     int dead;               /* UCX reported the transport failed */
+    /* Bootstrap and control connection (bootstrap.c, ep.c). */
+    rdmx_sock_t ctl;        /* the TCP connection; stays open while the
+                               endpoint lives: its end means the peer
+                               process is gone */
+    int tcp_connected;      /* client: the TCP connect completed */
+    int bound;              /* BIND / BIND_ACK done: the UCX pair is ours */
+    unsigned char bind_hdr[RDMX_BIND_SIZE]; /* BIND's header (UCX 1.13
+                               keeps a pointer until the send completes) */
+    uint64_t token;         /* names the connection in BIND */
+    uint64_t peer_worker;   /* the peer worker's id */
+    rdmx_limit_t *limit;    /* server side: the listener's limit, or NULL */
     char peer[64];          /* "host:port" */
     void *upper;            /* the RPC connection riding on this endpoint */
 };
 
-/* A connection request the listener got; the endpoint is made outside the
- * UCX callback. Until then it sits on a worker's conn_reqs or handoff list,
- * and whoever takes it off must accept or reject it: UCX 1.13 frees neither
- * the request nor its socket with the listener. rdmx_listener_destroy
- * rejects those of its listener on every worker, so a queued request's
- * origin always exists. */
+/* A connection the listener accepted and read the HELLO of. It sits on the
+ * target worker's conn_reqs or handoff list until that worker sets it up;
+ * whoever takes it off must accept or reject it. */
 typedef struct {
     rdmx_list_t link;
     rdmx_listener_t *origin;     /* the listener it came from */
-    ucp_listener_h ucp_listener; /* for a reject */
-    ucp_conn_request_h req;
+    rdmx_sock_t sock;            /* the client's socket (HELLO consumed) */
+    uint64_t peer_worker;        /* from HELLO */
+    void *peer_addr;             /* transport address, from HELLO */
+    size_t peer_addr_len;
+    char peer[64];
+    rdmx_limit_t *limit;         /* counted in, reference held */
     rdmx_ep_params_t ep_params;  /* copied from the listener */
     rdmx_accept_cb_t accept_cb;
     void *accept_arg;
@@ -192,28 +302,46 @@ typedef struct rdmx_hook {
     uint64_t next_ns;
 } rdmx_hook_t;
 
+/* A socket accepted by a listener whose HELLO has not arrived yet. */
+typedef struct {
+    rdmx_list_t link; /* listener->pending */
+    rdmx_sock_t sock;
+    rdmx_listener_t *listener;
+    uint64_t deadline_ns;
+    char peer[64];
+} rdmx_pending_t;
+
 struct rdmx_listener {
     rdmx_list_t link; /* worker->listeners */
     rdmx_worker_t *worker;
-    ucp_listener_h ucp;
+    rdmx_sock_t sock;         /* the listening socket */
     rdmx_listener_params_t params;
     uint16_t port;
     rdmx_worker_t **targets;  /* workers accepted connections go to */
     unsigned ntargets;
     unsigned next_target;
-    /* Paused (shutting down): new requests wait here, neither accepted
-     * nor rejected, until rdmx_listener_destroy rejects them. */
+    rdmx_limit_t *limit;
+    rdmx_list_t pending;      /* rdmx_pending_t: HELLO not read yet */
+    unsigned npending;
+    /* Paused (shutting down): new connections are refused. */
     int paused;
-    rdmx_list_t paused_reqs;
 };
 
 struct rdmx_worker {
     rdmx_context_t *ctx;
     ucp_worker_h ucp;
-    int efd;
-    rdmx_ptrmap_t ep_map;     /* ucp_ep_h -> rdmx_ep_t, for AM dispatch */
+    int efd;                  /* UCX's event fd (inside epfd) */
+    int epfd;                 /* epoll: efd and every rdmx socket */
+    uint64_t id;              /* random; names the worker in bootstraps */
+    void *addr;               /* UCX worker address, sent in HELLO/WELCOME */
+    size_t addr_len;
+    rdmx_ptrmap_t ep_map;     /* ucp_ep_h -> rdmx_uep_t, for AM dispatch */
+    rdmx_ptrmap_t tokens;     /* token -> accepting rdmx_ep_t */
+    rdmx_ptrmap_t amo_ops;    /* atomic tag -> rdmx_op_t waiting for reply */
+    uint64_t amo_seq;         /* last atomic tag */
     rdmx_list_t eps;          /* live endpoints (any state but CLOSING) */
     rdmx_list_t closing;      /* endpoints the user closed, not yet freed */
+    rdmx_list_t spares;       /* rdmx_uep_t without owner */
     rdmx_list_t listeners;
     rdmx_list_t conn_reqs;    /* rdmx_conn_req_t waiting to be accepted */
     rdmx_list_t done;         /* ops whose callback runs at next progress */
@@ -222,6 +350,8 @@ struct rdmx_worker {
     unsigned nfree_ops;
     rdmx_list_t ep_events;    /* endpoints with RDMX_EPEV_* to handle */
     unsigned connecting;      /* endpoints with a connect deadline */
+    unsigned nsocks;          /* sockets in epfd */
+    uint64_t next_sweep_ns;   /* listeners' handshake deadlines */
     rdmx_worker_stats_t stats;
     rdmx_list_t hooks;        /* rdmx_hook_t timers of upper layers */
     unsigned hook_tick;
@@ -289,37 +419,40 @@ void rdmx__progress_until(rdmx_worker_t *w, volatile int *done);
 void rdmx__hook_del(rdmx_hook_t *hook);
 /* Hand a connection request to worker @w (any thread). */
 void rdmx__worker_handoff(rdmx_worker_t *w, rdmx_conn_req_t *cr);
+/* Handle the events of rdmx's sockets (never blocks); the count. */
+unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w);
 
 /* --- listener.c ---------------------------------------------------------- */
 
-/* Reject a queued connection request (its origin exists) and free it. */
-void rdmx__conn_req_reject(rdmx_conn_req_t *cr);
-/* From now on new connection requests wait, neither accepted nor rejected,
- * until the listener is destroyed (which rejects them); the port stays
- * bound. For a server that is shutting down (the listener's worker's
- * thread): rdmx_worker_destroy does it too, and destroys the listener last.
- * Rejecting at once would cost UCX work per request while clients retry,
- * and UCX 1.13 may hand an event it missed meanwhile to another socket that
- * reused the number (see rdmx_worker_destroy). */
+/* Refuse a queued connection request with @status and @why, free it. */
+void rdmx__conn_req_reject(rdmx_conn_req_t *cr, rdmx_status_t status,
+                           const char *why);
+/* From now on new connections are refused ("shutting down"); the port
+ * stays bound until rdmx_listener_destroy. For a server that is shutting
+ * down (any thread). */
 void rdmx__listener_pause(rdmx_listener_t *l);
+/* Handshake deadlines of the listeners of @w. */
+void rdmx__listener_sweep(rdmx_worker_t *w, uint64_t now);
 
 /* --- ep.c ---------------------------------------------------------------- */
 
 rdmx_ep_t *rdmx__ep_lookup(rdmx_worker_t *w, const ucp_am_recv_param_t *param);
 /* Create the endpoint for an accepted connection request. */
 void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr);
+/* Close spare UCX endpoints whose time is up (all of them if @all). */
+void rdmx__spares_sweep(rdmx_worker_t *w, uint64_t now, int all);
 /* Mark @ep failed with @status; the rest happens in rdmx__ep_progress. */
 void rdmx__ep_fail(rdmx_ep_t *ep, rdmx_status_t status);
 /* Deadlines, failures and closes; returns the number of events. */
 unsigned rdmx__ep_progress(rdmx_worker_t *w);
 void rdmx__ep_release(rdmx_ep_t *ep); /* an op let go of @ep */
 void rdmx__ep_destroy_all(rdmx_worker_t *w);
-ucs_status_t rdmx__am_hello(void *arg, const void *header, size_t hlen,
-                            void *data, size_t len,
-                            const ucp_am_recv_param_t *param);
-ucs_status_t rdmx__am_hello_ack(void *arg, const void *header, size_t hlen,
-                                void *data, size_t len,
-                                const ucp_am_recv_param_t *param);
+ucs_status_t rdmx__am_bind(void *arg, const void *header, size_t hlen,
+                           void *data, size_t len,
+                           const ucp_am_recv_param_t *param);
+ucs_status_t rdmx__am_bind_ack(void *arg, const void *header, size_t hlen,
+                               void *data, size_t len,
+                               const ucp_am_recv_param_t *param);
 ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
                           void *data, size_t len,
                           const ucp_am_recv_param_t *param);
@@ -357,6 +490,21 @@ rdmx_status_t rdmx__am_recv_data(rdmx_ep_t *ep, void *desc, void *buf,
 ucs_status_t rdmx__am_notify(void *arg, const void *header, size_t hlen,
                              void *data, size_t len,
                              const ucp_am_recv_param_t *param);
+
+/* --- atomic.c ------------------------------------------------------------ */
+
+ucs_status_t rdmx__am_atomic(void *arg, const void *header, size_t hlen,
+                             void *data, size_t len,
+                             const ucp_am_recv_param_t *param);
+ucs_status_t rdmx__am_atomic_reply(void *arg, const void *header, size_t hlen,
+                                   void *data, size_t len,
+                                   const ucp_am_recv_param_t *param);
+/* Fail the atomics of @ep that wait for a reply (with its status). */
+void rdmx__amo_fail_all(rdmx_ep_t *ep);
+/* Bounds, rights and endpoint checks of a one-sided operation (rma.c). */
+rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
+                              uint64_t length, unsigned need,
+                              const char *what, uint64_t *raddr_p);
 
 /* --- mem.c ---------------------------------------------------------------- */
 

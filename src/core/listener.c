@@ -1,67 +1,262 @@
 /*
- * Listener: a UCX listener on a socket address. Connection requests are
- * queued from UCX's callback and turned into endpoints by the worker's
- * progress (UCX_NOTES: do not create endpoints inside the callback).
+ * Listener: a TCP socket owned by rdmx. It accepts connections, reads each
+ * one's HELLO (protocol version, the client worker's id and transport
+ * address), enforces the connection limit, and hands the socket to the
+ * worker that will own the connection. Only a socket and some bytes move
+ * between workers, never a transport object: the worker that owns a
+ * connection creates its transport endpoint itself (ep.c).
+ *
+ * A peer that sends garbage, an HTTP request or nothing at all costs one
+ * socket until its handshake deadline and never reaches a transport.
  */
+#define _GNU_SOURCE
 #include "core/internal.h"
 
+#include "util/time.h"
+
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-static void on_conn_request(ucp_conn_request_h req, void *arg)
+#define HELLO_TIMEOUT_NS  (10000ull * 1000000ull)
+#define REFUSE_LOG_NS     (1000ull * 1000000ull) /* a log line per second */
+#define ACCEPT_BATCH      64
+
+/* Best-effort REFUSE on a socket no epoll set holds, then close it. */
+static void refuse_fd(int fd, rdmx_status_t status, const char *why)
 {
-    rdmx_listener_t *l = arg;
-    rdmx_conn_req_t *cr;
+    rdmx_sock_t s = {.fd = fd};
+    rdmx_bs_msg_t m = {.status = status};
 
-    if ((cr = malloc(sizeof(*cr))) == NULL) {
-        ucp_listener_reject(l->ucp, req);
+    snprintf(m.message, sizeof(m.message), "%s", why);
+    /* A closed or full socket loses the frame: the client then sees the
+     * connection end, which is as much as it can be told. */
+    rdmx__sock_send(&s, RDMX_BS_REFUSE, &m);
+    rdmx__sock_close(&s);
+}
+
+static void pending_free(rdmx_pending_t *p)
+{
+    rdmx_list_del(&p->link);
+    p->listener->npending--;
+    rdmx__sock_close(&p->sock);
+    free(p);
+}
+
+/* Count a refusal at the limit and say so, at most once a second. */
+static void note_refused(rdmx_listener_t *l, const char *peer)
+{
+    rdmx_limit_t *lim = l->limit;
+    uint64_t now = rdmx_now_ns();
+    uint64_t n = __atomic_add_fetch(&lim->refused, 1, __ATOMIC_RELAXED);
+
+    l->worker->stats.conns_refused++;
+    if (now - lim->last_log_ns >= REFUSE_LOG_NS || lim->last_log_ns == 0) {
+        lim->last_log_ns = now;
+        rdmx_warn("listener port %u: refusing %s: server at its connection "
+                  "limit (%u); %llu refused so far",
+                  l->port, peer, lim->max, (unsigned long long)n);
+    }
+}
+
+/* A HELLO arrived on @p: refuse, or hand the connection to a worker. */
+static void take_hello(rdmx_pending_t *p, const rdmx_bs_msg_t *m)
+{
+    rdmx_listener_t *l = p->listener;
+    rdmx_worker_t *w = l->worker;
+    rdmx_limit_t *lim = l->limit;
+    rdmx_conn_req_t *cr;
+    char why[96];
+    int fd;
+
+    if (__atomic_load_n(&l->paused, __ATOMIC_ACQUIRE)) {
+        w->stats.conns_refused++;
+        fd = p->sock.fd;
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+        w->nsocks--;
+        p->sock.fd = -1;
+        p->sock.worker = NULL;
+        pending_free(p);
+        refuse_fd(fd, RDMX_ERR_CONN_REFUSED, "server is shutting down");
         return;
     }
+    if (lim->max != 0 &&
+        __atomic_add_fetch(&lim->now, 1, __ATOMIC_ACQ_REL) > lim->max) {
+        __atomic_sub_fetch(&lim->now, 1, __ATOMIC_ACQ_REL);
+        note_refused(l, p->peer);
+        snprintf(why, sizeof(why), "server at its connection limit (%u)",
+                 lim->max);
+        fd = p->sock.fd;
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+        w->nsocks--;
+        p->sock.fd = -1;
+        p->sock.worker = NULL;
+        pending_free(p);
+        refuse_fd(fd, RDMX_ERR_BUSY, why);
+        return;
+    }
+    if (lim->max == 0)
+        __atomic_add_fetch(&lim->now, 1, __ATOMIC_ACQ_REL);
+
+    cr = calloc(1, sizeof(*cr));
+    if (cr == NULL || (cr->peer_addr = malloc(m->addr_len)) == NULL) {
+        free(cr);
+        __atomic_sub_fetch(&lim->now, 1, __ATOMIC_ACQ_REL);
+        pending_free(p); /* the client sees the connection end */
+        return;
+    }
+    /* The socket leaves this worker's set; its new owner adds it. */
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, p->sock.fd, NULL);
+    w->nsocks--;
+    cr->sock.fd = p->sock.fd;
+    p->sock.fd = -1;
+    p->sock.worker = NULL;
     cr->origin = l;
-    cr->ucp_listener = l->ucp;
-    cr->req = req;
+    cr->peer_worker = m->worker_id;
+    memcpy(cr->peer_addr, m->addr, m->addr_len);
+    cr->peer_addr_len = m->addr_len;
+    snprintf(cr->peer, sizeof(cr->peer), "%s", p->peer);
+    cr->limit = lim;
+    __atomic_add_fetch(&lim->refs, 1, __ATOMIC_ACQ_REL);
     cr->ep_params = l->params.ep_params;
     cr->accept_cb = l->params.accept_cb;
     cr->accept_arg = l->params.arg;
-    if (l->paused) {
-        rdmx_list_insert_tail(&l->paused_reqs, &cr->link);
-        return;
-    }
+    pending_free(p);
     if (l->ntargets > 0) {
         rdmx_worker_t *t = l->targets[l->next_target++ % l->ntargets];
-        if (t != l->worker) {
+        if (t != w) {
             rdmx__worker_handoff(t, cr);
             return;
         }
     }
-    rdmx_list_insert_tail(&l->worker->conn_reqs, &cr->link);
+    rdmx_list_insert_tail(&w->conn_reqs, &cr->link);
 }
 
-rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
-                                   const rdmx_listener_params_t *params,
-                                   rdmx_listener_t **listener_p)
+static void on_pending_event(rdmx_sock_t *s, uint32_t events)
 {
-    const char *address = "0.0.0.0:0";
+    rdmx_pending_t *p = rdmx_container_of(s, rdmx_pending_t, sock);
+    rdmx_worker_t *w = p->listener->worker;
+    const unsigned char *body;
+    rdmx_bs_msg_t m;
+    unsigned type;
+    size_t len;
+    int rc;
+
+    (void)events;
+    rc = rdmx__sock_read_frame(s, &type, &body, &len);
+    if (rc == 0)
+        return;
+    if (rc < 0) {
+        if (rc == RDMX_ERR_PROTO) {
+            w->stats.proto_errors++;
+            rdmx_debug("listener: %s: %s", p->peer, rdmx_error_detail());
+        }
+        w->stats.handshakes_failed++;
+        pending_free(p);
+        return;
+    }
+    if (type != RDMX_BS_HELLO ||
+        rdmx__bs_decode(type, body, len, &m) != RDMX_OK) {
+        rdmx_status_t st = RDMX_ERR_PROTO;
+        char why[160];
+        int fd = s->fd;
+
+        if (type != RDMX_BS_HELLO)
+            rdmx__error(st, "bootstrap: expected HELLO, got frame type %u",
+                        type);
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+        w->stats.proto_errors++;
+        w->stats.handshakes_failed++;
+        rdmx_debug("listener: %s: %s", p->peer, why);
+        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+        w->nsocks--;
+        s->fd = -1;
+        s->worker = NULL;
+        pending_free(p);
+        refuse_fd(fd, st, why);
+        return;
+    }
+    take_hello(p, &m);
+}
+
+static void on_listen_event(rdmx_sock_t *s, uint32_t events)
+{
+    rdmx_listener_t *l = rdmx_container_of(s, rdmx_listener_t, sock);
+    rdmx_worker_t *w = l->worker;
+
+    (void)events;
+    for (unsigned i = 0; i < ACCEPT_BATCH; i++) {
+        int one = 1;
+        int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        rdmx_pending_t *p;
+
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED)
+                rdmx_debug("listener port %u: accept: %s", l->port,
+                           strerror(errno));
+            return;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        p = calloc(1, sizeof(*p));
+        if (p == NULL) {
+            close(fd);
+            continue;
+        }
+        p->listener = l;
+        p->deadline_ns = rdmx_now_ns() + HELLO_TIMEOUT_NS;
+        rdmx__sock_peer_name(fd, p->peer, sizeof(p->peer));
+        if (rdmx__sock_attach(w, &p->sock, fd, EPOLLIN | EPOLLRDHUP,
+                              on_pending_event) != RDMX_OK) {
+            close(fd);
+            free(p);
+            continue;
+        }
+        rdmx_list_insert_tail(&l->pending, &p->link);
+        l->npending++;
+        /* The HELLO usually came with the connection. */
+        on_pending_event(&p->sock, EPOLLIN);
+    }
+}
+
+void rdmx__listener_sweep(rdmx_worker_t *w, uint64_t now)
+{
+    rdmx_list_t *lp, *pos, *tmp;
+
+    rdmx_list_for_each(lp, &w->listeners)
+    {
+        rdmx_listener_t *l = rdmx_container_of(lp, rdmx_listener_t, link);
+        rdmx_list_for_each_safe(pos, tmp, &l->pending)
+        {
+            rdmx_pending_t *p = rdmx_container_of(pos, rdmx_pending_t, link);
+            if (now < p->deadline_ns)
+                break; /* in deadline order */
+            rdmx_debug("listener port %u: %s sent no HELLO in time", l->port,
+                       p->peer);
+            w->stats.handshakes_failed++;
+            pending_free(p);
+        }
+    }
+}
+
+static rdmx_status_t open_socket(const char *address, int *fd_p,
+                                 uint16_t *port_p)
+{
     char host[256], port_str[8];
     uint16_t port;
     struct addrinfo hints = {0}, *res;
-    ucp_listener_params_t lp = {0};
-    ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
-    rdmx_listener_t *l;
-    ucs_status_t us;
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
     rdmx_status_t st;
-    int rc;
+    int fd, one = 1, rc;
 
-    if (w == NULL || params == NULL || listener_p == NULL ||
-        !(params->field_mask & RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB) ||
-        params->accept_cb == NULL)
-        return rdmx__error(RDMX_ERR_INVALID,
-                           "listener: worker, params and accept_cb required");
-    if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_ADDRESS) &&
-        params->address != NULL)
-        address = params->address;
     st = rdmx_addr_parse(address, host, sizeof(host), &port);
     if (st != RDMX_OK)
         return st;
@@ -73,93 +268,140 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
     if (rc != 0)
         return rdmx__error(RDMX_ERR_UNREACHABLE, "listen on '%s': %s",
                            address, gai_strerror(rc));
+    fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                0);
+    if (fd < 0) {
+        st = rdmx__error(RDMX_ERR_NO_RESOURCE, "listen on %s: socket: %s",
+                         address, strerror(errno));
+        goto out;
+    }
+    /* A restarted server gets its port back at once. */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
+        st = rdmx__error(errno == EADDRINUSE ? RDMX_ERR_ADDR_IN_USE
+                                             : RDMX_ERR_UNREACHABLE,
+                         "listen on %s: %s", address,
+                         errno == EADDRINUSE ? "address already in use"
+                                             : strerror(errno));
+        close(fd);
+        goto out;
+    }
+    if (listen(fd, 4096) != 0 ||
+        getsockname(fd, (struct sockaddr *)&ss, &sslen) != 0) {
+        st = rdmx__error(RDMX_ERR_UNREACHABLE, "listen on %s: %s", address,
+                         strerror(errno));
+        close(fd);
+        goto out;
+    }
+    *port_p = ntohs(ss.ss_family == AF_INET6
+                        ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                        : ((struct sockaddr_in *)&ss)->sin_port);
+    *fd_p = fd;
+    st = RDMX_OK;
+out:
+    freeaddrinfo(res);
+    return st;
+}
+
+rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
+                                   const rdmx_listener_params_t *params,
+                                   rdmx_listener_t **listener_p)
+{
+    const char *address = "0.0.0.0:0";
+    rdmx_listener_t *l;
+    rdmx_status_t st;
+    int fd;
+
+    if (w == NULL || params == NULL || listener_p == NULL ||
+        !(params->field_mask & RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB) ||
+        params->accept_cb == NULL)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "listener: worker, params and accept_cb required");
+    if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_ADDRESS) &&
+        params->address != NULL)
+        address = params->address;
 
     l = calloc(1, sizeof(*l));
-    if (l == NULL) {
-        freeaddrinfo(res);
+    if (l == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "listener: out of memory");
-    }
     l->worker = w;
     l->params = *params;
-    rdmx_list_init(&l->paused_reqs);
+    l->sock.fd = -1;
+    rdmx_list_init(&l->pending);
     if (!(params->field_mask & RDMX_LISTENER_PARAM_FIELD_EP_PARAMS))
         memset(&l->params.ep_params, 0, sizeof(l->params.ep_params));
+    l->limit = calloc(1, sizeof(*l->limit));
+    if (l->limit == NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "listener: out of memory");
+        goto err_free;
+    }
+    l->limit->refs = 1;
+    if (params->field_mask & RDMX_LISTENER_PARAM_FIELD_MAX_CONNECTIONS)
+        l->limit->max = params->max_connections;
     if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_WORKERS) &&
         params->nworkers > 0) {
         if (params->workers == NULL) {
-            freeaddrinfo(res);
-            free(l);
-            return rdmx__error(RDMX_ERR_INVALID, "listener: workers is NULL");
+            st = rdmx__error(RDMX_ERR_INVALID, "listener: workers is NULL");
+            goto err_free;
         }
         l->targets = malloc(params->nworkers * sizeof(*l->targets));
         if (l->targets == NULL) {
-            freeaddrinfo(res);
-            free(l);
-            return rdmx__error(RDMX_ERR_NO_MEMORY, "listener: out of memory");
+            st = rdmx__error(RDMX_ERR_NO_MEMORY, "listener: out of memory");
+            goto err_free;
         }
         for (unsigned i = 0; i < params->nworkers; i++) {
             if (params->workers[i] == NULL ||
                 params->workers[i]->ctx != w->ctx) {
-                freeaddrinfo(res);
-                free(l->targets);
-                free(l);
-                return rdmx__error(RDMX_ERR_INVALID,
-                                   "listener: worker %u is NULL or of "
-                                   "another context",
-                                   i);
+                st = rdmx__error(RDMX_ERR_INVALID,
+                                 "listener: worker %u is NULL or of another "
+                                 "context",
+                                 i);
+                goto err_free;
             }
             l->targets[i] = params->workers[i];
         }
         l->ntargets = params->nworkers;
     }
-
-    lp.field_mask =
-        UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = res->ai_addr;
-    lp.sockaddr.addrlen = res->ai_addrlen;
-    lp.conn_handler.cb = on_conn_request;
-    lp.conn_handler.arg = l;
+    if ((st = open_socket(address, &fd, &l->port)) != RDMX_OK)
+        goto err_free;
     rdmx__lock(w);
-    us = ucp_listener_create(w->ucp, &lp, &l->ucp);
-    freeaddrinfo(res);
-    if (us != UCS_OK) {
+    st = rdmx__sock_attach(w, &l->sock, fd, EPOLLIN, on_listen_event);
+    if (st != RDMX_OK) {
         rdmx__unlock(w);
-        free(l->targets);
-        free(l);
-        if (us == UCS_ERR_BUSY)
-            return rdmx__error(RDMX_ERR_ADDR_IN_USE, "listen on %s: address "
-                                                     "already in use",
-                               address);
-        return rdmx__error(RDMX_ERR_UNREACHABLE, "listen on %s: %s", address,
-                           ucs_status_string(us));
-    }
-    if (ucp_listener_query(l->ucp, &attr) == UCS_OK) {
-        if (attr.sockaddr.ss_family == AF_INET)
-            l->port = ntohs(((struct sockaddr_in *)&attr.sockaddr)->sin_port);
-        else if (attr.sockaddr.ss_family == AF_INET6)
-            l->port =
-                ntohs(((struct sockaddr_in6 *)&attr.sockaddr)->sin6_port);
+        close(fd);
+        goto err_free;
     }
     rdmx_list_insert_tail(&w->listeners, &l->link);
     rdmx__unlock(w);
     *listener_p = l;
     return RDMX_OK;
+
+err_free:
+    free(l->targets);
+    free(l->limit);
+    free(l);
+    return st;
 }
 
-void rdmx__conn_req_reject(rdmx_conn_req_t *cr)
+void rdmx__conn_req_reject(rdmx_conn_req_t *cr, rdmx_status_t status,
+                           const char *why)
 {
-    ucp_listener_reject(cr->ucp_listener, cr->req);
+    int fd = cr->sock.fd;
+
+    cr->sock.fd = -1;
+    refuse_fd(fd, status, why);
+    __atomic_sub_fetch(&cr->limit->now, 1, __ATOMIC_ACQ_REL);
+    rdmx__limit_put(cr->limit);
+    free(cr->peer_addr);
     free(cr);
 }
 
 void rdmx__listener_pause(rdmx_listener_t *l)
 {
-    rdmx__lock(l->worker);
-    l->paused = 1;
-    rdmx__unlock(l->worker);
+    __atomic_store_n(&l->paused, 1, __ATOMIC_RELEASE);
 }
 
-/* Reject and free the requests of @l queued on @list. */
+/* Refuse and free the requests of @l queued on @list. */
 static void reject_queued(rdmx_list_t *list, const rdmx_listener_t *l)
 {
     rdmx_list_t *pos, *tmp;
@@ -169,7 +411,8 @@ static void reject_queued(rdmx_list_t *list, const rdmx_listener_t *l)
         rdmx_conn_req_t *cr = rdmx_container_of(pos, rdmx_conn_req_t, link);
         if (cr->origin == l) {
             rdmx_list_del(&cr->link);
-            rdmx__conn_req_reject(cr);
+            rdmx__conn_req_reject(cr, RDMX_ERR_CONN_REFUSED,
+                                  "the listener was closed");
         }
     }
 }
@@ -183,22 +426,9 @@ static void reject_queued_on(rdmx_worker_t *w, const rdmx_listener_t *l)
     pthread_mutex_unlock(&w->handoff_lock);
 }
 
-/*
- * UCX 1.13 neither rejects nor frees connection requests it delivered, so
- * every request of this listener still queued on any worker is rejected
- * here, before ucp_listener_destroy. The targets must not be progressed
- * meanwhile by another thread (progress-thread workers are locked).
- *
- * UCX 1.13 race (uct tcp_sockcm): a connection the listener's socket
- * accepted before ucp_listener_destroy whose first data arrives after it
- * runs the connection request callback with the freed listener (SEGV in
- * UCX's async thread). Those sockets stay on the worker's connection manager
- * until ucp_worker_destroy, so the safe moment to destroy a listener is
- * together with its worker: rdmx_worker_destroy does that, with UCX's async
- * thread held from before it closes its endpoints to the end of
- * ucp_worker_destroy. Destroying a listener of a worker that lives on leaves
- * this window open while the worker lives.
- */
+/* Connections not yet set up by their worker (on any target) are refused;
+ * the targets must not be progressed by another thread meanwhile
+ * (progress-thread workers are locked). Accepted endpoints stay. */
 void rdmx_listener_destroy(rdmx_listener_t *l)
 {
     rdmx_worker_t *w;
@@ -206,9 +436,7 @@ void rdmx_listener_destroy(rdmx_listener_t *l)
     if (l == NULL)
         return;
     w = l->worker;
-    rdmx__lock(w);
-    l->paused = 1; /* no more hand-offs from here on */
-    rdmx__unlock(w);
+    rdmx__listener_pause(l);
     for (unsigned i = 0; i < l->ntargets; i++) {
         rdmx_worker_t *t = l->targets[i];
         if (t == w)
@@ -219,10 +447,12 @@ void rdmx_listener_destroy(rdmx_listener_t *l)
     }
     rdmx__lock(w);
     reject_queued_on(w, l);
-    reject_queued(&l->paused_reqs, l);
-    ucp_listener_destroy(l->ucp);
+    while (!rdmx_list_empty(&l->pending))
+        pending_free(rdmx_container_of(l->pending.next, rdmx_pending_t, link));
+    rdmx__sock_close(&l->sock);
     rdmx_list_del(&l->link);
     rdmx__unlock(w);
+    rdmx__limit_put(l->limit);
     free(l->targets);
     free(l);
 }

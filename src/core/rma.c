@@ -6,6 +6,8 @@
  * overflow), the descriptor must grant the right, and it must have been
  * unpacked on this endpoint.
  *
+ * Atomics are carried by rdmx itself (atomic.c).
+ *
  * Put-with-notify is put -> endpoint flush -> NOTIFY active message sent
  * from the flush's completion. UCX orders neither RMA against AMs nor, in
  * 1.13, ucp_worker_fence across lanes (UCX_NOTES 7), so the flush is what
@@ -17,10 +19,9 @@
 
 #include <inttypes.h>
 
-static rdmx_status_t rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm,
-                               uint64_t offset, uint64_t length,
-                               unsigned need, const char *what,
-                               uint64_t *raddr_p)
+rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
+                              uint64_t length, unsigned need,
+                              const char *what, uint64_t *raddr_p)
 {
     rdmx_worker_t *w = ep->worker;
     rdmx_status_t st;
@@ -107,7 +108,7 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
         return rdmx__error(RDMX_ERR_INVALID, "%s: NULL argument", what);
     w = ep->worker;
     rdmx__lock(w);
-    st = rma_check(ep, rm, offset, length,
+    st = rdmx__rma_check(ep, rm, offset, length,
                    dir == RMA_PUT ? RDMX_ACCESS_WRITE : RDMX_ACCESS_READ, what,
                    &raddr);
     if (st != RDMX_OK)
@@ -195,7 +196,7 @@ rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
         return rdmx__error(RDMX_ERR_INVALID, "put_notify: NULL argument");
     w = ep->worker;
     rdmx__lock(w);
-    st = rma_check(ep, rm, offset, length, RDMX_ACCESS_WRITE, "put_notify",
+    st = rdmx__rma_check(ep, rm, offset, length, RDMX_ACCESS_WRITE, "put_notify",
                    &raddr);
     if (st != RDMX_OK)
         goto out;
@@ -262,73 +263,6 @@ ucs_status_t rdmx__am_notify(void *arg, const void *header, size_t hlen,
     if (ep->params.notify_cb != NULL)
         ep->params.notify_cb(ep, &n, ep->params.user_data);
     return UCS_OK;
-}
-
-/* --- atomics ------------------------------------------------------------ */
-
-static rdmx_status_t atomic(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
-                            ucp_atomic_op_t opcode, uint64_t operand,
-                            uint64_t swap, uint64_t *old_p, rdmx_cb_t cb,
-                            void *arg)
-{
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
-    rdmx_status_t st;
-    uint64_t raddr;
-    rdmx_op_t *op;
-    rdmx_worker_t *w;
-
-    if (ep == NULL)
-        return rdmx__error(RDMX_ERR_INVALID, "atomic: NULL endpoint");
-    w = ep->worker;
-    rdmx__lock(w);
-    st = rma_check(ep, rm, offset, 8, RDMX_ACCESS_ATOMIC, "atomic", &raddr);
-    if (st != RDMX_OK)
-        goto out;
-    if (raddr % 8 != 0) {
-        w->stats.rma_refused++;
-        st = rdmx__error(RDMX_ERR_INVALID,
-                         "atomic: offset %" PRIu64 " is not 8-byte aligned",
-                         offset);
-        goto out;
-    }
-    op = rdmx__op_get(w, ep, RDMX_OP_ATOMIC, cb, arg);
-    if (op == NULL) {
-        st = rdmx__error(RDMX_ERR_NO_MEMORY, "atomic: out of memory");
-        goto out;
-    }
-    op->length = 8;
-    op->old_p = old_p;
-    op->operand = operand;
-    op->result = swap;
-    request_param(&p, op, NULL);
-    p.op_attr_mask |=
-        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-    p.datatype = ucp_dt_make_contig(8);
-    p.reply_buffer = &op->result;
-    r = ucp_atomic_op_nbx(ep->ucp_ep, opcode, &op->operand, 1, raddr,
-                          rm->rkey, &p);
-    st = finish_issue(op, r, "atomic");
-out:
-    rdmx__unlock(w);
-    return st;
-}
-
-rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                                  uint64_t offset, uint64_t value,
-                                  uint64_t *old_p, rdmx_cb_t cb, void *arg)
-{
-    return atomic(ep, rmem, offset, UCP_ATOMIC_OP_ADD, value, 0, old_p, cb,
-                  arg);
-}
-
-rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                                   uint64_t offset, uint64_t compare,
-                                   uint64_t swap, uint64_t *old_p,
-                                   rdmx_cb_t cb, void *arg)
-{
-    return atomic(ep, rmem, offset, UCP_ATOMIC_OP_CSWAP, compare, swap, old_p,
-                  cb, arg);
 }
 
 rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg)

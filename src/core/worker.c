@@ -1,18 +1,24 @@
 /*
- * Worker: the UCX worker, the progress loop, sleeping on its event fd, the
- * optional progress thread, and the pool of operation records.
+ * Worker: the UCX worker, the progress loop, sleeping on its epoll set (the
+ * UCX event fd and rdmx's sockets), the optional progress thread, and the
+ * pool of operation records.
+ *
+ * Sockets (listeners, handshakes, control connections) are looked at off
+ * the fast path: when the worker is about to sleep (rdmx_worker_arm), after
+ * it slept, and every 64th progress pass together with the timers. A
+ * connection's end is seen within 64 passes of a busy worker or at once by
+ * a sleeping one.
  */
 #include "core/internal.h"
 
 #include "util/time.h"
 
-#include <ucs/async/async_fwd.h>
-
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,6 +122,8 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep)
         /* The record stays with UCX; a stand-in carries the completion. */
         op->orphaned = 1;
         op->ep = NULL;
+        if (op->kind == RDMX_OP_ATOMIC) /* a late reply must not find it */
+            rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
         /* Released now: UCX frees it when (if ever) it completes, and must
          * find it released when the worker is destroyed. */
         ucp_request_free(op->req);
@@ -147,7 +155,7 @@ static uint64_t next_hook_ns(rdmx_worker_t *w);
 static void *progress_thread(void *arg)
 {
     rdmx_worker_t *w = arg;
-    struct pollfd pfd = {.fd = w->efd, .events = POLLIN};
+    struct pollfd pfd = {.fd = w->epfd, .events = POLLIN};
 
     while (!w->stop) {
         unsigned n;
@@ -235,6 +243,8 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     rdmx_list_init(&w->orphans);
     rdmx_list_init(&w->hooks);
     rdmx_list_init(&w->handoff);
+    rdmx_list_init(&w->spares);
+    w->epfd = -1;
     pthread_mutex_init(&w->handoff_lock, NULL);
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
@@ -242,6 +252,13 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&w->cond, NULL);
     if (rdmx_ptrmap_init(&w->ep_map) != 0) {
+        status = rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
+        goto err_free;
+    }
+    if (rdmx_ptrmap_init(&w->tokens) != 0 ||
+        rdmx_ptrmap_init(&w->amo_ops) != 0) {
+        rdmx_ptrmap_cleanup(&w->tokens);
+        rdmx_ptrmap_cleanup(&w->ep_map);
         status = rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
         goto err_free;
     }
@@ -262,25 +279,62 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
                              ucs_status_string(us));
         goto err_worker;
     }
-    if ((status = set_am_handler(w, RDMX_AM_HELLO, rdmx__am_hello)) ||
-        (status = set_am_handler(w, RDMX_AM_HELLO_ACK, rdmx__am_hello_ack)) ||
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (w->epfd < 0) {
+        status = rdmx__error(RDMX_ERR_NO_RESOURCE, "worker: epoll: %s",
+                             strerror(errno));
+        goto err_worker;
+    }
+    {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+        if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->efd, &ev) != 0) {
+            status = rdmx__error(RDMX_ERR_NO_RESOURCE, "worker: epoll: %s",
+                                 strerror(errno));
+            goto err_epoll;
+        }
+    }
+    {
+        ucp_address_t *addr;
+        us = ucp_worker_get_address(w->ucp, &addr, &w->addr_len);
+        if (us != UCS_OK) {
+            status = rdmx__error(RDMX_ERR_IO, "UCX worker address: %s",
+                                 ucs_status_string(us));
+            goto err_epoll;
+        }
+        w->addr = addr;
+    }
+    if (getrandom(&w->id, sizeof(w->id), 0) != (ssize_t)sizeof(w->id)) {
+        status = rdmx__error(RDMX_ERR_INTERNAL, "worker: no random bytes");
+        goto err_addr;
+    }
+    if ((status = set_am_handler(w, RDMX_AM_BIND, rdmx__am_bind)) ||
+        (status = set_am_handler(w, RDMX_AM_BIND_ACK, rdmx__am_bind_ack)) ||
         (status = set_am_handler(w, RDMX_AM_MSG, rdmx__am_msg)) ||
         (status = set_am_handler(w, RDMX_AM_NOTIFY, rdmx__am_notify)) ||
         (status = set_am_handler(w, RDMX_AM_BYE, rdmx__am_bye)) ||
-        (status = set_am_handler(w, RDMX_AM_BYE_ACK, rdmx__am_bye_ack)))
-        goto err_worker;
+        (status = set_am_handler(w, RDMX_AM_BYE_ACK, rdmx__am_bye_ack)) ||
+        (status = set_am_handler(w, RDMX_AM_ATOMIC, rdmx__am_atomic)) ||
+        (status = set_am_handler(w, RDMX_AM_ATOMIC_REPLY,
+                                 rdmx__am_atomic_reply)))
+        goto err_addr;
 
     if (w->mt && pthread_create(&w->thread, NULL, progress_thread, w) != 0) {
         status = rdmx__error(RDMX_ERR_NO_RESOURCE,
                              "worker: cannot start progress thread");
-        goto err_worker;
+        goto err_addr;
     }
     *worker_p = w;
     return RDMX_OK;
 
+err_addr:
+    ucp_worker_release_address(w->ucp, w->addr);
+err_epoll:
+    close(w->epfd);
 err_worker:
     ucp_worker_destroy(w->ucp);
 err_map:
+    rdmx_ptrmap_cleanup(&w->amo_ops);
+    rdmx_ptrmap_cleanup(&w->tokens);
     rdmx_ptrmap_cleanup(&w->ep_map);
 err_free:
     pthread_mutex_destroy(&w->handoff_lock);
@@ -288,96 +342,6 @@ err_free:
     pthread_mutex_destroy(&w->lock);
     free(w);
     return status;
-}
-
-/* --- holding UCX's async thread still ---------------------------------------
- *
- * UCX runs every socket and timer handler of the process (thread async modes)
- * on one thread of its own. async_hold() parks that thread inside a handler
- * of ours on an eventfd, so that no UCX handler runs until async_release()
- * (why: rdmx_worker_destroy). If the thread does not come within a second,
- * nothing is held and the caller goes on regardless.
- */
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int state; /* HOLD_* */
-    int efd;
-} async_hold_t;
-
-enum { HOLD_WAITING, HOLD_HELD, HOLD_OVER };
-
-static void async_hold_cb(int id, ucs_event_set_types_t events, void *arg)
-{
-    async_hold_t *h = arg;
-    uint64_t v;
-
-    (void)id;
-    (void)events;
-    if (read(h->efd, &v, sizeof(v)) < 0) {
-        /* EAGAIN: a spurious wake-up, nothing to read */
-    }
-    pthread_mutex_lock(&h->lock);
-    if (h->state == HOLD_WAITING) {
-        h->state = HOLD_HELD;
-        pthread_cond_broadcast(&h->cond);
-        while (h->state == HOLD_HELD)
-            pthread_cond_wait(&h->cond, &h->lock);
-    }
-    pthread_mutex_unlock(&h->lock);
-}
-
-/* 1 if UCX's async thread is held (call async_release in any case). */
-static int async_hold(async_hold_t *h)
-{
-    pthread_condattr_t ca;
-    struct timespec until;
-    uint64_t one = 1;
-    int held;
-
-    h->state = HOLD_WAITING;
-    h->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    pthread_mutex_init(&h->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (h->efd < 0)
-        return 0;
-    if (ucs_async_set_event_handler(UCS_ASYNC_MODE_THREAD_SPINLOCK, h->efd,
-                                    UCS_EVENT_SET_EVREAD, async_hold_cb, h,
-                                    NULL) != UCS_OK) {
-        close(h->efd);
-        h->efd = -1;
-        return 0;
-    }
-    if (write(h->efd, &one, sizeof(one)) != sizeof(one))
-        return 0;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += 1;
-    pthread_mutex_lock(&h->lock);
-    while (h->state == HOLD_WAITING &&
-           pthread_cond_timedwait(&h->cond, &h->lock, &until) == 0)
-        ;
-    held = h->state == HOLD_HELD;
-    if (!held)
-        h->state = HOLD_OVER; /* a late callback returns at once */
-    pthread_mutex_unlock(&h->lock);
-    return held;
-}
-
-static void async_release(async_hold_t *h)
-{
-    pthread_mutex_lock(&h->lock);
-    h->state = HOLD_OVER;
-    pthread_cond_broadcast(&h->cond);
-    pthread_mutex_unlock(&h->lock);
-    if (h->efd >= 0) {
-        ucs_async_remove_handler(h->efd, 1); /* waits for the callback */
-        close(h->efd);
-    }
-    pthread_cond_destroy(&h->cond);
-    pthread_mutex_destroy(&h->lock);
 }
 
 /* Reject the connection requests queued on @w (their listeners exist:
@@ -392,13 +356,13 @@ static void reject_all_queued(rdmx_worker_t *w)
     w->handoff_pending = 0;
     pthread_mutex_unlock(&w->handoff_lock);
     while ((e = rdmx_list_pop(&w->conn_reqs)) != NULL)
-        rdmx__conn_req_reject(rdmx_container_of(e, rdmx_conn_req_t, link));
+        rdmx__conn_req_reject(rdmx_container_of(e, rdmx_conn_req_t, link),
+                              RDMX_ERR_CONN_REFUSED,
+                              "server is shutting down");
 }
 
 void rdmx_worker_destroy(rdmx_worker_t *w)
 {
-    async_hold_t hold;
-    int listening;
     rdmx_list_t *e;
 
     if (w == NULL)
@@ -409,39 +373,26 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
         pthread_join(w->thread, NULL);
         w->mt = 0; /* only this thread from here on */
     }
-    /* A worker that listens goes down with UCX's async thread held, from
-     * here to the end of ucp_worker_destroy. So its listeners accept no
-     * more sockets; UCX 1.13 cannot run a connection request callback on a
-     * listener destroyed before the worker's destroy closes the sockets it
-     * accepted without a request yet (see rdmx_listener_destroy); and no
-     * socket event is missed meanwhile, which UCX 1.13 may later hand to
-     * another socket that got the same number as endpoints close (its
-     * missed-event queue is keyed by fd: "tcp_sockcm_ep.c:416 Assertion"
-     * or "async.c:643 Assertion"). Endpoints close without the async
-     * thread: their messages are progressed by this thread. */
-    listening = !rdmx_list_empty(&w->listeners);
-    if (listening && !async_hold(&hold))
-        rdmx_warn("worker destroy: UCX's async thread not held; a client "
-                  "connecting now may crash it (UCX 1.13)");
-    /* From here on connection requests wait, neither accepted nor rejected
-     * (see rdmx__listener_pause), until the end. */
+    /* Listeners first: from here on connections are refused, not queued.
+     * Connection requests are only sockets (no UCX object moves between
+     * workers), so nothing here needs UCX's async thread held. */
     w->destroying = 1;
-    rdmx_list_for_each(e, &w->listeners)
-        rdmx_container_of(e, rdmx_listener_t, link)->paused = 1;
-    rdmx__ep_destroy_all(w);
-    while ((e = rdmx_list_pop(&w->free_ops)) != NULL)
-        free(rdmx_container_of(e, rdmx_op_t, link));
-    /* Listeners last, together with the UCX worker. */
     while (!rdmx_list_empty(&w->listeners))
         rdmx_listener_destroy(
             rdmx_container_of(w->listeners.next, rdmx_listener_t, link));
     reject_all_queued(w); /* other workers' listeners' (they exist) */
+    rdmx__ep_destroy_all(w);
+    rdmx__spares_sweep(w, 0, 1);
+    while ((e = rdmx_list_pop(&w->free_ops)) != NULL)
+        free(rdmx_container_of(e, rdmx_op_t, link));
+    ucp_worker_release_address(w->ucp, w->addr);
     ucp_worker_destroy(w->ucp);
-    if (listening)
-        async_release(&hold);
+    close(w->epfd);
     /* Requests UCX never completed went with its worker. */
     while ((e = rdmx_list_pop(&w->orphans)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
+    rdmx_ptrmap_cleanup(&w->amo_ops);
+    rdmx_ptrmap_cleanup(&w->tokens);
     rdmx_ptrmap_cleanup(&w->ep_map);
     pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
@@ -556,6 +507,34 @@ static unsigned run_deferred(rdmx_worker_t *w)
     return n;
 }
 
+#define SWEEP_INTERVAL_NS (100ull * 1000000ull)
+
+unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w)
+{
+    struct epoll_event evs[64];
+    unsigned n = 0;
+    uint64_t now;
+    int k;
+
+    if (w->nsocks == 0 && rdmx_list_empty(&w->spares))
+        return 0;
+    k = epoll_wait(w->epfd, evs, 64, 0);
+    for (int i = 0; i < k; i++) {
+        rdmx_sock_t *s = evs[i].data.ptr;
+        if (s == NULL)
+            continue; /* UCX's fd: ucp_worker_progress handles it */
+        s->on_event(s, evs[i].events);
+        n++;
+    }
+    now = rdmx_now_ns();
+    if (now >= w->next_sweep_ns) {
+        w->next_sweep_ns = now + SWEEP_INTERVAL_NS;
+        rdmx__listener_sweep(w, now);
+        rdmx__spares_sweep(w, now, 0);
+    }
+    return n;
+}
+
 unsigned rdmx_worker_progress(rdmx_worker_t *w)
 {
     unsigned n;
@@ -576,12 +555,13 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     if (!rdmx_list_empty(&w->ep_events) || w->connecting ||
         !rdmx_list_empty(&w->closing))
         n += rdmx__ep_progress(w);
-    /* Timers: every 64th pass (a clock read costs as much as an idle pass),
-     * and after rdmx_worker_wait slept. */
-    if (!rdmx_list_empty(&w->hooks) &&
-        ((++w->hook_tick & 63) == 0 || w->hooks_due)) {
+    /* Timers and sockets: every 64th pass (a clock read costs as much as
+     * an idle pass), and after rdmx_worker_wait slept. */
+    if ((++w->hook_tick & 63) == 0 || w->hooks_due) {
         w->hooks_due = 0;
-        n += run_hooks(w);
+        n += rdmx__worker_poll_sockets(w);
+        if (!rdmx_list_empty(&w->hooks))
+            n += run_hooks(w);
     }
     rdmx__unlock(w);
     return n;
@@ -589,7 +569,7 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
 
 rdmx_status_t rdmx_worker_efd(rdmx_worker_t *w, int *fd_p)
 {
-    *fd_p = w->efd;
+    *fd_p = w->epfd;
     return RDMX_OK;
 }
 
@@ -600,7 +580,8 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
 
     rdmx__lock(w);
     if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
-        !rdmx_list_empty(&w->ep_events) || w->handoff_pending) {
+        !rdmx_list_empty(&w->ep_events) || w->handoff_pending ||
+        rdmx__worker_poll_sockets(w) > 0) {
         st = RDMX_ERR_BUSY;
     } else {
         us = ucp_worker_arm(w->ucp);
@@ -619,7 +600,7 @@ rdmx_status_t rdmx_worker_wait(rdmx_worker_t *w, int timeout_ms)
     uint64_t deadline =
         timeout_ms < 0 ? UINT64_MAX
                        : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    struct pollfd pfd = {.fd = w->efd, .events = POLLIN};
+    struct pollfd pfd = {.fd = w->epfd, .events = POLLIN};
     unsigned busy = 0;
 
     for (;;) {

@@ -1022,9 +1022,8 @@ static void worker_shutdown(server_worker_t *sw)
 {
     rdmx_list_t *pos, *tmp;
 
-    /* The listener (worker 0's) accepts no more connections from now on,
-     * but stays until rdmx_worker_destroy(worker 0) destroys it together
-     * with its UCX worker (a UCX 1.13 race: see rdmx_listener_destroy). */
+    /* The listener (worker 0's) refuses new connections from now on; it
+     * goes with rdmx_worker_destroy(worker 0). */
     if (sw->index == 0 && sw->srv->listener != NULL)
         rdmx__listener_pause(sw->srv->listener);
     rdmx_list_for_each_safe(pos, tmp, &sw->conns)
@@ -1181,7 +1180,9 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
     lp.field_mask = RDMX_LISTENER_PARAM_FIELD_ADDRESS |
                     RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB |
                     RDMX_LISTENER_PARAM_FIELD_EP_PARAMS |
-                    RDMX_LISTENER_PARAM_FIELD_WORKERS;
+                    RDMX_LISTENER_PARAM_FIELD_WORKERS |
+                    RDMX_LISTENER_PARAM_FIELD_MAX_CONNECTIONS;
+    lp.max_connections = s->max_connections;
     lp.address = s->address;
     lp.accept_cb = server_accept;
     lp.arg = s;
