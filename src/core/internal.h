@@ -352,6 +352,7 @@ struct rdmx_worker {
     unsigned connecting;      /* endpoints with a connect deadline */
     unsigned nsocks;          /* sockets in epfd */
     uint64_t next_sweep_ns;   /* listeners' handshake deadlines */
+    uint64_t next_sock_ns;    /* a busy worker's next look at its sockets */
     rdmx_worker_stats_t stats;
     rdmx_list_t hooks;        /* rdmx_hook_t timers of upper layers */
     unsigned hook_tick;

@@ -508,6 +508,7 @@ static unsigned run_deferred(rdmx_worker_t *w)
 }
 
 #define SWEEP_INTERVAL_NS (100ull * 1000000ull)
+#define SOCK_INTERVAL_NS  (1000000ull)
 
 unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w)
 {
@@ -556,10 +557,16 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
         !rdmx_list_empty(&w->closing))
         n += rdmx__ep_progress(w);
     /* Timers and sockets: every 64th pass (a clock read costs as much as
-     * an idle pass), and after rdmx_worker_wait slept. */
+     * an idle pass), and after rdmx_worker_wait slept. A busy worker looks
+     * at its sockets at most once a millisecond: epoll_wait is a syscall,
+     * as dear as a whole round trip over shared memory. */
     if ((++w->hook_tick & 63) == 0 || w->hooks_due) {
+        uint64_t now = rdmx_now_ns();
+        if (w->hooks_due || now >= w->next_sock_ns) {
+            w->next_sock_ns = now + SOCK_INTERVAL_NS;
+            n += rdmx__worker_poll_sockets(w);
+        }
         w->hooks_due = 0;
-        n += rdmx__worker_poll_sockets(w);
         if (!rdmx_list_empty(&w->hooks))
             n += run_hooks(w);
     }
