@@ -8,7 +8,10 @@
  * no receive will match, 8 MiB puts and gets, puts with notify, receives
  * that no message will fill and a flush. A few milliseconds later it
  * SIGKILLs server A. Proven: every operation that was still pending at the
- * kill completes with an error, all within 1 s of the kill (measured);
+ * kill completes with an error, all within 1 s of the kill (measured) —
+ * except that a put may complete with RDMX_OK after it, since a put's
+ * completion means only that its buffer may be reused (core.h), while the
+ * flush posted after the puts must fail;
  * operations that completed before the kill completed with RDMX_OK; the
  * endpoint's error callback runs exactly once, with an error other than
  * RDMX_ERR_CONN_CLOSED, after every pending operation has completed;
@@ -108,7 +111,7 @@ int main(int argc, char **argv)
     rdmx_ep_params_t params;
     ts_region_t r1, r2;
     uint8_t *src, *dst, *rbuf;
-    size_t i, n = 0, pending = 0, failed = 0;
+    size_t i, n = 0, pending = 0, failed = 0, puts_local = 0;
     double t_start, t_post0, t_posted, t_kill, t_last = 0, deadline;
     int ws;
     uint64_t old = 0;
@@ -220,6 +223,14 @@ int main(int argc, char **argv)
     }
     th_req_wait(worker, reqs, N_OPS, 1000);
     for (i = 0; i < N_OPS; i++) {
+        if (reqs[i].t_done > t_kill && reqs[i].status == RDMX_OK &&
+            !strcmp(kinds[i], "put")) {
+            /* A put completes when its buffer may be reused (core.h); the
+             * flush posted after every put must still fail. UCX >= 1.16
+             * completes puts that way. */
+            puts_local++;
+            continue;
+        }
         if (reqs[i].t_done > t_kill) {
             CHECKF(reqs[i].status < 0,
                    "%s #%zu completed with %s after the kill", kinds[i], i,
@@ -235,7 +246,14 @@ int main(int argc, char **argv)
            pending, N_OPS, failed, t_last - t_kill, t_err - t_kill,
            rdmx_status_name(err_status));
     CHECK(pending >= N_RECV);
-    CHECK(failed >= pending);
+    CHECKF(failed + puts_local >= pending,
+           "%zu failed + %zu puts done locally < %zu pending", failed,
+           puts_local, pending);
+    CHECKF(!atomic_load(&reqs[N_OPS - 1].done) ||
+               reqs[N_OPS - 1].t_done <= t_kill ||
+               reqs[N_OPS - 1].status < 0,
+           "the flush completed with %s after the kill",
+           rdmx_status_name(reqs[N_OPS - 1].status));
     CHECKF(t_last - t_kill < 1000.0,
            "pending operations took %.0f ms to fail after the kill",
            t_last - t_kill);

@@ -406,7 +406,14 @@ rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
 rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
                            rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
 
-/** Write @p length bytes from @p buf to the peer at @p offset of @p rmem. */
+/**
+ * Write @p length bytes from @p buf to the peer at @p offset of @p rmem.
+ * Completion means @p buf may be reused, not that the data is at the peer:
+ * it is visible there once a later rdmx_ep_flush() completes with RDMX_OK
+ * (or use rdmx_put_notify(), whose notification follows the data). UCX
+ * from 1.16 on completes puts as soon as the data has left the buffer;
+ * rdmx promises only that on every version.
+ */
 rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, const void *buf, size_t length,
                           rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset,
                           rdmx_cb_t cb, void *arg);
@@ -432,6 +439,13 @@ rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, void *buf, size_t length,
  * Atomically add @p value to the 64-bit word at @p offset (8-byte aligned)
  * and store its previous value in @p *old_p (host byte order) when the
  * callback runs.
+ *
+ * Atomics are carried by rdmx and applied by the target's worker (its
+ * progress runs them), atomically against every other rdmx atomic on the
+ * word and the owner's own __atomic operations; the target checks the
+ * region's rights and bounds again. Completion means the operation is done
+ * at the peer. (UCX from 1.16 offers no atomic protocol on endpoints with
+ * peer failure detection; docs/CORE.md, "UCX versions".)
  */
 rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                   uint64_t offset, uint64_t value,
@@ -446,8 +460,9 @@ rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                    uint64_t swap, uint64_t *old_p,
                                    rdmx_cb_t cb, void *arg);
 
-/** Complete when every put/get/atomic issued on @p ep so far is done at the
- *  peer. */
+/** Complete when every put and get issued on @p ep so far is done at the
+ *  peer (its data visible there). Atomics are done at the peer when their
+ *  own callback runs. */
 rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg);
 
 /* Blocking wrappers: start the operation and progress (or, with a progress
