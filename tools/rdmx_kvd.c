@@ -707,6 +707,9 @@ static void usage(FILE *f)
         "  -m, --memory SIZE          value memory, registered at start\n"
         "                             (default 64m; k/m/g suffixes)\n"
         "  -w, --workers N            server threads (default: one per CPU)\n"
+        "  -c, --max-connections N    clients at once (default 1024); more\n"
+        "                             get RDMX_ERR_BUSY at once. Each costs a\n"
+        "                             file descriptor or two: see ulimit -n\n"
         "      --max-key BYTES        longest key (default 250, at most 65535)\n"
         "      --max-value SIZE       largest value (default 1m)\n"
         "      --inline-threshold SIZE values up to this size are answered\n"
@@ -739,6 +742,7 @@ int main(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"memory", required_argument, NULL, 'm'},
         {"workers", required_argument, NULL, 'w'},
+        {"max-connections", required_argument, NULL, 'c'},
         {"max-key", required_argument, NULL, 'K'},
         {"max-value", required_argument, NULL, 'V'},
         {"inline-threshold", required_argument, NULL, 'I'},
@@ -756,7 +760,7 @@ int main(int argc, char **argv)
     const char *listen = KVD_DEFAULT_LISTEN, *secret_file = NULL;
     size_t memory = 64u << 20, max_key = 250, max_value = 1u << 20;
     size_t inline_threshold = 4096;
-    unsigned workers = 0;
+    unsigned workers = 0, max_connections = 1024;
     rdmx_kv_eviction_t eviction = RDMX_KV_EVICT_LRU;
     rdmx_context_params_t cp = {0};
     rdmx_rpc_server_params_t sp = {0};
@@ -769,7 +773,7 @@ int main(int argc, char **argv)
     rdmx_status_t st;
     int c;
 
-    while ((c = getopt_long(argc, argv, "l:m:w:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "l:m:w:c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'l': listen = optarg; break;
         case 'm':
@@ -780,6 +784,17 @@ int main(int argc, char **argv)
             }
             break;
         case 'w': workers = (unsigned)atoi(optarg); break;
+        case 'c': {
+            char *end;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*end != '\0' || n == 0 || n > 10000000 || optarg[0] == '-') {
+                fprintf(stderr, "rdmx-kvd: --max-connections '%s': a number "
+                                "of at least 1\n", optarg);
+                return 2;
+            }
+            max_connections = (unsigned)n;
+            break;
+        }
         case 'K':
             if (parse_size(optarg, &max_key) || max_key == 0 ||
                 max_key > 65535) {
@@ -917,7 +932,9 @@ int main(int argc, char **argv)
     stp.eviction = eviction;
     sp.field_mask = RDMX_RPC_SERVER_FIELD_ADDRESS |
                     RDMX_RPC_SERVER_FIELD_WORKERS |
-                    RDMX_RPC_SERVER_FIELD_MAX_MESSAGE;
+                    RDMX_RPC_SERVER_FIELD_MAX_MESSAGE |
+                    RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS;
+    sp.max_connections = max_connections;
     sp.address = listen;
     sp.workers = workers;
     sp.max_message = max_value + max_key + 4096;

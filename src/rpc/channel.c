@@ -99,6 +99,8 @@ struct rdmx_channel {
     int probe_inflight;
     rdmx_status_t last_error;
     char last_message[256];
+    rdmx_status_t conn_error;   /* why the last connection ended or failed */
+    char conn_message[256];
     rdmx_hook_t hook;
     rdmx_list_t ctl_rndv; /* ctl_pend_t: large control messages arriving */
     method_t *methods;
@@ -380,6 +382,8 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
     rdmx_list_t *e, retry;
     uint64_t now = rdmx_now_ns();
 
+    ch->conn_error = status;
+    snprintf(ch->conn_message, sizeof(ch->conn_message), "%s", msg);
     if (ch->ep != NULL) {
         ch->ep->upper = NULL;
         rdmx_ep_close(ch->ep);
@@ -473,8 +477,9 @@ static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
         return;
     }
     if (status != RDMX_OK) {
-        snprintf(msg, sizeof(msg), "connect to %s: %s", ch->address,
-                 rdmx_strerror(status));
+        /* (rdmx_error_detail names the address and says why: "refused:
+         * server at its connection limit (N)") */
+        snprintf(msg, sizeof(msg), "%s", rdmx_error_detail());
         conn_lost(ch, status, msg, 0);
         return;
     }
@@ -1020,6 +1025,11 @@ rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
                                               : RDMX_ERR_CONN_CLOSED,
                                "channel %s: %s", ch->address,
                                ch->last_message);
+        /* The server said no (at its connection limit): say so now rather
+         * than after the timeout; the channel keeps trying. */
+        if (ch->state == RDMX_CHANNEL_DOWN && ch->conn_error == RDMX_ERR_BUSY)
+            return rdmx__error(RDMX_ERR_BUSY, "channel %s: %s", ch->address,
+                               ch->conn_message);
         if (rdmx_now_ns() >= deadline)
             return rdmx__error(RDMX_ERR_TIMEOUT, "channel %s: not ready "
                                                  "after %d ms",
