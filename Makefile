@@ -6,6 +6,10 @@
 #   make test       build, then run the test suite (CTest) over tcp and shm,
 #                   then fuzz-smoke
 #   make test-asan  the suite under ASan+UBSan
+#   make test-ucx UCX_PREFIX=DIR
+#                   build against the UCX installed in DIR (its headers and
+#                   pkg-config file) in build-ucx/, run the suite with DIR/lib
+#                   first on the library path (docs/CORE.md, "UCX versions")
 #   make demo       build, then run rdmx-demo's modes between two processes
 #   make install    install into PREFIX (default /usr/local)
 #   make format     clang-format the sources
@@ -19,7 +23,7 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
 FUZZ_LONG_SECONDS ?= 300
 
-.PHONY: all build debug release asan test test-asan demo install format clean deps
+.PHONY: all build debug release asan test test-asan test-ucx demo install format clean deps
 
 all: build
 
@@ -51,6 +55,16 @@ test-asan: asan
 	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --output-on-failure --timeout 600 -j 2
 
+test-ucx: deps
+	@test -n "$(UCX_PREFIX)" && test -f "$(UCX_PREFIX)/lib/pkgconfig/ucx.pc" || \
+	  { echo "make test-ucx: set UCX_PREFIX to a UCX install prefix (DIR/lib/pkgconfig/ucx.pc)" >&2; exit 2; }
+	@PKG_CONFIG_PATH=$(UCX_PREFIX)/lib/pkgconfig cmake -S . -B build-ucx \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
+	  -DCMAKE_BUILD_RPATH=$(UCX_PREFIX)/lib $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-ucx -j $(JOBS)
+	cd build-ucx && LD_LIBRARY_PATH=$(UCX_PREFIX)/lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	  ctest --output-on-failure --timeout 300 -j 2
+
 demo: build
 	scripts/demo.sh build/bin
 
@@ -61,7 +75,7 @@ format:
 	clang-format -i include/rdmx/*.h src/*/*.[ch] tools/*.c tests/*.[ch]
 
 clean:
-	rm -rf build build-debug build-release build-asan
+	rm -rf build build-debug build-release build-asan build-ucx
 
 # --- fuzzing (fuzz/fuzz.mk: clang + libFuzzer, no UCX) -----------------------
 .PHONY: fuzz fuzz-smoke fuzz-long fuzz-clean
