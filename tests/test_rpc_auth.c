@@ -28,6 +28,7 @@
 #include "harness.h"
 #include "rpc_server.h"
 
+#include "core/internal.h" /* a raw UCX handler of its own */
 #include "rpc/internal.h" /* wire format, rdmx__rpc_mac */
 
 #include <signal.h>
@@ -126,7 +127,7 @@ static uint64_t raw_msg(rdmx_ep_t *ep, unsigned kind, uint32_t handler,
         memcpy(buf, aux, alen);
     if (plen)
         memcpy(buf + alen, payload, plen);
-    st = rdmx__am_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), buf,
+    st = rdmx__msg_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), buf,
                        (size_t)alen + plen, send_done, buf);
     if (st == RDMX_OK)
         free(buf);

@@ -109,7 +109,7 @@ static ucs_status_t raw_am(void *arg, const void *header, size_t hlen,
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         a->rndv = 1;
         CHECK(rndv_ep != NULL);
-        rdmx__am_recv_data(rndv_ep, data, a->data, len, answer_data_done,
+        rdmx__msg_recv(rndv_ep, data, a->data, len, answer_data_done,
                            (void *)(uintptr_t)(nanswers - 1));
         return UCS_INPROGRESS;
     }
@@ -340,7 +340,7 @@ static void raw_send(rdmx_ep_t *ep, const void *hdr, size_t hlen,
 
     if (len)
         memcpy(copy, data, len);
-    st = rdmx__am_send(ep, RDMX_AM_RPC, hdr, hlen, copy, len, send_done, copy);
+    st = rdmx__msg_send(ep, RDMX_AM_RPC, hdr, hlen, copy, len, send_done, copy);
     if (st == RDMX_OK) {
         free(copy);
     } else {

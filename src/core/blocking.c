@@ -1,7 +1,7 @@
 /*
- * Blocking wrappers: start the non-blocking form, then progress until its
- * callback ran. With a progress thread, sleep on the worker's condition
- * variable instead (the progress thread runs the callback).
+ * Blocking wrappers: start the non-blocking form, then wait for its
+ * callback with the one wait primitive (rdmx__wait_until: poll, then
+ * sleep; with a progress thread, sleep on the worker's condition).
  */
 #include "core/internal.h"
 
@@ -26,16 +26,7 @@ static rdmx_status_t wait_for(rdmx_worker_t *w, waiter_t *wt, rdmx_status_t st)
 {
     if (st != RDMX_INPROGRESS)
         return st;
-    if (w->mt) {
-        pthread_mutex_lock(&w->lock);
-        ucp_worker_signal(w->ucp); /* the progress thread may be asleep */
-        while (!wt->done)
-            pthread_cond_wait(&w->cond, &w->lock);
-        pthread_mutex_unlock(&w->lock);
-    } else {
-        while (!wt->done)
-            rdmx_worker_progress(w);
-    }
+    rdmx__wait_until(w, &wt->done);
     return wt->status;
 }
 
@@ -64,28 +55,14 @@ rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
     deadline = timeout_ms > 0
                    ? rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull
                    : UINT64_MAX;
-    rdmx__lock(w);
-    while (!wt.done) {
-        if (rdmx_now_ns() >= deadline) {
-            /* Unmatched: take it back. Matched: its data is moving; wait. */
-            if (rdmx__recv_cancel(ep, op))
-                deadline = UINT64_MAX;
-        }
-        if (w->mt) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            ucp_worker_signal(w->ucp);
-            pthread_cond_timedwait(&w->cond, &w->lock, &ts);
-        } else {
-            rdmx_worker_progress(w);
-        }
+    if (rdmx__wait_deadline(w, &wt.done, deadline) < 0) {
+        /* Unmatched: take it back (it completes with RDMX_ERR_TIMEOUT).
+         * Matched: its data is moving; wait for it. */
+        rdmx__lock(w);
+        rdmx__recv_cancel(ep, op);
+        rdmx__unlock(w);
+        rdmx__wait_until(w, &wt.done);
     }
-    rdmx__unlock(w);
     if (wt.status == RDMX_ERR_TIMEOUT)
         return rdmx__error(RDMX_ERR_TIMEOUT, "recv: no message within %d ms",
                            timeout_ms);

@@ -32,6 +32,11 @@ rdmx_status_t rdmx_transport_parse(const char *name,
                        name ? name : "(null)");
 }
 
+uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx)
+{
+    return ctx->spin_ns;
+}
+
 rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context)
 {
     return context->transport;

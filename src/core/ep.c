@@ -109,6 +109,8 @@ static void fail_with(rdmx_ep_t *ep, rdmx_status_t status, const char *fmt,
     char msg[256];
 
     snprintf(msg, sizeof(msg), fmt, arg);
+    if (ep->status == RDMX_OK)
+        snprintf(ep->why, sizeof(ep->why), "%.159s", msg);
     rdmx__error(status, "connection to %s: %s", ep->peer, msg);
     rdmx_debug("ep %p (%s): %s", (void *)ep, ep->peer, msg);
     rdmx__ep_fail(ep, status);
@@ -133,6 +135,8 @@ static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
         st = RDMX_ERR_CONN_RESET;
     rdmx_debug("ep %p (%s): UCX error %s", (void *)ep, ep->peer,
                ucs_status_string(us));
+    if (ep->status == RDMX_OK)
+        snprintf(ep->why, sizeof(ep->why), "%.159s", ucs_status_string(us));
     rdmx__error(st, "connection to %s: %s", ep->peer, ucs_status_string(us));
     rdmx__ep_fail(ep, st);
 }
@@ -766,16 +770,12 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *w, const char *address,
                          &ep);
     if (st != RDMX_INPROGRESS)
         return st;
-    if (w->mt) {
-        pthread_mutex_lock(&w->lock);
-        while (!cw.done)
-            pthread_cond_wait(&w->cond, &w->lock);
-        pthread_mutex_unlock(&w->lock);
-    } else {
-        rdmx__progress_until(w, &cw.done);
-    }
+    rdmx__wait_until(w, &cw.done);
     if (cw.status != RDMX_OK) {
-        snprintf(detail, sizeof(detail), "%s", rdmx_error_detail());
+        /* (the detail of the thread that saw the failure, which may be the
+         * worker's progress thread) */
+        snprintf(detail, sizeof(detail), "connection to %s: %s", ep->peer,
+                 ep->why[0] ? ep->why : rdmx_strerror(cw.status));
         rdmx_ep_close(ep);
         return rdmx__error(cw.status, "%s", detail);
     }
@@ -1049,6 +1049,34 @@ rdmx_worker_t *rdmx_ep_worker(const rdmx_ep_t *ep)
 rdmx_status_t rdmx_ep_status(const rdmx_ep_t *ep)
 {
     return ep->status;
+}
+
+void *rdmx__ep_upper(const rdmx_ep_t *ep)
+{
+    return ep->upper;
+}
+
+void rdmx__ep_set_upper(rdmx_ep_t *ep, void *upper)
+{
+    ep->upper = upper;
+}
+
+const char *rdmx__ep_peer(const rdmx_ep_t *ep)
+{
+    return ep->peer;
+}
+
+int rdmx__ep_adopt(rdmx_ep_t *ep, rdmx_accept_cb_t accept_cb, void **arg_p)
+{
+    if (ep->accept_cb != accept_cb || ep->state != RDMX_EP_CONNECTED ||
+        ep->reported)
+        return 0;
+    /* From now on a failure reaches the endpoint's error_cb (core would
+     * otherwise free an endpoint whose accept callback has not run yet
+     * quietly); the accept event finds it taken. */
+    ep->reported = 1;
+    *arg_p = ep->accept_arg;
+    return 1;
 }
 
 rdmx_status_t rdmx_ep_peer_address(const rdmx_ep_t *ep, char *buf,

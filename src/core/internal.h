@@ -12,6 +12,8 @@
 
 #include <rdmx/core.h>
 
+#include "core/upper.h"
+#include "util/error.h"
 #include "util/list.h"
 #include "util/log.h"
 #include "util/ptrmap.h"
@@ -273,6 +275,7 @@ struct rdmx_ep {
     uint64_t peer_worker;   /* the peer worker's id */
     rdmx_limit_t *limit;    /* server side: the listener's limit, or NULL */
     char peer[64];          /* "host:port" */
+    char why[160];          /* what ended the connection, first cause */
     void *upper;            /* the RPC connection riding on this endpoint */
 };
 
@@ -292,15 +295,6 @@ typedef struct {
     rdmx_accept_cb_t accept_cb;
     void *accept_arg;
 } rdmx_conn_req_t;
-
-/* A timer the layers above core run from progress (RPC channels, servers).
- * @fn runs when rdmx_now_ns() >= @next_ns and sets the next time itself
- * (UINT64_MAX: not armed). */
-typedef struct rdmx_hook {
-    rdmx_list_t link; /* worker->hooks */
-    unsigned (*fn)(struct rdmx_hook *hook, uint64_t now_ns);
-    uint64_t next_ns;
-} rdmx_hook_t;
 
 /* A socket accepted by a listener whose HELLO has not arrived yet. */
 typedef struct {
@@ -355,6 +349,10 @@ struct rdmx_worker {
     uint64_t next_sock_ns;    /* a busy worker's next look at its sockets */
     rdmx_worker_stats_t stats;
     rdmx_list_t hooks;        /* rdmx_hook_t timers of upper layers */
+    struct rdmx_upper_handler {
+        rdmx_worker_t *w;
+        rdmx_msg_handler_t fn;
+    } handlers[RDMX_MSG_ID_MAX]; /* of the layers above (ids 16..) */
     unsigned hook_tick;
     int hooks_due;            /* run the timers at the next progress */
     /* connection requests handed over by another worker's listener */
@@ -372,9 +370,6 @@ struct rdmx_worker {
 
 /* --- errors (status.c) --------------------------------------------------- */
 
-/* Record a detail message for rdmx_error_detail() and return @status. */
-rdmx_status_t rdmx__error(rdmx_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 rdmx_status_t rdmx__from_ucs(ucs_status_t status);
 
 /* --- worker.c ------------------------------------------------------------ */
@@ -410,14 +405,9 @@ int rdmx__op_ucx_done(rdmx_op_t *op, void *req);
  * their requests (some never complete after a peer died). */
 void rdmx__op_orphan_all(rdmx_ep_t *ep);
 
-/* Install an active-message handler (arg = the worker) for an upper layer. */
-rdmx_status_t rdmx__worker_set_am(rdmx_worker_t *w, unsigned id,
-                                  ucp_am_recv_callback_t cb);
-void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook);
 /* Progress @w until *@done: spin while events come (latency), then sleep on
  * the worker's fd between events so a long wait does not burn a core. */
 void rdmx__progress_until(rdmx_worker_t *w, volatile int *done);
-void rdmx__hook_del(rdmx_hook_t *hook);
 /* Hand a connection request to worker @w (any thread). */
 void rdmx__worker_handoff(rdmx_worker_t *w, rdmx_conn_req_t *cr);
 /* Handle the events of rdmx's sockets (never blocks); the count. */
@@ -428,10 +418,6 @@ unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w);
 /* Refuse a queued connection request with @status and @why, free it. */
 void rdmx__conn_req_reject(rdmx_conn_req_t *cr, rdmx_status_t status,
                            const char *why);
-/* From now on new connections are refused ("shutting down"); the port
- * stays bound until rdmx_listener_destroy. For a server that is shutting
- * down (any thread). */
-void rdmx__listener_pause(rdmx_listener_t *l);
 /* Handshake deadlines of the listeners of @w. */
 void rdmx__listener_sweep(rdmx_worker_t *w, uint64_t now);
 
@@ -475,16 +461,6 @@ rdmx_status_t rdmx__recv_post(rdmx_ep_t *ep, void *buf, size_t capacity,
 /* Cancel a posted receive that has not matched a message yet. */
 int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op);
 
-/* For upper layers: send active message @id with header @hdr (copied,
- * <= RDMX_OP_HDR_MAX) and @length bytes of @data (must stay valid until
- * completion). RDMX_OK: done at once, cb will not run; RDMX_INPROGRESS. */
-rdmx_status_t rdmx__am_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
-                            size_t hlen, const void *data, size_t length,
-                            rdmx_cb_t cb, void *arg);
-/* Receive the data of a rendezvous active message (@desc from the AM
- * callback) into @buf; @cb always runs (from progress). */
-rdmx_status_t rdmx__am_recv_data(rdmx_ep_t *ep, void *desc, void *buf,
-                                 size_t length, rdmx_cb_t cb, void *arg);
 
 /* --- rma.c ---------------------------------------------------------------- */
 

@@ -66,9 +66,9 @@ out:
     return st;
 }
 
-rdmx_status_t rdmx__am_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
-                            size_t hlen, const void *data, size_t length,
-                            rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                             size_t hlen, const void *data, size_t length,
+                             rdmx_cb_t cb, void *arg)
 {
     rdmx_worker_t *w = ep->worker;
     ucp_request_param_t p;
@@ -104,6 +104,37 @@ rdmx_status_t rdmx__am_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
     return RDMX_INPROGRESS;
 }
 
+rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                                 size_t hlen, const void *data, size_t length)
+{
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+    rdmx_status_t st;
+
+    if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
+        return st;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    r = ucp_am_send_nbx(ep->ucp_ep, id, hdr, hlen, data, length, &p);
+    if (r == NULL)
+        return RDMX_OK;
+    if (UCS_PTR_IS_PTR(r)) { /* not expected with FORCE_IMM_CMPL */
+        while (ucp_request_check_status(r) == UCS_INPROGRESS)
+            ucp_worker_progress(ep->worker->ucp);
+        ucp_request_free(r);
+        return RDMX_OK;
+    }
+    if (UCS_PTR_STATUS(r) == UCS_ERR_NO_RESOURCE)
+        return RDMX_ERR_NO_RESOURCE;
+    return rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
+                       ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
+}
+
+void rdmx__msg_release(rdmx_worker_t *w, void *data)
+{
+    ucp_am_data_release(w->ucp, data);
+}
+
 static void rndv_done(void *req, ucs_status_t us, size_t length,
                       void *user_data)
 {
@@ -133,8 +164,8 @@ static void rndv_start(rdmx_op_t *op, void *desc, size_t length)
         rdmx__op_issued(op, r);
 }
 
-rdmx_status_t rdmx__am_recv_data(rdmx_ep_t *ep, void *desc, void *buf,
-                                 size_t length, rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
+                             size_t length, rdmx_cb_t cb, void *arg)
 {
     rdmx_op_t *op = rdmx__op_get(ep->worker, ep, RDMX_OP_RECV, cb, arg);
 

@@ -1,50 +1,7 @@
 /*
- * Status strings and the per-thread error detail.
+ * UCX status codes in rdmx's terms.
  */
 #include "core/internal.h"
-
-#include <stdio.h>
-
-static __thread char error_detail[256];
-
-const char *rdmx_strerror(rdmx_status_t status)
-{
-    switch (status) {
-#define RDMX_STATUS_STR_(name, value, desc)                                    \
-    case name:                                                                 \
-        return desc;
-        RDMX_STATUS_LIST(RDMX_STATUS_STR_)
-#undef RDMX_STATUS_STR_
-    }
-    return "unknown status";
-}
-
-const char *rdmx_status_name(rdmx_status_t status)
-{
-    switch (status) {
-#define RDMX_STATUS_NAME_(name, value, desc)                                   \
-    case name:                                                                 \
-        return #name;
-        RDMX_STATUS_LIST(RDMX_STATUS_NAME_)
-#undef RDMX_STATUS_NAME_
-    }
-    return "RDMX_UNKNOWN";
-}
-
-const char *rdmx_error_detail(void)
-{
-    return error_detail;
-}
-
-rdmx_status_t rdmx__error(rdmx_status_t status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(error_detail, sizeof(error_detail), fmt, ap);
-    va_end(ap);
-    rdmx_debug("%s: %s", rdmx_status_name(status), error_detail);
-    return status;
-}
 
 /* Map a UCX status to ours. Connection-level failures keep their meaning;
  * anything unexpected is an I/O error. */

@@ -164,6 +164,8 @@ static void *progress_thread(void *arg)
 
         pthread_mutex_lock(&w->lock);
         n = rdmx_worker_progress(w);
+        if (n > 0) /* callbacks may have set what a waiter waits for */
+            pthread_cond_broadcast(&w->cond);
         if (n == 0) {
             st = rdmx_worker_arm(w);
             uint64_t next = next_hook_ns(w), now = rdmx_now_ns();
@@ -400,23 +402,126 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     free(w);
 }
 
-rdmx_status_t rdmx__worker_set_am(rdmx_worker_t *w, unsigned id,
-                                  ucp_am_recv_callback_t cb)
+/* The UCX side of a handler of a layer above: find the endpoint, drop what
+ * is not from a live one, and hand the rest over in rdmx's terms. */
+static ucs_status_t upper_am(void *arg, const void *header, size_t hlen,
+                             void *data, size_t len,
+                             const ucp_am_recv_param_t *param)
 {
-    /* Upper layers may keep a message's data past the callback. */
-    return set_am_handler_flags(w, id, cb, UCP_AM_FLAG_PERSISTENT_DATA);
+    struct rdmx_upper_handler *h = arg;
+    rdmx_msg_info_t info;
+
+    info.ep = rdmx__ep_lookup(h->w, param);
+    if (info.ep == NULL || info.ep->status != RDMX_OK) {
+        if (info.ep == NULL)
+            h->w->stats.proto_errors++;
+        return UCS_OK; /* closing, or not an rdmx peer */
+    }
+    info.flags = ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+                      ? RDMX_MSG_RNDV
+                      : 0) |
+                 ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)
+                      ? RDMX_MSG_HOLDABLE
+                      : 0);
+    return h->fn(h->w, header, hlen, data, len, &info) == RDMX_INPROGRESS
+               ? UCS_INPROGRESS
+               : UCS_OK;
 }
 
-/* Poll for up to ctx->spin_ns (RDMX_SPIN_US; 0: sleep at once), then sleep
- * on the worker's fd. */
+rdmx_status_t rdmx__worker_set_handler(rdmx_worker_t *w, unsigned id,
+                                       rdmx_msg_handler_t fn)
+{
+    struct rdmx_upper_handler *h;
+
+    if (id < RDMX_MSG_ID_UPPER || id >= RDMX_MSG_ID_MAX || fn == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "message id %u: not %u..%u",
+                           id, RDMX_MSG_ID_UPPER, RDMX_MSG_ID_MAX - 1);
+    h = &w->handlers[id];
+    h->w = w;
+    h->fn = fn;
+    {
+        ucp_am_handler_param_t p = {
+            .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                          UCP_AM_HANDLER_PARAM_FIELD_CB |
+                          UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                          UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+            .id = id,
+            .cb = upper_am,
+            .arg = h,
+            /* Upper layers may keep a message's data past the callback. */
+            .flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA,
+        };
+        ucs_status_t us = ucp_worker_set_am_recv_handler(w->ucp, &p);
+        if (us != UCS_OK)
+            return rdmx__error(RDMX_ERR_IO, "UCX: AM handler %u: %s", id,
+                               ucs_status_string(us));
+    }
+    return RDMX_OK;
+}
+
+rdmx_context_t *rdmx__worker_context(const rdmx_worker_t *w)
+{
+    return w->ctx;
+}
+
+int rdmx__worker_threaded(const rdmx_worker_t *w)
+{
+    return w->mt;
+}
+
+void rdmx__worker_proto_error(rdmx_worker_t *w)
+{
+    w->stats.proto_errors++;
+}
+
+void rdmx__worker_lock(rdmx_worker_t *w)
+{
+    rdmx__lock(w);
+}
+
+void rdmx__worker_unlock(rdmx_worker_t *w)
+{
+    rdmx__unlock(w);
+}
+
+
+/* Poll for up to ctx->spin_ns (RDMX_SPIN_US; 0: sleep at once) after the
+ * last event, then sleep on the worker's fd, 1 ms at a time. */
 void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
 {
-    uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns;
+    rdmx__wait_deadline(w, done, UINT64_MAX);
+}
+
+int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
+                        uint64_t deadline_ns)
+{
+    uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns, now;
     unsigned spins = 0;
 
+    if (w->mt) {
+        int rc = 0;
+        pthread_mutex_lock(&w->lock);
+        ucp_worker_signal(w->ucp); /* the progress thread may be asleep */
+        while (!*done) {
+            struct timespec ts;
+            if ((now = rdmx_now_ns()) >= deadline_ns) {
+                rc = -1;
+                break;
+            }
+            /* (the progress thread broadcasts after every pass with work;
+             * 10 ms bounds a missed one) */
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+        }
+        pthread_mutex_unlock(&w->lock);
+        return rc;
+    }
     while (!*done) {
-        uint64_t now;
-
         if (rdmx_worker_progress(w) > 0) {
             idle_since = 0;
             continue;
@@ -424,11 +529,19 @@ void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
         if (spin_ns != 0 && (++spins & 63) != 0)
             continue;
         now = rdmx_now_ns();
+        if (now >= deadline_ns)
+            return -1;
         if (idle_since == 0)
             idle_since = now;
         if (now - idle_since >= spin_ns)
             rdmx_worker_wait(w, 1);
     }
+    return 0;
+}
+
+void rdmx__wait_until(rdmx_worker_t *w, volatile int *done)
+{
+    rdmx__wait_deadline(w, done, UINT64_MAX);
 }
 
 void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook)

@@ -10,7 +10,7 @@
  */
 #include "kv/alloc.h"
 
-#include "core/internal.h"
+#include "core/upper.h"
 
 #include <string.h>
 

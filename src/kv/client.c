@@ -5,7 +5,7 @@
  */
 #include <rdmx/kv.h>
 
-#include "core/internal.h"
+#include "core/upper.h"
 #include "kv/proto.h"
 #include "lambda/lambda_int.h"
 #include "util/hash.h"
@@ -105,7 +105,7 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
     }
     kv->w = w;
-    kv->no_rma = rdmx_context_transport(w->ctx) == RDMX_TRANSPORT_TCP;
+    kv->no_rma = rdmx_context_transport(rdmx__worker_context(w)) == RDMX_TRANSPORT_TCP;
     kv->replicas = (f & RDMX_KV_FIELD_REPLICAS) && p->replicas ? p->replicas
                                                                : 1;
     kv->timeout_ms = (f & RDMX_KV_FIELD_TIMEOUT) && p->timeout_ms > 0
@@ -336,15 +336,7 @@ static rdmx_status_t kv_call(rdmx_kv_t *kv, unsigned server,
                       NULL);
     if (st != RDMX_INPROGRESS)
         return st;
-    if (kv->w->mt) {
-        pthread_mutex_lock(&kv->w->lock);
-        ucp_worker_signal(kv->w->ucp);
-        while (!wt->done)
-            pthread_cond_wait(&kv->w->cond, &kv->w->lock);
-        pthread_mutex_unlock(&kv->w->lock);
-    } else {
-        rdmx__progress_until(kv->w, &wt->done);
-    }
+    rdmx__wait_until(kv->w, &wt->done);
     if (wt->status != RDMX_OK)
         return rdmx__error(wt->status, "%s on %s: %s", method,
                            kv->addr[server], wt->message);

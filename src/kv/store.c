@@ -21,7 +21,7 @@
  */
 #include "kv/store.h"
 
-#include "core/internal.h"
+#include "core/upper.h"
 #include "kv/alloc.h"
 #include "util/hash.h"
 #include "util/list.h"

@@ -12,7 +12,7 @@
 #define _GNU_SOURCE
 #include "lambda/lambda_int.h"
 
-#include "core/internal.h"
+#include "core/upper.h"
 
 #include <openssl/sha.h>
 

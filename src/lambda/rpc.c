@@ -14,7 +14,7 @@
  */
 #include "lambda/lambda_int.h"
 
-#include "core/internal.h"
+#include "core/upper.h"
 #include "util/endian.h"
 
 #include <stdlib.h>

@@ -22,7 +22,7 @@
  */
 #include "lambda/lambda_int.h"
 
-#include "core/internal.h"
+#include "core/upper.h"
 #include "util/time.h"
 
 #include <lauxlib.h>

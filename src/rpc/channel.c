@@ -275,8 +275,6 @@ static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
     r.call_id = c->id;
     if (c->cb != NULL)
         c->cb(&r, c->arg);
-    if (ch->w->mt)
-        pthread_cond_broadcast(&ch->w->cond);
 }
 
 /* Drop a call record that no longer waits for anything. */
@@ -385,7 +383,7 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
     ch->conn_error = status;
     snprintf(ch->conn_message, sizeof(ch->conn_message), "%s", msg);
     if (ch->ep != NULL) {
-        ch->ep->upper = NULL;
+        rdmx__ep_set_upper(ch->ep, NULL);
         rdmx_ep_close(ch->ep);
         ch->ep = NULL;
     }
@@ -483,7 +481,7 @@ static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
         conn_lost(ch, status, msg, 0);
         return;
     }
-    ep->upper = ch;
+    rdmx__ep_set_upper(ep, ch);
     rdmx__rpc_nonce(ch->cnonce);
     memcpy(hello + 4, ch->cnonce, RDMX_RPC_NONCE_SIZE);
     rdmx__rpc_hdr(&h, RDMX_RPC_MSG_HELLO, 0, 0);
@@ -673,7 +671,7 @@ static void ctl_rndv_done(rdmx_status_t status, size_t length, void *arg)
     free(p);
 }
 
-ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                                   rdmx_rpc_msg_t *m)
 {
     rdmx_channel_t *ch = (rdmx_channel_t *)link;
@@ -685,16 +683,16 @@ ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                             ? malloc(sizeof(*p) + m->length)
                             : NULL;
         if (p == NULL) {
-            ucp_am_data_release(ch->w->ucp, m->data);
+            rdmx__msg_release(ch->w, m->data);
             conn_lost(ch, RDMX_ERR_PROTO, "oversized control message", 0);
-            return UCS_INPROGRESS; /* released above */
+            return RDMX_INPROGRESS; /* released above */
         }
         p->ch = ch;
         p->ep = ep;
         p->m = *m;
         rdmx_list_insert_tail(&ch->ctl_rndv, &p->link);
-        rdmx__am_recv_data(ep, m->data, p->data, m->length, ctl_rndv_done, p);
-        return UCS_INPROGRESS;
+        rdmx__msg_recv(ep, m->data, p->data, m->length, ctl_rndv_done, p);
+        return RDMX_INPROGRESS;
     }
     switch (m->h.kind) {
     case RDMX_RPC_MSG_RESPONSE:
@@ -708,23 +706,23 @@ ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             memcpy(msg, m->data, n);
             msg[n] = '\0';
             conn_lost(ch, m->h.status, msg, m->h.status == RDMX_ERR_DENIED);
-            return UCS_OK;
+            return RDMX_OK;
         }
         c = rdmx_ptrmap_get(&ch->calls, (void *)(uintptr_t)m->h.id);
         if (c == NULL || c->state != CALL_SENT) {
             ch->stats.late_responses++;
-            return UCS_OK;
+            return RDMX_OK;
         }
         if (m->rndv) {
             if ((c->resp = malloc(m->length ? m->length : 1)) == NULL) {
                 answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
                                13);
-                return UCS_OK;
+                return RDMX_OK;
             }
             c->holds++;
-            rdmx__am_recv_data(ch->ep, m->data, c->resp, m->length,
+            rdmx__msg_recv(ch->ep, m->data, c->resp, m->length,
                                resp_rndv_done, c);
-            return UCS_INPROGRESS;
+            return RDMX_INPROGRESS;
         }
         answer_arrived(ch, c,
                        m->h.kind == RDMX_RPC_MSG_RESPONSE
@@ -732,23 +730,23 @@ ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                            : (rdmx_status_t)m->h.status,
                        (const unsigned char *)m->data + m->h.aux,
                        m->h.payload);
-        return UCS_OK;
+        return RDMX_OK;
     case RDMX_RPC_MSG_PONG:
-        return UCS_OK;
+        return RDMX_OK;
     case RDMX_RPC_MSG_PING:
         rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_PONG, m->h.id, 0);
-        return UCS_OK;
+        return RDMX_OK;
     case RDMX_RPC_MSG_WELCOME:
         on_welcome(ch, m);
-        return UCS_OK;
+        return RDMX_OK;
     case RDMX_RPC_MSG_CHALLENGE:
         on_challenge(ch, m);
-        return UCS_OK;
+        return RDMX_OK;
     default:
         rdmx_debug("rpc channel %s: unexpected message kind %u", ch->address,
                    m->h.kind);
-        ch->w->stats.proto_errors++;
-        return UCS_OK;
+        rdmx__worker_proto_error(ch->w);
+        return RDMX_OK;
     }
 }
 
@@ -759,7 +757,7 @@ void rdmx__channel_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
 
     (void)ep;
     (void)h;
-    ch->w->stats.proto_errors++;
+    rdmx__worker_proto_error(ch->w);
     rdmx_warn("rpc channel %s: malformed message: %s", ch->address, why);
 }
 
@@ -940,9 +938,9 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     ch->hook.fn = ch_timer;
     ch->hook.next_ns = UINT64_MAX;
 
-    rdmx__lock(w);
+    rdmx__worker_lock(w);
     if ((st = rdmx__rpc_attach(w)) != RDMX_OK) {
-        rdmx__unlock(w);
+        rdmx__worker_unlock(w);
         free(ch->secret);
         rdmx_ptrmap_cleanup(&ch->calls);
         free(ch);
@@ -950,7 +948,7 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     }
     rdmx__hook_add(w, &ch->hook);
     start_connect(ch);
-    rdmx__unlock(w);
+    rdmx__worker_unlock(w);
     *channel_p = ch;
     return RDMX_OK;
 }
@@ -963,10 +961,10 @@ void rdmx_channel_destroy(rdmx_channel_t *ch)
     if (ch == NULL)
         return;
     w = ch->w;
-    rdmx__lock(w);
+    rdmx__worker_lock(w);
     rdmx__hook_del(&ch->hook);
     if (ch->ep != NULL) {
-        ch->ep->upper = NULL;
+        rdmx__ep_set_upper(ch->ep, NULL);
         rdmx_ep_close(ch->ep);
         ch->ep = NULL;
     }
@@ -986,7 +984,7 @@ void rdmx_channel_destroy(rdmx_channel_t *ch)
         call_unlink(ch, c);
         call_free(c);
     }
-    rdmx__unlock(w);
+    rdmx__worker_unlock(w);
     rdmx_ptrmap_cleanup(&ch->calls);
     free(ch->h_ids);
     free(ch->h_flags);
@@ -1034,7 +1032,7 @@ rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
             return rdmx__error(RDMX_ERR_TIMEOUT, "channel %s: not ready "
                                                  "after %d ms",
                                ch->address, timeout_ms);
-        if (ch->w->mt) {
+        if (rdmx__worker_threaded(ch->w)) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         } else {
@@ -1045,18 +1043,18 @@ rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
 
 void rdmx_channel_stats(rdmx_channel_t *ch, rdmx_channel_stats_t *stats_p)
 {
-    rdmx__lock(ch->w);
+    rdmx__worker_lock(ch->w);
     *stats_p = ch->stats;
-    rdmx__unlock(ch->w);
+    rdmx__worker_unlock(ch->w);
 }
 
 unsigned rdmx_channel_metrics(rdmx_channel_t *ch, rdmx_rpc_metrics_t *out,
                               unsigned max)
 {
-    rdmx__lock(ch->w);
+    rdmx__worker_lock(ch->w);
     for (unsigned i = 0; i < ch->nmethods && i < max; i++)
         rdmx__counters_export(&ch->methods[i].c, ch->methods[i].name, &out[i]);
-    rdmx__unlock(ch->w);
+    rdmx__worker_unlock(ch->w);
     return ch->nmethods;
 }
 
@@ -1213,7 +1211,7 @@ rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
 
     if (ch == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "call: NULL channel");
-    rdmx__lock(ch->w);
+    rdmx__worker_lock(ch->w);
     if (ch->state == RDMX_CHANNEL_CLOSED) {
         st = rdmx__error(ch->last_error ? ch->last_error
                                         : RDMX_ERR_CONN_CLOSED,
@@ -1261,7 +1259,7 @@ rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
         *call_id_p = c->id;
     st = RDMX_INPROGRESS;
 out:
-    rdmx__unlock(ch->w);
+    rdmx__worker_unlock(ch->w);
     return st;
 }
 
@@ -1275,7 +1273,7 @@ rdmx_status_t rdmx_call_oneway(rdmx_channel_t *ch, const char *method,
     if (ch == NULL || name_len == 0 || name_len > RDMX_RPC_NAME_MAX ||
         (data == NULL && length != 0))
         return rdmx__error(RDMX_ERR_INVALID, "oneway: bad argument");
-    rdmx__lock(ch->w);
+    rdmx__worker_lock(ch->w);
     if (ch->state != RDMX_CHANNEL_READY) {
         st = rdmx__error(RDMX_ERR_BUSY, "oneway '%s': channel %s is not "
                                         "ready",
@@ -1291,7 +1289,7 @@ rdmx_status_t rdmx_call_oneway(rdmx_channel_t *ch, const char *method,
         if (st == RDMX_OK)
             ch->stats.calls++;
     }
-    rdmx__unlock(ch->w);
+    rdmx__worker_unlock(ch->w);
     return st;
 }
 
@@ -1302,7 +1300,7 @@ rdmx_status_t rdmx_call_cancel(rdmx_channel_t *ch, uint64_t call_id)
 
     if (ch == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "cancel: NULL channel");
-    rdmx__lock(ch->w);
+    rdmx__worker_lock(ch->w);
     c = rdmx_ptrmap_get(&ch->calls, (void *)(uintptr_t)call_id);
     if (c == NULL || c->done) {
         st = rdmx__error(RDMX_ERR_NOT_FOUND, "cancel: call %llu is not "
@@ -1320,7 +1318,7 @@ rdmx_status_t rdmx_call_cancel(rdmx_channel_t *ch, uint64_t call_id)
         retire(ch, c);
     }
 out:
-    rdmx__unlock(ch->w);
+    rdmx__worker_unlock(ch->w);
     return st;
 }
 
@@ -1370,15 +1368,7 @@ rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
     st = rdmx_call_nb(ch, method, data, length, params, waiter_cb, &wt, NULL);
     if (st != RDMX_INPROGRESS)
         return st;
-    if (ch->w->mt) {
-        pthread_mutex_lock(&ch->w->lock);
-        ucp_worker_signal(ch->w->ucp);
-        while (!wt.done)
-            pthread_cond_wait(&ch->w->cond, &ch->w->lock);
-        pthread_mutex_unlock(&ch->w->lock);
-    } else {
-        rdmx__progress_until(ch->w, &wt.done);
-    }
+    rdmx__wait_until(ch->w, &wt.done);
     if (resp_len_p != NULL)
         *resp_len_p = wt.length;
     if (wt.status != RDMX_OK)

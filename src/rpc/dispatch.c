@@ -22,30 +22,24 @@ uint32_t rdmx_rpc_id(const char *name)
 
 rdmx_status_t rdmx__rpc_attach(rdmx_worker_t *w)
 {
-    return rdmx__worker_set_am(w, RDMX_AM_RPC, rdmx__rpc_am);
+    return rdmx__worker_set_handler(w, RDMX_AM_RPC, rdmx__rpc_am);
 }
 
-ucs_status_t rdmx__rpc_am(void *arg, const void *header, size_t hlen,
-                          void *data, size_t len,
-                          const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__rpc_am(rdmx_worker_t *w, const void *header, size_t hlen,
+                           void *data, size_t len,
+                           const rdmx_msg_info_t *info)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+    rdmx_ep_t *ep = info->ep;
     rdmx_rpc_link_t *link;
     rdmx_rpc_msg_t m;
     char why[160];
 
-    if (ep == NULL || ep->status != RDMX_OK) {
-        if (ep == NULL)
-            w->stats.proto_errors++;
-        return UCS_OK; /* closing, or not an rdmx peer */
-    }
-    link = ep->upper;
+    link = rdmx__ep_upper(ep);
     if (link == NULL)
         link = rdmx__server_link_for(ep);
     if (link == NULL) {
-        w->stats.proto_errors++;
-        return UCS_OK;
+        rdmx__worker_proto_error(w);
+        return RDMX_OK;
     }
     if (rdmx_rpc_hdr_decode(header, hlen, len, &m.h, why, sizeof(why)) !=
         RDMX_OK) {
@@ -53,12 +47,12 @@ ucs_status_t rdmx__rpc_am(void *arg, const void *header, size_t hlen,
             rdmx__server_on_bad(link, ep, &m.h, why);
         else
             rdmx__channel_on_bad(link, ep, &m.h, why);
-        return UCS_OK;
+        return RDMX_OK;
     }
     m.data = data;
     m.length = len;
-    m.rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
-    m.can_hold = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA);
+    m.rndv = !!(info->flags & RDMX_MSG_RNDV);
+    m.can_hold = !!(info->flags & RDMX_MSG_HOLDABLE);
     if (link->role == RDMX_RPC_LINK_SERVER)
         return rdmx__server_on_msg(link, ep, &m);
     return rdmx__channel_on_msg(link, ep, &m);
@@ -76,31 +70,15 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                                   rdmx_cb_t keep_cb, void *keep_arg)
 {
     unsigned char hdr[RDMX_RPC_HDR_SIZE];
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
     rdmx_status_t st;
     void *copy;
 
-    if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
-        return st;
     rdmx_rpc_hdr_encode(h, hdr);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_RPC, hdr, sizeof(hdr), data, len,
-                        &p);
-    if (r == NULL)
-        return RDMX_OK;
-    if (UCS_PTR_IS_PTR(r)) { /* not expected with FORCE_IMM_CMPL */
-        while (ucp_request_check_status(r) == UCS_INPROGRESS)
-            ucp_worker_progress(ep->worker->ucp);
-        ucp_request_free(r);
-        return RDMX_OK;
-    }
-    if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE)
-        return rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
-                           ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
+    st = rdmx__msg_send_now(ep, RDMX_AM_RPC, hdr, sizeof(hdr), data, len);
+    if (st != RDMX_ERR_NO_RESOURCE)
+        return st;
     if (keep_cb != NULL) {
-        return rdmx__am_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), data, len,
+        return rdmx__msg_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), data, len,
                              keep_cb, keep_arg);
     }
     copy = malloc(len ? len : 1);
@@ -110,7 +88,7 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                            len);
     if (len != 0)
         memcpy(copy, data, len);
-    st = rdmx__am_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), copy, len, tx_done,
+    st = rdmx__msg_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), copy, len, tx_done,
                        copy);
     if (st != RDMX_INPROGRESS)
         free(copy);

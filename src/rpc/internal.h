@@ -11,7 +11,7 @@
 
 #include <rdmx/rpc.h>
 
-#include "core/internal.h"
+#include "core/upper.h"
 #include "rpc/wire.h"
 #include "util/ptrmap.h"
 
@@ -63,10 +63,10 @@ typedef struct {
     rdmx_rpc_role_t role;
 } rdmx_rpc_link_t;
 
-/* The active-message handler for RDMX_AM_RPC (dispatch.c). */
-ucs_status_t rdmx__rpc_am(void *arg, const void *header, size_t hlen,
-                          void *data, size_t len,
-                          const ucp_am_recv_param_t *param);
+/* The message handler for RDMX_AM_RPC (dispatch.c). */
+rdmx_status_t rdmx__rpc_am(rdmx_worker_t *w, const void *header, size_t hlen,
+                           void *data, size_t len,
+                           const rdmx_msg_info_t *info);
 /* Install it on @w once. */
 rdmx_status_t rdmx__rpc_attach(rdmx_worker_t *w);
 
@@ -77,15 +77,15 @@ typedef struct {
     void *data;
     size_t length;
     int rndv;
-    int can_hold; /* eager data may be kept by returning UCS_INPROGRESS */
+    int can_hold; /* eager data may be kept by returning RDMX_INPROGRESS */
 } rdmx_rpc_msg_t;
 
-/* Called by the dispatcher; return UCS_INPROGRESS to keep a rendezvous
- * descriptor (then the callee owns it), UCS_OK otherwise. */
-ucs_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
-                                 rdmx_rpc_msg_t *m);
-ucs_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+/* Called by the dispatcher; return RDMX_INPROGRESS to keep the data or a
+ * rendezvous descriptor (then the callee owns it), RDMX_OK otherwise. */
+rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                                   rdmx_rpc_msg_t *m);
+rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+                                   rdmx_rpc_msg_t *m);
 /* A message that failed to decode: @why says what. */
 void rdmx__server_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                          const rdmx_rpc_hdr_t *h, const char *why);

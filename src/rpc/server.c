@@ -4,12 +4,14 @@
  * worker, so handlers run without locks. See docs/RPC.md.
  *
  * A request is a record from the worker's pool. Its payload is UCX's
- * receive buffer, held (UCS_INPROGRESS) when the handler defers its answer,
+ * receive buffer, held (RDMX_INPROGRESS) when the handler defers its answer,
  * or a buffer of ours for rendezvous messages. Every REQUEST is answered
  * exactly once — RESPONSE, or ERROR — so the caller's credits come back even
  * for work that expired or was canceled (then only a short ERROR travels).
  */
 #include "rpc/internal.h"
+
+#include <pthread.h>
 
 #include "util/time.h"
 
@@ -378,7 +380,7 @@ static void req_finish(rdmx_rpc_req_t *req)
             rdmx_rmem_destroy(req->rmem[i]);
     }
     if (req->ucx_data != NULL)
-        ucp_am_data_release(sw->w->ucp, req->ucx_data);
+        rdmx__msg_release(sw->w, req->ucx_data);
     free(req->own);
     if (req->deferred) {
         sw->deferred--;
@@ -598,7 +600,7 @@ static void rndv_done(rdmx_status_t status, size_t length, void *arg)
         mark_deferred(req);
 }
 
-static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
+static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
 {
     server_worker_t *sw = c->sw;
     rdmx_rpc_server_t *s = sw->srv;
@@ -621,7 +623,7 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
                 send_error(c, h->id, h->handler, RDMX_ERR_PROTO,
                            "request before the handshake (HELLO)");
         }
-        return UCS_OK;
+        return RDMX_OK;
     }
     hd = handler_find(s, h->handler, &hidx);
     if (hd == NULL) {
@@ -629,7 +631,7 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_NOT_FOUND,
                        "no handler with id 0x%08x", h->handler);
-        return UCS_OK;
+        return RDMX_OK;
     }
     if (h->payload > s->max_message) {
         sw->stats.too_big++;
@@ -639,21 +641,21 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
                        "%llu",
                        h->payload, hd->name,
                        (unsigned long long)s->max_message);
-        return UCS_OK;
+        return RDMX_OK;
     }
     if (!oneway && c->inflight >= s->credits) {
         sw->stats.no_credit++;
         send_error(c, h->id, h->handler, RDMX_ERR_NO_RESOURCE,
                    "more than %u requests in flight on this connection",
                    s->credits);
-        return UCS_OK;
+        return RDMX_OK;
     }
     if (sw->deferred >= s->max_inflight) {
         sw->stats.busy++;
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_BUSY,
                        "server worker holds %u requests", sw->deferred);
-        return UCS_OK;
+        return RDMX_OK;
     }
     req = req_get(sw);
     if (req == NULL) {
@@ -661,7 +663,7 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_NO_MEMORY,
                        "server out of memory");
-        return UCS_OK;
+        return RDMX_OK;
     }
     req->conn = c;
     c->refs++;
@@ -680,21 +682,21 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     if (m->rndv) {
         req->own = malloc(m->length ? m->length : 1);
         if (req->own == NULL) {
-            ucp_am_data_release(sw->w->ucp, m->data);
+            rdmx__msg_release(sw->w, m->data);
             answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
-            return UCS_INPROGRESS; /* the descriptor is released */
+            return RDMX_INPROGRESS; /* the descriptor is released */
         }
         req->data = req->own;
-        rdmx__am_recv_data(c->ep, m->data, req->own, m->length, rndv_done,
+        rdmx__msg_recv(c->ep, m->data, req->own, m->length, rndv_done,
                            req);
-        return UCS_INPROGRESS;
+        return RDMX_INPROGRESS;
     }
     if (!m->can_hold && m->length != 0) {
         /* UCX cannot lend this buffer past the callback: copy it now. */
         req->own = malloc(m->length);
         if (req->own == NULL) {
             answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
-            return UCS_OK;
+            return RDMX_OK;
         }
         memcpy(req->own, m->data, m->length);
         req->data = req->own;
@@ -702,13 +704,13 @@ static ucs_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         req->data = m->data;
     }
     if (run_request(req))
-        return UCS_OK;
+        return RDMX_OK;
     mark_deferred(req);
     if (req->own == NULL && m->length != 0) {
         req->ucx_data = m->data;
-        return UCS_INPROGRESS;
+        return RDMX_INPROGRESS;
     }
-    return UCS_OK;
+    return RDMX_OK;
 }
 
 /* --- handshake ------------------------------------------------------------ */
@@ -812,7 +814,7 @@ static server_worker_t *worker_of(rdmx_rpc_server_t *s, rdmx_worker_t *w)
 
 static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
 {
-    server_worker_t *sw = worker_of(s, ep->worker);
+    server_worker_t *sw = worker_of(s, rdmx_ep_worker(ep));
     conn_t *c;
 
     if (sw == NULL)
@@ -821,7 +823,7 @@ static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
         s->max_connections) {
         __atomic_sub_fetch(&s->conns_now, 1, __ATOMIC_RELAXED);
         sw->stats.connections_refused++;
-        rdmx_warn("rpc: refusing %s: %u connections open", ep->peer,
+        rdmx_warn("rpc: refusing %s: %u connections open", rdmx__ep_peer(ep),
                   s->max_connections);
         return NULL;
     }
@@ -836,10 +838,10 @@ static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
     c->ep = ep;
     c->refs = 1; /* the connection's own */
     c->state = CONN_HELLO;
-    snprintf(c->peer, sizeof(c->peer), "%s", ep->peer);
+    snprintf(c->peer, sizeof(c->peer), "%s", rdmx__ep_peer(ep));
     rdmx_list_insert_tail(&sw->conns, &c->node);
     sw->stats.connections_total++;
-    ep->upper = c;
+    rdmx__ep_set_upper(ep, c);
     return c;
 }
 
@@ -851,7 +853,7 @@ static void conn_close(conn_t *c)
     if (ep == NULL)
         return;
     dcache_clear(c);
-    ep->upper = NULL;
+    rdmx__ep_set_upper(ep, NULL);
     c->ep = NULL;
     rdmx_list_del(&c->node);
     __atomic_sub_fetch(&c->sw->srv->conns_now, 1, __ATOMIC_RELAXED);
@@ -861,22 +863,21 @@ static void conn_close(conn_t *c)
 
 rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep)
 {
+    void *srv;
     conn_t *c;
 
-    if (ep->accept_cb != server_accept || ep->state != RDMX_EP_CONNECTED)
+    /* A message that came before the accept callback ran: take the
+     * endpoint now; failures reach conn_ep_error from here on. */
+    if (!rdmx__ep_adopt(ep, server_accept, &srv))
         return NULL;
-    c = conn_create(ep, ep->accept_arg);
-    if (c == NULL)
-        return NULL;
-    /* From now on a failure reaches conn_ep_error (core would otherwise
-     * free an endpoint whose accept callback has not run yet quietly). */
-    ep->reported = 1;
-    return &c->link;
+    c = conn_create(ep, srv);
+    /* (refused: the accept event, which still comes, closes it) */
+    return c != NULL ? &c->link : NULL;
 }
 
 static void server_accept(rdmx_ep_t *ep, void *arg)
 {
-    if (ep->upper != NULL)
+    if (rdmx__ep_upper(ep) != NULL)
         return; /* set up by its first message */
     if (conn_create(ep, arg) == NULL)
         rdmx_ep_close(ep);
@@ -884,7 +885,7 @@ static void server_accept(rdmx_ep_t *ep, void *arg)
 
 static void conn_ep_error(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
 {
-    conn_t *c = ep->upper;
+    conn_t *c = rdmx__ep_upper(ep);
 
     (void)arg;
     (void)status;
@@ -894,7 +895,7 @@ static void conn_ep_error(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
         rdmx_ep_close(ep);
 }
 
-ucs_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
+rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                                  rdmx_rpc_msg_t *m)
 {
     conn_t *c = (conn_t *)link;
@@ -906,7 +907,7 @@ ucs_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         c->sw->stats.malformed++;
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
                    "message of kind %u too large", m->h.kind);
-        return UCS_OK;
+        return RDMX_OK;
     }
     switch (m->h.kind) {
     case RDMX_RPC_MSG_REQUEST:
@@ -918,22 +919,22 @@ ucs_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             req->canceled = 1;
             c->sw->stats.canceled++;
         }
-        return UCS_OK;
+        return RDMX_OK;
     case RDMX_RPC_MSG_PING:
         c->sw->stats.pings++;
         rdmx__rpc_send_ctl(c->ep, RDMX_RPC_MSG_PONG, m->h.id, 0);
-        return UCS_OK;
+        return RDMX_OK;
     case RDMX_RPC_MSG_HELLO:
         on_hello(c, m);
-        return UCS_OK;
+        return RDMX_OK;
     case RDMX_RPC_MSG_AUTH:
         on_auth(c, m);
-        return UCS_OK;
+        return RDMX_OK;
     default:
         c->sw->stats.malformed++;
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
                    "a server does not take messages of kind %u", m->h.kind);
-        return UCS_OK;
+        return RDMX_OK;
     }
 }
 
@@ -1053,7 +1054,7 @@ static void *worker_main(void *arg)
 {
     server_worker_t *sw = arg;
     rdmx_rpc_server_t *s = sw->srv;
-    uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * s->ctx->spin_ns;
+    uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
 
     while (!s->stop) {

@@ -1,0 +1,127 @@
+/*
+ * What core offers the layers above it (src/rpc, src/kv, src/lambda): the
+ * only core header they include. No transport type appears here; the
+ * public API (include/rdmx/core.h) and these functions are all they use.
+ *
+ * Messages: a layer registers a handler for a message id (16 and up) on a
+ * worker, and sends with a header (copied) and data. A handler runs on the
+ * worker's thread, inside progress; info->ep is the sending endpoint (a
+ * live one: messages of unknown or failed endpoints are counted and
+ * dropped before any handler sees them).
+ */
+#ifndef RDMX_CORE_UPPER_H
+#define RDMX_CORE_UPPER_H
+
+#include <rdmx/core.h>
+
+#include "util/error.h"
+#include "util/list.h"
+#include "util/log.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* --- messages -------------------------------------------------------------- */
+
+#define RDMX_MSG_ID_UPPER 16 /* first id for the layers above core */
+#define RDMX_MSG_ID_MAX   32
+
+enum {
+    /* The data has not arrived: @data is a descriptor for rdmx__msg_recv
+     * (a large message). */
+    RDMX_MSG_RNDV = 1u << 0,
+    /* The handler may keep @data past its return by returning
+     * RDMX_INPROGRESS, and later give it back with rdmx__msg_release. */
+    RDMX_MSG_HOLDABLE = 1u << 1,
+};
+
+typedef struct {
+    rdmx_ep_t *ep;  /* the sender's endpoint, on this worker */
+    unsigned flags; /* RDMX_MSG_* */
+} rdmx_msg_info_t;
+
+/* A message arrived. Return RDMX_INPROGRESS when keeping @data (HOLDABLE)
+ * or when a rendezvous descriptor was passed to rdmx__msg_recv (then its
+ * callback always runs), RDMX_OK otherwise. */
+typedef rdmx_status_t (*rdmx_msg_handler_t)(rdmx_worker_t *w,
+                                            const void *hdr, size_t hlen,
+                                            void *data, size_t len,
+                                            const rdmx_msg_info_t *info);
+
+/* Install @fn for message @id (RDMX_MSG_ID_UPPER..RDMX_MSG_ID_MAX-1). */
+rdmx_status_t rdmx__worker_set_handler(rdmx_worker_t *w, unsigned id,
+                                       rdmx_msg_handler_t fn);
+/* Give back data a handler kept. */
+void rdmx__msg_release(rdmx_worker_t *w, void *data);
+/* Receive the data of a rendezvous message (@desc from the handler) into
+ * @buf; @cb always runs (from progress). */
+rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
+                             size_t length, rdmx_cb_t cb, void *arg);
+/* Send message @id with header @hdr (copied, at most 48 bytes) and @length
+ * bytes of @data (valid until completion). RDMX_OK: done at once, @cb does
+ * not run; RDMX_INPROGRESS: @cb runs; or an error. */
+rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                             size_t hlen, const void *data, size_t length,
+                             rdmx_cb_t cb, void *arg);
+/* Send only if the transport takes it at once from the caller's buffers:
+ * RDMX_OK (sent, nothing to wait for), RDMX_ERR_NO_RESOURCE (it could not;
+ * nothing was sent), or another error. */
+rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                                 size_t hlen, const void *data,
+                                 size_t length);
+
+/* --- endpoints ------------------------------------------------------------- */
+
+/* The layer object riding on an endpoint (an RPC connection), or NULL. */
+void *rdmx__ep_upper(const rdmx_ep_t *ep);
+void rdmx__ep_set_upper(rdmx_ep_t *ep, void *upper);
+/* "host:port" of the peer. */
+const char *rdmx__ep_peer(const rdmx_ep_t *ep);
+/* A message arrived on an endpoint accepted with @accept_cb whose callback
+ * has not run yet: take it now (the callback will find it taken). 1 and
+ * the listener's argument in @arg_p, or 0 if @ep is not such an endpoint. */
+int rdmx__ep_adopt(rdmx_ep_t *ep, rdmx_accept_cb_t accept_cb, void **arg_p);
+
+/* --- workers ----------------------------------------------------------------- */
+
+rdmx_context_t *rdmx__worker_context(const rdmx_worker_t *w);
+/* How long waits poll before they sleep, in ns (RDMX_SPIN_US). */
+uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx);
+/* Non-zero when the worker has a progress thread of its own. */
+int rdmx__worker_threaded(const rdmx_worker_t *w);
+/* Count a malformed or unexpected message in the worker's proto_errors. */
+void rdmx__worker_proto_error(rdmx_worker_t *w);
+/* With a progress thread, every call on the worker is made under its lock
+ * (recursive); without one these do nothing. */
+void rdmx__worker_lock(rdmx_worker_t *w);
+void rdmx__worker_unlock(rdmx_worker_t *w);
+
+/* The one blocking primitive: return once *@done is set. Without a
+ * progress thread: progress, polling for the context's spin time after
+ * the last event (RDMX_SPIN_US, default 50 us), then sleeping on the
+ * worker's fd between events. With one: sleep until its callbacks set
+ * *@done. Not from inside a callback. */
+void rdmx__wait_until(rdmx_worker_t *w, volatile int *done);
+/* The same, giving up at @deadline_ns (monotonic): 0 when *@done was set,
+ * -1 when the deadline passed first. */
+int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
+                        uint64_t deadline_ns);
+
+/* A timer the layers above core run from progress (RPC channels, servers).
+ * @fn runs when the monotonic clock reaches @next_ns and sets the next time
+ * itself (UINT64_MAX: not armed). Checked every 64th progress pass and
+ * after a sleep. */
+typedef struct rdmx_hook {
+    rdmx_list_t link; /* worker->hooks */
+    unsigned (*fn)(struct rdmx_hook *hook, uint64_t now_ns);
+    uint64_t next_ns;
+} rdmx_hook_t;
+
+void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook);
+void rdmx__hook_del(rdmx_hook_t *hook);
+
+/* From now on the listener refuses new connections ("server is shutting
+ * down"); the port stays bound until rdmx_listener_destroy. Any thread. */
+void rdmx__listener_pause(rdmx_listener_t *l);
+
+#endif /* RDMX_CORE_UPPER_H */
