@@ -3,8 +3,8 @@
 #   make debug      Debug build in build-debug/
 #   make release    Release build in build-release/
 #   make asan       ASan+UBSan build in build-asan/
-#   make test       build, then run the test suite (CTest) over tcp and shm,
-#                   then fuzz-smoke
+#   make test       build, check the layering (scripts/check-layers.sh), run
+#                   the test suite (CTest) over tcp and shm, then fuzz-smoke
 #   make test-asan  the suite under ASan+UBSan
 #   make test-ucx UCX_PREFIX=DIR
 #                   build against the UCX installed in DIR (its headers and
@@ -48,6 +48,7 @@ asan: deps
 	$(call cmake_build,build-asan,Debug,-DRDMX_SANITIZE=ON)
 
 test: build
+	@scripts/check-layers.sh
 	cd build && ctest --output-on-failure --timeout 300 -j 2
 	@$(MAKE) --no-print-directory fuzz-smoke
 
