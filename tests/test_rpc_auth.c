@@ -28,7 +28,8 @@
 #include "harness.h"
 #include "rpc_server.h"
 
-#include "core/internal.h" /* a raw UCX handler of its own */
+#include "core/internal.h"
+#include "core/ucx/ucx.h" /* a raw UCX handler of its own */
 #include "rpc/internal.h" /* wire format, rdmx__rpc_mac */
 
 #include <signal.h>
@@ -90,7 +91,7 @@ static void install_raw_handler(rdmx_worker_t *w)
     p.id = RDMX_AM_RPC;
     p.cb = raw_am;
     p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    CHECK(ucp_worker_set_am_recv_handler(w->ucp, &p) == UCS_OK);
+    CHECK(ucp_worker_set_am_recv_handler(rdmx__ucx_worker(w), &p) == UCS_OK);
 }
 
 static int sends_pending;

@@ -46,6 +46,7 @@
 #include "rpc_server.h"
 
 #include "core/internal.h"
+#include "core/ucx/ucx.h" /* raw UCX messages */
 #include "rpc/wire.h"
 
 #include <signal.h>
@@ -132,7 +133,7 @@ static void install_raw_handler(rdmx_worker_t *w)
     p.cb = raw_am;
     p.arg = NULL;
     p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    CHECK(ucp_worker_set_am_recv_handler(w->ucp, &p) == UCS_OK);
+    CHECK(ucp_worker_set_am_recv_handler(rdmx__ucx_worker(w), &p) == UCS_OK);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -363,7 +364,7 @@ static void raw_send_ucp(rdmx_ep_t *ep, const void *hdr, size_t hlen,
     memset(&p, 0, sizeof(p));
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY | (rndv ? UCP_AM_SEND_FLAG_RNDV : 0);
-    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_RPC, hdr, hlen, data, len, &p);
+    r = ucp_am_send_nbx(rdmx__ucx_ep(ep), RDMX_AM_RPC, hdr, hlen, data, len, &p);
     CHECKF(!UCS_PTR_IS_ERR(r), "ucp_am_send_nbx: %s",
            ucs_status_string(UCS_PTR_STATUS(r)));
     if (r != NULL) {

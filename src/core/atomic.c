@@ -31,6 +31,7 @@
 #include "util/endian.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #define AMO_REQ_SIZE   48
@@ -45,16 +46,14 @@ static void amo_finish(rdmx_op_t *op)
     rdmx__op_complete(op, op->status, 8);
 }
 
-static void amo_sent(void *req, ucs_status_t us, void *user_data)
+void rdmx__amo_sent(rdmx_op_t *op, void *req, rdmx_status_t status)
 {
-    rdmx_op_t *op = user_data;
-
-    if (!rdmx__op_ucx_done(op, req))
+    if (!rdmx__op_tp_done(op, req))
         return; /* orphaned: the endpoint failed, a stand-in completed */
-    if (us != UCS_OK && op->amo_wait == 2) {
+    if (status != RDMX_OK && op->amo_wait == 2) {
         /* The request never left: no reply will come. */
         rdmx_ptrmap_del(&op->ep->worker->amo_ops, (void *)op->amo_tag);
-        op->status = rdmx__op_status(op->ep, us);
+        op->status = rdmx__op_status(op->ep, status);
         op->amo_wait = 1;
     }
     if (--op->amo_wait == 0) {
@@ -70,12 +69,11 @@ static rdmx_status_t amo_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
                                uint64_t operand, uint64_t swap,
                                uint64_t *old_p, rdmx_cb_t cb, void *arg)
 {
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
     rdmx_status_t st;
     rdmx_worker_t *w;
     uint64_t raddr;
     rdmx_op_t *op;
+    void *req = NULL;
 
     if (ep == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "atomic: NULL endpoint");
@@ -113,26 +111,22 @@ static rdmx_status_t amo_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     rdmx_put_le64(op->hdr + 24, rm->region_offset + offset);
     rdmx_put_le64(op->hdr + 32, operand);
     rdmx_put_le64(op->hdr + 40, swap);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.cb.send = amo_sent;
-    p.user_data = op;
-    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_ATOMIC, op->hdr, AMO_REQ_SIZE,
-                        NULL, 0, &p);
-    if (UCS_PTR_IS_ERR(r)) {
+    st = w->tp->send(ep->tep, RDMX_AM_ATOMIC, op->hdr, AMO_REQ_SIZE, NULL, 0,
+                     NULL, 0, op, &req);
+    if (st != RDMX_OK && st != RDMX_INPROGRESS) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
         rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
         rdmx__op_put(w, op);
-        st = rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)),
-                         "atomic to %s: %s", ep->peer,
-                         ucs_status_string(UCS_PTR_STATUS(r)));
+        st = rdmx__error(rdmx__op_status(ep, st), "atomic to %s: %s",
+                         ep->peer, why);
         goto out;
     }
-    if (r == NULL) {
+    if (st == RDMX_OK) {
         op->amo_wait--; /* sent */
         rdmx_list_insert_tail(&ep->amo_pending, &op->link);
     } else {
-        rdmx__op_issued(op, r);
+        rdmx__op_issued(op, req);
     }
     st = RDMX_INPROGRESS;
 out:
@@ -154,16 +148,6 @@ rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
 {
     return amo_issue(ep, rmem, offset, AMO_CSWAP, compare, swap, old_p, cb,
                      arg);
-}
-
-/* A reply record: its header lives until the send completes. */
-static void reply_sent(void *req, ucs_status_t us, void *user_data)
-{
-    rdmx_op_t *holder = user_data;
-
-    (void)us;
-    ucp_request_free(req);
-    rdmx__op_put(holder->arg, holder);
 }
 
 /* Apply a request to local memory; the status and the old value. */
@@ -198,27 +182,26 @@ static rdmx_status_t amo_apply(rdmx_worker_t *w, const unsigned char *h,
     return RDMX_OK;
 }
 
-ucs_status_t rdmx__am_atomic(void *arg, const void *header, size_t hlen,
-                             void *data, size_t len,
-                             const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_atomic(rdmx_worker_t *w, rdmx_tep_t *tep,
+                              const void *header, size_t hlen, void *data,
+                              size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
     rdmx_status_t st;
     rdmx_op_t *holder;
     uint64_t old = 0;
+    void *req = NULL;
 
     (void)data;
-    if (ep == NULL || ep->ucp_ep == NULL || ep->status != RDMX_OK) {
+    (void)flags;
+    if (ep == NULL || ep->tep == NULL || ep->status != RDMX_OK) {
         if (ep == NULL)
             w->stats.proto_errors++;
-        return UCS_OK;
+        return RDMX_OK;
     }
     if (hlen != AMO_REQ_SIZE || len != 0) {
         w->stats.proto_errors++;
-        return UCS_OK; /* no tag to answer to */
+        return RDMX_OK; /* no tag to answer to */
     }
     st = amo_apply(w, header, &old);
     if (st != RDMX_OK) {
@@ -226,42 +209,39 @@ ucs_status_t rdmx__am_atomic(void *arg, const void *header, size_t hlen,
         rdmx_debug("atomic from %s refused: %s", ep->peer,
                    rdmx_strerror(st));
     }
+    /* The reply's header lives in an operation record until its send
+     * completes (rdmx__tp_done returns it to the pool). */
     holder = rdmx__op_get(w, NULL, RDMX_OP_INTERNAL, NULL, w);
     if (holder == NULL)
-        return UCS_OK; /* the initiator's endpoint fails or times out */
+        return RDMX_OK; /* the initiator's endpoint fails or times out */
     memcpy(holder->hdr, (const unsigned char *)header + 8, 8); /* tag */
     rdmx_put_le64(holder->hdr + 8, old);
     rdmx_put_le32(holder->hdr + 16, (uint32_t)st);
     rdmx_put_le32(holder->hdr + 20, 0);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.cb.send = reply_sent;
-    p.user_data = holder;
-    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_ATOMIC_REPLY, holder->hdr,
-                        AMO_REPLY_SIZE, NULL, 0, &p);
-    if (!UCS_PTR_IS_PTR(r))
+    if (w->tp->send(ep->tep, RDMX_AM_ATOMIC_REPLY, holder->hdr,
+                    AMO_REPLY_SIZE, NULL, 0, NULL, 0, holder,
+                    &req) != RDMX_INPROGRESS)
         rdmx__op_put(w, holder);
-    return UCS_OK;
+    return RDMX_OK;
 }
 
-ucs_status_t rdmx__am_atomic_reply(void *arg, const void *header, size_t hlen,
-                                   void *data, size_t len,
-                                   const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_atomic_reply(rdmx_worker_t *w, rdmx_tep_t *tep,
+                                    const void *header, size_t hlen,
+                                    void *data, size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
     const unsigned char *h = header;
     rdmx_status_t st;
     rdmx_op_t *op;
 
     (void)data;
+    (void)flags;
     if (ep == NULL || hlen != AMO_REPLY_SIZE || len != 0 ||
         (op = rdmx_ptrmap_get(&w->amo_ops, (void *)rdmx_get_le64(h))) ==
             NULL ||
         op->ep != ep) {
         w->stats.proto_errors++; /* late, forged or malformed */
-        return UCS_OK;
+        return RDMX_OK;
     }
     rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
     st = (rdmx_status_t)(int32_t)rdmx_get_le32(h + 16);
@@ -276,8 +256,8 @@ ucs_status_t rdmx__am_atomic_reply(void *arg, const void *header, size_t hlen,
     }
     op->status = st;
     if (--op->amo_wait == 0)
-        amo_finish(op); /* else amo_sent completes it */
-    return UCS_OK;
+        amo_finish(op); /* else rdmx__amo_sent completes it */
+    return RDMX_OK;
 }
 
 void rdmx__amo_fail_all(rdmx_ep_t *ep)

@@ -1,6 +1,6 @@
 /*
- * Context: the UCX context, the transport choice, and the registry of
- * regions (so a notification can name the region it wrote).
+ * Context: the backend's context, the transport choice, and the registry
+ * of regions (so a notification or an atomic can name its region).
  */
 #include "core/internal.h"
 
@@ -57,33 +57,13 @@ static int have_rdma_device(void)
     return found;
 }
 
-/* UCX_TLS for each transport. rdmx's own bootstrap exchanges worker
- * addresses, so shared memory needs no tcp beside it (UCX's sockaddr
- * connection manager, which did, is not used). */
-static const char *transport_tls(rdmx_transport_t t)
-{
-    switch (t) {
-    case RDMX_TRANSPORT_SHM:
-        return "sm,self";
-    case RDMX_TRANSPORT_TCP:
-        return "tcp,self";
-    case RDMX_TRANSPORT_RDMA:
-        return "ib,sm,self";
-    default:
-        return NULL;
-    }
-}
-
 rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
                                   rdmx_context_t **context_p)
 {
     rdmx_context_params_t p = {0};
     rdmx_context_t *ctx;
-    ucp_config_t *config;
-    ucp_params_t up = {0};
-    ucs_status_t us;
     rdmx_status_t status;
-    const char *tls, *env;
+    const char *env;
 
     if (context_p == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "context_create: NULL output");
@@ -131,51 +111,17 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
         goto err_free;
     }
 
-    /* UCX 1.13 disables shared memory under peer failure detection unless
-     * this is set (UCX_NOTES gotcha 3); it is a transport-level setting
-     * that ucp_config_modify cannot reach, so it goes in the environment
-     * before ucp_config_read. A value the user set wins. */
-    if (p.transport != RDMX_TRANSPORT_TCP)
-        setenv("UCX_MM_ERROR_HANDLING", "y", 0);
-
-    us = ucp_config_read(NULL, NULL, &config);
-    if (us != UCS_OK) {
-        status = rdmx__error(RDMX_ERR_IO, "UCX configuration: %s",
-                             ucs_status_string(us));
+    ctx->tp = &rdmx_tp_ucx;
+    status = ctx->tp->ctx_create(
+        ctx, p.transport,
+        (p.field_mask & RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES) ? p.net_devices
+                                                               : NULL,
+        &ctx->tctx);
+    if (status != RDMX_OK)
         goto err_map;
-    }
-    tls = transport_tls(p.transport);
-    if (tls != NULL && ucp_config_modify(config, "TLS", tls) != UCS_OK) {
-        status = rdmx__error(RDMX_ERR_IO, "UCX: cannot set TLS=%s", tls);
-        goto err_config;
-    }
-    if ((p.field_mask & RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES) &&
-        p.net_devices != NULL &&
-        ucp_config_modify(config, "NET_DEVICES", p.net_devices) != UCS_OK) {
-        status = rdmx__error(RDMX_ERR_INVALID, "UCX: bad net_devices '%s'",
-                             p.net_devices);
-        goto err_config;
-    }
-
-    up.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
-                    UCP_PARAM_FIELD_NAME;
-    up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_AMO64 |
-                  UCP_FEATURE_WAKEUP;
-    up.mt_workers_shared = 1; /* workers of one context on many threads */
-    up.name = ctx->name;
-    us = ucp_init(&up, config, &ctx->ucp);
-    ucp_config_release(config);
-    if (us != UCS_OK) {
-        status = rdmx__error(RDMX_ERR_IO, "UCX init (transport %s): %s",
-                             rdmx_transport_name(p.transport),
-                             ucs_status_string(us));
-        goto err_map;
-    }
     *context_p = ctx;
     return RDMX_OK;
 
-err_config:
-    ucp_config_release(config);
 err_map:
     rdmx_ptrmap_cleanup(&ctx->regions);
 err_free:
@@ -203,7 +149,7 @@ void rdmx_context_destroy(rdmx_context_t *context)
         }
         context->regions.count = 0;
     }
-    ucp_cleanup(context->ucp);
+    context->tp->ctx_destroy(context->tctx);
     rdmx_ptrmap_cleanup(&context->regions);
     pthread_mutex_destroy(&context->mr_lock);
     free(context);

@@ -47,6 +47,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -116,14 +117,14 @@ static void fail_with(rdmx_ep_t *ep, rdmx_status_t status, const char *fmt,
     rdmx__ep_fail(ep, status);
 }
 
-static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
+void rdmx__tp_ep_failed(rdmx_tep_t *tep, rdmx_status_t status,
+                        const char *why)
 {
-    rdmx_uep_t *uep = arg;
-    rdmx_ep_t *ep = uep->owner;
+    rdmx_ep_t *ep = tep->owner;
     rdmx_status_t st;
 
-    (void)ucp_ep;
-    uep->failed = 1;
+    (void)status;
+    tep->failed = 1;
     if (ep == NULL)
         return; /* a spare: closed by the next sweep */
     ep->dead = 1;
@@ -133,94 +134,52 @@ static void ep_error_handler(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
         st = RDMX_ERR_CONN_CLOSED; /* the disconnect that follows a BYE */
     else
         st = RDMX_ERR_CONN_RESET;
-    rdmx_debug("ep %p (%s): UCX error %s", (void *)ep, ep->peer,
-               ucs_status_string(us));
+    rdmx_debug("ep %p (%s): transport error: %s", (void *)ep, ep->peer, why);
     if (ep->status == RDMX_OK)
-        snprintf(ep->why, sizeof(ep->why), "%.159s", ucs_status_string(us));
-    rdmx__error(st, "connection to %s: %s", ep->peer, ucs_status_string(us));
+        snprintf(ep->why, sizeof(ep->why), "%.159s", why);
+    rdmx__error(st, "connection to %s: %s", ep->peer, why);
     rdmx__ep_fail(ep, st);
 }
 
-/* --- UCX endpoints ----------------------------------------------------------- */
+/* --- transport endpoints ------------------------------------------------------ */
 
-/* Create a UCX endpoint toward the worker address @addr. */
-static rdmx_status_t uep_create(rdmx_worker_t *w, const void *addr,
+/* A transport endpoint toward the worker whose address is @addr. */
+static rdmx_status_t tep_create(rdmx_worker_t *w, const void *addr,
                                 size_t len, uint64_t peer_worker,
-                                rdmx_uep_t **uep_p)
+                                rdmx_tep_t **tep_p)
 {
-    ucp_ep_params_t p = {0};
-    rdmx_uep_t *uep;
-    ucs_status_t us;
-    void *copy;
+    rdmx_status_t st = w->tp->ep_create(w->tw, addr, len, tep_p);
 
-    /* UCX reads the address without a length: give it a zero tail so a
-     * short one cannot make it read past the buffer. */
-    copy = calloc(1, len + 4096);
-    uep = calloc(1, sizeof(*uep));
-    if (copy == NULL || uep == NULL) {
-        free(copy);
-        free(uep);
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "endpoint: out of memory");
+    if (st == RDMX_OK) {
+        (*tep_p)->owner = NULL;
+        (*tep_p)->peer_worker = peer_worker;
+        (*tep_p)->failed = 0;
     }
-    memcpy(copy, addr, len);
-    rdmx_list_init(&uep->link);
-    uep->peer_worker = peer_worker;
-    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    p.address = copy;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    p.err_handler.cb = ep_error_handler;
-    p.err_handler.arg = uep;
-    us = ucp_ep_create(w->ucp, &p, &uep->ucp);
-    free(copy);
-    if (us != UCS_OK) {
-        free(uep);
-        return rdmx__error(RDMX_ERR_UNREACHABLE,
-                           "no transport reaches the peer: %s",
-                           ucs_status_string(us));
-    }
-    if (rdmx_ptrmap_put(&w->ep_map, uep->ucp, uep) != 0) {
-        ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
-        ucs_status_ptr_t r = ucp_ep_close_nbx(uep->ucp, &cp);
-        if (UCS_PTR_IS_PTR(r))
-            ucp_request_free(r);
-        free(uep);
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "endpoint: out of memory");
-    }
-    *uep_p = uep;
-    return RDMX_OK;
+    return st;
 }
 
-static void ep_take_uep(rdmx_ep_t *ep, rdmx_uep_t *uep)
+static void ep_take_tep(rdmx_ep_t *ep, rdmx_tep_t *tep)
 {
-    ep->uep = uep;
-    ep->ucp_ep = uep != NULL ? uep->ucp : NULL;
-    if (uep != NULL)
-        uep->owner = ep;
+    ep->tep = tep;
+    if (tep != NULL)
+        tep->owner = ep;
 }
 
-/* Keep @uep, whose handshake ended, for the next connection from the same
- * worker: UCX may pair that one's endpoint with it. */
-static void uep_make_spare(rdmx_worker_t *w, rdmx_uep_t *uep)
+/* Keep @tep, whose handshake ended, for the next connection from the same
+ * worker: the transport may pair that one's endpoint with it. */
+static void tep_make_spare(rdmx_worker_t *w, rdmx_tep_t *tep)
 {
-    uep->owner = NULL;
-    uep->expire_ns = rdmx_now_ns() + RDMX_SPARE_TTL_NS;
-    rdmx_list_insert_tail(&w->spares, &uep->link);
+    tep->owner = NULL;
+    tep->expire_ns = rdmx_now_ns() + RDMX_SPARE_TTL_NS;
+    rdmx_list_insert_tail(&w->spares, &tep->link);
 }
 
-static void uep_close(rdmx_worker_t *w, rdmx_uep_t *uep)
+/* Close a spare, waiting for nothing. */
+static void tep_drop(rdmx_worker_t *w, rdmx_tep_t *tep)
 {
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                             .flags = UCP_EP_CLOSE_FLAG_FORCE};
-    ucs_status_ptr_t r;
+    void *req = NULL;
 
-    rdmx_ptrmap_del(&w->ep_map, uep->ucp);
-    r = ucp_ep_close_nbx(uep->ucp, &p);
-    if (UCS_PTR_IS_PTR(r))
-        ucp_request_free(r);
-    free(uep);
+    w->tp->ep_close(w->tw, tep, 1, NULL, &req);
 }
 
 void rdmx__spares_sweep(rdmx_worker_t *w, uint64_t now, int all)
@@ -229,10 +188,10 @@ void rdmx__spares_sweep(rdmx_worker_t *w, uint64_t now, int all)
 
     rdmx_list_for_each_safe(pos, tmp, &w->spares)
     {
-        rdmx_uep_t *uep = rdmx_container_of(pos, rdmx_uep_t, link);
-        if (all || uep->failed || now >= uep->expire_ns) {
-            rdmx_list_del(&uep->link);
-            uep_close(w, uep);
+        rdmx_tep_t *tep = rdmx_container_of(pos, rdmx_tep_t, link);
+        if (all || tep->failed || now >= tep->expire_ns) {
+            rdmx_list_del(&tep->link);
+            tep_drop(w, tep);
         }
     }
 }
@@ -275,88 +234,58 @@ static void ep_free(rdmx_ep_t *ep)
     free(ep);
 }
 
-rdmx_ep_t *rdmx__ep_lookup(rdmx_worker_t *w, const ucp_am_recv_param_t *param)
-{
-    rdmx_uep_t *uep;
-
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
-        param->reply_ep == NULL) {
-        w->stats.proto_errors++;
-        return NULL;
-    }
-    uep = rdmx_ptrmap_get(&w->ep_map, param->reply_ep);
-    return uep != NULL ? uep->owner : NULL;
-}
-
 /* Fire-and-forget send of a header that outlives the send. */
 static void send_control(rdmx_ep_t *ep, unsigned id, const void *hdr)
 {
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                             .flags = UCP_AM_SEND_FLAG_REPLY};
-    ucs_status_ptr_t r;
-
-    if (ep->ucp_ep == NULL)
+    if (ep->tep == NULL)
         return;
-    r = ucp_am_send_nbx(ep->ucp_ep, id, hdr, RDMX_BIND_SIZE, NULL, 0, &p);
-    if (UCS_PTR_IS_PTR(r))
-        ucp_request_free(r); /* released by UCX on completion */
+    ep->worker->tp->send(ep->tep, id, hdr, RDMX_BIND_SIZE, NULL, 0, NULL, 0,
+                         NULL, NULL);
 }
 
-static void close_done(void *req, ucs_status_t us, void *user_data)
+void rdmx__tp_closed(void *arg)
 {
-    rdmx_closer_t *closer = user_data;
-
-    rdmx_debug("UCX close done: %s", ucs_status_string(us));
+    rdmx_closer_t *closer = arg;
 
     if (closer->ep != NULL) {
         closer->ep->closer = NULL;
-        ucp_request_free(req);
-    } /* else: released when the endpoint gave up on it */
+        closer->ep->worker->tp->req_forget(closer->req);
+    } /* else: forgotten when the endpoint gave up on it */
     free(closer);
 }
 
-/* Close the UCX endpoint: orderly (flush) when healthy, forced otherwise.
- * Descriptors' rkeys go first, as UCX requires. A server endpoint whose
- * handshake never completed keeps its UCX endpoint as a spare (Pairing). */
-static void ucp_close(rdmx_ep_t *ep, int force)
+/* Close the transport endpoint: orderly (flush) when healthy, forced
+ * otherwise. Descriptors' remote keys go first. A server endpoint whose
+ * handshake never completed keeps its transport endpoint as a spare
+ * (Pairing). */
+static void tp_close(rdmx_ep_t *ep, int force)
 {
     rdmx_worker_t *w = ep->worker;
-    ucp_request_param_t p = {0};
+    rdmx_tep_t *tep = ep->tep;
     rdmx_closer_t *closer;
-    rdmx_uep_t *uep = ep->uep;
-    ucs_status_ptr_t r;
+    rdmx_status_t st;
+    void *req = NULL;
 
     rdmx__rmem_detach_all(ep);
-    if (uep == NULL)
+    if (tep == NULL)
         return;
-    ep_take_uep(ep, NULL);
-    if (!ep->bound && ep->accept_cb != NULL && !uep->failed &&
+    ep_take_tep(ep, NULL);
+    if (!ep->bound && ep->accept_cb != NULL && !tep->failed &&
         ep->token != 0) {
-        uep_make_spare(w, uep);
+        tep_make_spare(w, tep);
         return;
     }
-    rdmx_ptrmap_del(&w->ep_map, uep->ucp);
     closer = malloc(sizeof(*closer));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    if (closer != NULL) {
+    if (closer != NULL)
         closer->ep = ep;
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK |
-                          UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.send = close_done;
-        p.user_data = closer;
-    }
-    rdmx_debug("ep %p (%s): UCX close, %s", (void *)ep, ep->peer,
+    rdmx_debug("ep %p (%s): transport close, %s", (void *)ep, ep->peer,
                force ? "forced" : "flush");
-    r = ucp_ep_close_nbx(uep->ucp, &p);
-    free(uep);
-    if (UCS_PTR_IS_PTR(r) && closer != NULL) {
-        closer->req = r;
+    st = w->tp->ep_close(w->tw, tep, force, closer, &req);
+    if (st == RDMX_INPROGRESS && closer != NULL) {
+        closer->req = req;
         ep->closer = closer;
         ep->close_deadline_ns = rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS;
     } else {
-        if (UCS_PTR_IS_PTR(r))
-            ucp_request_free(r);
         free(closer);
     }
 }
@@ -369,7 +298,7 @@ static void tear_down(rdmx_ep_t *ep)
     ep->torn_down = 1;
     set_deadline(ep, 0);
     rdmx__msg_purge(ep, ep->status);
-    ucp_close(ep, 1);
+    tp_close(ep, 1);
     /* Requests the forced close did not complete (a rendezvous send whose
      * receiver died, on shared memory) complete now, with the error; so do
      * atomics waiting for a reply. */
@@ -482,7 +411,7 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
         rdmx_list_for_each_safe(pos, tmp, &w->closing)
         {
             rdmx_ep_t *ep = rdmx_container_of(pos, rdmx_ep_t, link);
-            if (ep->ucp_ep != NULL) {
+            if (ep->tep != NULL) {
                 /* BYE sent: close once the peer has acknowledged it and
                  * our own operations are done. Forced: after the BYE_ACK
                  * nothing is left to flush but what rdmx_ep_flush
@@ -490,7 +419,7 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
                 if (!(ep->bye_acked && rdmx_list_empty(&ep->inflight)) &&
                     !ep->dead && now < ep->close_deadline_ns)
                     continue;
-                ucp_close(ep, 1);
+                tp_close(ep, 1);
                 n++;
             }
             if (ep->closer != NULL && now >= ep->close_deadline_ns) {
@@ -500,7 +429,7 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
                            ep->peer);
                 rdmx_closer_t *closer = ep->closer;
                 closer->ep = NULL;
-                ucp_request_free(closer->req);
+                w->tp->req_forget(closer->req);
                 ep->closer = NULL;
             }
             if (ep->closer != NULL)
@@ -538,10 +467,10 @@ static void client_on_frame(rdmx_ep_t *ep, unsigned type,
 {
     rdmx_worker_t *w = ep->worker;
     rdmx_bs_msg_t m;
-    rdmx_uep_t *uep;
+    rdmx_tep_t *tep;
     rdmx_status_t st;
 
-    if (ep->uep != NULL) {
+    if (ep->tep != NULL) {
         w->stats.proto_errors++; /* nothing is expected after WELCOME */
         return;
     }
@@ -562,19 +491,19 @@ static void client_on_frame(rdmx_ep_t *ep, unsigned type,
     }
     ep->token = m.token;
     ep->peer_worker = m.worker_id;
-    st = uep_create(w, m.addr, m.addr_len, m.worker_id, &uep);
+    st = tep_create(w, m.addr, m.addr_len, m.worker_id, &tep);
     if (st != RDMX_OK) {
         fail_with(ep, st, "%s", rdmx_error_detail());
         return;
     }
-    ep_take_uep(ep, uep);
+    ep_take_tep(ep, tep);
     if (m.worker_id == w->id) {
         /* Connected to this very worker: make the server side's UCX
          * endpoint right after this one, so UCX pairs the two. */
         rdmx_ep_t *srv = rdmx_ptrmap_get(&w->tokens, (void *)m.token);
-        if (srv != NULL && srv->uep == NULL &&
-            uep_create(w, w->addr, w->addr_len, w->id, &uep) == RDMX_OK)
-            ep_take_uep(srv, uep);
+        if (srv != NULL && srv->tep == NULL &&
+            tep_create(w, w->addr, w->addr_len, w->id, &tep) == RDMX_OK)
+            ep_take_tep(srv, tep);
     }
     send_bind(ep);
 }
@@ -789,7 +718,7 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
 {
     rdmx_bs_msg_t m = {.version = RDMX_WIRE_VERSION, .worker_id = w->id,
                        .addr = w->addr, .addr_len = w->addr_len};
-    rdmx_uep_t *uep;
+    rdmx_tep_t *tep;
     rdmx_status_t st;
     rdmx_ep_t *ep;
     int fd = cr->sock.fd;
@@ -821,8 +750,8 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
     if (cr->peer_worker != w->id) {
         /* (a connection from this very worker makes both UCX endpoints
          * when the WELCOME arrives: client_on_frame) */
-        st = uep_create(w, cr->peer_addr, cr->peer_addr_len, cr->peer_worker,
-                        &uep);
+        st = tep_create(w, cr->peer_addr, cr->peer_addr_len, cr->peer_worker,
+                        &tep);
         if (st != RDMX_OK) {
             rdmx_bs_msg_t r = {.status = st};
             snprintf(r.message, sizeof(r.message),
@@ -831,7 +760,7 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
             rdmx__sock_send(&ep->ctl, RDMX_BS_REFUSE, &r);
             goto fail;
         }
-        ep_take_uep(ep, uep);
+        ep_take_tep(ep, tep);
     }
     m.token = ep->token;
     if (rdmx__sock_send(&ep->ctl, RDMX_BS_WELCOME, &m) != RDMX_OK)
@@ -851,43 +780,41 @@ fail:
 
 /* --- BIND over the transport ---------------------------------------------------- */
 
-ucs_status_t rdmx__am_bind(void *arg, const void *header, size_t hlen,
-                           void *data, size_t len,
-                           const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_bind(rdmx_worker_t *w, rdmx_tep_t *tep,
+                            const void *header, size_t hlen, void *data,
+                            size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
     const unsigned char *h = header;
-    rdmx_uep_t *uep, *mine;
+    rdmx_tep_t *mine;
     rdmx_ep_t *ep, *other;
 
     (void)data;
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
-        (uep = rdmx_ptrmap_get(&w->ep_map, param->reply_ep)) == NULL ||
-        hlen != RDMX_BIND_SIZE || len != 0 ||
+    (void)flags;
+    if (tep == NULL || hlen != RDMX_BIND_SIZE || len != 0 ||
         rdmx_get_le32(h) != RDMX_WIRE_MAGIC) {
         w->stats.proto_errors++;
-        return UCS_OK;
+        return RDMX_OK;
     }
     ep = rdmx_ptrmap_get(&w->tokens, (void *)rdmx_get_le64(h + 8));
     if (ep == NULL || ep->state != RDMX_EP_ACCEPTING || ep->status != RDMX_OK ||
-        uep->peer_worker != ep->peer_worker ||
-        (uep->owner != NULL && uep->owner->bound)) {
+        tep->peer_worker != ep->peer_worker ||
+        (tep->owner != NULL && tep->owner->bound)) {
         w->stats.proto_errors++;
-        return UCS_OK;
+        return RDMX_OK;
     }
-    other = uep->owner;
+    other = tep->owner;
     if (other != ep) {
-        /* UCX paired the client's endpoint with another of ours toward the
-         * same worker: trade (Pairing, above). */
-        mine = ep->uep;
+        /* The transport paired the client's endpoint with another of ours
+         * toward the same worker: trade (Pairing, above). */
+        mine = ep->tep;
         if (other != NULL) {
-            ep_take_uep(other, mine);
+            ep_take_tep(other, mine);
         } else {
-            rdmx_list_del(&uep->link); /* a spare */
+            rdmx_list_del(&tep->link); /* a spare */
             if (mine != NULL)
-                uep_make_spare(w, mine);
+                tep_make_spare(w, mine);
         }
-        ep_take_uep(ep, uep);
+        ep_take_tep(ep, tep);
     }
     ep->bound = 1;
     rdmx_ptrmap_del(&w->tokens, (void *)ep->token);
@@ -896,76 +823,79 @@ ucs_status_t rdmx__am_bind(void *arg, const void *header, size_t hlen,
     ep->state = RDMX_EP_CONNECTED;
     w->stats.eps_opened++;
     queue_event(ep, RDMX_EPEV_ACCEPTED);
-    return UCS_OK;
+    return RDMX_OK;
 }
 
-ucs_status_t rdmx__am_bind_ack(void *arg, const void *header, size_t hlen,
-                               void *data, size_t len,
-                               const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_bind_ack(rdmx_worker_t *w, rdmx_tep_t *tep,
+                                const void *header, size_t hlen, void *data,
+                                size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
     const unsigned char *h = header;
 
     (void)data;
+    (void)flags;
     if (ep == NULL || ep->state != RDMX_EP_CONNECTING ||
         ep->accept_cb != NULL || ep->status != RDMX_OK) {
         w->stats.proto_errors++;
-        return UCS_OK;
+        return RDMX_OK;
     }
     if (hlen != RDMX_BIND_SIZE || len != 0 ||
         rdmx_get_le32(h) != RDMX_WIRE_MAGIC) {
         w->stats.proto_errors++;
         fail_with(ep, RDMX_ERR_PROTO, "%s", "malformed BIND_ACK");
-        return UCS_OK;
+        return RDMX_OK;
     }
     ep->bound = 1;
     set_deadline(ep, 0);
     ep->state = RDMX_EP_CONNECTED;
     w->stats.eps_opened++;
     queue_event(ep, RDMX_EPEV_CONNECTED);
-    return UCS_OK;
+    return RDMX_OK;
 }
 
 /* The peer closes in order: everything it sent arrived before its BYE (one
  * lane, in order). Acknowledge; end the connection (RDMX_ERR_CONN_CLOSED)
  * once rendezvous receives still moving data are done, or after a bound. */
-ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
-                          void *data, size_t len,
-                          const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_bye(rdmx_worker_t *w, rdmx_tep_t *tep,
+                           const void *header, size_t hlen, void *data,
+                           size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
 
     (void)header;
     (void)hlen;
     (void)data;
     (void)len;
-    if (ep == NULL)
-        return UCS_OK;
+    (void)flags;
+    if (ep == NULL) {
+        w->stats.proto_errors++;
+        return RDMX_OK;
+    }
     send_control(ep, RDMX_AM_BYE_ACK, bye_hdr);
     if (!ep->peer_closed && ep->status == RDMX_OK) {
         ep->peer_closed = 1;
         set_deadline(ep, rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS);
         queue_event(ep, RDMX_EPEV_PEER_CLOSED);
     }
-    return UCS_OK;
+    return RDMX_OK;
 }
 
-ucs_status_t rdmx__am_bye_ack(void *arg, const void *header, size_t hlen,
-                              void *data, size_t len,
-                              const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_bye_ack(rdmx_worker_t *w, rdmx_tep_t *tep,
+                               const void *header, size_t hlen, void *data,
+                               size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
 
+    (void)w;
     (void)header;
     (void)hlen;
     (void)data;
     (void)len;
+    (void)flags;
     if (ep != NULL)
         ep->bye_acked = 1;
-    return UCS_OK;
+    return RDMX_OK;
 }
 
 /* --- close ------------------------------------------------------------------- */
@@ -991,13 +921,13 @@ void rdmx_ep_close(rdmx_ep_t *ep)
     rdmx_list_insert_tail(&w->closing, &ep->link);
     rdmx__msg_purge(ep, RDMX_ERR_CANCELED);
     rdmx__rmem_detach_all(ep);
-    if (healthy && !ep->peer_closed && ep->ucp_ep != NULL) {
+    if (healthy && !ep->peer_closed && ep->tep != NULL) {
         /* BYE, then close when the peer acknowledged it (progress does). */
         send_control(ep, RDMX_AM_BYE, bye_hdr);
         ep->bye_sent = 1;
         ep->close_deadline_ns = rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS;
     } else {
-        ucp_close(ep, !healthy || ep->dead);
+        tp_close(ep, !healthy || ep->dead);
     }
     rdmx__unlock(w);
 }

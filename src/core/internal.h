@@ -12,6 +12,7 @@
 
 #include <rdmx/core.h>
 
+#include "core/transport.h"
 #include "core/upper.h"
 #include "util/error.h"
 #include "util/list.h"
@@ -20,7 +21,6 @@
 
 #include <pthread.h>
 #include <stdarg.h>
-#include <ucp/api/ucp.h>
 
 /* Active-message ids. Core uses 0..15; the RPC layer takes 16 and up. */
 enum {
@@ -140,22 +140,21 @@ void rdmx__limit_put(rdmx_limit_t *lim);
 typedef enum {
     RDMX_OP_SEND,
     RDMX_OP_RECV,
-    RDMX_OP_RMA,      /* put, get, flush: one UCX request */
-    RDMX_OP_NOTIFY,   /* put -> flush -> notify AM */
+    RDMX_OP_RMA,      /* put, get, flush: one transport request */
+    RDMX_OP_NOTIFY,   /* put -> flush -> notify message (op->stage) */
     RDMX_OP_ATOMIC,
-    RDMX_OP_CONNECT,  /* HELLO send of a connecting endpoint */
-    RDMX_OP_INTERNAL  /* fire-and-forget internal sends */
+    RDMX_OP_INTERNAL  /* holds the header of an internal send; arg: the
+                         worker */
 } rdmx_op_kind_t;
-
-typedef struct rdmx_op rdmx_op_t;
 
 /* One operation in flight. Taken from the worker's free list, returned when
  * its callback has run. Owned by the worker's thread. */
 struct rdmx_op {
     rdmx_list_t link;     /* ep->recvs, ep->inflight, worker->done,
                              worker->orphans or the free list */
-    int orphaned;         /* completed by rdmx; UCX still owns the request */
-    void *req;            /* the outstanding UCX request, while in flight */
+    int orphaned;         /* completed by rdmx; the transport still owns the
+                             request */
+    void *req;            /* the outstanding transport request */
     rdmx_ep_t *ep;        /* the endpoint; holds a reference (ep->ops) */
     rdmx_op_kind_t kind;
     rdmx_cb_t cb;
@@ -170,6 +169,7 @@ struct rdmx_op {
     uint64_t operand;     /* atomic: value / compare */
     uint64_t amo_tag;     /* atomic: names it in the reply */
     unsigned amo_wait;    /* atomic: halves left (send, reply) */
+    unsigned stage;       /* put-with-notify: 0 flushing, 1 notifying */
     unsigned char hdr[RDMX_OP_HDR_MAX]; /* AM header: lives as long as the
                                            send (UCX 1.13 does not copy) */
 };
@@ -186,7 +186,8 @@ typedef struct {
 #define RDMX_SPIN_NS 50000ull
 
 struct rdmx_context {
-    ucp_context_h ucp;
+    const rdmx_tp_ops_t *tp; /* the backend */
+    void *tctx;              /* its context */
     rdmx_transport_t transport;
     uint64_t spin_ns; /* blocking waits poll this long before they sleep,
                          RPC server workers twice as long (RDMX_SPIN_US) */
@@ -198,7 +199,7 @@ struct rdmx_context {
 
 struct rdmx_mr {
     rdmx_context_t *ctx;
-    ucp_mem_h memh;
+    void *tmr;        /* the backend's registration */
     void *addr;
     size_t length;
     unsigned access;
@@ -210,7 +211,8 @@ struct rdmx_mr {
 struct rdmx_rmem {
     rdmx_list_t link;   /* ep->rmems */
     rdmx_ep_t *ep;      /* NULL once the endpoint went away */
-    ucp_rkey_h rkey;    /* NULL once the endpoint went away */
+    void *trkey;        /* the backend's key; NULL once the endpoint went
+                           away */
     uint64_t addr;      /* remote virtual address of the range start */
     uint64_t length;    /* length of the range */
     uint64_t region_id; /* the owner's region id */
@@ -218,24 +220,14 @@ struct rdmx_rmem {
     unsigned access;
 };
 
-/* A transport endpoint. UCX's error callback and the active-message lookup
- * (ep_map) reach the rdmx endpoint through it, so two pending server
- * endpoints toward the same client worker can trade their UCX endpoints
- * when UCX paired them the other way round (see ep.c, "Pairing"). */
-typedef struct {
-    rdmx_list_t link;      /* worker->spares while it has no owner */
-    ucp_ep_h ucp;
-    rdmx_ep_t *owner;      /* NULL: a spare, waiting for its pair */
-    uint64_t peer_worker;  /* the remote worker's id */
-    uint64_t expire_ns;    /* a spare is closed after this */
-    int failed;            /* UCX reported an error on it */
-} rdmx_uep_t;
-
 struct rdmx_ep {
     rdmx_list_t link;       /* worker->eps or worker->closing */
     rdmx_worker_t *worker;
-    ucp_ep_h ucp_ep;        /* uep->ucp; NULL once closed at the UCX level */
-    rdmx_uep_t *uep;        /* NULL until the peer's address is known */
+    rdmx_tep_t *tep;        /* the backend's endpoint; NULL until the peer's
+                               address is known, and once closed. Two
+                               pending server endpoints toward the same
+                               client worker may trade theirs (ep.c,
+                               "Pairing") */
     rdmx_ep_state_t state;
     rdmx_status_t status;   /* RDMX_OK while healthy */
     rdmx_ep_params_t params;
@@ -323,19 +315,19 @@ struct rdmx_listener {
 
 struct rdmx_worker {
     rdmx_context_t *ctx;
-    ucp_worker_h ucp;
+    const rdmx_tp_ops_t *tp;  /* ctx->tp */
+    void *tw;                 /* the backend's worker */
     int efd;                  /* UCX's event fd (inside epfd) */
     int epfd;                 /* epoll: efd and every rdmx socket */
     uint64_t id;              /* random; names the worker in bootstraps */
-    void *addr;               /* UCX worker address, sent in HELLO/WELCOME */
+    const void *addr;         /* transport address, sent in HELLO/WELCOME */
     size_t addr_len;
-    rdmx_ptrmap_t ep_map;     /* ucp_ep_h -> rdmx_uep_t, for AM dispatch */
     rdmx_ptrmap_t tokens;     /* token -> accepting rdmx_ep_t */
     rdmx_ptrmap_t amo_ops;    /* atomic tag -> rdmx_op_t waiting for reply */
     uint64_t amo_seq;         /* last atomic tag */
     rdmx_list_t eps;          /* live endpoints (any state but CLOSING) */
     rdmx_list_t closing;      /* endpoints the user closed, not yet freed */
-    rdmx_list_t spares;       /* rdmx_uep_t without owner */
+    rdmx_list_t spares;       /* rdmx_tep_t without owner */
     rdmx_list_t listeners;
     rdmx_list_t conn_reqs;    /* rdmx_conn_req_t waiting to be accepted */
     rdmx_list_t done;         /* ops whose callback runs at next progress */
@@ -349,10 +341,8 @@ struct rdmx_worker {
     uint64_t next_sock_ns;    /* a busy worker's next look at its sockets */
     rdmx_worker_stats_t stats;
     rdmx_list_t hooks;        /* rdmx_hook_t timers of upper layers */
-    struct rdmx_upper_handler {
-        rdmx_worker_t *w;
-        rdmx_msg_handler_t fn;
-    } handlers[RDMX_MSG_ID_MAX]; /* of the layers above (ids 16..) */
+    rdmx_msg_handler_t handlers[RDMX_MSG_ID_MAX]; /* of the layers above
+                                                     (ids 16..) */
     unsigned hook_tick;
     int hooks_due;            /* run the timers at the next progress */
     /* connection requests handed over by another worker's listener */
@@ -370,7 +360,6 @@ struct rdmx_worker {
 
 /* --- errors (status.c) --------------------------------------------------- */
 
-rdmx_status_t rdmx__from_ucs(ucs_status_t status);
 
 /* --- worker.c ------------------------------------------------------------ */
 
@@ -393,16 +382,17 @@ void rdmx__op_put(rdmx_worker_t *w, rdmx_op_t *op);
 void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length);
 /* Queue the op to complete at the next progress (never calls back inline). */
 void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length);
-/* Status for a UCX completion on @ep: the ep's error if it failed. */
-rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status);
-/* The op's UCX request is outstanding: track it on its endpoint. */
+/* Status for a transport completion on @ep: the ep's error if it failed. */
+rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, rdmx_status_t status);
+/* The op's transport request is outstanding: track it on its endpoint. */
 void rdmx__op_issued(rdmx_op_t *op, void *req);
-/* UCX completed the op's request @req. Returns 0 if the op was orphaned
- * (then it is freed here and must not be touched), 1 otherwise (the op is
- * off the in-flight list; complete it). */
-int rdmx__op_ucx_done(rdmx_op_t *op, void *req);
-/* Complete every op still in flight on @ep with the ep's status; UCX keeps
- * their requests (some never complete after a peer died). */
+/* The transport completed the op's request @req. Returns 0 if the op was
+ * orphaned (then it is freed here and must not be touched), 1 otherwise
+ * (the op is off the in-flight list; complete it). */
+int rdmx__op_tp_done(rdmx_op_t *op, void *req);
+/* Complete every op still in flight on @ep with the ep's status; the
+ * transport keeps their requests (some never complete after a peer
+ * died). */
 void rdmx__op_orphan_all(rdmx_ep_t *ep);
 
 /* Progress @w until *@done: spin while events come (latency), then sleep on
@@ -423,7 +413,6 @@ void rdmx__listener_sweep(rdmx_worker_t *w, uint64_t now);
 
 /* --- ep.c ---------------------------------------------------------------- */
 
-rdmx_ep_t *rdmx__ep_lookup(rdmx_worker_t *w, const ucp_am_recv_param_t *param);
 /* Create the endpoint for an accepted connection request. */
 void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr);
 /* Close spare UCX endpoints whose time is up (all of them if @all). */
@@ -434,24 +423,24 @@ void rdmx__ep_fail(rdmx_ep_t *ep, rdmx_status_t status);
 unsigned rdmx__ep_progress(rdmx_worker_t *w);
 void rdmx__ep_release(rdmx_ep_t *ep); /* an op let go of @ep */
 void rdmx__ep_destroy_all(rdmx_worker_t *w);
-ucs_status_t rdmx__am_bind(void *arg, const void *header, size_t hlen,
-                           void *data, size_t len,
-                           const ucp_am_recv_param_t *param);
-ucs_status_t rdmx__am_bind_ack(void *arg, const void *header, size_t hlen,
-                               void *data, size_t len,
-                               const ucp_am_recv_param_t *param);
-ucs_status_t rdmx__am_bye(void *arg, const void *header, size_t hlen,
-                          void *data, size_t len,
-                          const ucp_am_recv_param_t *param);
-ucs_status_t rdmx__am_bye_ack(void *arg, const void *header, size_t hlen,
-                              void *data, size_t len,
-                              const ucp_am_recv_param_t *param);
+rdmx_status_t rdmx__am_bind(rdmx_worker_t *w, rdmx_tep_t *tep,
+                            const void *header, size_t hlen, void *data,
+                            size_t len, unsigned flags);
+rdmx_status_t rdmx__am_bind_ack(rdmx_worker_t *w, rdmx_tep_t *tep,
+                                const void *header, size_t hlen, void *data,
+                                size_t len, unsigned flags);
+rdmx_status_t rdmx__am_bye(rdmx_worker_t *w, rdmx_tep_t *tep,
+                           const void *header, size_t hlen, void *data,
+                           size_t len, unsigned flags);
+rdmx_status_t rdmx__am_bye_ack(rdmx_worker_t *w, rdmx_tep_t *tep,
+                               const void *header, size_t hlen, void *data,
+                               size_t len, unsigned flags);
 
 /* --- msg.c ---------------------------------------------------------------- */
 
-ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,
-                          void *data, size_t len,
-                          const ucp_am_recv_param_t *param);
+rdmx_status_t rdmx__am_msg(rdmx_worker_t *w, rdmx_tep_t *tep,
+                           const void *header, size_t hlen, void *data,
+                           size_t len, unsigned flags);
 /* Fail posted receives with @status and drop unexpected messages. */
 void rdmx__msg_purge(rdmx_ep_t *ep, rdmx_status_t status);
 /* Post a receive; returns the op so a blocking caller can cancel it. */
@@ -464,18 +453,18 @@ int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op);
 
 /* --- rma.c ---------------------------------------------------------------- */
 
-ucs_status_t rdmx__am_notify(void *arg, const void *header, size_t hlen,
-                             void *data, size_t len,
-                             const ucp_am_recv_param_t *param);
+rdmx_status_t rdmx__am_notify(rdmx_worker_t *w, rdmx_tep_t *tep,
+                              const void *header, size_t hlen, void *data,
+                              size_t len, unsigned flags);
 
 /* --- atomic.c ------------------------------------------------------------ */
 
-ucs_status_t rdmx__am_atomic(void *arg, const void *header, size_t hlen,
-                             void *data, size_t len,
-                             const ucp_am_recv_param_t *param);
-ucs_status_t rdmx__am_atomic_reply(void *arg, const void *header, size_t hlen,
-                                   void *data, size_t len,
-                                   const ucp_am_recv_param_t *param);
+rdmx_status_t rdmx__am_atomic(rdmx_worker_t *w, rdmx_tep_t *tep,
+                              const void *header, size_t hlen, void *data,
+                              size_t len, unsigned flags);
+rdmx_status_t rdmx__am_atomic_reply(rdmx_worker_t *w, rdmx_tep_t *tep,
+                                    const void *header, size_t hlen, void *data,
+                                    size_t len, unsigned flags);
 /* Fail the atomics of @ep that wait for a reply (with its status). */
 void rdmx__amo_fail_all(rdmx_ep_t *ep);
 /* Bounds, rights and endpoint checks of a one-sided operation (rma.c). */
@@ -487,19 +476,18 @@ rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
 
 /* Find a region by id (takes the context's mr_lock); NULL if gone. */
 rdmx_mr_t *rdmx__mr_find(rdmx_context_t *ctx, uint64_t id);
+/* Issue an operation through the backend: its immediate answer @st (with
+ * @req) becomes ours; releases @op unless pending. */
+rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,
+                             const char *what);
+/* Put-with-notify's and atomics' steps when their request completes. */
+void rdmx__notify_step(rdmx_op_t *op, void *req, rdmx_status_t status);
+void rdmx__amo_sent(rdmx_op_t *op, void *req, rdmx_status_t status);
+
 /* Unmap and free a region already removed from the registry. */
 void rdmx__mr_release(rdmx_mr_t *mr);
 /* Destroy the rkeys of descriptors unpacked on @ep (before the UCX close). */
 void rdmx__rmem_detach_all(rdmx_ep_t *ep);
-
-/* Fill the memory-handle field of a UCX request from @mr, if any. */
-static inline void rdmx__param_memh(ucp_request_param_t *p, rdmx_mr_t *mr)
-{
-    if (mr != NULL) {
-        p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p->memh = mr->memh;
-    }
-}
 
 /* May operations start on @ep? An error (with its detail) if not. */
 static inline rdmx_status_t rdmx__ep_usable(rdmx_ep_t *ep)

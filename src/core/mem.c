@@ -26,6 +26,7 @@
 #include "util/endian.h"
 #include "util/hash.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,11 +38,7 @@
 static rdmx_status_t mr_create(rdmx_context_t *ctx, void *addr, size_t length,
                                unsigned access, int allocate, rdmx_mr_t **mr_p)
 {
-    ucp_mem_map_params_t mp = {0};
-    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS |
-                                         UCP_MEM_ATTR_FIELD_LENGTH};
     rdmx_mr_t *mr;
-    ucs_status_t us;
     rdmx_status_t st;
 
     if (ctx == NULL || mr_p == NULL || length == 0 ||
@@ -55,42 +52,19 @@ static rdmx_status_t mr_create(rdmx_context_t *ctx, void *addr, size_t length,
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "mem: out of memory");
-
-    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    mp.address = allocate ? NULL : addr;
-    mp.length = length;
-    mp.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
-    us = ucp_mem_map(ctx->ucp, &mp, &mr->memh);
-    if (us != UCS_OK) {
-        st = rdmx__error(us == UCS_ERR_NO_MEMORY ? RDMX_ERR_NO_MEMORY
-                                                 : RDMX_ERR_IO,
-                         "mem: cannot register %zu bytes: %s", length,
-                         ucs_status_string(us));
+    st = ctx->tp->mem_map(ctx->tctx, addr, length, allocate, access,
+                          &mr->tmr, &mr->addr, &mr->rkey_buf, &mr->rkey_size);
+    if (st != RDMX_OK)
         goto err_free;
-    }
-    us = ucp_mem_query(mr->memh, &attr);
-    if (us != UCS_OK) {
-        st = rdmx__error(RDMX_ERR_IO, "mem: query: %s", ucs_status_string(us));
-        goto err_unmap;
-    }
     mr->ctx = ctx;
-    mr->addr = attr.address;
     mr->length = length;
     mr->access = access;
     if (allocate)
         memset(mr->addr, 0, length);
-    us = ucp_rkey_pack(ctx->ucp, mr->memh, &mr->rkey_buf, &mr->rkey_size);
-    if (us != UCS_OK) {
-        st = rdmx__error(RDMX_ERR_IO, "mem: rkey pack: %s",
-                         ucs_status_string(us));
-        goto err_unmap;
-    }
     if (mr->rkey_size > RDMX_RKEY_MAX) {
-        st = rdmx__error(RDMX_ERR_UNSUPPORTED, "mem: UCX rkey of %zu bytes",
-                         mr->rkey_size);
-        goto err_rkey;
+        st = rdmx__error(RDMX_ERR_UNSUPPORTED,
+                         "mem: remote key of %zu bytes", mr->rkey_size);
+        goto err_unmap;
     }
 
     pthread_mutex_lock(&ctx->mr_lock);
@@ -98,16 +72,14 @@ static rdmx_status_t mr_create(rdmx_context_t *ctx, void *addr, size_t length,
     if (rdmx_ptrmap_put(&ctx->regions, (void *)(uintptr_t)mr->id, mr) != 0) {
         pthread_mutex_unlock(&ctx->mr_lock);
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "mem: out of memory");
-        goto err_rkey;
+        goto err_unmap;
     }
     pthread_mutex_unlock(&ctx->mr_lock);
     *mr_p = mr;
     return RDMX_OK;
 
-err_rkey:
-    ucp_rkey_buffer_release(mr->rkey_buf);
 err_unmap:
-    ucp_mem_unmap(ctx->ucp, mr->memh);
+    ctx->tp->mem_unmap(ctx->tctx, mr->tmr, mr->rkey_buf);
 err_free:
     free(mr);
     return st;
@@ -141,8 +113,7 @@ void rdmx_mem_deregister(rdmx_mr_t *mr)
 
 void rdmx__mr_release(rdmx_mr_t *mr)
 {
-    ucp_rkey_buffer_release(mr->rkey_buf);
-    ucp_mem_unmap(mr->ctx->ucp, mr->memh);
+    mr->ctx->tp->mem_unmap(mr->ctx->tctx, mr->tmr, mr->rkey_buf);
     free(mr);
 }
 
@@ -226,8 +197,6 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
     rdmx_rmem_t *rm;
     uint64_t addr, length, rkey_len;
     unsigned access;
-    void *rkey_copy;
-    ucs_status_t us;
     rdmx_status_t st = RDMX_OK;
 
     if (ep == NULL || rmem_p == NULL || (buf == NULL && size != 0))
@@ -265,7 +234,7 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
         st = bad_descriptor(w, "invalid rights, range or reserved field");
         goto out;
     }
-    if (ep->ucp_ep == NULL || ep->status != RDMX_OK) {
+    if (ep->tep == NULL || ep->status != RDMX_OK) {
         st = rdmx__error(ep->status != RDMX_OK ? ep->status
                                                : RDMX_ERR_CONN_CLOSED,
                          "rmem_unpack: endpoint is not connected");
@@ -273,19 +242,14 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
     }
 
     rm = calloc(1, sizeof(*rm));
-    rkey_copy = malloc(rkey_len); /* aligned copy for UCX's parser */
-    if (rm == NULL || rkey_copy == NULL) {
-        free(rm);
-        free(rkey_copy);
+    if (rm == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "rmem_unpack: out of memory");
         goto out;
     }
-    memcpy(rkey_copy, p + RDMX_DESC_FIXED, rkey_len);
-    us = ucp_ep_rkey_unpack(ep->ucp_ep, rkey_copy, &rm->rkey);
-    free(rkey_copy);
-    if (us != UCS_OK) {
+    if (w->tp->rkey_unpack(ep->tep, p + RDMX_DESC_FIXED, rkey_len,
+                           &rm->trkey) != RDMX_OK) {
         free(rm);
-        st = bad_descriptor(w, "UCX cannot unpack its rkey");
+        st = bad_descriptor(w, "the transport cannot unpack its remote key");
         goto out;
     }
     rm->ep = ep;
@@ -307,8 +271,8 @@ void rdmx__rmem_detach_all(rdmx_ep_t *ep)
 
     while ((e = rdmx_list_pop(&ep->rmems)) != NULL) {
         rdmx_rmem_t *rm = rdmx_container_of(e, rdmx_rmem_t, link);
-        ucp_rkey_destroy(rm->rkey);
-        rm->rkey = NULL;
+        ep->worker->tp->rkey_destroy(rm->trkey);
+        rm->trkey = NULL;
         rm->ep = NULL;
     }
 }
@@ -321,7 +285,7 @@ void rdmx_rmem_destroy(rdmx_rmem_t *rm)
         rdmx_worker_t *w = rm->ep->worker;
         rdmx__lock(w);
         rdmx_list_del(&rm->link);
-        ucp_rkey_destroy(rm->rkey);
+        w->tp->rkey_destroy(rm->trkey);
         rdmx__unlock(w);
     }
     free(rm);

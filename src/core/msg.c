@@ -10,25 +10,17 @@
  */
 #include "core/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void send_done(void *req, ucs_status_t us, void *user_data)
-{
-    rdmx_op_t *op = user_data;
-
-    if (rdmx__op_ucx_done(op, req))
-        rdmx__op_complete(op, rdmx__op_status(op->ep, us), op->length);
-}
 
 rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
                            rdmx_mr_t *mr, rdmx_cb_t cb, void *arg)
 {
     rdmx_worker_t *w;
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
     rdmx_status_t st;
     rdmx_op_t *op;
+    void *req = NULL;
 
     if (ep == NULL || (buf == NULL && length != 0))
         return rdmx__error(RDMX_ERR_INVALID, "send: NULL argument");
@@ -42,25 +34,10 @@ rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
         goto out;
     }
     op->length = length;
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.cb.send = send_done;
-    p.user_data = op;
-    rdmx__param_memh(&p, mr);
-    r = ucp_am_send_nbx(ep->ucp_ep, RDMX_AM_MSG, NULL, 0, buf, length, &p);
     w->stats.msgs_sent++;
-    if (r == NULL) {
-        rdmx__op_put(w, op);
-        st = RDMX_OK;
-    } else if (UCS_PTR_IS_ERR(r)) {
-        rdmx__op_put(w, op);
-        st = rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
-                         ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
-    } else {
-        rdmx__op_issued(op, r);
-        st = RDMX_INPROGRESS;
-    }
+    st = w->tp->send(ep->tep, RDMX_AM_MSG, NULL, 0, buf, length,
+                     mr != NULL ? mr->tmr : NULL, 0, op, &req);
+    st = rdmx__op_issue(op, st, req, "send");
 out:
     rdmx__unlock(w);
     return st;
@@ -71,13 +48,13 @@ rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
                              rdmx_cb_t cb, void *arg)
 {
     rdmx_worker_t *w = ep->worker;
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
     rdmx_status_t st;
     rdmx_op_t *op;
+    void *req = NULL;
 
     if (hlen > RDMX_OP_HDR_MAX)
-        return rdmx__error(RDMX_ERR_INVALID, "AM header of %zu bytes", hlen);
+        return rdmx__error(RDMX_ERR_INVALID, "message header of %zu bytes",
+                           hlen);
     if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
         return st;
     op = rdmx__op_get(w, ep, RDMX_OP_SEND, cb, arg);
@@ -85,83 +62,48 @@ rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
     op->length = length;
     memcpy(op->hdr, hdr, hlen);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.cb.send = send_done;
-    p.user_data = op;
-    r = ucp_am_send_nbx(ep->ucp_ep, id, op->hdr, hlen, data, length, &p);
-    if (r == NULL) {
-        rdmx__op_put(w, op);
-        return RDMX_OK;
-    }
-    if (UCS_PTR_IS_ERR(r)) {
-        rdmx__op_put(w, op);
-        return rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
-                           ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
-    }
-    rdmx__op_issued(op, r);
-    return RDMX_INPROGRESS;
+    st = w->tp->send(ep->tep, id, op->hdr, hlen, data, length, NULL, 0, op,
+                     &req);
+    return rdmx__op_issue(op, st, req, "send");
 }
 
 rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
                                  size_t hlen, const void *data, size_t length)
 {
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
     rdmx_status_t st;
 
     if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
         return st;
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    r = ucp_am_send_nbx(ep->ucp_ep, id, hdr, hlen, data, length, &p);
-    if (r == NULL)
-        return RDMX_OK;
-    if (UCS_PTR_IS_PTR(r)) { /* not expected with FORCE_IMM_CMPL */
-        while (ucp_request_check_status(r) == UCS_INPROGRESS)
-            ucp_worker_progress(ep->worker->ucp);
-        ucp_request_free(r);
-        return RDMX_OK;
+    st = ep->worker->tp->send(ep->tep, id, hdr, hlen, data, length, NULL,
+                              RDMX_TP_SEND_NOW, NULL, NULL);
+    if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+        return rdmx__error(st, "send to %s: %s", ep->peer, why);
     }
-    if (UCS_PTR_STATUS(r) == UCS_ERR_NO_RESOURCE)
-        return RDMX_ERR_NO_RESOURCE;
-    return rdmx__error(rdmx__from_ucs(UCS_PTR_STATUS(r)), "send to %s: %s",
-                       ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
+    return st;
 }
 
 void rdmx__msg_release(rdmx_worker_t *w, void *data)
 {
-    ucp_am_data_release(w->ucp, data);
+    w->tp->release(w->tw, data);
 }
 
-static void rndv_done(void *req, ucs_status_t us, size_t length,
-                      void *user_data)
-{
-    rdmx_op_t *op = user_data;
-
-    if (rdmx__op_ucx_done(op, req))
-        rdmx__op_complete(op, rdmx__op_status(op->ep, us), length);
-}
-
-/* Move a rendezvous message into @op's buffer. */
+/* Move a large message into @op's buffer. */
 static void rndv_start(rdmx_op_t *op, void *desc, size_t length)
 {
     rdmx_worker_t *w = op->ep->worker;
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
+    void *req = NULL;
+    rdmx_status_t st;
 
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.recv_am = rndv_done;
-    p.user_data = op;
-    rdmx__param_memh(&p, op->mr);
-    r = ucp_am_recv_data_nbx(w->ucp, desc, op->buf, length, &p);
-    if (r == NULL)
+    st = w->tp->recv(w->tw, desc, op->buf, length,
+                     op->mr != NULL ? op->mr->tmr : NULL, op, &req);
+    if (st == RDMX_OK)
         rdmx__op_defer(op, RDMX_OK, length);
-    else if (UCS_PTR_IS_ERR(r))
-        rdmx__op_defer(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
+    else if (st == RDMX_INPROGRESS)
+        rdmx__op_issued(op, req);
     else
-        rdmx__op_issued(op, r);
+        rdmx__op_defer(op, rdmx__op_status(op->ep, st), 0);
 }
 
 rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
@@ -170,7 +112,7 @@ rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
     rdmx_op_t *op = rdmx__op_get(ep->worker, ep, RDMX_OP_RECV, cb, arg);
 
     if (op == NULL) {
-        ucp_am_data_release(ep->worker->ucp, desc);
+        ep->worker->tp->release(ep->worker->tw, desc);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "recv: out of memory");
     }
     op->buf = buf;
@@ -180,20 +122,20 @@ rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
     return RDMX_INPROGRESS;
 }
 
-ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,
-                          void *data, size_t len,
-                          const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_msg(rdmx_worker_t *w, rdmx_tep_t *tep,
+                           const void *header, size_t hlen, void *data,
+                           size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
-    int rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
+    int rndv = !!(flags & RDMX_MSG_RNDV);
     rdmx_unexp_t *u;
     rdmx_list_t *e;
 
+    (void)header;
     if (ep == NULL || ep->status != RDMX_OK || hlen != 0) {
-        if (hlen != 0)
+        if (hlen != 0 || ep == NULL)
             w->stats.proto_errors++;
-        return UCS_OK; /* dropped: closing, or not ours */
+        return RDMX_OK; /* dropped: closing, or not ours */
     }
     while ((e = rdmx_list_pop(&ep->recvs)) != NULL) {
         rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
@@ -209,12 +151,12 @@ ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,
         w->stats.msgs_received++;
         if (rndv) {
             rndv_start(op, data, len);
-            return UCS_INPROGRESS;
+            return RDMX_INPROGRESS;
         }
         if (len != 0)
             memcpy(op->buf, data, len);
         rdmx__op_defer(op, RDMX_OK, len);
-        return UCS_OK;
+        return RDMX_OK;
     }
 
     /* No receive posted: keep the message until one is. */
@@ -223,7 +165,7 @@ ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,
         rdmx_error("recv from %s: out of memory, message of %zu bytes lost",
                    ep->peer, len);
         rdmx__ep_fail(ep, RDMX_ERR_NO_MEMORY);
-        return UCS_OK;
+        return RDMX_OK;
     }
     w->stats.msgs_unexpected++;
     u->length = len;
@@ -231,7 +173,7 @@ ucs_status_t rdmx__am_msg(void *arg, const void *header, size_t hlen,
     if (!rndv && len != 0)
         memcpy(u->data, data, len);
     rdmx_list_insert_tail(&ep->unexpected, &u->link);
-    return rndv ? UCS_INPROGRESS : UCS_OK;
+    return rndv ? RDMX_INPROGRESS : RDMX_OK;
 }
 
 rdmx_status_t rdmx__recv_post(rdmx_ep_t *ep, void *buf, size_t capacity,
@@ -316,7 +258,7 @@ void rdmx__msg_purge(rdmx_ep_t *ep, rdmx_status_t status)
     while ((e = rdmx_list_pop(&ep->unexpected)) != NULL) {
         rdmx_unexp_t *u = rdmx_container_of(e, rdmx_unexp_t, link);
         if (u->rndv_desc != NULL)
-            ucp_am_data_release(ep->worker->ucp, u->rndv_desc);
+            ep->worker->tp->release(ep->worker->tw, u->rndv_desc);
         free(u);
     }
 }

@@ -53,43 +53,6 @@ rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
     return RDMX_OK;
 }
 
-static void rma_done(void *req, ucs_status_t us, void *user_data)
-{
-    rdmx_op_t *op = user_data;
-
-    if (rdmx__op_ucx_done(op, req))
-        rdmx__op_complete(op, rdmx__op_status(op->ep, us), op->length);
-}
-
-static void request_param(ucp_request_param_t *p, rdmx_op_t *op,
-                          rdmx_mr_t *mr)
-{
-    p->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p->cb.send = rma_done;
-    p->user_data = op;
-    rdmx__param_memh(p, mr);
-}
-
-/* Turn UCX's immediate answer into ours, releasing @op unless pending. */
-static rdmx_status_t finish_issue(rdmx_op_t *op, ucs_status_ptr_t r,
-                                  const char *what)
-{
-    rdmx_worker_t *w = op->ep->worker;
-    rdmx_ep_t *ep = op->ep;
-
-    if (UCS_PTR_IS_PTR(r)) {
-        rdmx__op_issued(op, r);
-        return RDMX_INPROGRESS;
-    }
-    if (op->kind == RDMX_OP_ATOMIC && r == NULL && op->old_p != NULL)
-        *op->old_p = op->result;
-    rdmx__op_put(w, op);
-    if (r == NULL)
-        return RDMX_OK;
-    return rdmx__error(rdmx__op_status(ep, UCS_PTR_STATUS(r)), "%s to %s: %s",
-                       what, ep->peer, ucs_status_string(UCS_PTR_STATUS(r)));
-}
-
 typedef enum { RMA_PUT, RMA_GET } rma_dir_t;
 
 static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
@@ -97,20 +60,19 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
                          uint64_t offset, rdmx_cb_t cb, void *arg)
 {
     const char *what = dir == RMA_PUT ? "put" : "get";
-    ucp_request_param_t p;
-    ucs_status_ptr_t r;
     rdmx_status_t st;
     uint64_t raddr;
     rdmx_op_t *op;
     rdmx_worker_t *w;
+    void *req = NULL;
 
     if (ep == NULL || (buf == NULL && length != 0))
         return rdmx__error(RDMX_ERR_INVALID, "%s: NULL argument", what);
     w = ep->worker;
     rdmx__lock(w);
     st = rdmx__rma_check(ep, rm, offset, length,
-                   dir == RMA_PUT ? RDMX_ACCESS_WRITE : RDMX_ACCESS_READ, what,
-                   &raddr);
+                         dir == RMA_PUT ? RDMX_ACCESS_WRITE : RDMX_ACCESS_READ,
+                         what, &raddr);
     if (st != RDMX_OK)
         goto out;
     op = rdmx__op_get(w, ep, RDMX_OP_RMA, cb, arg);
@@ -119,12 +81,13 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
         goto out;
     }
     op->length = length;
-    request_param(&p, op, mr);
     if (dir == RMA_PUT)
-        r = ucp_put_nbx(ep->ucp_ep, buf, length, raddr, rm->rkey, &p);
+        st = w->tp->put(ep->tep, buf, length, mr ? mr->tmr : NULL, raddr,
+                        rm->trkey, op, &req);
     else
-        r = ucp_get_nbx(ep->ucp_ep, buf, length, raddr, rm->rkey, &p);
-    st = finish_issue(op, r, what);
+        st = w->tp->get(ep->tep, buf, length, mr ? mr->tmr : NULL, raddr,
+                        rm->trkey, op, &req);
+    st = rdmx__op_issue(op, st, req, what);
 out:
     rdmx__unlock(w);
     return st;
@@ -146,38 +109,45 @@ rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, void *buf, size_t length,
 
 /* --- put with notify ---------------------------------------------------- */
 
-/* Send the NOTIFY for @op; its completion completes the op. */
-static ucs_status_ptr_t notify_send(rdmx_op_t *op)
+/* Send the NOTIFY of @op (stage 1); its completion completes the op.
+ * RDMX_OK, RDMX_INPROGRESS (issued) or an error. */
+static rdmx_status_t notify_send(rdmx_op_t *op)
 {
-    ucp_request_param_t p;
+    rdmx_ep_t *ep = op->ep;
+    void *req = NULL;
+    rdmx_status_t st;
 
-    if (op->ep->ucp_ep == NULL || op->ep->status != RDMX_OK)
-        return UCS_STATUS_PTR(UCS_ERR_CANCELED);
-    request_param(&p, op, NULL);
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    return ucp_am_send_nbx(op->ep->ucp_ep, RDMX_AM_NOTIFY, op->hdr,
-                           RDMX_NOTIFY_SIZE, NULL, 0, &p);
+    if (ep->tep == NULL || ep->status != RDMX_OK)
+        return rdmx__error(ep->status != RDMX_OK ? ep->status
+                                                 : RDMX_ERR_CANCELED,
+                           "put_notify to %s: endpoint closed", ep->peer);
+    op->stage = 1;
+    st = ep->worker->tp->send(ep->tep, RDMX_AM_NOTIFY, op->hdr,
+                              RDMX_NOTIFY_SIZE, NULL, 0, NULL, 0, op, &req);
+    if (st == RDMX_INPROGRESS)
+        rdmx__op_issued(op, req);
+    return st;
 }
 
-static void notify_flushed(void *req, ucs_status_t us, void *user_data)
+void rdmx__notify_step(rdmx_op_t *op, void *req, rdmx_status_t status)
 {
-    rdmx_op_t *op = user_data;
-    ucs_status_ptr_t r;
+    rdmx_status_t st;
 
-    if (!rdmx__op_ucx_done(op, req))
+    if (!rdmx__op_tp_done(op, req))
         return;
-    if (us != UCS_OK) {
-        rdmx__op_complete(op, rdmx__op_status(op->ep, us), 0);
+    if (status != RDMX_OK) {
+        rdmx__op_complete(op, rdmx__op_status(op->ep, status), 0);
         return;
     }
-    r = notify_send(op);
-    if (r == NULL)
+    if (op->stage == 1) { /* the notification went */
         rdmx__op_complete(op, RDMX_OK, op->length);
-    else if (UCS_PTR_IS_ERR(r))
-        rdmx__op_complete(op, rdmx__op_status(op->ep, UCS_PTR_STATUS(r)), 0);
-    else
-        rdmx__op_issued(op, r);
+        return;
+    }
+    st = notify_send(op); /* the flush completed: the data is there */
+    if (st == RDMX_OK)
+        rdmx__op_complete(op, RDMX_OK, op->length);
+    else if (st != RDMX_INPROGRESS)
+        rdmx__op_complete(op, rdmx__op_status(op->ep, st), 0);
 }
 
 rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
@@ -185,19 +155,18 @@ rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
                                  rdmx_rmem_t *rm, uint64_t offset,
                                  uint64_t imm, rdmx_cb_t cb, void *arg)
 {
-    ucp_request_param_t p = {0};
-    ucs_status_ptr_t r;
     rdmx_status_t st;
     uint64_t raddr;
     rdmx_op_t *op;
     rdmx_worker_t *w;
+    void *req = NULL;
 
     if (ep == NULL || (buf == NULL && length != 0))
         return rdmx__error(RDMX_ERR_INVALID, "put_notify: NULL argument");
     w = ep->worker;
     rdmx__lock(w);
-    st = rdmx__rma_check(ep, rm, offset, length, RDMX_ACCESS_WRITE, "put_notify",
-                   &raddr);
+    st = rdmx__rma_check(ep, rm, offset, length, RDMX_ACCESS_WRITE,
+                         "put_notify", &raddr);
     if (st != RDMX_OK)
         goto out;
     op = rdmx__op_get(w, ep, RDMX_OP_NOTIFY, cb, arg);
@@ -206,47 +175,53 @@ rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
         goto out;
     }
     op->length = length;
+    op->stage = 0;
     rdmx_put_le64(op->hdr, imm);
     rdmx_put_le64(op->hdr + 8, rm->region_id);
     rdmx_put_le64(op->hdr + 16, rm->region_offset + offset);
     rdmx_put_le64(op->hdr + 24, length);
 
     /* The put's own completion is not needed: the flush covers it. */
-    rdmx__param_memh(&p, mr);
-    r = ucp_put_nbx(ep->ucp_ep, buf, length, raddr, rm->rkey, &p);
-    if (UCS_PTR_IS_ERR(r)) {
-        st = finish_issue(op, r, "put_notify");
+    st = w->tp->put(ep->tep, buf, length, mr ? mr->tmr : NULL, raddr,
+                    rm->trkey, NULL, NULL);
+    if (st != RDMX_OK) {
+        st = rdmx__op_issue(op, st, NULL, "put_notify");
         goto out;
     }
-    if (r != NULL)
-        ucp_request_free(r);
-    request_param(&p, op, NULL);
-    p.cb.send = notify_flushed;
-    r = ucp_ep_flush_nbx(ep->ucp_ep, &p);
-    if (r == NULL)
-        r = notify_send(op);
-    st = finish_issue(op, r, "put_notify");
+    st = w->tp->flush(ep->tep, op, &req);
+    if (st == RDMX_OK) {
+        st = notify_send(op);
+        if (st == RDMX_INPROGRESS)
+            goto out; /* issued */
+        st = rdmx__op_issue(op, st, NULL, "put_notify");
+        goto out;
+    }
+    st = rdmx__op_issue(op, st, req, "put_notify");
 out:
     rdmx__unlock(w);
     return st;
 }
 
-ucs_status_t rdmx__am_notify(void *arg, const void *header, size_t hlen,
-                             void *data, size_t len,
-                             const ucp_am_recv_param_t *param)
+rdmx_status_t rdmx__am_notify(rdmx_worker_t *w, rdmx_tep_t *tep,
+                              const void *header, size_t hlen, void *data,
+                              size_t len, unsigned flags)
 {
-    rdmx_worker_t *w = arg;
-    rdmx_ep_t *ep = rdmx__ep_lookup(w, param);
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
     const unsigned char *h = header;
     rdmx_notify_t n;
 
-    if (ep == NULL || ep->status != RDMX_OK)
-        return UCS_OK;
+    (void)data;
+    (void)flags;
+    if (ep == NULL || ep->status != RDMX_OK) {
+        if (ep == NULL)
+            w->stats.proto_errors++;
+        return RDMX_OK;
+    }
     if (hlen != RDMX_NOTIFY_SIZE || len != 0) {
         w->stats.proto_errors++;
         rdmx_warn("notify from %s: malformed (%zu-byte header), dropped",
                   ep->peer, hlen);
-        return UCS_OK;
+        return RDMX_OK;
     }
     n.imm = rdmx_get_le64(h);
     n.mr = rdmx__mr_find(w->ctx, rdmx_get_le64(h + 8));
@@ -257,20 +232,20 @@ ucs_status_t rdmx__am_notify(void *arg, const void *header, size_t hlen,
         w->stats.proto_errors++;
         rdmx_warn("notify from %s: range outside the region, dropped",
                   ep->peer);
-        return UCS_OK;
+        return RDMX_OK;
     }
     w->stats.notifies_received++;
     if (ep->params.notify_cb != NULL)
         ep->params.notify_cb(ep, &n, ep->params.user_data);
-    return UCS_OK;
+    return RDMX_OK;
 }
 
 rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg)
 {
-    ucp_request_param_t p;
     rdmx_status_t st;
     rdmx_op_t *op;
     rdmx_worker_t *w;
+    void *req = NULL;
 
     if (ep == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "flush: NULL endpoint");
@@ -283,8 +258,8 @@ rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg)
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "flush: out of memory");
         goto out;
     }
-    request_param(&p, op, NULL);
-    st = finish_issue(op, ucp_ep_flush_nbx(ep->ucp_ep, &p), "flush");
+    st = w->tp->flush(ep->tep, op, &req);
+    st = rdmx__op_issue(op, st, req, "flush");
 out:
     rdmx__unlock(w);
     return st;

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -100,15 +101,61 @@ void rdmx__op_issued(rdmx_op_t *op, void *req)
     rdmx_list_insert_tail(&op->ep->inflight, &op->link);
 }
 
-int rdmx__op_ucx_done(rdmx_op_t *op, void *req)
+int rdmx__op_tp_done(rdmx_op_t *op, void *req)
 {
     rdmx_list_del(&op->link);
     if (op->orphaned) {
         free(op); /* its request was released when it was orphaned */
         return 0;
     }
-    ucp_request_free(req);
+    op->ep->worker->tp->req_forget(req);
     return 1;
+}
+
+/* The backend finished a request of @op: the next step for its kind. */
+void rdmx__tp_done(rdmx_op_t *op, void *req, rdmx_status_t status,
+                   size_t length)
+{
+    switch (op->kind) {
+    case RDMX_OP_INTERNAL: {
+        rdmx_worker_t *w = op->arg;
+        w->tp->req_forget(req);
+        rdmx__op_put(w, op);
+        return;
+    }
+    case RDMX_OP_ATOMIC:
+        rdmx__amo_sent(op, req, status);
+        return;
+    case RDMX_OP_NOTIFY:
+        rdmx__notify_step(op, req, status);
+        return;
+    default:
+        if (rdmx__op_tp_done(op, req))
+            rdmx__op_complete(op, rdmx__op_status(op->ep, status),
+                              op->kind == RDMX_OP_RECV ? length
+                                                       : op->length);
+    }
+}
+
+rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,
+                             const char *what)
+{
+    rdmx_worker_t *w = op->ep->worker;
+    rdmx_ep_t *ep = op->ep;
+
+    if (st == RDMX_INPROGRESS) {
+        rdmx__op_issued(op, req);
+        return RDMX_INPROGRESS;
+    }
+    rdmx__op_put(w, op);
+    if (st == RDMX_OK)
+        return RDMX_OK;
+    {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+        return rdmx__error(rdmx__op_status(ep, st), "%s to %s: %s", what,
+                           ep->peer, why);
+    }
 }
 
 void rdmx__op_orphan_all(rdmx_ep_t *ep)
@@ -126,7 +173,7 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep)
             rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
         /* Released now: UCX frees it when (if ever) it completes, and must
          * find it released when the worker is destroyed. */
-        ucp_request_free(op->req);
+        w->tp->req_forget(op->req);
         rdmx_list_insert_tail(&w->orphans, &op->link);
         if (stand_in == NULL) {
             if (op->cb)
@@ -139,13 +186,13 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep)
     }
 }
 
-rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, ucs_status_t status)
+rdmx_status_t rdmx__op_status(rdmx_ep_t *ep, rdmx_status_t status)
 {
-    if (status == UCS_OK)
+    if (status == RDMX_OK)
         return RDMX_OK;
     if (ep->status != RDMX_OK)
         return ep->status;
-    return rdmx__from_ucs(status);
+    return status;
 }
 
 /* --- progress thread ------------------------------------------------------ */
@@ -187,41 +234,15 @@ static void *progress_thread(void *arg)
 
 /* --- worker --------------------------------------------------------------- */
 
-static rdmx_status_t set_am_handler_flags(rdmx_worker_t *w, unsigned id,
-                                          ucp_am_recv_callback_t cb,
-                                          uint32_t flags)
-{
-    ucp_am_handler_param_t p = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                      UCP_AM_HANDLER_PARAM_FIELD_CB |
-                      UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                      UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-        .id = id,
-        .cb = cb,
-        .arg = w,
-        .flags = UCP_AM_FLAG_WHOLE_MSG | flags,
-    };
-    ucs_status_t us = ucp_worker_set_am_recv_handler(w->ucp, &p);
-    if (us != UCS_OK)
-        return rdmx__error(RDMX_ERR_IO, "UCX: AM handler %u: %s", id,
-                           ucs_status_string(us));
-    return RDMX_OK;
-}
-
-static rdmx_status_t set_am_handler(rdmx_worker_t *w, unsigned id,
-                                    ucp_am_recv_callback_t cb)
-{
-    return set_am_handler_flags(w, id, cb, 0);
-}
-
 rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
                                  const rdmx_worker_params_t *params,
                                  rdmx_worker_t **worker_p)
 {
+    static const unsigned core_ids[] = {
+        RDMX_AM_BIND,   RDMX_AM_BIND_ACK, RDMX_AM_MSG,    RDMX_AM_NOTIFY,
+        RDMX_AM_BYE,    RDMX_AM_BYE_ACK,  RDMX_AM_ATOMIC, RDMX_AM_ATOMIC_REPLY};
     rdmx_worker_t *w;
-    ucp_worker_params_t wp = {0};
     pthread_mutexattr_t ma;
-    ucs_status_t us;
     rdmx_status_t status;
     uint64_t flags = 0;
 
@@ -234,6 +255,7 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     if (w == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
     w->ctx = context;
+    w->tp = context->tp;
     w->mt = !!(flags & RDMX_WORKER_FLAG_PROGRESS_THREAD);
     rdmx_list_init(&w->eps);
     rdmx_list_init(&w->closing);
@@ -253,34 +275,16 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     pthread_mutex_init(&w->lock, &ma);
     pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&w->cond, NULL);
-    if (rdmx_ptrmap_init(&w->ep_map) != 0) {
-        status = rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
-        goto err_free;
-    }
     if (rdmx_ptrmap_init(&w->tokens) != 0 ||
         rdmx_ptrmap_init(&w->amo_ops) != 0) {
         rdmx_ptrmap_cleanup(&w->tokens);
-        rdmx_ptrmap_cleanup(&w->ep_map);
         status = rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
         goto err_free;
     }
-
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    /* With a progress thread rdmx serializes every call under w->lock. */
-    wp.thread_mode =
-        w->mt ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
-    us = ucp_worker_create(context->ucp, &wp, &w->ucp);
-    if (us != UCS_OK) {
-        status = rdmx__error(RDMX_ERR_IO, "UCX worker: %s",
-                             ucs_status_string(us));
+    status = w->tp->worker_create(context->tctx, w, w->mt, &w->tw, &w->efd,
+                                  &w->addr, &w->addr_len);
+    if (status != RDMX_OK)
         goto err_map;
-    }
-    us = ucp_worker_get_efd(w->ucp, &w->efd);
-    if (us != UCS_OK) {
-        status = rdmx__error(RDMX_ERR_IO, "UCX worker event fd: %s",
-                             ucs_status_string(us));
-        goto err_worker;
-    }
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (w->epfd < 0) {
         status = rdmx__error(RDMX_ERR_NO_RESOURCE, "worker: epoll: %s",
@@ -295,49 +299,29 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
             goto err_epoll;
         }
     }
-    {
-        ucp_address_t *addr;
-        us = ucp_worker_get_address(w->ucp, &addr, &w->addr_len);
-        if (us != UCS_OK) {
-            status = rdmx__error(RDMX_ERR_IO, "UCX worker address: %s",
-                                 ucs_status_string(us));
-            goto err_epoll;
-        }
-        w->addr = addr;
-    }
     if (getrandom(&w->id, sizeof(w->id), 0) != (ssize_t)sizeof(w->id)) {
         status = rdmx__error(RDMX_ERR_INTERNAL, "worker: no random bytes");
-        goto err_addr;
+        goto err_epoll;
     }
-    if ((status = set_am_handler(w, RDMX_AM_BIND, rdmx__am_bind)) ||
-        (status = set_am_handler(w, RDMX_AM_BIND_ACK, rdmx__am_bind_ack)) ||
-        (status = set_am_handler(w, RDMX_AM_MSG, rdmx__am_msg)) ||
-        (status = set_am_handler(w, RDMX_AM_NOTIFY, rdmx__am_notify)) ||
-        (status = set_am_handler(w, RDMX_AM_BYE, rdmx__am_bye)) ||
-        (status = set_am_handler(w, RDMX_AM_BYE_ACK, rdmx__am_bye_ack)) ||
-        (status = set_am_handler(w, RDMX_AM_ATOMIC, rdmx__am_atomic)) ||
-        (status = set_am_handler(w, RDMX_AM_ATOMIC_REPLY,
-                                 rdmx__am_atomic_reply)))
-        goto err_addr;
+    for (unsigned i = 0; i < sizeof(core_ids) / sizeof(core_ids[0]); i++)
+        if ((status = w->tp->set_handler(w->tw, core_ids[i], 0)) != RDMX_OK)
+            goto err_epoll;
 
     if (w->mt && pthread_create(&w->thread, NULL, progress_thread, w) != 0) {
         status = rdmx__error(RDMX_ERR_NO_RESOURCE,
                              "worker: cannot start progress thread");
-        goto err_addr;
+        goto err_epoll;
     }
     *worker_p = w;
     return RDMX_OK;
 
-err_addr:
-    ucp_worker_release_address(w->ucp, w->addr);
 err_epoll:
     close(w->epfd);
 err_worker:
-    ucp_worker_destroy(w->ucp);
+    w->tp->worker_destroy(w->tw);
 err_map:
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
-    rdmx_ptrmap_cleanup(&w->ep_map);
 err_free:
     pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
@@ -371,7 +355,7 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
         return;
     if (w->mt) {
         w->stop = 1;
-        ucp_worker_signal(w->ucp);
+        w->tp->signal(w->tw);
         pthread_join(w->thread, NULL);
         w->mt = 0; /* only this thread from here on */
     }
@@ -387,76 +371,68 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     rdmx__spares_sweep(w, 0, 1);
     while ((e = rdmx_list_pop(&w->free_ops)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
-    ucp_worker_release_address(w->ucp, w->addr);
-    ucp_worker_destroy(w->ucp);
+    w->tp->worker_destroy(w->tw);
     close(w->epfd);
     /* Requests UCX never completed went with its worker. */
     while ((e = rdmx_list_pop(&w->orphans)) != NULL)
         free(rdmx_container_of(e, rdmx_op_t, link));
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
-    rdmx_ptrmap_cleanup(&w->ep_map);
     pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
     free(w);
 }
 
-/* The UCX side of a handler of a layer above: find the endpoint, drop what
- * is not from a live one, and hand the rest over in rdmx's terms. */
-static ucs_status_t upper_am(void *arg, const void *header, size_t hlen,
-                             void *data, size_t len,
-                             const ucp_am_recv_param_t *param)
+/* A message arrived: core's own ids go to their handlers, the rest to the
+ * layer that registered the id, once the sender is known to be live. */
+rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
+                               rdmx_tep_t *tep, const void *hdr, size_t hlen,
+                               void *data, size_t len, unsigned flags)
 {
-    struct rdmx_upper_handler *h = arg;
     rdmx_msg_info_t info;
 
-    info.ep = rdmx__ep_lookup(h->w, param);
-    if (info.ep == NULL || info.ep->status != RDMX_OK) {
-        if (info.ep == NULL)
-            h->w->stats.proto_errors++;
-        return UCS_OK; /* closing, or not an rdmx peer */
+    switch (id) {
+    case RDMX_AM_BIND:
+        return rdmx__am_bind(w, tep, hdr, hlen, data, len, flags);
+    case RDMX_AM_BIND_ACK:
+        return rdmx__am_bind_ack(w, tep, hdr, hlen, data, len, flags);
+    case RDMX_AM_MSG:
+        return rdmx__am_msg(w, tep, hdr, hlen, data, len, flags);
+    case RDMX_AM_NOTIFY:
+        return rdmx__am_notify(w, tep, hdr, hlen, data, len, flags);
+    case RDMX_AM_BYE:
+        return rdmx__am_bye(w, tep, hdr, hlen, data, len, flags);
+    case RDMX_AM_BYE_ACK:
+        return rdmx__am_bye_ack(w, tep, hdr, hlen, data, len, flags);
+    case RDMX_AM_ATOMIC:
+        return rdmx__am_atomic(w, tep, hdr, hlen, data, len, flags);
+    case RDMX_AM_ATOMIC_REPLY:
+        return rdmx__am_atomic_reply(w, tep, hdr, hlen, data, len, flags);
+    default:
+        break;
     }
-    info.flags = ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
-                      ? RDMX_MSG_RNDV
-                      : 0) |
-                 ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)
-                      ? RDMX_MSG_HOLDABLE
-                      : 0);
-    return h->fn(h->w, header, hlen, data, len, &info) == RDMX_INPROGRESS
-               ? UCS_INPROGRESS
-               : UCS_OK;
+    info.ep = tep != NULL ? tep->owner : NULL;
+    if (info.ep == NULL || info.ep->status != RDMX_OK ||
+        id >= RDMX_MSG_ID_MAX || w->handlers[id] == NULL) {
+        if (info.ep == NULL || id >= RDMX_MSG_ID_MAX ||
+            w->handlers[id] == NULL)
+            w->stats.proto_errors++;
+        return RDMX_OK; /* closing, or not an rdmx peer */
+    }
+    info.flags = flags;
+    return w->handlers[id](w, hdr, hlen, data, len, &info);
 }
 
 rdmx_status_t rdmx__worker_set_handler(rdmx_worker_t *w, unsigned id,
                                        rdmx_msg_handler_t fn)
 {
-    struct rdmx_upper_handler *h;
-
     if (id < RDMX_MSG_ID_UPPER || id >= RDMX_MSG_ID_MAX || fn == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "message id %u: not %u..%u",
                            id, RDMX_MSG_ID_UPPER, RDMX_MSG_ID_MAX - 1);
-    h = &w->handlers[id];
-    h->w = w;
-    h->fn = fn;
-    {
-        ucp_am_handler_param_t p = {
-            .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                          UCP_AM_HANDLER_PARAM_FIELD_CB |
-                          UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                          UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
-            .id = id,
-            .cb = upper_am,
-            .arg = h,
-            /* Upper layers may keep a message's data past the callback. */
-            .flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA,
-        };
-        ucs_status_t us = ucp_worker_set_am_recv_handler(w->ucp, &p);
-        if (us != UCS_OK)
-            return rdmx__error(RDMX_ERR_IO, "UCX: AM handler %u: %s", id,
-                               ucs_status_string(us));
-    }
-    return RDMX_OK;
+    w->handlers[id] = fn;
+    /* Upper layers may keep a message's data past the callback. */
+    return w->tp->set_handler(w->tw, id, 1);
 }
 
 rdmx_context_t *rdmx__worker_context(const rdmx_worker_t *w)
@@ -501,7 +477,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
     if (w->mt) {
         int rc = 0;
         pthread_mutex_lock(&w->lock);
-        ucp_worker_signal(w->ucp); /* the progress thread may be asleep */
+        w->tp->signal(w->tw); /* the progress thread may be asleep */
         while (!*done) {
             struct timespec ts;
             if ((now = rdmx_now_ns()) >= deadline_ns) {
@@ -560,7 +536,7 @@ void rdmx__worker_handoff(rdmx_worker_t *w, rdmx_conn_req_t *cr)
     rdmx_list_insert_tail(&w->handoff, &cr->link);
     __atomic_store_n(&w->handoff_pending, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&w->handoff_lock);
-    ucp_worker_signal(w->ucp);
+    w->tp->signal(w->tw);
 }
 
 /* Take the connection requests other workers handed over. */
@@ -636,7 +612,7 @@ unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w)
     for (int i = 0; i < k; i++) {
         rdmx_sock_t *s = evs[i].data.ptr;
         if (s == NULL)
-            continue; /* UCX's fd: ucp_worker_progress handles it */
+            continue; /* the backend's fd: its progress handles it */
         s->on_event(s, evs[i].events);
         n++;
     }
@@ -654,7 +630,7 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     unsigned n;
 
     rdmx__lock(w);
-    n = ucp_worker_progress(w->ucp);
+    n = w->tp->progress(w->tw);
     /* (being destroyed: requests wait to be rejected at the end) */
     if (__atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) &&
         !w->destroying)
@@ -696,7 +672,6 @@ rdmx_status_t rdmx_worker_efd(rdmx_worker_t *w, int *fd_p)
 rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
 {
     rdmx_status_t st = RDMX_OK;
-    ucs_status_t us;
 
     rdmx__lock(w);
     if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
@@ -704,12 +679,7 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
         rdmx__worker_poll_sockets(w) > 0) {
         st = RDMX_ERR_BUSY;
     } else {
-        us = ucp_worker_arm(w->ucp);
-        if (us == UCS_ERR_BUSY)
-            st = RDMX_ERR_BUSY;
-        else if (us != UCS_OK)
-            st = rdmx__error(RDMX_ERR_IO, "UCX arm: %s",
-                             ucs_status_string(us));
+        st = w->tp->arm(w->tw);
     }
     rdmx__unlock(w);
     return st;
@@ -768,7 +738,7 @@ rdmx_status_t rdmx_worker_wait(rdmx_worker_t *w, int timeout_ms)
 
 void rdmx_worker_signal(rdmx_worker_t *w)
 {
-    ucp_worker_signal(w->ucp);
+    w->tp->signal(w->tw);
 }
 
 void rdmx_worker_stats(rdmx_worker_t *w, rdmx_worker_stats_t *stats_p)

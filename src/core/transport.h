@@ -1,0 +1,149 @@
+/*
+ * The transport interface: what the transport-neutral core (endpoints,
+ * operations, matching, descriptors, waiting, the bootstrap) asks of a
+ * backend, and what a backend reports back. A backend is an operations
+ * table; UCX's is src/core/ucx/ (the only code that includes UCX headers),
+ * and a libfabric one plugs in the same way.
+ *
+ * Objects: a backend context per rdmx context (memory registration lives
+ * there), a backend worker per rdmx worker (progress, a wake-up fd, its own
+ * transport address), a backend endpoint per connection (rdmx_tep_t, made
+ * from the peer worker's address), a backend registration per region and a
+ * backend remote key per unpacked descriptor.
+ *
+ * Requests: an operation that cannot finish at once returns RDMX_INPROGRESS
+ * and stores a request handle; the backend later calls rdmx__tp_done() with
+ * the operation record (rdmx_op_t) the core gave it, exactly once. The core
+ * may stop waiting for a request (rdmx_tp_ops_t.req_forget) when an
+ * endpoint fails; rdmx__tp_done still comes for it later (or never, if the
+ * worker is destroyed first).
+ *
+ * Threads: everything on a worker runs on the thread that progresses it;
+ * memory registration on any thread.
+ */
+#ifndef RDMX_CORE_TRANSPORT_H
+#define RDMX_CORE_TRANSPORT_H
+
+#include <rdmx/core.h>
+
+#include "util/list.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rdmx_op rdmx_op_t;
+
+/* A backend endpoint: the backend's struct begins with this. */
+typedef struct {
+    rdmx_list_t link;      /* worker->spares while it has no owner */
+    rdmx_ep_t *owner;      /* NULL: a spare, waiting for its pair */
+    uint64_t peer_worker;  /* the remote worker's id */
+    uint64_t expire_ns;    /* a spare is closed after this */
+    int failed;            /* the transport reported an error on it */
+} rdmx_tep_t;
+
+/* Flags of a send. */
+enum {
+    /* Only if the transport takes it at once from the caller's buffers:
+     * RDMX_OK or RDMX_ERR_NO_RESOURCE, never a request. */
+    RDMX_TP_SEND_NOW = 1u << 0,
+};
+
+typedef struct {
+    const char *name; /* "ucx" */
+
+    /* --- context: configuration, memory registration ------------------ */
+    rdmx_status_t (*ctx_create)(rdmx_context_t *ctx, rdmx_transport_t t,
+                                const char *net_devices, void **tctx_p);
+    void (*ctx_destroy)(void *tctx);
+    /* Register (or, with @allocate, allocate and register) memory for
+     * local use and remote access with @access (RDMX_ACCESS_*). Writes the
+     * registration, the address (allocated memory's), and a packed remote
+     * key for descriptors (released by mem_unmap). */
+    rdmx_status_t (*mem_map)(void *tctx, void *addr, size_t length,
+                             int allocate, unsigned access, void **tmr_p,
+                             void **addr_p, void **rkey_p,
+                             size_t *rkey_len_p);
+    void (*mem_unmap)(void *tctx, void *tmr, void *rkey);
+
+    /* --- worker ------------------------------------------------------- */
+    /* Create; @threaded: calls come from several threads, serialized by
+     * the core's lock. Writes the fd that becomes readable on events and
+     * the worker's transport address (valid until worker_destroy). */
+    rdmx_status_t (*worker_create)(void *tctx, rdmx_worker_t *w,
+                                   int threaded, void **tw_p, int *efd_p,
+                                   const void **addr_p, size_t *addr_len_p);
+    void (*worker_destroy)(void *tw);
+    unsigned (*progress)(void *tw);
+    /* RDMX_OK: safe to sleep on the fd; RDMX_ERR_BUSY: progress first. */
+    rdmx_status_t (*arm)(void *tw);
+    void (*signal)(void *tw); /* any thread: wake a sleeper */
+    /* Deliver messages of @id to rdmx__tp_deliver from now on; @hold: the
+     * receiver may keep eager data (RDMX_MSG_HOLDABLE). */
+    rdmx_status_t (*set_handler)(void *tw, unsigned id, int hold);
+
+    /* --- endpoints ---------------------------------------------------- */
+    /* An endpoint toward the worker whose address is @addr (@len bytes,
+     * from the peer: the backend must not read past it). Failures come
+     * later through rdmx__tp_ep_failed. */
+    rdmx_status_t (*ep_create)(void *tw, const void *addr, size_t len,
+                               rdmx_tep_t **tep_p);
+    /* Close and free @tep; @force: drop what is in flight. RDMX_OK: done;
+     * RDMX_INPROGRESS: rdmx__tp_closed(@closer) follows (unless the
+     * worker goes first). */
+    rdmx_status_t (*ep_close)(void *tw, rdmx_tep_t *tep, int force,
+                              void *closer, void **req_p);
+
+    /* --- two-sided ---------------------------------------------------- */
+    /* Send message @id: header @hdr (at most 48 bytes; must stay valid
+     * until completion), @length bytes of @data (registered in @tmr, or
+     * NULL). RDMX_OK (done), RDMX_INPROGRESS (*@req_p; rdmx__tp_done(@op)
+     * follows), or an error. */
+    rdmx_status_t (*send)(rdmx_tep_t *tep, unsigned id, const void *hdr,
+                          size_t hlen, const void *data, size_t length,
+                          void *tmr, unsigned flags, rdmx_op_t *op,
+                          void **req_p);
+    /* Move a large message (@desc from delivery) into @buf. */
+    rdmx_status_t (*recv)(void *tw, void *desc, void *buf, size_t length,
+                          void *tmr, rdmx_op_t *op, void **req_p);
+    /* Give back eager data kept, or a large message's descriptor left. */
+    void (*release)(void *tw, void *data);
+
+    /* --- one-sided ---------------------------------------------------- */
+    /* Unpack a peer's packed remote key for use on @tep. */
+    rdmx_status_t (*rkey_unpack)(rdmx_tep_t *tep, const void *rkey,
+                                 size_t len, void **trkey_p);
+    void (*rkey_destroy)(void *trkey);
+    rdmx_status_t (*put)(rdmx_tep_t *tep, const void *buf, size_t length,
+                         void *tmr, uint64_t raddr, void *trkey,
+                         rdmx_op_t *op, void **req_p);
+    rdmx_status_t (*get)(rdmx_tep_t *tep, void *buf, size_t length,
+                         void *tmr, uint64_t raddr, void *trkey,
+                         rdmx_op_t *op, void **req_p);
+    /* Done when every put and get issued on @tep is done at the peer. */
+    rdmx_status_t (*flush)(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p);
+
+    /* Stop waiting for @req: its rdmx__tp_done still comes later. */
+    void (*req_forget)(void *req);
+} rdmx_tp_ops_t;
+
+extern const rdmx_tp_ops_t rdmx_tp_ucx;
+
+/* --- what a backend reports to the core ------------------------------------ */
+
+/* A request of @op finished with @status (@length: bytes received). */
+void rdmx__tp_done(rdmx_op_t *op, void *req, rdmx_status_t status,
+                   size_t length);
+/* A message arrived on @tep (NULL: from no endpoint the backend knows).
+ * @flags: RDMX_MSG_*. Returns RDMX_INPROGRESS when the core kept @data or
+ * took the descriptor, RDMX_OK otherwise. */
+rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
+                               rdmx_tep_t *tep, const void *hdr, size_t hlen,
+                               void *data, size_t len, unsigned flags);
+/* The transport says @tep is broken (@why: its words). */
+void rdmx__tp_ep_failed(rdmx_tep_t *tep, rdmx_status_t status,
+                        const char *why);
+/* An ep_close that returned RDMX_INPROGRESS finished. */
+void rdmx__tp_closed(void *closer);
+
+#endif /* RDMX_CORE_TRANSPORT_H */

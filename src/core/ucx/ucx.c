@@ -1,0 +1,626 @@
+/*
+ * The UCX backend (src/core/transport.h): the only code in rdmx that
+ * includes UCX's headers. It maps the operations table onto ucp: one
+ * ucp_context per rdmx context, one ucp_worker per rdmx worker, endpoints
+ * made from worker addresses in peer error mode, active messages for
+ * messages, ucp_put_nbx/ucp_get_nbx/ucp_ep_flush_nbx for one-sided access,
+ * ucp_mem_map and packed rkeys for registration.
+ *
+ * Facts of UCX this code lives by (../docs/CORE.md, "UCX versions"):
+ * - An AM header must stay valid until the send completes (1.13 does not
+ *   copy it); the core keeps headers in its operation records.
+ * - Peer error mode on shared memory needs UCX_MM_ERROR_HANDLING=y in 1.13,
+ *   read only from the environment.
+ * - Requests are freed by the core through req_forget, exactly once: at
+ *   completion, or earlier when it stops waiting (UCX then still runs the
+ *   callback, which finds the record orphaned).
+ */
+#include "core/internal.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/ucx/ucx.h"
+
+typedef struct ucx_worker ucx_worker_t;
+
+typedef struct {
+    rdmx_tep_t tep; /* first: the core's view */
+    ucp_ep_h ucp;
+    ucx_worker_t *worker;
+} ucx_ep_t;
+
+typedef struct {
+    ucx_worker_t *worker;
+    unsigned id;
+} ucx_handler_t;
+
+struct ucx_worker {
+    ucp_worker_h ucp;
+    rdmx_worker_t *w;
+    ucp_address_t *addr;
+    size_t addr_len;
+    rdmx_ptrmap_t eps; /* ucp_ep_h -> ucx_ep_t, for the sender of a message */
+    ucx_handler_t handlers[RDMX_MSG_ID_MAX];
+};
+
+/* UCX status codes in rdmx's terms: connection-level failures keep their
+ * meaning; anything unexpected is an I/O error. */
+static rdmx_status_t from_ucs(ucs_status_t status)
+{
+    switch (status) {
+    case UCS_OK:
+        return RDMX_OK;
+    case UCS_INPROGRESS:
+        return RDMX_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:
+        return RDMX_ERR_NO_MEMORY;
+    case UCS_ERR_NO_RESOURCE:
+    case UCS_ERR_EXCEEDS_LIMIT:
+        return RDMX_ERR_NO_RESOURCE;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+        return RDMX_ERR_TIMEOUT;
+    case UCS_ERR_CANCELED:
+        return RDMX_ERR_CANCELED;
+    case UCS_ERR_NO_ELEM:
+        return RDMX_ERR_NOT_FOUND;
+    case UCS_ERR_MESSAGE_TRUNCATED:
+        return RDMX_ERR_TOO_BIG;
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+        return RDMX_ERR_CONN_REFUSED;
+    case UCS_ERR_CONNECTION_RESET:
+        return RDMX_ERR_CONN_RESET;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_INVALID_ADDR:
+        return RDMX_ERR_UNREACHABLE;
+    case UCS_ERR_BUSY:
+        return RDMX_ERR_BUSY;
+    case UCS_ERR_UNSUPPORTED:
+    case UCS_ERR_NO_DEVICE:
+        return RDMX_ERR_UNSUPPORTED;
+    case UCS_ERR_INVALID_PARAM:
+        return RDMX_ERR_INVALID;
+    default:
+        return RDMX_ERR_IO;
+    }
+}
+
+/* An immediate answer of a ucp call that returns a request: RDMX_OK,
+ * RDMX_INPROGRESS (*@req_p) or an error with its detail. */
+static rdmx_status_t issued(ucs_status_ptr_t r, void **req_p,
+                            const char *what)
+{
+    if (r == NULL)
+        return RDMX_OK;
+    if (UCS_PTR_IS_PTR(r)) {
+        *req_p = r;
+        return RDMX_INPROGRESS;
+    }
+    return rdmx__error(from_ucs(UCS_PTR_STATUS(r)), "%s: %s", what,
+                       ucs_status_string(UCS_PTR_STATUS(r)));
+}
+
+/* --- context and memory --------------------------------------------------- */
+
+/* UCX_TLS for each transport. rdmx's own bootstrap exchanges worker
+ * addresses, so shared memory needs no tcp beside it. */
+static const char *transport_tls(rdmx_transport_t t)
+{
+    switch (t) {
+    case RDMX_TRANSPORT_SHM:
+        return "sm,self";
+    case RDMX_TRANSPORT_TCP:
+        return "tcp,self";
+    case RDMX_TRANSPORT_RDMA:
+        return "ib,sm,self";
+    default:
+        return NULL;
+    }
+}
+
+static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
+                                    const char *net_devices, void **tctx_p)
+{
+    ucp_config_t *config;
+    ucp_params_t up = {0};
+    ucp_context_h ucp;
+    ucs_status_t us;
+    const char *tls;
+
+    /* UCX 1.13 disables shared memory under peer failure detection unless
+     * this is set (UCX_NOTES gotcha 3); it is a transport-level setting
+     * that ucp_config_modify cannot reach, so it goes in the environment
+     * before ucp_config_read. A value the user set wins. */
+    if (t != RDMX_TRANSPORT_TCP)
+        setenv("UCX_MM_ERROR_HANDLING", "y", 0);
+    us = ucp_config_read(NULL, NULL, &config);
+    if (us != UCS_OK)
+        return rdmx__error(RDMX_ERR_IO, "UCX configuration: %s",
+                           ucs_status_string(us));
+    tls = transport_tls(t);
+    if (tls != NULL && ucp_config_modify(config, "TLS", tls) != UCS_OK) {
+        ucp_config_release(config);
+        return rdmx__error(RDMX_ERR_IO, "UCX: cannot set TLS=%s", tls);
+    }
+    if (net_devices != NULL &&
+        ucp_config_modify(config, "NET_DEVICES", net_devices) != UCS_OK) {
+        ucp_config_release(config);
+        return rdmx__error(RDMX_ERR_INVALID, "UCX: bad net_devices '%s'",
+                           net_devices);
+    }
+    up.field_mask = UCP_PARAM_FIELD_FEATURES |
+                    UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
+    /* No AMO64: rdmx carries atomics itself (atomic.c). */
+    up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    up.mt_workers_shared = 1; /* workers of one context on many threads */
+    up.name = ctx->name;
+    us = ucp_init(&up, config, &ucp);
+    ucp_config_release(config);
+    if (us != UCS_OK)
+        return rdmx__error(RDMX_ERR_IO, "UCX init (transport %s): %s",
+                           rdmx_transport_name(t), ucs_status_string(us));
+    *tctx_p = ucp;
+    return RDMX_OK;
+}
+
+static void ucx_ctx_destroy(void *tctx)
+{
+    ucp_cleanup(tctx);
+}
+
+static rdmx_status_t ucx_mem_map(void *tctx, void *addr, size_t length,
+                                 int allocate, unsigned access, void **tmr_p,
+                                 void **addr_p, void **rkey_p,
+                                 size_t *rkey_len_p)
+{
+    ucp_mem_map_params_t mp = {0};
+    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+    ucp_mem_h memh;
+    ucs_status_t us;
+
+    (void)access; /* (protection per registration: see docs/SECURITY.md) */
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.address = allocate ? NULL : addr;
+    mp.length = length;
+    mp.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+    us = ucp_mem_map(tctx, &mp, &memh);
+    if (us != UCS_OK)
+        return rdmx__error(us == UCS_ERR_NO_MEMORY ? RDMX_ERR_NO_MEMORY
+                                                   : RDMX_ERR_IO,
+                           "mem: cannot register %zu bytes: %s", length,
+                           ucs_status_string(us));
+    us = ucp_mem_query(memh, &attr);
+    if (us == UCS_OK)
+        us = ucp_rkey_pack(tctx, memh, rkey_p, rkey_len_p);
+    if (us != UCS_OK) {
+        ucp_mem_unmap(tctx, memh);
+        return rdmx__error(RDMX_ERR_IO, "mem: %s", ucs_status_string(us));
+    }
+    *tmr_p = memh;
+    *addr_p = attr.address;
+    return RDMX_OK;
+}
+
+static void ucx_mem_unmap(void *tctx, void *tmr, void *rkey)
+{
+    ucp_rkey_buffer_release(rkey);
+    ucp_mem_unmap(tctx, tmr);
+}
+
+/* --- workers and message delivery ------------------------------------------ */
+
+static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
+                          void *data, size_t len,
+                          const ucp_am_recv_param_t *param)
+{
+    ucx_handler_t *h = arg;
+    ucx_ep_t *ep = NULL;
+    unsigned flags = 0;
+
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
+        param->reply_ep != NULL)
+        ep = rdmx_ptrmap_get(&h->worker->eps, param->reply_ep);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+        flags |= RDMX_MSG_RNDV;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)
+        flags |= RDMX_MSG_HOLDABLE;
+    return rdmx__tp_deliver(h->worker->w, h->id, ep ? &ep->tep : NULL, header,
+                            hlen, data, len, flags) == RDMX_INPROGRESS
+               ? UCS_INPROGRESS
+               : UCS_OK;
+}
+
+static rdmx_status_t ucx_set_handler(void *tw, unsigned id, int hold)
+{
+    ucx_worker_t *uw = tw;
+    ucp_am_handler_param_t p = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                      UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = id,
+        .cb = am_cb,
+        .arg = &uw->handlers[id],
+        .flags = UCP_AM_FLAG_WHOLE_MSG | (hold ? UCP_AM_FLAG_PERSISTENT_DATA
+                                               : 0),
+    };
+    ucs_status_t us;
+
+    if (id >= RDMX_MSG_ID_MAX)
+        return rdmx__error(RDMX_ERR_INVALID, "message id %u", id);
+    uw->handlers[id].worker = uw;
+    uw->handlers[id].id = id;
+    us = ucp_worker_set_am_recv_handler(uw->ucp, &p);
+    if (us != UCS_OK)
+        return rdmx__error(RDMX_ERR_IO, "UCX: AM handler %u: %s", id,
+                           ucs_status_string(us));
+    return RDMX_OK;
+}
+
+static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
+                                       int threaded, void **tw_p, int *efd_p,
+                                       const void **addr_p,
+                                       size_t *addr_len_p)
+{
+    ucp_worker_params_t wp = {0};
+    ucx_worker_t *uw;
+    rdmx_status_t st;
+    ucs_status_t us;
+
+    uw = calloc(1, sizeof(*uw));
+    if (uw == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
+    uw->w = w;
+    if (rdmx_ptrmap_init(&uw->eps) != 0) {
+        free(uw);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
+    }
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    /* With a progress thread rdmx serializes every call under its lock. */
+    wp.thread_mode =
+        threaded ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
+    us = ucp_worker_create(tctx, &wp, &uw->ucp);
+    if (us != UCS_OK) {
+        st = rdmx__error(RDMX_ERR_IO, "UCX worker: %s",
+                         ucs_status_string(us));
+        goto err_map;
+    }
+    us = ucp_worker_get_efd(uw->ucp, efd_p);
+    if (us == UCS_OK)
+        us = ucp_worker_get_address(uw->ucp, &uw->addr, &uw->addr_len);
+    if (us != UCS_OK) {
+        st = rdmx__error(RDMX_ERR_IO, "UCX worker: %s",
+                         ucs_status_string(us));
+        goto err_worker;
+    }
+    *tw_p = uw;
+    *addr_p = uw->addr;
+    *addr_len_p = uw->addr_len;
+    return RDMX_OK;
+
+err_worker:
+    ucp_worker_destroy(uw->ucp);
+err_map:
+    rdmx_ptrmap_cleanup(&uw->eps);
+    free(uw);
+    return st;
+}
+
+static void ucx_worker_destroy(void *tw)
+{
+    ucx_worker_t *uw = tw;
+
+    ucp_worker_release_address(uw->ucp, uw->addr);
+    ucp_worker_destroy(uw->ucp);
+    rdmx_ptrmap_cleanup(&uw->eps);
+    free(uw);
+}
+
+static unsigned ucx_progress(void *tw)
+{
+    return ucp_worker_progress(((ucx_worker_t *)tw)->ucp);
+}
+
+static rdmx_status_t ucx_arm(void *tw)
+{
+    ucs_status_t us = ucp_worker_arm(((ucx_worker_t *)tw)->ucp);
+
+    if (us == UCS_ERR_BUSY)
+        return RDMX_ERR_BUSY;
+    if (us != UCS_OK)
+        return rdmx__error(RDMX_ERR_IO, "UCX arm: %s", ucs_status_string(us));
+    return RDMX_OK;
+}
+
+static void ucx_signal(void *tw)
+{
+    ucp_worker_signal(((ucx_worker_t *)tw)->ucp);
+}
+
+/* --- endpoints ---------------------------------------------------------------- */
+
+static void ep_error_cb(void *arg, ucp_ep_h ucp_ep, ucs_status_t us)
+{
+    ucx_ep_t *ep = arg;
+
+    (void)ucp_ep;
+    rdmx__tp_ep_failed(&ep->tep, from_ucs(us), ucs_status_string(us));
+}
+
+static rdmx_status_t ucx_ep_create(void *tw, const void *addr, size_t len,
+                                   rdmx_tep_t **tep_p)
+{
+    ucx_worker_t *uw = tw;
+    ucp_ep_params_t p = {0};
+    ucs_status_t us;
+    ucx_ep_t *ep;
+    void *copy;
+
+    /* UCX reads the address without a length: give it a zero tail so a
+     * short one cannot make it read past the buffer. */
+    copy = calloc(1, len + 4096);
+    ep = calloc(1, sizeof(*ep));
+    if (copy == NULL || ep == NULL) {
+        free(copy);
+        free(ep);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "endpoint: out of memory");
+    }
+    memcpy(copy, addr, len);
+    rdmx_list_init(&ep->tep.link);
+    ep->worker = uw;
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = copy;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = ep_error_cb;
+    p.err_handler.arg = ep;
+    us = ucp_ep_create(uw->ucp, &p, &ep->ucp);
+    free(copy);
+    if (us != UCS_OK) {
+        free(ep);
+        return rdmx__error(RDMX_ERR_UNREACHABLE,
+                           "no transport reaches the peer: %s",
+                           ucs_status_string(us));
+    }
+    if (rdmx_ptrmap_put(&uw->eps, ep->ucp, ep) != 0) {
+        ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t r = ucp_ep_close_nbx(ep->ucp, &cp);
+        if (UCS_PTR_IS_PTR(r))
+            ucp_request_free(r);
+        free(ep);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "endpoint: out of memory");
+    }
+    *tep_p = &ep->tep;
+    return RDMX_OK;
+}
+
+static void close_cb(void *req, ucs_status_t us, void *user_data)
+{
+    (void)us;
+    if (user_data == NULL)
+        ucp_request_free(req); /* nobody waits for it */
+    else
+        rdmx__tp_closed(user_data);
+}
+
+static rdmx_status_t ucx_ep_close(void *tw, rdmx_tep_t *tep, int force,
+                                  void *closer, void **req_p)
+{
+    ucx_worker_t *uw = tw;
+    ucx_ep_t *ep = (ucx_ep_t *)tep;
+    ucp_request_param_t p = {0};
+    ucs_status_ptr_t r;
+
+    rdmx_ptrmap_del(&uw->eps, ep->ucp);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                     UCP_OP_ATTR_FIELD_USER_DATA;
+    p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    p.cb.send = close_cb;
+    p.user_data = closer;
+    r = ucp_ep_close_nbx(ep->ucp, &p);
+    free(ep);
+    if (UCS_PTR_IS_PTR(r)) {
+        if (closer == NULL)
+            return RDMX_OK; /* close_cb frees it */
+        *req_p = r;
+        return RDMX_INPROGRESS;
+    }
+    return RDMX_OK;
+}
+
+/* --- messages ------------------------------------------------------------------ */
+
+static void send_cb(void *req, ucs_status_t us, void *user_data)
+{
+    if (user_data == NULL)
+        ucp_request_free(req); /* fire and forget */
+    else
+        rdmx__tp_done(user_data, req, from_ucs(us), 0);
+}
+
+static void recv_cb(void *req, ucs_status_t us, size_t length,
+                    void *user_data)
+{
+    rdmx__tp_done(user_data, req, from_ucs(us), length);
+}
+
+static void memh_param(ucp_request_param_t *p, void *tmr)
+{
+    if (tmr != NULL) {
+        p->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p->memh = tmr;
+    }
+}
+
+static rdmx_status_t ucx_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
+                              size_t hlen, const void *data, size_t length,
+                              void *tmr, unsigned flags, rdmx_op_t *op,
+                              void **req_p)
+{
+    ucx_ep_t *ep = (ucx_ep_t *)tep;
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    if (flags & RDMX_TP_SEND_NOW) {
+        p.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+        r = ucp_am_send_nbx(ep->ucp, id, hdr, hlen, data, length, &p);
+        if (r == NULL)
+            return RDMX_OK;
+        if (UCS_PTR_IS_PTR(r)) { /* not expected with FORCE_IMM_CMPL */
+            while (ucp_request_check_status(r) == UCS_INPROGRESS)
+                ucp_worker_progress(ep->worker->ucp);
+            ucp_request_free(r);
+            return RDMX_OK;
+        }
+        if (UCS_PTR_STATUS(r) == UCS_ERR_NO_RESOURCE)
+            return RDMX_ERR_NO_RESOURCE;
+        return rdmx__error(from_ucs(UCS_PTR_STATUS(r)), "send: %s",
+                           ucs_status_string(UCS_PTR_STATUS(r)));
+    }
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = send_cb;
+    p.user_data = op;
+    memh_param(&p, tmr);
+    r = ucp_am_send_nbx(ep->ucp, id, hdr, hlen, data, length, &p);
+    if (op == NULL && UCS_PTR_IS_PTR(r))
+        return RDMX_OK; /* send_cb frees it */
+    return issued(r, req_p, "send");
+}
+
+static rdmx_status_t ucx_recv(void *tw, void *desc, void *buf, size_t length,
+                              void *tmr, rdmx_op_t *op, void **req_p)
+{
+    ucp_request_param_t p;
+
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = recv_cb;
+    p.user_data = op;
+    memh_param(&p, tmr);
+    return issued(ucp_am_recv_data_nbx(((ucx_worker_t *)tw)->ucp, desc, buf,
+                                       length, &p),
+                  req_p, "receive");
+}
+
+static void ucx_release(void *tw, void *data)
+{
+    ucp_am_data_release(((ucx_worker_t *)tw)->ucp, data);
+}
+
+/* --- one-sided ----------------------------------------------------------------- */
+
+static rdmx_status_t ucx_rkey_unpack(rdmx_tep_t *tep, const void *rkey,
+                                     size_t len, void **trkey_p)
+{
+    ucx_ep_t *ep = (ucx_ep_t *)tep;
+    ucp_rkey_h rk;
+    ucs_status_t us;
+    void *copy = malloc(len);
+
+    if (copy == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "rmem_unpack: out of memory");
+    memcpy(copy, rkey, len); /* aligned, as UCX reads it */
+    us = ucp_ep_rkey_unpack(ep->ucp, copy, &rk);
+    free(copy);
+    if (us != UCS_OK)
+        return rdmx__error(RDMX_ERR_BAD_DESCRIPTOR,
+                           "descriptor: remote key refused by UCX: %s",
+                           ucs_status_string(us));
+    *trkey_p = rk;
+    return RDMX_OK;
+}
+
+static void ucx_rkey_destroy(void *trkey)
+{
+    ucp_rkey_destroy(trkey);
+}
+
+static void rma_param(ucp_request_param_t *p, rdmx_op_t *op, void *tmr)
+{
+    p->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p->cb.send = send_cb;
+    p->user_data = op;
+    memh_param(p, tmr);
+}
+
+static rdmx_status_t ucx_put(rdmx_tep_t *tep, const void *buf, size_t length,
+                             void *tmr, uint64_t raddr, void *trkey,
+                             rdmx_op_t *op, void **req_p)
+{
+    ucp_request_param_t p;
+    ucs_status_ptr_t r;
+
+    rma_param(&p, op, tmr);
+    r = ucp_put_nbx(((ucx_ep_t *)tep)->ucp, buf, length, raddr, trkey, &p);
+    if (op == NULL && UCS_PTR_IS_PTR(r))
+        return RDMX_OK; /* send_cb frees it */
+    return issued(r, req_p, "put");
+}
+
+static rdmx_status_t ucx_get(rdmx_tep_t *tep, void *buf, size_t length,
+                             void *tmr, uint64_t raddr, void *trkey,
+                             rdmx_op_t *op, void **req_p)
+{
+    ucp_request_param_t p;
+
+    rma_param(&p, op, tmr);
+    return issued(ucp_get_nbx(((ucx_ep_t *)tep)->ucp, buf, length, raddr,
+                              trkey, &p),
+                  req_p, "get");
+}
+
+static rdmx_status_t ucx_flush(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p)
+{
+    ucp_request_param_t p;
+
+    rma_param(&p, op, NULL);
+    return issued(ucp_ep_flush_nbx(((ucx_ep_t *)tep)->ucp, &p), req_p,
+                  "flush");
+}
+
+static void ucx_req_forget(void *req)
+{
+    ucp_request_free(req);
+}
+
+const rdmx_tp_ops_t rdmx_tp_ucx = {
+    .name = "ucx",
+    .ctx_create = ucx_ctx_create,
+    .ctx_destroy = ucx_ctx_destroy,
+    .mem_map = ucx_mem_map,
+    .mem_unmap = ucx_mem_unmap,
+    .worker_create = ucx_worker_create,
+    .worker_destroy = ucx_worker_destroy,
+    .progress = ucx_progress,
+    .arm = ucx_arm,
+    .signal = ucx_signal,
+    .set_handler = ucx_set_handler,
+    .ep_create = ucx_ep_create,
+    .ep_close = ucx_ep_close,
+    .send = ucx_send,
+    .recv = ucx_recv,
+    .release = ucx_release,
+    .rkey_unpack = ucx_rkey_unpack,
+    .rkey_destroy = ucx_rkey_destroy,
+    .put = ucx_put,
+    .get = ucx_get,
+    .flush = ucx_flush,
+    .req_forget = ucx_req_forget,
+};
+
+ucp_worker_h rdmx__ucx_worker(rdmx_worker_t *w)
+{
+    return ((ucx_worker_t *)w->tw)->ucp;
+}
+
+ucp_ep_h rdmx__ucx_ep(rdmx_ep_t *ep)
+{
+    return ep->tep != NULL ? ((ucx_ep_t *)ep->tep)->ucp : NULL;
+}
