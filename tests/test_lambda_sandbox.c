@@ -916,7 +916,11 @@ static void test_kv(void)
     rdmx_lambda_env_t env = {&f, fk_get, fk_put, fk_delete, fk_exists};
     rdmx_lambda_env_t get_only = {&f, fk_get, NULL, NULL, NULL};
     rdmx_lambda_call_t call = {.env = &env};
-    rdmx_lambda_engine_t *e = mk_engine(NULL);
+    /* no time limit: the instruction budget must be what stops the kv loop
+     * below, however slow the build or busy the machine */
+    rdmx_lambda_params_t np = {.field_mask = RDMX_LAMBDA_FIELD_MAX_TIME,
+                               .max_time_ms = 0};
+    rdmx_lambda_engine_t *e = mk_engine(&np);
     int i;
 
     th_log("kv: get/put/delete/exists wired to the host's env");

@@ -559,8 +559,8 @@ static void on_ctl_event(rdmx_sock_t *s, uint32_t events)
         else
             w->stats.proto_errors++; /* no control messages defined yet */
         rdmx__sock_consume(s);
-        if (s->fd < 0)
-            return;
+        if (s->fd < 0 || ep->status != RDMX_OK)
+            return; /* (refused: what follows is only the socket's end) */
     }
     if (rc == 0)
         return;
@@ -994,6 +994,11 @@ void rdmx__ep_set_upper(rdmx_ep_t *ep, void *upper)
 const char *rdmx__ep_peer(const rdmx_ep_t *ep)
 {
     return ep->peer;
+}
+
+const char *rdmx__ep_why(const rdmx_ep_t *ep)
+{
+    return ep->why;
 }
 
 int rdmx__ep_adopt(rdmx_ep_t *ep, rdmx_accept_cb_t accept_cb, void **arg_p)

@@ -458,6 +458,11 @@ void rdmx_listener_destroy(rdmx_listener_t *l)
     free(l);
 }
 
+uint64_t rdmx__listener_refused(const rdmx_listener_t *l)
+{
+    return __atomic_load_n(&l->limit->refused, __ATOMIC_RELAXED);
+}
+
 uint16_t rdmx_listener_port(const rdmx_listener_t *l)
 {
     return l->port;

@@ -77,6 +77,9 @@ void *rdmx__ep_upper(const rdmx_ep_t *ep);
 void rdmx__ep_set_upper(rdmx_ep_t *ep, void *upper);
 /* "host:port" of the peer. */
 const char *rdmx__ep_peer(const rdmx_ep_t *ep);
+/* What ended or refused the connection, in words (first cause; "" while
+ * healthy). Unlike rdmx_error_detail(), valid in any thread, any time. */
+const char *rdmx__ep_why(const rdmx_ep_t *ep);
 /* A message arrived on an endpoint accepted with @accept_cb whose callback
  * has not run yet: take it now (the callback will find it taken). 1 and
  * the listener's argument in @arg_p, or 0 if @ep is not such an endpoint. */
@@ -119,6 +122,9 @@ typedef struct rdmx_hook {
 
 void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook);
 void rdmx__hook_del(rdmx_hook_t *hook);
+
+/* Connections the listener refused at its limit so far. */
+uint64_t rdmx__listener_refused(const rdmx_listener_t *l);
 
 /* From now on the listener refuses new connections ("server is shutting
  * down"); the port stays bound until rdmx_listener_destroy. Any thread. */

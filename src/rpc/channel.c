@@ -475,9 +475,10 @@ static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
         return;
     }
     if (status != RDMX_OK) {
-        /* (rdmx_error_detail names the address and says why: "refused:
-         * server at its connection limit (N)") */
-        snprintf(msg, sizeof(msg), "%s", rdmx_error_detail());
+        /* (the endpoint's own record of what ended it, not the thread's
+         * last detail: "refused: server at its connection limit (N)") */
+        snprintf(msg, sizeof(msg), "connection to %s: %s", ch->address,
+                 rdmx__ep_why(ep));
         conn_lost(ch, status, msg, 0);
         return;
     }

@@ -1299,6 +1299,9 @@ void rdmx_rpc_server_stats(rdmx_rpc_server_t *s,
 #undef ADD
     }
     out->connections = __atomic_load_n(&s->conns_now, __ATOMIC_RELAXED);
+    /* Refused by the listener before any connection existed. */
+    if (s->listener != NULL)
+        out->connections_refused += rdmx__listener_refused(s->listener);
 }
 
 unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *s,
