@@ -259,9 +259,13 @@ typedef struct {
     int timeout_ms;
     /** Limit of one connection attempt, ms. Default 2000. */
     int connect_timeout_ms;
-    /** Ping when nothing arrived for heartbeat_ms (default 250); declare
-     *  the server down when nothing arrived for heartbeat_timeout_ms
-     *  (default 1000). 0 turns heartbeats off. */
+    /** While calls are in flight: ping when nothing arrived for
+     *  heartbeat_ms (default 250); declare the server down when nothing
+     *  arrived for heartbeat_timeout_ms (default 1000). An idle channel
+     *  sends no pings: a server process that dies ends the connection's
+     *  control socket and the channel goes DOWN at once; a frozen or
+     *  partitioned server is found by the next call's heartbeats. 0 turns
+     *  heartbeats off. */
     int heartbeat_ms;
     int heartbeat_timeout_ms;
     /** Reconnect after backoff_min_ms (default 50), doubling to

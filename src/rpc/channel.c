@@ -81,6 +81,7 @@ struct rdmx_channel {
     int backoff_ms;
     uint64_t reconnect_at;
     volatile int rx_seen; /* something arrived since the last timer */
+    int hb_idle;          /* no call in flight at the last timer: no pings */
     unsigned sends;       /* requests UCX is still sending (the server may
                              be pulling them: it is alive) */
     uint64_t last_rx, last_ping;
@@ -333,7 +334,8 @@ static int call_send(rdmx_channel_t *ch, call_t *c)
     c->attempts++;
     c->state = CALL_SENT;
     rdmx_list_insert_tail(&ch->sent, &c->link);
-    ch->inflight++;
+    if (ch->inflight++ == 0 && ch->hb_ms > 0)
+        arm(ch, 0); /* busy again: start a heartbeat window now */
     return 0;
 }
 
@@ -828,12 +830,20 @@ static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
         else if (ch->handshake_deadline < next)
             next = ch->handshake_deadline;
     }
-    if (ch->state == RDMX_CHANNEL_READY && ch->hb_ms > 0) {
+    if (ch->state == RDMX_CHANNEL_READY && ch->hb_ms > 0 &&
+        ch->inflight == 0) {
+        /* Idle: nothing waits for the server, so nothing pings it. A dead
+         * server process ends the connection's control socket at once; a
+         * frozen or unreachable one is found by the next call's
+         * heartbeats. 10,000 idle connections cost their server nothing. */
+        ch->hb_idle = 1;
+    } else if (ch->state == RDMX_CHANNEL_READY && ch->hb_ms > 0) {
         uint64_t hb = (uint64_t)ch->hb_ms * 1000000;
         uint64_t dead = (uint64_t)ch->hb_timeout_ms * 1000000;
-        /* Nobody progressed the worker for a while: no ping could go out,
-         * so silence says nothing yet; start a fresh window. */
-        if (ch->rx_seen || now - ch->last_tick > hb) {
+        /* Just busy again, or nobody progressed the worker for a while (no
+         * ping could go out): silence says nothing yet; a fresh window. */
+        if (ch->hb_idle || ch->rx_seen || now - ch->last_tick > hb) {
+            ch->hb_idle = 0;
             ch->rx_seen = 0;
             ch->last_rx = now;
         }
