@@ -56,6 +56,9 @@ test-asan: asan
 	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --output-on-failure --timeout 600 -j 2
 
+# (UCX warns about any UCX_* variable it does not know: keep this one out of
+# the tests' environment.)
+unexport UCX_PREFIX
 test-ucx: deps
 	@test -n "$(UCX_PREFIX)" && test -f "$(UCX_PREFIX)/lib/pkgconfig/ucx.pc" || \
 	  { echo "make test-ucx: set UCX_PREFIX to a UCX install prefix (DIR/lib/pkgconfig/ucx.pc)" >&2; exit 2; }
@@ -63,7 +66,8 @@ test-ucx: deps
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX) \
 	  -DCMAKE_BUILD_RPATH=$(UCX_PREFIX)/lib $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-ucx -j $(JOBS)
-	cd build-ucx && LD_LIBRARY_PATH=$(UCX_PREFIX)/lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	cd build-ucx && env -u UCX_PREFIX \
+	  LD_LIBRARY_PATH=$(UCX_PREFIX)/lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
 	  ctest --output-on-failure --timeout 300 -j 2
 
 demo: build
