@@ -462,7 +462,8 @@ void rdmx__worker_unlock(rdmx_worker_t *w)
 
 
 /* Poll for up to ctx->spin_ns (RDMX_SPIN_US; 0: sleep at once) after the
- * last event, then sleep on the worker's fd, 1 ms at a time. */
+ * last event, then sleep on the worker's fd until the next event or timer
+ * (at most 100 ms at a time). */
 void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
 {
     rdmx__wait_deadline(w, done, UINT64_MAX);
@@ -509,8 +510,15 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
             return -1;
         if (idle_since == 0)
             idle_since = now;
-        if (now - idle_since >= spin_ns)
-            rdmx_worker_wait(w, 1);
+        if (now - idle_since >= spin_ns) {
+            /* Sleep until an event, a timer (rdmx_worker_wait knows them)
+             * or the deadline: a thread blocked on a stopped peer wakes a
+             * few times a second, not a thousand. */
+            uint64_t left_ms = deadline_ns == UINT64_MAX
+                                   ? 100
+                                   : (deadline_ns - now + 999999) / 1000000;
+            rdmx_worker_wait(w, left_ms > 100 ? 100 : (int)left_ms);
+        }
     }
     return 0;
 }
