@@ -38,6 +38,13 @@
  *     server is stopped (a reconnect attempt times out); after SIGCONT it
  *     is READY again, the idempotent calls issued during the stop succeed,
  *     new calls work.
+ *  E. fail fast (the default; A and C ask for wait_for_ready). 5 "spin"
+ *     and 5 "echo" calls in flight when the server is SIGKILLed: the spins
+ *     fail with RDMX_ERR_CONN_RESET at once, the idempotent echoes with
+ *     RDMX_ERR_UNREACHABLE when the one reconnect attempt is refused, all
+ *     within 500 ms; a call made while the channel is DOWN fails at once
+ *     (< 100 ms) with RDMX_ERR_UNREACHABLE and a detail saying the channel
+ *     is down; the channel is READY again after a restart.
  *  D. circuit breaker, threshold 3, open 300 ms. Handler errors ("fail")
  *     do not trip it; with the server dead, three calls time out and the
  *     breaker opens after the third; new calls then fail synchronously with
@@ -709,6 +716,8 @@ static void phase_kill_restart(rdmx_worker_t *w)
     th_log("A: kill the server with %d calls in flight, restart it", A_N);
     memset(&p, 0, sizeof(p)); /* defaults: heartbeats 250/1000, backoff
                                  50..2000, 3 retries */
+    p.field_mask = RDMX_CHANNEL_FIELD_WAIT_FOR_READY; /* (E: without) */
+    p.wait_for_ready = 1;
     ch = channel_new(w, &lg, &p);
     CHECK(rdmx_channel_state(ch) == RDMX_CHANNEL_CONNECTING);
     CHECK_OK(rdmx_channel_wait_ready(ch, 10000 * TH_SLOW));
@@ -1028,6 +1037,8 @@ static void phase_stop_cont(rdmx_worker_t *w)
     p.field_mask = RDMX_CHANNEL_FIELD_HEARTBEAT |
                    RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT |
                    RDMX_CHANNEL_FIELD_BACKOFF;
+    p.field_mask |= RDMX_CHANNEL_FIELD_WAIT_FOR_READY;
+    p.wait_for_ready = 1; /* idempotent calls ride through the stop */
     p.heartbeat_ms = 100;
     p.heartbeat_timeout_ms = 500;
     p.connect_timeout_ms = 1000;
@@ -1175,7 +1186,10 @@ static void phase_breaker(rdmx_worker_t *w)
     th_log("D: circuit breaker, threshold %d, open %d ms", D_THRESHOLD,
            D_OPEN_MS);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_BREAKER | RDMX_CHANNEL_FIELD_BACKOFF;
+    p.field_mask = RDMX_CHANNEL_FIELD_BREAKER | RDMX_CHANNEL_FIELD_BACKOFF |
+                   RDMX_CHANNEL_FIELD_WAIT_FOR_READY;
+    p.wait_for_ready = 1; /* calls reach the breaker while the server is
+                             down, instead of failing at the channel */
     p.breaker_threshold = D_THRESHOLD;
     p.breaker_open_ms = D_OPEN_MS;
     p.backoff_min_ms = 20;
@@ -1322,6 +1336,82 @@ static void phase_breaker(rdmx_worker_t *w)
 
 /* ------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------ */
+/* E: fail fast (the default)                                               */
+/* ------------------------------------------------------------------------ */
+
+#define E_SPIN 5
+#define E_ECHO 5
+
+static void phase_fail_fast(rdmx_worker_t *w)
+{
+    rec_t rec[E_SPIN + E_ECHO], late;
+    rdmx_channel_params_t p;
+    rdmx_channel_t *ch;
+    evlog_t lg;
+    double t_kill, t_call, worst = 0;
+    int i, n = 0;
+    rdmx_status_t st;
+    char addr[64];
+
+    th_log("E: fail fast: kill the server with %d calls in flight",
+           E_SPIN + E_ECHO);
+    memset(&p, 0, sizeof(p)); /* defaults: fail fast, 3 retries */
+    ch = channel_new(w, &lg, &p);
+    CHECK_OK(rdmx_channel_wait_ready(ch, 10000 * TH_SLOW));
+    echo_round(ch, 2, "E warm-up");
+    for (i = 0; i < E_SPIN; i++) /* not idempotent */
+        rec_start_ok(ch, &rec[n++], "spin", 5000, 60000 * TH_SLOW, 0);
+    for (i = 0; i < E_ECHO; i++) /* idempotent: retried once, then fail */
+        rec_start_ok(ch, &rec[n++], "echo", 1000u + (unsigned)i,
+                     60000 * TH_SLOW, 0);
+    progress_for(w, 50, "E: calls in flight");
+    t_kill = server_kill(w);
+    WAIT_UNTIL(w, recs_done(rec, (size_t)n), 2000,
+               "E: calls still pending 2 s after the kill");
+    recs_check_once(rec, (size_t)n, "E");
+    for (i = 0; i < n; i++) {
+        double after = rec[i].t_done - t_kill;
+        if (after > worst)
+            worst = after;
+        if (i < E_SPIN)
+            CHECKF(rec[i].status == RDMX_ERR_CONN_RESET,
+                   "E: in-flight spin #%d: %s (%s), want CONN_RESET", i,
+                   rdmx_status_name(rec[i].status), rec[i].msg);
+        else
+            CHECKF(rec[i].status == RDMX_ERR_UNREACHABLE ||
+                       rec[i].status == RDMX_ERR_CONN_REFUSED,
+                   "E: idempotent echo #%d: %s (%s), want UNREACHABLE after "
+                   "the failed reconnect",
+                   i, rdmx_status_name(rec[i].status), rec[i].msg);
+    }
+    th_log("E: every call failed within %.1f ms of the kill", worst);
+    CHECKF(worst < 500.0 * TH_SLOW,
+           "E: the last call failed %.0f ms after the kill (bound 500 ms)",
+           worst);
+    /* A call while the channel is down fails at once, and says why. */
+    WAIT_UNTIL(w, rdmx_channel_state(ch) == RDMX_CHANNEL_DOWN, 2000,
+               "E: channel not DOWN");
+    t_call = th_now_ms();
+    st = rec_start(ch, &late, "echo", 10, 5000, 0);
+    t_call = th_now_ms() - t_call;
+    CHECKF(st == RDMX_ERR_UNREACHABLE, "E: call while down: %s, want "
+           "UNREACHABLE", rdmx_status_name(st));
+    CHECKF(strstr(rdmx_error_detail(), "is down") != NULL,
+           "E: detail '%s' does not say the channel is down",
+           rdmx_error_detail());
+    CHECKF(t_call < 100.0 * TH_SLOW, "E: the refused call took %.1f ms",
+           t_call);
+    th_log("E: a call while down failed in %.2f ms: %s", t_call,
+           rdmx_error_detail());
+    /* The channel keeps reconnecting: back to READY with the server. */
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)server.port);
+    server_start(w, addr);
+    CHECK_OK(rdmx_channel_wait_ready(ch, 10000 * TH_SLOW));
+    echo_round(ch, 2, "E after the restart");
+    rdmx_channel_destroy(ch);
+}
+
 int main(int argc, char **argv)
 {
     rdmx_context_t *ctx;
@@ -1332,7 +1422,7 @@ int main(int argc, char **argv)
     const char *phases = getenv("RPC_FAULTS_PHASES");
 
     if (phases == NULL || *phases == '\0')
-        phases = "ABCD";
+        phases = "ABCDE";
     if (argc > 1 && strcmp(argv[1], "rpc-server") == 0)
         return trs_main(argc - 2, argv + 2);
 
@@ -1359,6 +1449,8 @@ int main(int argc, char **argv)
         phase_stop_cont(w);
     if (strchr(phases, 'D'))
         phase_breaker(w);
+    if (strchr(phases, 'E'))
+        phase_fail_fast(w);
 
     ws = server_reap(w, 1);
     th_check_exit_ok("rpc server (SIGTERM)", ws);

@@ -40,6 +40,7 @@ enum {
     RDMX_KV_FIELD_TIMEOUT = 1u << 1,
     RDMX_KV_FIELD_INLINE_MAX = 1u << 2,
     RDMX_KV_FIELD_AUTH_SECRET = 1u << 3,
+    RDMX_KV_FIELD_WAIT_FOR_READY = 1u << 4,
 };
 
 typedef struct {
@@ -51,6 +52,12 @@ typedef struct {
     size_t inline_max;
     const void *auth_secret; /**< the servers' shared secret, if any */
     size_t auth_secret_len;
+    /** Default 0, fail fast: an operation on a server whose connection is
+     *  down fails at once (RDMX_ERR_UNREACHABLE, or RDMX_ERR_CONN_RESET for
+     *  one in flight when it broke), and a read goes to the next replica
+     *  that is up. Non-zero: operations wait for the server up to their
+     *  timeout (rdmx_channel_params_t.wait_for_ready). */
+    int wait_for_ready;
 } rdmx_kv_params_t;
 
 /**

@@ -251,6 +251,7 @@ enum {
     RDMX_CHANNEL_FIELD_QUEUE = 1u << 7,
     RDMX_CHANNEL_FIELD_AUTH_SECRET = 1u << 8,
     RDMX_CHANNEL_FIELD_STATE_CB = 1u << 9,
+    RDMX_CHANNEL_FIELD_WAIT_FOR_READY = 1u << 10,
 };
 
 typedef struct {
@@ -291,6 +292,16 @@ typedef struct {
     size_t auth_secret_len;
     rdmx_channel_state_cb_t state_cb;
     void *state_arg;
+    /** Default 0, fail fast: while the channel is DOWN (its connection was
+     *  lost, or an attempt failed) a new call fails at once with
+     *  RDMX_ERR_UNREACHABLE and the reason; when the connection is lost,
+     *  calls in flight fail at once (RDMX_ERR_CONN_RESET, or the heartbeat's
+     *  RDMX_ERR_TIMEOUT) except idempotent ones with retries left, which
+     *  wait for the next connection attempt and fail with it if it fails.
+     *  Calls made while the channel is CONNECTING wait for that attempt.
+     *  Non-zero: calls wait (queued) through DOWN until their deadline, as
+     *  gRPC's wait-for-ready. */
+    int wait_for_ready;
 } rdmx_channel_params_t;
 
 /**

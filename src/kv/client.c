@@ -124,6 +124,10 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
      * found by the transport or the operation's own timeout. */
     cp.heartbeat_ms = 250;
     cp.heartbeat_timeout_ms = kv->timeout_ms > 1000 ? kv->timeout_ms : 1000;
+    if ((f & RDMX_KV_FIELD_WAIT_FOR_READY) && p->wait_for_ready) {
+        cp.field_mask |= RDMX_CHANNEL_FIELD_WAIT_FOR_READY;
+        cp.wait_for_ready = 1;
+    }
     if ((f & RDMX_KV_FIELD_AUTH_SECRET) && p->auth_secret != NULL) {
         cp.field_mask |= RDMX_CHANNEL_FIELD_AUTH_SECRET;
         cp.auth_secret = p->auth_secret;

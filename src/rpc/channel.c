@@ -100,6 +100,7 @@ struct rdmx_channel {
     int probe_inflight;
     rdmx_status_t last_error;
     char last_message[256];
+    int wait_for_ready;         /* calls wait through DOWN (rpc.h) */
     rdmx_status_t conn_error;   /* why the last connection ended or failed */
     char conn_message[256];
     rdmx_hook_t hook;
@@ -381,6 +382,7 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
 {
     rdmx_list_t *e, retry;
     uint64_t now = rdmx_now_ns();
+    int was_ready = ch->state == RDMX_CHANNEL_READY;
 
     ch->conn_error = status;
     snprintf(ch->conn_message, sizeof(ch->conn_message), "%s", msg);
@@ -424,16 +426,21 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
         ch->queue.next = first;
         first->prev = &ch->queue;
     }
-    if (permanent) {
+    if (permanent || (!ch->wait_for_ready && !was_ready)) {
+        /* Fail fast: an attempt to connect failed (or the failure is for
+         * good): what waited for it fails now, with its reason. */
+        rdmx_status_t qst = permanent ? status : RDMX_ERR_UNREACHABLE;
         while ((e = rdmx_list_pop(&ch->queue)) != NULL) {
             call_t *c = rdmx_container_of(e, call_t, link);
             ch->nqueued--;
-            complete(ch, c, status, NULL, 0, msg);
+            complete(ch, c, qst, NULL, 0, msg);
             call_unlink(ch, c);
             call_free(c);
         }
-        set_state(ch, RDMX_CHANNEL_CLOSED, status);
-        return;
+        if (permanent) {
+            set_state(ch, RDMX_CHANNEL_CLOSED, status);
+            return;
+        }
     }
     {
         /* exponential backoff with +-25 % jitter */
@@ -906,6 +913,8 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
         OPT(RDMX_CHANNEL_FIELD_HEARTBEAT, heartbeat_timeout_ms, 1000);
     if (ch->hb_timeout_ms < ch->hb_ms)
         ch->hb_timeout_ms = 2 * ch->hb_ms;
+    ch->wait_for_ready = (f & RDMX_CHANNEL_FIELD_WAIT_FOR_READY) &&
+                         p->wait_for_ready;
     ch->backoff_min_ms = OPT(RDMX_CHANNEL_FIELD_BACKOFF, backoff_min_ms, 50);
     ch->backoff_max_ms = OPT(RDMX_CHANNEL_FIELD_BACKOFF, backoff_max_ms, 2000);
     if (ch->backoff_max_ms < ch->backoff_min_ms)
@@ -1228,6 +1237,13 @@ rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
                                         : RDMX_ERR_CONN_CLOSED,
                          "channel %s is closed: %s", ch->address,
                          ch->last_message);
+        goto out;
+    }
+    if (ch->state == RDMX_CHANNEL_DOWN && !ch->wait_for_ready) {
+        st = rdmx__error(RDMX_ERR_UNREACHABLE,
+                         "call '%s': channel %s is down (%s); it reconnects "
+                         "in the background",
+                         method ? method : "", ch->address, ch->conn_message);
         goto out;
     }
     c = call_new(ch, method, data, length, params, &st);
