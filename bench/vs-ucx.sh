@@ -3,15 +3,15 @@
 #
 # Both tools run as a server and a client process on 127.0.0.1 with
 # UCX_NET_DEVICES=lo, over the same UCX transports:
-#   shm: UCX_TLS=sm,self,tcp (what rdmx's --transport shm selects; tcp is
-#        there for the sockaddr connection setup)
-#   tcp: UCX_TLS=tcp,self    (rdmx's --transport tcp)
+#   shm: UCX_TLS=sm,self  (what rdmx's --transport shm selects; both tools
+#        exchange worker addresses over a TCP socket of their own)
+#   tcp: UCX_TLS=tcp,self (rdmx's --transport tcp)
 # rdmx always runs with peer error handling (UCP_ERR_HANDLING_MODE_PEER, and
 # UCX_MM_ERROR_HANDLING=y so that shared memory stays enabled), so
 # ucx_perftest runs twice: with -e and UCX_MM_ERROR_HANDLING=y (the same
-# mode, the fair comparison) and without (UCX's best case). For shm both
-# tools also get UCX_TCP_PUT_ENABLE=n, which rdmx sets itself (it keeps tcp
-# out of the data path; ucx_perftest never put tcp there anyway).
+# mode, the fair comparison) and without (UCX's best case). (rdmx also turns
+# UCX's adaptive progress off for tcp and shm; with one endpoint and one
+# transport it changes nothing on the measured path.)
 #
 # Pairs, with the same size, iterations, warm-up and window (-O):
 #   send_lat   8 B    ucp_am_lat         p50 one-way latency (us)
@@ -176,7 +176,7 @@ iters_for() { # transport kind -> "N W"
 
 tls_for() {
     case "$1" in
-    shm) echo "sm,self,tcp" ;;
+    shm) echo "sm,self" ;;
     tcp) echo "tcp,self" ;;
     esac
 }
@@ -293,9 +293,6 @@ run_ucx() { # transport errmode(0|1) test size iters warmup outstanding kind
     local tr=$1 err=$2 test=$3 size=$4 n=$5 w=$6 o=$7 kind=$8 port line
     local -a env=(UCX_TLS="$(tls_for "$tr")") flags=(-z)
     local attempt
-    if [ "$tr" = shm ]; then
-        env+=(UCX_TCP_PUT_ENABLE=n) # as rdmx sets for shm
-    fi
     if [ "$err" = 1 ]; then
         env+=(UCX_MM_ERROR_HANDLING=y)
         flags+=(-e)
@@ -340,7 +337,10 @@ run_amrpc() { # transport size iters warmup window kind
     local tr=$1 size=$2 n=$3 w=$4 win=$5 kind=$6 port line attempt
     local -a env=(UCX_TLS="$(tls_for "$tr")" UCX_MM_ERROR_HANDLING=y)
     if [ "$tr" = shm ]; then
-        env+=(UCX_TCP_PUT_ENABLE=n)
+        # (it connects through UCX's sockaddr manager, which needs tcp;
+        # tcp kept out of the data path)
+        env=(UCX_TLS="sm,self,tcp" UCX_MM_ERROR_HANDLING=y
+             UCX_TCP_PUT_ENABLE=n)
     fi
     for attempt in 1 2 3; do
         port=$(free_port)

@@ -290,6 +290,25 @@ static void too_small_one(const char *key, size_t len)
     EXPECT(th_check(rbuf, len, seed) < 0, "registered exact-size get differs");
 }
 
+typedef struct {
+    volatile int done;
+    rdmx_status_t status;
+    size_t length;
+    char message[256];
+} nb_seen_t;
+
+static void nb_seen_cb(rdmx_status_t st, const rdmx_kv_meta_t *meta,
+                       void *arg)
+{
+    nb_seen_t *s = arg;
+
+    s->status = st;
+    s->length = meta->length;
+    snprintf(s->message, sizeof(s->message), "%s",
+             meta->message != NULL ? meta->message : "");
+    s->done = 1;
+}
+
 static void part_too_small(void)
 {
     rdmx_kv_meta_t m;
@@ -311,6 +330,24 @@ static void part_too_small(void)
     EXPECT_ST(rdmx_kv_get(kv, "small:100", 9, NULL, 0, NULL, &m),
               RDMX_ERR_TOO_BIG);
     EXPECT(m.length == 100, "NULL buffer: meta.length %zu", m.length);
+
+    /* the non-blocking form: the callback gets the needed size and the
+     * message in meta (the thread's detail is not the callback's) */
+    {
+        nb_seen_t seen = {0};
+        EXPECT_ST(rdmx_kv_get_nb(kv, "small:100", 9, &one, 1, NULL, nb_seen_cb,
+                                 &seen),
+                  RDMX_INPROGRESS);
+        while (!seen.done)
+            rdmx_worker_wait(worker, 10);
+        EXPECT(seen.status == RDMX_ERR_TOO_BIG && seen.length == 100 &&
+                   one == CANARY,
+               "get_nb into 1 byte: %s, meta.length %zu, byte %02x",
+               rdmx_status_name(seen.status), seen.length, one);
+        EXPECT(seen.message[0] != '\0',
+               "get_nb TOO_BIG: empty meta->message in the callback");
+        th_log("  get_nb TOO_BIG message: %s", seen.message);
+    }
 
     /* a 0-byte value fits a 0-byte buffer */
     EXPECT_OK(rdmx_kv_put(kv, "small:0", 7, NULL, 0, NULL, NULL, NULL));

@@ -83,6 +83,10 @@ typedef struct {
     size_t length;  /**< value length (needed size with RDMX_ERR_TOO_BIG) */
     uint32_t flags; /**< the client flags stored with it */
     uint64_t cas;   /**< its version */
+    /** In a completion callback: what went wrong, in words ("" on
+     *  success); valid during the callback, on whatever thread runs it
+     *  (rdmx_error_detail() is per thread and may be stale there). */
+    const char *message;
 } rdmx_kv_meta_t;
 
 /**

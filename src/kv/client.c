@@ -284,6 +284,7 @@ out:
         if (--nb->pending == 0) {
             if (nb->status != RDMX_OK)
                 rdmx__error(nb->status, "%s", nb->message);
+            nb->meta.message = nb->message;
             nb->cb(nb->status, &nb->meta, nb->arg);
             free(nb);
         }
@@ -1064,6 +1065,7 @@ rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
         snprintf(nb->message, sizeof(nb->message), "%s", rdmx_error_detail());
     }
     if (--nb->pending == 0) { /* all finished at once (cannot, but be safe) */
+        nb->meta.message = nb->message;
         nb->cb(nb->status, &nb->meta, nb->arg);
         free(nb);
     }
