@@ -1,6 +1,7 @@
 /*
- * Remote 64-bit atomics (fetch-and-add, compare-and-swap), carried by rdmx
- * and applied by the target's worker.
+ * Remote 64-bit atomics (fetch-and-add, compare-and-swap): the transport's
+ * own where the backend has them (rdmx_tp_ops_t.has_atomics: UCX before
+ * 1.16), else carried by rdmx and applied by the target's worker.
  *
  * Why not the transport's atomics: UCX from 1.16 on selects no atomic
  * protocol at all for an endpoint with peer failure detection (the
@@ -97,6 +98,19 @@ static rdmx_status_t amo_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     }
     op->length = 8;
     op->old_p = old_p;
+    if (w->ctx->tp_atomics) {
+        /* The transport's own (UCX before 1.16: one-sided on shared
+         * memory, offloaded on RDMA NICs). */
+        op->amo_tag = 0;
+        op->operand = operand;
+        op->result = swap;
+        st = w->tp->atomic(ep->tep, opcode == AMO_CSWAP, &op->operand,
+                           &op->result, raddr, rm->trkey, op, &req);
+        if (st == RDMX_OK && old_p != NULL)
+            *old_p = op->result;
+        st = rdmx__op_issue(op, st, req, "atomic");
+        goto out;
+    }
     op->amo_tag = ++w->amo_seq;
     op->amo_wait = 2; /* the send and the reply */
     if (rdmx_ptrmap_put(&w->amo_ops, (void *)op->amo_tag, op) != 0) {

@@ -119,6 +119,14 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
         &ctx->tctx);
     if (status != RDMX_OK)
         goto err_map;
+    ctx->tp_atomics = ctx->tp->has_atomics != NULL &&
+                      ctx->tp->atomic != NULL &&
+                      ctx->tp->has_atomics(ctx->tctx);
+    /* RDMX_ATOMICS=rdmx: carry atomics in rdmx even where the transport
+     * has its own (checked by the target against the region; the tests
+     * run that path on every UCX version). */
+    if ((env = getenv("RDMX_ATOMICS")) != NULL && !strcmp(env, "rdmx"))
+        ctx->tp_atomics = 0;
     *context_p = ctx;
     return RDMX_OK;
 

@@ -188,6 +188,7 @@ typedef struct {
 struct rdmx_context {
     const rdmx_tp_ops_t *tp; /* the backend */
     void *tctx;              /* its context */
+    int tp_atomics;          /* the backend's atomics work (atomic.c) */
     rdmx_transport_t transport;
     uint64_t spin_ns; /* blocking waits poll this long before they sleep,
                          RPC server workers twice as long (RDMX_SPIN_US) */

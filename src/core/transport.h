@@ -122,6 +122,16 @@ typedef struct {
                          rdmx_op_t *op, void **req_p);
     /* Done when every put and get issued on @tep is done at the peer. */
     rdmx_status_t (*flush)(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p);
+    /* Whether the transport's own 64-bit atomics work on these endpoints
+     * (NULL or 0: the core carries atomics itself, atomic.c). */
+    int (*has_atomics)(void *tctx);
+    /* Fetch-add (@cswap 0: *@operand is added) or compare-and-swap
+     * (@cswap 1: *@operand is the value compared, *@result holds the value
+     * swapped in); the old value lands in *@result. Both stay valid until
+     * completion. */
+    rdmx_status_t (*atomic)(rdmx_tep_t *tep, int cswap, uint64_t *operand,
+                            uint64_t *result, uint64_t raddr, void *trkey,
+                            rdmx_op_t *op, void **req_p);
 
     /* Stop waiting for @req: its rdmx__tp_done still comes later. */
     void (*req_forget)(void *req);

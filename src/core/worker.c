@@ -124,7 +124,12 @@ void rdmx__tp_done(rdmx_op_t *op, void *req, rdmx_status_t status,
         return;
     }
     case RDMX_OP_ATOMIC:
-        rdmx__amo_sent(op, req, status);
+        if (op->amo_tag != 0) { /* carried by rdmx: wait for the reply */
+            rdmx__amo_sent(op, req, status);
+            return;
+        }
+        if (rdmx__op_tp_done(op, req)) /* the transport's own */
+            rdmx__op_complete(op, rdmx__op_status(op->ep, status), 8);
         return;
     case RDMX_OP_NOTIFY:
         rdmx__notify_step(op, req, status);

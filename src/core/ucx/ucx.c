@@ -25,6 +25,11 @@
 typedef struct ucx_worker ucx_worker_t;
 
 typedef struct {
+    ucp_context_h ucp;
+    int amo; /* UCX's atomics usable under peer error mode (before 1.16) */
+} ucx_ctx_t;
+
+typedef struct {
     rdmx_tep_t tep; /* first: the core's view */
     ucp_ep_h ucp;
     ucx_worker_t *worker;
@@ -125,7 +130,7 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
 {
     ucp_config_t *config;
     ucp_params_t up = {0};
-    ucp_context_h ucp;
+    ucx_ctx_t *uc;
     ucs_status_t us;
     const char *tls;
 
@@ -135,13 +140,19 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
      * before ucp_config_read. A value the user set wins. */
     if (t != RDMX_TRANSPORT_TCP)
         setenv("UCX_MM_ERROR_HANDLING", "y", 0);
+    uc = calloc(1, sizeof(*uc));
+    if (uc == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
     us = ucp_config_read(NULL, NULL, &config);
-    if (us != UCS_OK)
+    if (us != UCS_OK) {
+        free(uc);
         return rdmx__error(RDMX_ERR_IO, "UCX configuration: %s",
                            ucs_status_string(us));
+    }
     tls = transport_tls(t);
     if (tls != NULL && ucp_config_modify(config, "TLS", tls) != UCS_OK) {
         ucp_config_release(config);
+        free(uc);
         return rdmx__error(RDMX_ERR_IO, "UCX: cannot set TLS=%s", tls);
     }
     /* Adaptive progress turns a transport's polling on when a worker gets
@@ -158,27 +169,48 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     if (net_devices != NULL &&
         ucp_config_modify(config, "NET_DEVICES", net_devices) != UCS_OK) {
         ucp_config_release(config);
+        free(uc);
         return rdmx__error(RDMX_ERR_INVALID, "UCX: bad net_devices '%s'",
                            net_devices);
     }
     up.field_mask = UCP_PARAM_FIELD_FEATURES |
                     UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-    /* No AMO64: rdmx carries atomics itself (atomic.c). */
     up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    /* UCX from 1.16 (protocols v2) has no atomic protocol for an endpoint
+     * with peer failure detection: there rdmx carries atomics itself
+     * (atomic.c). Before, UCX's own are one-sided on shared memory (and
+     * offloaded on RDMA NICs). */
+    {
+        unsigned major, minor, release;
+        ucp_get_version(&major, &minor, &release);
+        uc->amo = major == 1 && minor < 16;
+    }
+    if (uc->amo)
+        up.features |= UCP_FEATURE_AMO64;
     up.mt_workers_shared = 1; /* workers of one context on many threads */
     up.name = ctx->name;
-    us = ucp_init(&up, config, &ucp);
+    us = ucp_init(&up, config, &uc->ucp);
     ucp_config_release(config);
-    if (us != UCS_OK)
+    if (us != UCS_OK) {
+        free(uc);
         return rdmx__error(RDMX_ERR_IO, "UCX init (transport %s): %s",
                            rdmx_transport_name(t), ucs_status_string(us));
-    *tctx_p = ucp;
+    }
+    *tctx_p = uc;
     return RDMX_OK;
 }
 
 static void ucx_ctx_destroy(void *tctx)
 {
-    ucp_cleanup(tctx);
+    ucx_ctx_t *uc = tctx;
+
+    ucp_cleanup(uc->ucp);
+    free(uc);
+}
+
+static int ucx_has_atomics(void *tctx)
+{
+    return ((ucx_ctx_t *)tctx)->amo;
 }
 
 static rdmx_status_t ucx_mem_map(void *tctx, void *addr, size_t length,
@@ -198,7 +230,7 @@ static rdmx_status_t ucx_mem_map(void *tctx, void *addr, size_t length,
     mp.address = allocate ? NULL : addr;
     mp.length = length;
     mp.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
-    us = ucp_mem_map(tctx, &mp, &memh);
+    us = ucp_mem_map(((ucx_ctx_t *)tctx)->ucp, &mp, &memh);
     if (us != UCS_OK)
         return rdmx__error(us == UCS_ERR_NO_MEMORY ? RDMX_ERR_NO_MEMORY
                                                    : RDMX_ERR_IO,
@@ -206,9 +238,10 @@ static rdmx_status_t ucx_mem_map(void *tctx, void *addr, size_t length,
                            ucs_status_string(us));
     us = ucp_mem_query(memh, &attr);
     if (us == UCS_OK)
-        us = ucp_rkey_pack(tctx, memh, rkey_p, rkey_len_p);
+        us = ucp_rkey_pack(((ucx_ctx_t *)tctx)->ucp, memh, rkey_p,
+                           rkey_len_p);
     if (us != UCS_OK) {
-        ucp_mem_unmap(tctx, memh);
+        ucp_mem_unmap(((ucx_ctx_t *)tctx)->ucp, memh);
         return rdmx__error(RDMX_ERR_IO, "mem: %s", ucs_status_string(us));
     }
     *tmr_p = memh;
@@ -219,7 +252,7 @@ static rdmx_status_t ucx_mem_map(void *tctx, void *addr, size_t length,
 static void ucx_mem_unmap(void *tctx, void *tmr, void *rkey)
 {
     ucp_rkey_buffer_release(rkey);
-    ucp_mem_unmap(tctx, tmr);
+    ucp_mem_unmap(((ucx_ctx_t *)tctx)->ucp, tmr);
 }
 
 /* --- workers and message delivery ------------------------------------------ */
@@ -294,7 +327,7 @@ static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
     /* With a progress thread rdmx serializes every call under its lock. */
     wp.thread_mode =
         threaded ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
-    us = ucp_worker_create(tctx, &wp, &uw->ucp);
+    us = ucp_worker_create(((ucx_ctx_t *)tctx)->ucp, &wp, &uw->ucp);
     if (us != UCS_OK) {
         st = rdmx__error(RDMX_ERR_IO, "UCX worker: %s",
                          ucs_status_string(us));
@@ -596,6 +629,24 @@ static rdmx_status_t ucx_flush(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p)
                   "flush");
 }
 
+static rdmx_status_t ucx_atomic(rdmx_tep_t *tep, int cswap, uint64_t *operand,
+                                uint64_t *result, uint64_t raddr, void *trkey,
+                                rdmx_op_t *op, void **req_p)
+{
+    ucp_request_param_t p;
+
+    rma_param(&p, op, NULL);
+    p.op_attr_mask |=
+        UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    p.datatype = ucp_dt_make_contig(8);
+    p.reply_buffer = result;
+    return issued(ucp_atomic_op_nbx(((ucx_ep_t *)tep)->ucp,
+                                    cswap ? UCP_ATOMIC_OP_CSWAP
+                                          : UCP_ATOMIC_OP_ADD,
+                                    operand, 1, raddr, trkey, &p),
+                  req_p, "atomic");
+}
+
 static void ucx_req_forget(void *req)
 {
     ucp_request_free(req);
@@ -623,6 +674,8 @@ const rdmx_tp_ops_t rdmx_tp_ucx = {
     .put = ucx_put,
     .get = ucx_get,
     .flush = ucx_flush,
+    .has_atomics = ucx_has_atomics,
+    .atomic = ucx_atomic,
     .req_forget = ucx_req_forget,
 };
 
