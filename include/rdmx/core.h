@@ -440,12 +440,14 @@ rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, void *buf, size_t length,
  * and store its previous value in @p *old_p (host byte order) when the
  * callback runs.
  *
- * Atomics are carried by rdmx and applied by the target's worker (its
- * progress runs them), atomically against every other rdmx atomic on the
- * word and the owner's own __atomic operations; the target checks the
- * region's rights and bounds again. Completion means the operation is done
- * at the peer. (UCX from 1.16 offers no atomic protocol on endpoints with
- * peer failure detection; docs/CORE.md, "UCX versions".)
+ * Completion means the operation is done at the peer. Where the transport
+ * has atomics on endpoints with peer failure detection (UCX before 1.16)
+ * they are its own: one-sided on shared memory, offloaded on RDMA NICs.
+ * Otherwise (UCX from 1.16; or RDMX_ATOMICS=rdmx in the environment) rdmx
+ * carries them and the target's worker applies them — its progress must
+ * run — atomically against every other atomic on the word and the owner's
+ * own __atomic operations, after checking the region's rights and bounds
+ * again (docs/CORE.md, "UCX versions").
  */
 rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                   uint64_t offset, uint64_t value,
