@@ -113,8 +113,12 @@ static int sock_fill(rdmx_sock_t *s, size_t want)
 {
     while (s->in_len < want) {
         ssize_t n;
-        if (s->in_cap < want) {
-            size_t cap = want < 256 ? 256 : want;
+        if (s->in_len == s->in_cap) {
+            /* Grow as bytes arrive, not as the header announces: a peer
+             * that announces 64 KiB and sends nothing costs 256 bytes. */
+            size_t cap = s->in_cap < 128 ? 256 : 2 * s->in_cap;
+            if (cap > want)
+                cap = want;
             unsigned char *in = realloc(s->in, cap);
             if (in == NULL) {
                 errno = ENOMEM;
@@ -123,7 +127,7 @@ static int sock_fill(rdmx_sock_t *s, size_t want)
             s->in = in;
             s->in_cap = cap;
         }
-        n = recv(s->fd, s->in + s->in_len, want - s->in_len, 0);
+        n = recv(s->fd, s->in + s->in_len, s->in_cap - s->in_len, 0);
         if (n > 0) {
             s->in_len += (size_t)n;
             continue;

@@ -361,7 +361,8 @@ static int handle_events(rdmx_ep_t *ep)
     ep->events = 0;
     if (!ep->error_done) {
         ep->error_done = 1;
-        w->stats.eps_failed++;
+        if (ep->status != RDMX_ERR_CONN_CLOSED) /* (an orderly close) */
+            w->stats.eps_failed++;
         if (ep->params.error_cb)
             ep->params.error_cb(ep, ep->status, ep->params.user_data);
     }

@@ -309,6 +309,7 @@ struct rdmx_listener {
     unsigned next_target;
     rdmx_limit_t *limit;
     rdmx_list_t pending;      /* rdmx_pending_t: HELLO not read yet */
+    int spare_fd;             /* reserved, to refuse at the fd limit */
     unsigned npending;
     /* Paused (shutting down): new connections are refused. */
     int paused;

@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -154,22 +155,18 @@ static void on_pending_event(rdmx_sock_t *s, uint32_t events)
     rc = rdmx__sock_read_frame(s, &type, &body, &len);
     if (rc == 0)
         return;
-    if (rc < 0) {
-        if (rc == RDMX_ERR_PROTO) {
-            w->stats.proto_errors++;
-            rdmx_debug("listener: %s: %s", p->peer, rdmx_error_detail());
-        }
+    if (rc < 0 && rc != RDMX_ERR_PROTO) {
         w->stats.handshakes_failed++;
         pending_free(p);
         return;
     }
-    if (type != RDMX_BS_HELLO ||
+    if (rc == RDMX_ERR_PROTO || type != RDMX_BS_HELLO ||
         rdmx__bs_decode(type, body, len, &m) != RDMX_OK) {
         rdmx_status_t st = RDMX_ERR_PROTO;
         char why[160];
         int fd = s->fd;
 
-        if (type != RDMX_BS_HELLO)
+        if (rc > 0 && type != RDMX_BS_HELLO)
             rdmx__error(st, "bootstrap: expected HELLO, got frame type %u",
                         type);
         snprintf(why, sizeof(why), "%s", rdmx_error_detail());
@@ -198,11 +195,34 @@ static void on_listen_event(rdmx_sock_t *s, uint32_t events)
         int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         rdmx_pending_t *p;
 
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) &&
+            l->spare_fd >= 0) {
+            /* Out of file descriptors: give the reserved one back, take
+             * the connection, tell the client why, and reserve again. */
+            uint64_t now = rdmx_now_ns();
+            close(l->spare_fd);
+            fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0) {
+                w->stats.conns_refused++;
+                refuse_fd(fd, RDMX_ERR_NO_RESOURCE,
+                          "server out of file descriptors (ulimit -n)");
+            }
+            l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (now - l->limit->last_log_ns >= REFUSE_LOG_NS ||
+                l->limit->last_log_ns == 0) {
+                l->limit->last_log_ns = now;
+                rdmx_warn("listener port %u: out of file descriptors: "
+                          "refusing connections (raise ulimit -n, or set a "
+                          "connection limit)",
+                          l->port);
+            }
+            continue;
+        }
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED)
-                rdmx_debug("listener port %u: accept: %s", l->port,
-                           strerror(errno));
+                rdmx_warn("listener port %u: accept: %s", l->port,
+                          strerror(errno));
             return;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -328,6 +348,9 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
     l->worker = w;
     l->params = *params;
     l->sock.fd = -1;
+    /* One descriptor kept in reserve: at the process's fd limit it lets
+     * the listener accept a connection long enough to refuse it. */
+    l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     rdmx_list_init(&l->pending);
     if (!(params->field_mask & RDMX_LISTENER_PARAM_FIELD_EP_PARAMS))
         memset(&l->params.ep_params, 0, sizeof(l->params.ep_params));
@@ -378,6 +401,8 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
     return RDMX_OK;
 
 err_free:
+    if (l->spare_fd >= 0)
+        close(l->spare_fd);
     free(l->targets);
     free(l->limit);
     free(l);
@@ -451,6 +476,8 @@ void rdmx_listener_destroy(rdmx_listener_t *l)
     while (!rdmx_list_empty(&l->pending))
         pending_free(rdmx_container_of(l->pending.next, rdmx_pending_t, link));
     rdmx__sock_close(&l->sock);
+    if (l->spare_fd >= 0)
+        close(l->spare_fd);
     rdmx_list_del(&l->link);
     rdmx__unlock(w);
     rdmx__limit_put(l->limit);
