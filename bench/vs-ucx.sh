@@ -10,8 +10,8 @@
 # UCX_MM_ERROR_HANDLING=y so that shared memory stays enabled), so
 # ucx_perftest runs twice: with -e and UCX_MM_ERROR_HANDLING=y (the same
 # mode, the fair comparison) and without (UCX's best case). (rdmx also turns
-# UCX's adaptive progress off for tcp and shm; with one endpoint and one
-# transport it changes nothing on the measured path.)
+# UCX's adaptive progress off for tcp; with one endpoint and one transport
+# it changes nothing on the measured path.)
 #
 # Pairs, with the same size, iterations, warm-up and window (-O):
 #   send_lat   8 B    ucp_am_lat         p50 one-way latency (us)

@@ -159,11 +159,11 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
      * its first endpoint on it and off with the last. On tcp each switch
      * re-installs the handlers and re-queries the interface (a socket, an
      * ioctl and a read of /proc/net/route): half of a server's CPU per
-     * connection when clients come and go one at a time. With one
-     * transport chosen there is nothing to save by switching. A value the
-     * user set wins. */
-    if ((t == RDMX_TRANSPORT_TCP || t == RDMX_TRANSPORT_SHM) &&
-        getenv("UCX_ADAPTIVE_PROGRESS") == NULL &&
+     * connection when clients come and go one at a time. With tcp alone
+     * there is nothing to save by switching. (Shared memory keeps it:
+     * there, polling every interface on every pass costs the fast path,
+     * and its switches are cheap.) A value the user set wins. */
+    if (t == RDMX_TRANSPORT_TCP && getenv("UCX_ADAPTIVE_PROGRESS") == NULL &&
         ucp_config_modify(config, "ADAPTIVE_PROGRESS", "n") != UCS_OK)
         rdmx_debug("UCX: cannot set ADAPTIVE_PROGRESS=n");
     if (net_devices != NULL &&
