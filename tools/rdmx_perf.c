@@ -16,21 +16,21 @@
  * be compared directly:
  *   send_lat    ping-pong of SIZE-byte messages with receives posted before
  *               the message can arrive; one-way latency = round trip / 2
- *               (ucp_am_lat).
+ *               (ucx_perftest's AM latency test).
  *   send_bw     the client keeps up to W sends in flight; the server keeps
  *               2W receives posted and acknowledges every window of W
  *               messages; the client never runs more than two windows ahead
- *               of the acknowledgements (ucp_am_bw, with flow control).
+ *               of the acknowledgements (ucx_perftest's AM bandwidth test, with flow control).
  *   put_lat     the client puts SIZE bytes into the server's buffer; the
  *               server polls the buffer's last byte (a sequence number) while
  *               progressing, then puts back into the client's buffer, which
- *               the client polls; one-way = round trip / 2 (ucp_put_lat).
+ *               the client polls; one-way = round trip / 2 (ucx_perftest's put latency test).
  *   put_bw,     W operations in flight, then a flush, per window; reported
  *   get_bw      as MB/s and messages/s. With --flush end: up to W
  *               operations in flight and one flush at the end, which is
- *               exactly ucx_perftest's ucp_put_bw / ucp_get with -O W.
- *   get_lat     one get at a time; the latency of each get (ucp_get -O 1).
- *   atomic_lat  one 64-bit fetch-and-add at a time (ucp_fadd -O 1).
+ *               exactly ucx_perftest's put bandwidth / get tests with -O W.
+ *   get_lat     one get at a time; the latency of each get (ucx_perftest's get test, -O 1).
+ *   atomic_lat  one 64-bit fetch-and-add at a time (ucx_perftest's fetch-add test, -O 1).
  * RPC tests (rdmx_rpc_server_* on the server, channels on the client):
  *   rpc_lat     blocking round trips (rdmx_call) of SIZE bytes (default 64)
  *               to an "echo" handler that returns its request; the latency
@@ -72,7 +72,7 @@
  * the server down (default 1 s): a worker copying a large buffer inside a
  * handler answers no heartbeat meanwhile.
  * All buffers on both sides come from rdmx_mem_alloc(), which like
- * ucx_perftest's "-m host" maps memory with UCP_MEM_MAP_ALLOCATE. Each side
+ * ucx_perftest's "-m host" maps memory with UCX's "allocate" flag. Each side
  * has a send and a receive buffer of SIZE bytes, as in ucx_perftest, and
  * every operation reuses them.
  *
@@ -1626,7 +1626,7 @@ static int client_rma_lat(perf_t *p, test_id_t test, uint64_t warmup,
  * put_bw and get_bw. With @p flush_windows: windows of W operations, each
  * closed by a flush (the default). Without: up to W operations in flight
  * (counted by local completion) and one flush at the end of the phase,
- * exactly as ucx_perftest's ucp_put_bw / ucp_get with -O W; the per-window
+ * exactly as ucx_perftest's put bandwidth / get tests with -O W; the per-window
  * times are then the times to issue W operations.
  */
 static int client_rma_bw_phase(perf_t *p, test_id_t test, uint64_t count,

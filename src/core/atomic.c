@@ -6,7 +6,7 @@
  * Why not the transport's atomics: UCX from 1.16 on selects no atomic
  * protocol at all for an endpoint with peer failure detection (the
  * protocols v2 code keeps only protocols that can abort a request, and no
- * atomic one can), so ucp_atomic_op_nbx fails there and marks the endpoint
+ * atomic one can), so a UCX atomic fails there and marks the endpoint
  * failed; rdmx cannot give up failure detection. On tcp and shared memory
  * UCX 1.13 emulated atomics with active messages anyway, so carrying them
  * ourselves costs the same there and behaves the same on every version

@@ -10,7 +10,7 @@
  *
  * Put-with-notify is put -> endpoint flush -> NOTIFY active message sent
  * from the flush's completion. UCX orders neither RMA against AMs nor, in
- * 1.13, ucp_worker_fence across lanes (UCX_NOTES 7), so the flush is what
+ * 1.13, its worker fence across lanes (UCX_NOTES 7), so the flush is what
  * makes the data visible before the peer hears about it.
  */
 #include "core/internal.h"
