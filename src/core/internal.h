@@ -413,6 +413,14 @@ void rdmx__conn_req_reject(rdmx_conn_req_t *cr, rdmx_status_t status,
 /* Handshake deadlines of the listeners of @w. */
 void rdmx__listener_sweep(rdmx_worker_t *w, uint64_t now);
 
+/* A handler of one of core's own messages (ids below 16), run by
+ * rdmx__tp_deliver: the sender's backend endpoint (NULL: unknown), the
+ * header and data, RDMX_MSG_* flags. RDMX_INPROGRESS keeps the data. */
+typedef rdmx_status_t rdmx_core_handler_t(rdmx_worker_t *w, rdmx_tep_t *tep,
+                                          const void *header, size_t hlen,
+                                          void *data, size_t len,
+                                          unsigned flags);
+
 /* --- ep.c ---------------------------------------------------------------- */
 
 /* Create the endpoint for an accepted connection request. */
@@ -425,24 +433,14 @@ void rdmx__ep_fail(rdmx_ep_t *ep, rdmx_status_t status);
 unsigned rdmx__ep_progress(rdmx_worker_t *w);
 void rdmx__ep_release(rdmx_ep_t *ep); /* an op let go of @ep */
 void rdmx__ep_destroy_all(rdmx_worker_t *w);
-rdmx_status_t rdmx__am_bind(rdmx_worker_t *w, rdmx_tep_t *tep,
-                            const void *header, size_t hlen, void *data,
-                            size_t len, unsigned flags);
-rdmx_status_t rdmx__am_bind_ack(rdmx_worker_t *w, rdmx_tep_t *tep,
-                                const void *header, size_t hlen, void *data,
-                                size_t len, unsigned flags);
-rdmx_status_t rdmx__am_bye(rdmx_worker_t *w, rdmx_tep_t *tep,
-                           const void *header, size_t hlen, void *data,
-                           size_t len, unsigned flags);
-rdmx_status_t rdmx__am_bye_ack(rdmx_worker_t *w, rdmx_tep_t *tep,
-                               const void *header, size_t hlen, void *data,
-                               size_t len, unsigned flags);
+rdmx_core_handler_t rdmx__am_bind;
+rdmx_core_handler_t rdmx__am_bind_ack;
+rdmx_core_handler_t rdmx__am_bye;
+rdmx_core_handler_t rdmx__am_bye_ack;
 
 /* --- msg.c ---------------------------------------------------------------- */
 
-rdmx_status_t rdmx__am_msg(rdmx_worker_t *w, rdmx_tep_t *tep,
-                           const void *header, size_t hlen, void *data,
-                           size_t len, unsigned flags);
+rdmx_core_handler_t rdmx__am_msg;
 /* Fail posted receives with @status and drop unexpected messages. */
 void rdmx__msg_purge(rdmx_ep_t *ep, rdmx_status_t status);
 /* Post a receive; returns the op so a blocking caller can cancel it. */
@@ -455,18 +453,12 @@ int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op);
 
 /* --- rma.c ---------------------------------------------------------------- */
 
-rdmx_status_t rdmx__am_notify(rdmx_worker_t *w, rdmx_tep_t *tep,
-                              const void *header, size_t hlen, void *data,
-                              size_t len, unsigned flags);
+rdmx_core_handler_t rdmx__am_notify;
 
 /* --- atomic.c ------------------------------------------------------------ */
 
-rdmx_status_t rdmx__am_atomic(rdmx_worker_t *w, rdmx_tep_t *tep,
-                              const void *header, size_t hlen, void *data,
-                              size_t len, unsigned flags);
-rdmx_status_t rdmx__am_atomic_reply(rdmx_worker_t *w, rdmx_tep_t *tep,
-                                    const void *header, size_t hlen, void *data,
-                                    size_t len, unsigned flags);
+rdmx_core_handler_t rdmx__am_atomic;
+rdmx_core_handler_t rdmx__am_atomic_reply;
 /* Fail the atomics of @ep that wait for a reply (with its status). */
 void rdmx__amo_fail_all(rdmx_ep_t *ep);
 /* Bounds, rights and endpoint checks of a one-sided operation (rma.c). */

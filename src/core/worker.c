@@ -239,13 +239,19 @@ static void *progress_thread(void *arg)
 
 /* --- worker --------------------------------------------------------------- */
 
+/* Core's own messages, by id. */
+static rdmx_core_handler_t *const core_handlers[] = {
+    [RDMX_AM_BIND] = rdmx__am_bind,       [RDMX_AM_BIND_ACK] = rdmx__am_bind_ack,
+    [RDMX_AM_MSG] = rdmx__am_msg,         [RDMX_AM_NOTIFY] = rdmx__am_notify,
+    [RDMX_AM_BYE] = rdmx__am_bye,         [RDMX_AM_BYE_ACK] = rdmx__am_bye_ack,
+    [RDMX_AM_ATOMIC] = rdmx__am_atomic,
+    [RDMX_AM_ATOMIC_REPLY] = rdmx__am_atomic_reply,
+};
+
 rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
                                  const rdmx_worker_params_t *params,
                                  rdmx_worker_t **worker_p)
 {
-    static const unsigned core_ids[] = {
-        RDMX_AM_BIND,   RDMX_AM_BIND_ACK, RDMX_AM_MSG,    RDMX_AM_NOTIFY,
-        RDMX_AM_BYE,    RDMX_AM_BYE_ACK,  RDMX_AM_ATOMIC, RDMX_AM_ATOMIC_REPLY};
     rdmx_worker_t *w;
     pthread_mutexattr_t ma;
     rdmx_status_t status;
@@ -308,8 +314,10 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
         status = rdmx__error(RDMX_ERR_INTERNAL, "worker: no random bytes");
         goto err_epoll;
     }
-    for (unsigned i = 0; i < sizeof(core_ids) / sizeof(core_ids[0]); i++)
-        if ((status = w->tp->set_handler(w->tw, core_ids[i], 0)) != RDMX_OK)
+    for (unsigned i = 0; i < sizeof(core_handlers) / sizeof(core_handlers[0]);
+         i++)
+        if (core_handlers[i] != NULL &&
+            (status = w->tp->set_handler(w->tw, i, 0)) != RDMX_OK)
             goto err_epoll;
 
     if (w->mt && pthread_create(&w->thread, NULL, progress_thread, w) != 0) {
@@ -397,25 +405,12 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
 {
     rdmx_msg_info_t info;
 
-    switch (id) {
-    case RDMX_AM_BIND:
-        return rdmx__am_bind(w, tep, hdr, hlen, data, len, flags);
-    case RDMX_AM_BIND_ACK:
-        return rdmx__am_bind_ack(w, tep, hdr, hlen, data, len, flags);
-    case RDMX_AM_MSG:
-        return rdmx__am_msg(w, tep, hdr, hlen, data, len, flags);
-    case RDMX_AM_NOTIFY:
-        return rdmx__am_notify(w, tep, hdr, hlen, data, len, flags);
-    case RDMX_AM_BYE:
-        return rdmx__am_bye(w, tep, hdr, hlen, data, len, flags);
-    case RDMX_AM_BYE_ACK:
-        return rdmx__am_bye_ack(w, tep, hdr, hlen, data, len, flags);
-    case RDMX_AM_ATOMIC:
-        return rdmx__am_atomic(w, tep, hdr, hlen, data, len, flags);
-    case RDMX_AM_ATOMIC_REPLY:
-        return rdmx__am_atomic_reply(w, tep, hdr, hlen, data, len, flags);
-    default:
-        break;
+    if (id < RDMX_AM_CORE_LAST) {
+        if (id < sizeof(core_handlers) / sizeof(core_handlers[0]) &&
+            core_handlers[id] != NULL)
+            return core_handlers[id](w, tep, hdr, hlen, data, len, flags);
+        w->stats.proto_errors++;
+        return RDMX_OK;
     }
     info.ep = tep != NULL ? tep->owner : NULL;
     if (info.ep == NULL || info.ep->status != RDMX_OK ||
