@@ -47,8 +47,8 @@ enum {
     FZ_PING = 6,
     FZ_PONG = 7,
     FZ_HELLO = 8,
-    FZ_CHALLENGE = 9,
-    FZ_AUTH = 10,
+    FZ_UNUSED9 = 9,  /* (CHALLENGE and AUTH until authentication moved */
+    FZ_UNUSED10 = 10, /* into the bootstrap: still valid header kinds) */
     FZ_WELCOME = 11,
     FZ_KIND_MAX = 11,
     FZ_F_IDEMPOTENT = 1,
@@ -56,9 +56,7 @@ enum {
     FZ_F_KNOWN = 3,
     FZ_BULK_MAX = 8, /* RDMX_RPC_BULK_MAX, what the server passes */
     FZ_BULK_DESC_MAX = 1024,
-    FZ_NONCE_SIZE = 16,
-    FZ_MAC_SIZE = 32,
-    FZ_HELLO_SIZE = 20,
+    FZ_HELLO_SIZE = 4,
     FZ_WELCOME_FIXED = 24,
     FZ_HANDLERS_MAX = 4096,
 };

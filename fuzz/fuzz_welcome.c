@@ -7,10 +7,9 @@
  * Properties:
  *  - the verdict equals an independent reading of docs/PROTOCOL.md
  *    (welcome_valid below); errors are RDMX_ERR_PROTO and say why;
- *  - a welcome that decodes has size == rdmx_rpc_welcome_size(nhandlers,
- *    has_proof), credits != 0, has_proof 0 or 1, the handler table inside
- *    the input right after the fixed part, the proof copied from the last
- *    32 bytes (all zero without one), and rdmx_rpc_welcome_encode of the
+ *  - a welcome that decodes has size == rdmx_rpc_welcome_size(nhandlers),
+ *    credits != 0, the reserved word 0, the handler table inside the input
+ *    right after the fixed part, and rdmx_rpc_welcome_encode of the
  *    decoded fields gives back the same bytes;
  *  - rdmx_rpc_welcome_flags gives the flags of the first entry with the id,
  *    or -1 when no entry has it.
@@ -20,15 +19,15 @@
 /* docs/PROTOCOL.md, "WELCOME", independent of wire.c. */
 static int welcome_valid(const unsigned char *p, size_t len)
 {
-    uint64_t n, proof;
+    uint64_t n;
 
     if (p == NULL || len < FZ_WELCOME_FIXED)
         return 0;
     n = rdmx_get_le32(p + 16);
-    proof = rdmx_get_le32(p + 20);
-    if (rdmx_get_le32(p) == 0 || proof > 1 || n > FZ_HANDLERS_MAX)
+    if (rdmx_get_le32(p) == 0 || rdmx_get_le32(p + 20) != 0 ||
+        n > FZ_HANDLERS_MAX)
         return 0;
-    return len == FZ_WELCOME_FIXED + 8 * n + FZ_MAC_SIZE * proof;
+    return len == FZ_WELCOME_FIXED + 8 * n;
 }
 
 /* The first entry with @id, read from the raw bytes; -1 if none. */
@@ -51,7 +50,6 @@ static void check_lookup(const rdmx_rpc_welcome_t *wl, const unsigned char *tbl,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const unsigned char zero[FZ_MAC_SIZE];
     const unsigned char *aux, *tbl;
     size_t len, i;
     unsigned ctl;
@@ -86,11 +84,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(valid, "an invalid welcome was accepted");
     n = wl.nhandlers;
     tbl = aux + FZ_WELCOME_FIXED;
-    FUZZ_CHECK(wl.has_proof == 0 || wl.has_proof == 1, "has_proof %d",
-               wl.has_proof);
-    FUZZ_CHECK(len == rdmx_rpc_welcome_size(n, wl.has_proof),
-               "%zu bytes, welcome_size(%u, %d) = %zu", len, n, wl.has_proof,
-               rdmx_rpc_welcome_size(n, wl.has_proof));
+    FUZZ_CHECK(len == rdmx_rpc_welcome_size(n),
+               "%zu bytes, welcome_size(%u) = %zu", len, n,
+               rdmx_rpc_welcome_size(n));
     FUZZ_CHECK(n <= FZ_HANDLERS_MAX, "%u handlers", n);
     FUZZ_CHECK(wl.credits != 0, "zero credits accepted");
     FUZZ_CHECK(wl.credits == rdmx_get_le32(aux) &&
@@ -102,12 +98,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                wl.handlers - aux, FZ_WELCOME_FIXED);
     FUZZ_CHECK(FZ_WELCOME_FIXED + 8 * (size_t)n <= len,
                "handler table past the input");
-    if (wl.has_proof)
-        FUZZ_CHECK(memcmp(wl.proof, tbl + 8 * (size_t)n, FZ_MAC_SIZE) == 0,
-                   "proof differs from the last 32 bytes");
-    else
-        FUZZ_CHECK(memcmp(wl.proof, zero, FZ_MAC_SIZE) == 0,
-                   "proof set in a welcome without one");
 
     ids = malloc(n ? n * sizeof(*ids) : 1);
     flags = malloc(n ? n * sizeof(*flags) : 1);

@@ -71,7 +71,7 @@ static void hdr_seeds(void)
 {
     static const char *kinds[] = {"",       "request",   "response", "error",
                                   "oneway", "cancel",    "ping",     "pong",
-                                  "hello",  "challenge", "auth",     "welcome"};
+                                  "hello",  "unused9",   "unused10", "welcome"};
     rdmx_rpc_hdr_t h;
     char name[64];
 
@@ -102,14 +102,14 @@ static void hdr_seeds(void)
         case FZ_HELLO:
             h.aux = FZ_HELLO_SIZE;
             break;
-        case FZ_CHALLENGE:
-            h.aux = FZ_NONCE_SIZE;
+        case FZ_UNUSED9:
+            h.aux = 16;
             break;
-        case FZ_AUTH:
-            h.aux = FZ_MAC_SIZE;
+        case FZ_UNUSED10:
+            h.aux = 32;
             break;
         case FZ_WELCOME:
-            h.aux = (uint32_t)rdmx_rpc_welcome_size(2, 1);
+            h.aux = (uint32_t)rdmx_rpc_welcome_size(2);
             break;
         }
         snprintf(name, sizeof(name), "ok-%02u-%s", k, kinds[k]);
@@ -226,7 +226,7 @@ static void bulk_seeds(void)
 /* --- welcome: u8 ctl, u32 id, welcome bytes ------------------------------- */
 
 static void welcome_seed(const char *name, uint32_t credits, unsigned n,
-                         int proof, uint32_t lookup)
+                         uint32_t lookup)
 {
     static const char *names[] = {"rdmx.stats", "rdmx.ping", "kv.get", "kv.put",
                                   "log.append"};
@@ -234,7 +234,7 @@ static void welcome_seed(const char *name, uint32_t credits, unsigned n,
     uint32_t *ids, *flags;
     rdmx_rpc_welcome_t wl;
     unsigned char *buf;
-    size_t len = rdmx_rpc_welcome_size(n, proof);
+    size_t len = rdmx_rpc_welcome_size(n);
     char hname[32];
 
     memset(&wl, 0, sizeof(wl));
@@ -242,9 +242,6 @@ static void welcome_seed(const char *name, uint32_t credits, unsigned n,
     wl.worker = 1;
     wl.max_message = 64ull << 20;
     wl.nhandlers = n;
-    wl.has_proof = proof;
-    for (unsigned i = 0; i < FZ_MAC_SIZE; i++)
-        wl.proof[i] = (unsigned char)(0xa0 + i);
     ids = calloc(n + 1, sizeof(*ids));
     flags = calloc(n + 1, sizeof(*flags));
     buf = malloc(len);
@@ -267,19 +264,18 @@ static void welcome_seeds(void)
 {
     uint32_t ping = name_id("rdmx.ping");
 
-    welcome_seed("ok-empty", 256, 0, 0, ping);
-    welcome_seed("ok-proof", 256, 0, 1, ping);
-    welcome_seed("ok-handlers", 256, 5, 0, ping);
-    welcome_seed("ok-handlers-proof", 1, 5, 1, name_id("kv.put"));
-    welcome_seed("ok-missing-id", 16, 2, 1, 0xdeadbeef);
-    welcome_seed("ok-max-handlers", 256, FZ_HANDLERS_MAX, 1, ping);
-    welcome_seed("bad-zero-credits", 0, 2, 1, ping);
+    welcome_seed("ok-empty", 256, 0, ping);
+    welcome_seed("ok-handlers", 256, 5, ping);
+    welcome_seed("ok-one-credit", 1, 5, name_id("kv.put"));
+    welcome_seed("ok-missing-id", 16, 2, 0xdeadbeef);
+    welcome_seed("ok-max-handlers", 256, FZ_HANDLERS_MAX, ping);
+    welcome_seed("bad-zero-credits", 0, 2, ping);
     {
         unsigned char pre[5] = {3}, buf[24 + 8] = {0};
         rdmx_put_le32(buf, 1);
         rdmx_put_le32(buf + 16, 1);
         rdmx_put_le32(buf + 20, 2);
-        seed("welcome", "bad-proof-flag", pre, sizeof(pre), buf, 32);
+        seed("welcome", "bad-reserved", pre, sizeof(pre), buf, 32);
         rdmx_put_le32(buf + 20, 0);
         seed("welcome", "bad-short", pre, sizeof(pre), buf, 31);
         seed("welcome", "bad-fixed", pre, sizeof(pre), buf, 23);
@@ -288,15 +284,12 @@ static void welcome_seeds(void)
         /* One handler too many, at the size it would need. */
         unsigned char pre[5] = {3};
         size_t len = 24 + 8 * (size_t)(FZ_HANDLERS_MAX + 1);
-        unsigned char *buf = calloc(1, len + FZ_MAC_SIZE);
+        unsigned char *buf = calloc(1, len);
         if (buf == NULL)
             exit(1);
         rdmx_put_le32(buf, 1);
         rdmx_put_le32(buf + 16, FZ_HANDLERS_MAX + 1);
         seed("welcome", "bad-too-many", pre, sizeof(pre), buf, len);
-        rdmx_put_le32(buf + 20, 1);
-        seed("welcome", "bad-too-many-proof", pre, sizeof(pre), buf,
-             len + FZ_MAC_SIZE);
         free(buf);
     }
 }

@@ -10,10 +10,11 @@
  * what the server must do: which answer (ERROR with which status, PONG,
  * WELCOME, RESPONSE) with which id, or none; which counters grow. Checked:
  *  - phase 0, before HELLO: a REQUEST (ERROR PROTO), a ONEWAY (no answer),
- *    PING (PONG), AUTH on a server without a secret (ERROR DENIED), HELLOs
- *    with features set, a short body or a payload (ERROR PROTO); then a
- *    proper HELLO gets a WELCOME that decodes (credits, max_message 65536,
- *    the 11 handlers with their flags, no proof); a second HELLO is refused.
+ *    PING (PONG), kind 10 (once AUTH; authentication is in the bootstrap
+ *    now: ERROR PROTO), HELLOs with features set, a short body or a payload
+ *    (ERROR PROTO); then a proper HELLO gets a WELCOME that decodes
+ *    (credits, max_message 65536, the 11 handlers with their flags, the
+ *    reserved word 0); a second HELLO is refused.
  *  - phase 1, after the handshake: truncated headers (0, 1, 20, 39 bytes:
  *    ERROR with id 0), 41- and 48-byte headers, bad magic, versions 0/2/255
  *    (the message names the version), kinds 0/12/200, unknown flag bits,
@@ -26,7 +27,7 @@
  *    also on a handler that takes no bulk, nothing for ONEWAY); descriptors
  *    that fail rdmx_rmem_unpack (garbage, a flipped byte, one byte short:
  *    the handler gets RDMX_ERR_BAD_DESCRIPTOR); a CANCEL for an unknown id
- *    (ignored); AUTH on a server without a secret (DENIED). Good messages in
+ *    (ignored); kinds 9 and 10 (ERROR PROTO). Good messages in
  *    between are served: echo by eager and by rendezvous, bulk_pull with a
  *    real descriptor, one-way messages (count grows by exactly those).
  *  - phase 2: 3000 seeded random messages (random bytes, and valid headers
@@ -37,7 +38,7 @@
  *    vanish without an orderly close.
  * Afterwards: the server process is alive; a normal channel works; the
  * counters in "rdmx.stats" (requests, responses, errors, malformed,
- * unknown_handler, too_big, auth_failed, pings, denied, no_credit, busy,
+ * unknown_handler, too_big, auth_failed, pings, no_credit, busy,
  * canceled) grew by exactly the computed amounts; the server exits cleanly
  * on SIGTERM.
  */
@@ -156,7 +157,7 @@ static unsigned sent_msgs, sent_silent;
 /* Server counters we predict (deltas). */
 typedef struct {
     uint64_t requests, responses, errors, malformed, unknown_handler, too_big,
-        auth_failed, pings, denied, no_credit, busy, expired, canceled;
+        auth_failed, pings, no_credit, busy, expired, canceled;
 } counters_t;
 
 static counters_t want;
@@ -481,7 +482,7 @@ static counters_t read_counters(rdmx_channel_t *ch)
 
 #define R(f) c.f = text_stat(t, #f)
     R(requests); R(responses); R(errors); R(malformed); R(unknown_handler);
-    R(too_big); R(auth_failed); R(pings); R(denied); R(no_credit); R(busy);
+    R(too_big); R(auth_failed); R(pings); R(no_credit); R(busy);
     R(expired); R(canceled);
 #undef R
     return c;
@@ -505,15 +506,13 @@ static uint32_t id_echo, id_oneway, id_bulk_pull, id_spin;
 
 static void phase0(rdmx_ep_t *ep)
 {
-    unsigned char hello[RDMX_RPC_HELLO_SIZE + 1], proof[RDMX_RPC_MAC_SIZE];
+    unsigned char hello[RDMX_RPC_HELLO_SIZE + 1], proof[32];
     uint64_t id;
     answer_t *a;
     rdmx_rpc_welcome_t wl;
     char why[160];
 
     memset(hello, 0, sizeof(hello));
-    for (int i = 0; i < RDMX_RPC_NONCE_SIZE; i++)
-        hello[4 + i] = (unsigned char)(i * 37 + 1);
     memset(proof, 7, sizeof(proof));
 
     /* Calls before HELLO: PROTO (a server without a secret). */
@@ -532,11 +531,11 @@ static void phase0(rdmx_ep_t *ep)
     send_msg(ep, RDMX_RPC_MSG_PING, 0, id, NULL, 0, 0);
     expect(id, RDMX_RPC_MSG_PONG, 0, NULL);
     want.pings++;
-    /* AUTH where none is expected. */
+    /* Kind 10 (AUTH in protocol version 2): no longer an RPC message. */
     id = nid();
-    send_msg(ep, RDMX_RPC_MSG_AUTH, 0, id, proof, RDMX_RPC_MAC_SIZE, 0);
-    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_DENIED, NULL);
-    want.auth_failed++;
+    send_msg(ep, 10, 0, id, proof, sizeof(proof), 0);
+    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+    want.malformed++;
     /* Bad HELLOs: features set, short body, a payload. */
     hello[0] = 1;
     id = nid();
@@ -576,7 +575,6 @@ static void phase0(rdmx_ep_t *ep)
     CHECK_EQ_U64(wl.max_message, MAX_MESSAGE);
     CHECK_EQ_U64(wl.nhandlers, 11);
     CHECK(wl.worker < 2);
-    CHECK(!wl.has_proof);
     CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_echo), RDMX_RPC_IDEMPOTENT);
     CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_oneway), RDMX_RPC_ONEWAY);
     CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_spin), 0);
@@ -743,11 +741,10 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
     {
         static const unsigned kinds[] = {
             RDMX_RPC_MSG_RESPONSE, RDMX_RPC_MSG_ERROR, RDMX_RPC_MSG_PONG,
-            RDMX_RPC_MSG_CHALLENGE, RDMX_RPC_MSG_WELCOME};
-        for (i = 0; i < 5; i++) {
+            9, 10, RDMX_RPC_MSG_WELCOME};
+        for (i = 0; i < 6; i++) {
             id = nid();
-            send_msg(ep, kinds[i], 0, id, data,
-                     kinds[i] == RDMX_RPC_MSG_CHALLENGE ? 16 : 0, 0);
+            send_msg(ep, kinds[i], 0, id, data, kinds[i] == 9 ? 16 : 0, 0);
             want.malformed++;
             expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, "kind");
         }
@@ -853,12 +850,6 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
     /* CANCEL for an id not in flight: ignored. */
     send_msg(ep, RDMX_RPC_MSG_CANCEL, 0, 987654321ull, NULL, 0, 0);
     expect(0, 0, 0, NULL);
-    /* AUTH on a server without a secret. */
-    id = nid();
-    memset(aux, 1, RDMX_RPC_MAC_SIZE);
-    send_msg(ep, RDMX_RPC_MSG_AUTH, 0, id, aux, RDMX_RPC_MAC_SIZE, 0);
-    want.auth_failed++;
-    expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_DENIED, NULL);
 
     /* Good messages are still served. */
     id_echo_ok = nid();
@@ -991,11 +982,7 @@ static int model(const unsigned char *p, size_t hlen, size_t dlen)
         want.malformed++;
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
         return 1;
-    case RDMX_RPC_MSG_AUTH:
-        want.auth_failed++;
-        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_DENIED, NULL);
-        return 1;
-    default: /* RESPONSE, ERROR, PONG, CHALLENGE, WELCOME */
+    default: /* RESPONSE, ERROR, PONG, 9, 10, WELCOME */
         want.malformed++;
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
         return 1;
@@ -1188,7 +1175,6 @@ int main(int argc, char **argv)
     CHECK_DELTA(too_big, 0);
     CHECK_DELTA(auth_failed, 0);
     CHECK_DELTA(pings, 0);
-    CHECK_DELTA(denied, 0);
     CHECK_DELTA(no_credit, 0);
     CHECK_DELTA(busy, 0);
     CHECK_DELTA(expired, 0);

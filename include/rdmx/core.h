@@ -132,6 +132,8 @@ typedef struct {
                                      limit, or shutting down */
     uint64_t handshakes_failed; /**< connections that ended before their
                                      handshake completed */
+    uint64_t auth_failed;       /**< connections refused by a listener for a
+                                     wrong or missing proof of its secret */
 } rdmx_worker_stats_t;
 
 rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
@@ -210,6 +212,7 @@ enum {
     RDMX_EP_PARAM_FIELD_ERROR_CB = 1u << 0,
     RDMX_EP_PARAM_FIELD_NOTIFY_CB = 1u << 1,
     RDMX_EP_PARAM_FIELD_USER_DATA = 1u << 2,
+    RDMX_EP_PARAM_FIELD_AUTH_SECRET = 1u << 3,
 };
 
 /** Callbacks of an endpoint, for connect and for accepted connections. */
@@ -219,6 +222,15 @@ typedef struct {
     rdmx_notify_cb_t notify_cb;    /**< default: notifications are counted
                                         and dropped */
     void *user_data;               /**< passed to both callbacks */
+    /** rdmx_connect only: the server's shared secret (copied; at most
+     *  4096 bytes). With it the connection succeeds only if the server
+     *  proves it holds the same secret (RDMX_ERR_DENIED otherwise); a
+     *  server with a secret refuses a client without it (RDMX_ERR_DENIED).
+     *  The proofs are HMAC-SHA256 in the TCP handshake, before either side
+     *  hands anything of the peer's to its transport (docs/SECURITY.md).
+     *  Default: none. */
+    const void *auth_secret;
+    size_t auth_secret_len;
 } rdmx_ep_params_t;
 
 /**
@@ -280,6 +292,7 @@ enum {
     RDMX_LISTENER_PARAM_FIELD_EP_PARAMS = 1u << 2,
     RDMX_LISTENER_PARAM_FIELD_WORKERS = 1u << 3,
     RDMX_LISTENER_PARAM_FIELD_MAX_CONNECTIONS = 1u << 4,
+    RDMX_LISTENER_PARAM_FIELD_AUTH_SECRET = 1u << 5,
 };
 
 typedef struct {
@@ -302,6 +315,13 @@ typedef struct {
      *  second. Default 0: no limit but the process's file descriptors
      *  (one per connection; see docs/CORE.md, "Connections at scale"). */
     unsigned max_connections;
+    /** Shared secret (copied; at most 4096 bytes): only clients that prove
+     *  they hold it (HMAC-SHA256 over fresh nonces, in the TCP handshake)
+     *  get a connection; others get RDMX_ERR_DENIED, counted (auth_failed)
+     *  and logged at most once a second. Nothing a client sends reaches
+     *  the transport before its proof checked out. Default: none. */
+    const void *auth_secret;
+    size_t auth_secret_len;
 } rdmx_listener_params_t;
 
 /** Listen on params->address. RDMX_ERR_ADDR_IN_USE if the port is taken. */

@@ -89,7 +89,11 @@ typedef struct {
     unsigned credits;
     /** Largest request or response payload. Default 64 MiB. */
     size_t max_message;
-    /** Shared secret; NULL/0 = no authentication (the default). */
+    /** Shared secret (at most 4096 bytes); NULL/0 = no authentication (the
+     *  default). Clients prove they hold it in the connection's handshake
+     *  (HMAC-SHA256 over fresh nonces) before the server's transport sees
+     *  anything of theirs; others are refused with RDMX_ERR_DENIED and
+     *  counted in auth_failed (docs/SECURITY.md). */
     const void *auth_secret;
     size_t auth_secret_len;
     rdmx_rpc_poll_t poll;
@@ -156,8 +160,8 @@ typedef struct {
     uint64_t busy;              /**< refused: worker's max_inflight */
     uint64_t expired;           /**< deadline passed: dropped, not answered */
     uint64_t canceled;          /**< canceled by the caller */
-    uint64_t auth_failed;       /**< wrong or missing secret */
-    uint64_t denied;            /**< calls before authentication */
+    uint64_t auth_failed;       /**< connections refused in the handshake
+                                     for a wrong or missing secret */
     uint64_t pings;             /**< heartbeats answered */
 } rdmx_rpc_server_stats_t;
 
@@ -288,7 +292,10 @@ typedef struct {
      *  (default 4096) until their deadline; 0 = fail with
      *  RDMX_ERR_NO_RESOURCE (past credits) or RDMX_ERR_BUSY (not ready). */
     unsigned queue;
-    const void *auth_secret; /**< must match the server's; default none */
+    /** The server's secret; default none. A wrong or missing one, or a
+     *  server that cannot prove it holds this one, ends the channel in
+     *  RDMX_CHANNEL_CLOSED with RDMX_ERR_DENIED (no retries). */
+    const void *auth_secret;
     size_t auth_secret_len;
     rdmx_channel_state_cb_t state_cb;
     void *state_arg;

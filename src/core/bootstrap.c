@@ -4,11 +4,16 @@
  *
  * Frames are a u32 little-endian body length, a type byte, three zero
  * bytes and the body (docs/PROTOCOL.md, "Connection bootstrap"):
- *   HELLO   client -> server  magic u32, version u16, flags u16,
- *                             worker id u64, transport address
- *   WELCOME server -> client  magic u32, version u16, flags u16,
- *                             worker id u64, token u64, transport address
- *   REFUSE  server -> client  status i32, message (text, no NUL)
+ *   HELLO     client -> server  magic u32, version u16, flags u16,
+ *                               worker id u64, nonce u8[16],
+ *                               transport address
+ *   CHALLENGE server -> client  nonce u8[16]          (server with a secret)
+ *   AUTH      client -> server  proof u8[32]
+ *   WELCOME   server -> client  magic u32, version u16, flags u16,
+ *                               worker id u64, token u64,
+ *                               [proof u8[32] if flags & F_PROOF],
+ *                               transport address
+ *   REFUSE    server -> client  status i32, message (text, no NUL)
  * Nothing here knows the transport: addresses are opaque bytes.
  *
  * Sockets are non-blocking and sit in their worker's epoll set; a frame is
@@ -29,8 +34,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define HELLO_FIXED   16 /* magic, version, flags, worker id */
-#define WELCOME_FIXED 24 /* + token */
+#define HELLO_FIXED   32 /* magic, version, flags, worker id, nonce */
+#define WELCOME_FIXED 24 /* magic, version, flags, worker id, token */
 
 rdmx_status_t rdmx__sock_attach(rdmx_worker_t *w, rdmx_sock_t *s, int fd,
                                 uint32_t events,
@@ -217,11 +222,18 @@ rdmx_status_t rdmx__sock_send(rdmx_sock_t *s, unsigned type,
         blen = HELLO_FIXED + m->addr_len;
         break;
     case RDMX_BS_WELCOME:
-        blen = WELCOME_FIXED + m->addr_len;
+        blen = WELCOME_FIXED + m->addr_len +
+               (m->flags & RDMX_BS_F_PROOF ? RDMX_MAC_SIZE : 0);
         break;
     case RDMX_BS_REFUSE:
         mlen = strnlen(m->message, sizeof(m->message) - 1);
         blen = 4 + mlen;
+        break;
+    case RDMX_BS_CHALLENGE:
+        blen = RDMX_NONCE_SIZE;
+        break;
+    case RDMX_BS_AUTH:
+        blen = RDMX_MAC_SIZE;
         break;
     default:
         return rdmx__error(RDMX_ERR_INTERNAL, "bootstrap: frame type %u",
@@ -247,15 +259,26 @@ rdmx_status_t rdmx__sock_send(rdmx_sock_t *s, unsigned type,
     if (type == RDMX_BS_REFUSE) {
         rdmx_put_le32(f + off, (uint32_t)m->status);
         memcpy(f + off + 4, m->message, mlen);
+    } else if (type == RDMX_BS_CHALLENGE) {
+        memcpy(f + off, m->nonce, RDMX_NONCE_SIZE);
+    } else if (type == RDMX_BS_AUTH) {
+        memcpy(f + off, m->proof, RDMX_MAC_SIZE);
     } else {
         rdmx_put_le32(f + off, RDMX_WIRE_MAGIC);
         rdmx_put_le16(f + off + 4, (uint16_t)m->version);
         rdmx_put_le16(f + off + 6, (uint16_t)m->flags);
         rdmx_put_le64(f + off + 8, m->worker_id);
-        off += HELLO_FIXED;
-        if (type == RDMX_BS_WELCOME) {
+        off += 16;
+        if (type == RDMX_BS_HELLO) {
+            memcpy(f + off, m->nonce, RDMX_NONCE_SIZE);
+            off += RDMX_NONCE_SIZE;
+        } else {
             rdmx_put_le64(f + off, m->token);
             off += 8;
+            if (m->flags & RDMX_BS_F_PROOF) {
+                memcpy(f + off, m->proof, RDMX_MAC_SIZE);
+                off += RDMX_MAC_SIZE;
+            }
         }
         if (m->addr_len != 0)
             memcpy(f + off, m->addr, m->addr_len);
@@ -289,6 +312,16 @@ rdmx_status_t rdmx__bs_decode(unsigned type, const unsigned char *b,
                 m->message[i] = '?';
         return RDMX_OK;
     }
+    if (type == RDMX_BS_CHALLENGE || type == RDMX_BS_AUTH) {
+        size_t want = type == RDMX_BS_AUTH ? RDMX_MAC_SIZE : RDMX_NONCE_SIZE;
+        if (len != want)
+            return rdmx__error(RDMX_ERR_PROTO,
+                               "bootstrap: %s of %zu bytes (not %zu)",
+                               type == RDMX_BS_AUTH ? "AUTH" : "CHALLENGE",
+                               len, want);
+        memcpy(type == RDMX_BS_AUTH ? m->proof : m->nonce, b, len);
+        return RDMX_OK;
+    }
     if (type != RDMX_BS_HELLO && type != RDMX_BS_WELCOME)
         return rdmx__error(RDMX_ERR_PROTO, "bootstrap: unknown frame type %u",
                            type);
@@ -297,19 +330,77 @@ rdmx_status_t rdmx__bs_decode(unsigned type, const unsigned char *b,
     m->version = rdmx_get_le16(b + 4);
     m->flags = rdmx_get_le16(b + 6);
     m->worker_id = rdmx_get_le64(b + 8);
-    if (type == RDMX_BS_WELCOME)
-        m->token = rdmx_get_le64(b + 16);
-    m->addr = b + fixed;
-    m->addr_len = len - fixed;
     if (m->version != RDMX_WIRE_VERSION)
         return rdmx__error(RDMX_ERR_PROTO,
                            "bootstrap: peer speaks protocol version %u, "
                            "this is %u",
                            m->version, RDMX_WIRE_VERSION);
+    if (type == RDMX_BS_HELLO) {
+        memcpy(m->nonce, b + 16, RDMX_NONCE_SIZE);
+        if (m->flags != 0)
+            return rdmx__error(RDMX_ERR_PROTO,
+                               "bootstrap: HELLO with unknown flags 0x%x",
+                               m->flags);
+    } else {
+        m->token = rdmx_get_le64(b + 16);
+        if (m->flags & ~RDMX_BS_F_PROOF)
+            return rdmx__error(RDMX_ERR_PROTO,
+                               "bootstrap: WELCOME with unknown flags 0x%x",
+                               m->flags);
+        if (m->flags & RDMX_BS_F_PROOF) {
+            if (len < fixed + RDMX_MAC_SIZE)
+                return rdmx__error(RDMX_ERR_PROTO,
+                                   "bootstrap: short WELCOME");
+            memcpy(m->proof, b + fixed, RDMX_MAC_SIZE);
+            fixed += RDMX_MAC_SIZE;
+        }
+    }
+    m->addr = b + fixed;
+    m->addr_len = len - fixed;
     if (m->addr_len == 0)
         return rdmx__error(RDMX_ERR_PROTO,
                            "bootstrap: no transport address");
     return RDMX_OK;
+}
+
+/* The proofs (docs/PROTOCOL.md, "Authentication"). The client's covers
+ * the server's nonce and its HELLO (its nonce, worker and transport
+ * address); the server's covers the client's nonce, its own nonce and its
+ * WELCOME's worker, token and transport address. Neither can be replayed
+ * on another connection, and neither side's transport address can be
+ * swapped on the way. */
+rdmx_status_t rdmx__bs_client_proof(const void *secret, size_t secret_len,
+                                    const unsigned char *snonce,
+                                    const rdmx_bs_msg_t *hello,
+                                    unsigned char out[RDMX_MAC_SIZE])
+{
+    unsigned char id[8];
+    rdmx_iov_t parts[5] = {{"rdmx-client", 11},
+                           {snonce, RDMX_NONCE_SIZE},
+                           {hello->nonce, RDMX_NONCE_SIZE},
+                           {id, sizeof(id)},
+                           {hello->addr, hello->addr_len}};
+
+    rdmx_put_le64(id, hello->worker_id);
+    return rdmx__hmac(secret, secret_len, parts, 5, out);
+}
+
+rdmx_status_t rdmx__bs_server_proof(const void *secret, size_t secret_len,
+                                    const unsigned char *cnonce,
+                                    const unsigned char *snonce,
+                                    const rdmx_bs_msg_t *welcome,
+                                    unsigned char out[RDMX_MAC_SIZE])
+{
+    unsigned char ids[16];
+    rdmx_iov_t parts[5] = {{"rdmx-server", 11},
+                           {cnonce, RDMX_NONCE_SIZE},
+                           {snonce, RDMX_NONCE_SIZE},
+                           {ids, sizeof(ids)},
+                           {welcome->addr, welcome->addr_len}};
+
+    rdmx_put_le64(ids, welcome->worker_id);
+    rdmx_put_le64(ids + 8, welcome->token);
+    return rdmx__hmac(secret, secret_len, parts, 5, out);
 }
 
 void rdmx__limit_put(rdmx_limit_t *lim)

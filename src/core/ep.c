@@ -227,6 +227,7 @@ static void ep_free(rdmx_ep_t *ep)
         rdmx_ptrmap_get(&ep->worker->tokens, (void *)ep->token) == ep)
         rdmx_ptrmap_del(&ep->worker->tokens, (void *)ep->token);
     rdmx__sock_close(&ep->ctl);
+    rdmx__secret_free(&ep->secret, &ep->secret_len);
     if (ep->limit != NULL) {
         __atomic_sub_fetch(&ep->limit->now, 1, __ATOMIC_ACQ_REL);
         rdmx__limit_put(ep->limit);
@@ -462,7 +463,31 @@ static void send_bind(rdmx_ep_t *ep)
     send_control(ep, RDMX_AM_BIND, ep->bind_hdr);
 }
 
-/* Client: the server's WELCOME (or REFUSE) arrived. */
+/* Client: the server wants proof of the secret before anything else. */
+static void answer_challenge(rdmx_ep_t *ep, const rdmx_bs_msg_t *c)
+{
+    rdmx_worker_t *w = ep->worker;
+    rdmx_bs_msg_t hello = {.worker_id = w->id,
+                           .addr = w->addr,
+                           .addr_len = w->addr_len};
+    rdmx_bs_msg_t a;
+
+    if (ep->secret == NULL) {
+        fail_with(ep, RDMX_ERR_DENIED, "%s",
+                  "the server requires authentication; no secret given");
+        return;
+    }
+    ep->challenged = 1;
+    memcpy(ep->snonce, c->nonce, RDMX_NONCE_SIZE);
+    memcpy(hello.nonce, ep->nonce, RDMX_NONCE_SIZE);
+    memset(&a, 0, sizeof(a));
+    if (rdmx__bs_client_proof(ep->secret, ep->secret_len, ep->snonce, &hello,
+                              a.proof) != RDMX_OK ||
+        rdmx__sock_send(&ep->ctl, RDMX_BS_AUTH, &a) != RDMX_OK)
+        fail_with(ep, RDMX_ERR_CONN_REFUSED, "%s", rdmx_error_detail());
+}
+
+/* Client: the server's WELCOME (or CHALLENGE, or REFUSE) arrived. */
 static void client_on_frame(rdmx_ep_t *ep, unsigned type,
                             const unsigned char *body, size_t len)
 {
@@ -485,10 +510,26 @@ static void client_on_frame(rdmx_ep_t *ep, unsigned type,
         fail_with(ep, m.status, "refused: %s", m.message);
         return;
     }
+    if (type == RDMX_BS_CHALLENGE && !ep->challenged) {
+        answer_challenge(ep, &m);
+        return;
+    }
     if (type != RDMX_BS_WELCOME) {
         w->stats.proto_errors++;
         fail_with(ep, RDMX_ERR_PROTO, "%s", "expected WELCOME");
         return;
+    }
+    if (ep->secret != NULL) {
+        unsigned char want[RDMX_MAC_SIZE];
+        if (!ep->challenged || !(m.flags & RDMX_BS_F_PROOF) ||
+            rdmx__bs_server_proof(ep->secret, ep->secret_len, ep->nonce,
+                                  ep->snonce, &m, want) != RDMX_OK ||
+            !rdmx__mac_equal(want, m.proof)) {
+            fail_with(ep, RDMX_ERR_DENIED, "%s",
+                      "the server did not prove it knows the secret");
+            return;
+        }
+        rdmx__secret_free(&ep->secret, &ep->secret_len);
     }
     ep->token = m.token;
     ep->peer_worker = m.worker_id;
@@ -542,7 +583,9 @@ static void on_ctl_event(rdmx_sock_t *s, uint32_t events)
                                .worker_id = w->id,
                                .addr = w->addr,
                                .addr_len = w->addr_len};
-            rdmx_status_t st = rdmx__sock_send(s, RDMX_BS_HELLO, &m);
+            rdmx_status_t st;
+            memcpy(m.nonce, ep->nonce, RDMX_NONCE_SIZE);
+            st = rdmx__sock_send(s, RDMX_BS_HELLO, &m);
             if (st != RDMX_OK) {
                 rdmx__sock_close(s);
                 fail_with(ep, RDMX_ERR_CONN_REFUSED, "%s",
@@ -648,6 +691,19 @@ rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
         close(fd);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "connect: out of memory");
     }
+    if (params != NULL &&
+        (params->field_mask & RDMX_EP_PARAM_FIELD_AUTH_SECRET))
+        st = rdmx__secret_copy(params->auth_secret, params->auth_secret_len,
+                               &ep->secret, &ep->secret_len);
+    if (st != RDMX_OK || (st = rdmx__random(ep->nonce, RDMX_NONCE_SIZE)) !=
+                             RDMX_OK) {
+        ep_free(ep);
+        rdmx__unlock(w);
+        close(fd);
+        return st;
+    }
+    ep->params.auth_secret = NULL; /* (the copy above is what counts) */
+    ep->params.auth_secret_len = 0;
     snprintf(ep->peer, sizeof(ep->peer), "%s", address);
     ep->state = RDMX_EP_CONNECTING;
     ep->connect_cb = cb;
@@ -764,19 +820,23 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
         ep_take_tep(ep, tep);
     }
     m.token = ep->token;
+    if (cr->secret != NULL) {
+        m.flags |= RDMX_BS_F_PROOF;
+        if (rdmx__bs_server_proof(cr->secret, cr->secret_len, cr->cnonce,
+                                  cr->snonce, &m, m.proof) != RDMX_OK)
+            goto fail;
+    }
     if (rdmx__sock_send(&ep->ctl, RDMX_BS_WELCOME, &m) != RDMX_OK)
         goto fail;
     /* A peer that never says BIND is dropped. */
     set_deadline(ep, rdmx_now_ns() + RDMX_ACCEPT_TIMEOUT_NS);
-    free(cr->peer_addr);
-    free(cr);
+    rdmx__conn_req_free(cr);
     return;
 
 fail:
     w->stats.handshakes_failed++;
     rdmx__ep_fail(ep, RDMX_ERR_UNREACHABLE);
-    free(cr->peer_addr);
-    free(cr);
+    rdmx__conn_req_free(cr);
 }
 
 /* --- BIND over the transport ---------------------------------------------------- */

@@ -36,7 +36,7 @@ enum {
 };
 
 #define RDMX_WIRE_MAGIC   0x58444d52u /* "RMDX" little-endian */
-#define RDMX_WIRE_VERSION 2u          /* 2: rdmx's own TCP bootstrap */
+#define RDMX_WIRE_VERSION 3u          /* 3: authentication in the bootstrap */
 #define RDMX_BIND_SIZE    16          /* magic, status, token */
 #define RDMX_NOTIFY_SIZE  32
 #define RDMX_OP_HDR_MAX   48 /* largest AM header an op carries (atomic) */
@@ -77,12 +77,40 @@ struct rdmx_sock {
     size_t out_len, out_off;
 };
 
+/* --- keyed hashes and randomness (auth.c) -------------------------------- */
+
+#define RDMX_MAC_SIZE    32   /* HMAC-SHA256 */
+#define RDMX_NONCE_SIZE  16
+#define RDMX_SECRET_MAX  4096 /* bytes of a shared secret */
+
+typedef struct {
+    const void *base;
+    size_t len;
+} rdmx_iov_t;
+
+/* HMAC-SHA256(key, parts[0] || parts[1] || ...). */
+rdmx_status_t rdmx__hmac(const void *key, size_t key_len,
+                         const rdmx_iov_t *parts, unsigned nparts,
+                         unsigned char out[RDMX_MAC_SIZE]);
+/* Constant-time comparison of two MACs: 1 when equal. */
+int rdmx__mac_equal(const unsigned char *a, const unsigned char *b);
+rdmx_status_t rdmx__random(void *buf, size_t len);
+/* A private copy of a user's secret (NULL/0 stays NULL/0); wiped on free. */
+rdmx_status_t rdmx__secret_copy(const void *secret, size_t len,
+                                unsigned char **out_p, size_t *len_p);
+void rdmx__secret_free(unsigned char **secret_p, size_t *len_p);
+
 /* Bootstrap frames: u32 body length, u8 type, 3 zero bytes, body. */
 enum {
-    RDMX_BS_HELLO = 1,   /* client: magic, version, flags, worker id, addr */
-    RDMX_BS_WELCOME = 2, /* server: token, worker id, addr */
-    RDMX_BS_REFUSE = 3,  /* server: status, message */
+    RDMX_BS_HELLO = 1,     /* client: magic, version, flags, worker id,
+                              nonce, addr */
+    RDMX_BS_WELCOME = 2,   /* server: magic, version, flags, worker id,
+                              token, [proof], addr */
+    RDMX_BS_REFUSE = 3,    /* server: status, message */
+    RDMX_BS_CHALLENGE = 4, /* server: nonce (authenticate first) */
+    RDMX_BS_AUTH = 5,      /* client: proof */
 };
+#define RDMX_BS_F_PROOF 1u /* WELCOME flags: a server proof follows */
 #define RDMX_BS_HDR_SIZE  8
 #define RDMX_BS_BODY_MAX  (64u * 1024) /* a transport address fits */
 
@@ -92,6 +120,8 @@ typedef struct {
     uint64_t worker_id;  /* the sender's worker (random, per process run) */
     uint64_t token;      /* WELCOME: names the connection in BIND */
     int32_t status;      /* REFUSE */
+    unsigned char nonce[RDMX_NONCE_SIZE]; /* HELLO, CHALLENGE */
+    unsigned char proof[RDMX_MAC_SIZE];   /* AUTH; WELCOME if F_PROOF */
     const unsigned char *addr; /* transport address of the sender's worker
                                   (points into the frame) */
     size_t addr_len;
@@ -112,6 +142,16 @@ rdmx_status_t rdmx__sock_send(rdmx_sock_t *s, unsigned type,
 int rdmx__sock_flush(rdmx_sock_t *s);
 rdmx_status_t rdmx__bs_decode(unsigned type, const unsigned char *body,
                               size_t len, rdmx_bs_msg_t *m);
+/* The handshake's proofs of the shared secret (bootstrap.c). */
+rdmx_status_t rdmx__bs_client_proof(const void *secret, size_t secret_len,
+                                    const unsigned char *snonce,
+                                    const rdmx_bs_msg_t *hello,
+                                    unsigned char out[RDMX_MAC_SIZE]);
+rdmx_status_t rdmx__bs_server_proof(const void *secret, size_t secret_len,
+                                    const unsigned char *cnonce,
+                                    const unsigned char *snonce,
+                                    const rdmx_bs_msg_t *welcome,
+                                    unsigned char out[RDMX_MAC_SIZE]);
 /* Add @fd to @w's epoll set for @events. */
 rdmx_status_t rdmx__sock_attach(rdmx_worker_t *w, rdmx_sock_t *s, int fd,
                                 uint32_t events,
@@ -267,6 +307,11 @@ struct rdmx_ep {
     uint64_t token;         /* names the connection in BIND */
     uint64_t peer_worker;   /* the peer worker's id */
     rdmx_limit_t *limit;    /* server side: the listener's limit, or NULL */
+    unsigned char *secret;  /* client: a copy of the secret until WELCOME */
+    size_t secret_len;
+    unsigned char nonce[RDMX_NONCE_SIZE];  /* client: the HELLO's */
+    unsigned char snonce[RDMX_NONCE_SIZE]; /* client: the CHALLENGE's */
+    int challenged;         /* client: a CHALLENGE came */
     char peer[64];          /* "host:port" */
     char why[160];          /* what ended the connection, first cause */
     void *upper;            /* the RPC connection riding on this endpoint */
@@ -287,14 +332,24 @@ typedef struct {
     rdmx_ep_params_t ep_params;  /* copied from the listener */
     rdmx_accept_cb_t accept_cb;
     void *accept_arg;
+    /* Authenticated: the secret (a copy) and both nonces, for the WELCOME's
+     * server proof. NULL: no authentication. */
+    unsigned char *secret;
+    size_t secret_len;
+    unsigned char cnonce[RDMX_NONCE_SIZE], snonce[RDMX_NONCE_SIZE];
 } rdmx_conn_req_t;
 
-/* A socket accepted by a listener whose HELLO has not arrived yet. */
+/* A socket accepted by a listener whose handshake has not got far enough to
+ * hand it to a worker: no HELLO yet, or (with a secret) no good AUTH yet.
+ * Until then nothing from the peer reaches the transport. */
 typedef struct {
     rdmx_list_t link; /* listener->pending */
     rdmx_sock_t sock;
     rdmx_listener_t *listener;
     uint64_t deadline_ns;
+    unsigned char *hello;  /* the HELLO's body, once CHALLENGE was sent */
+    size_t hello_len;
+    unsigned char snonce[RDMX_NONCE_SIZE];
     char peer[64];
 } rdmx_pending_t;
 
@@ -308,6 +363,10 @@ struct rdmx_listener {
     unsigned ntargets;
     unsigned next_target;
     rdmx_limit_t *limit;
+    unsigned char *secret;    /* authentication: a copy of the secret */
+    size_t secret_len;
+    uint64_t auth_failed;     /* wrong or missing proofs (atomic) */
+    uint64_t auth_log_ns;     /* last log line about one */
     rdmx_list_t pending;      /* rdmx_pending_t: HELLO not read yet */
     int spare_fd;             /* reserved, to refuse at the fd limit */
     unsigned npending;
@@ -408,6 +467,8 @@ unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w);
 /* --- listener.c ---------------------------------------------------------- */
 
 /* Refuse a queued connection request with @status and @why, free it. */
+/* Free a connection request (its secret wiped). */
+void rdmx__conn_req_free(rdmx_conn_req_t *cr);
 void rdmx__conn_req_reject(rdmx_conn_req_t *cr, rdmx_status_t status,
                            const char *why);
 /* Handshake deadlines of the listeners of @w. */

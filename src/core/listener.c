@@ -49,7 +49,23 @@ static void pending_free(rdmx_pending_t *p)
     rdmx_list_del(&p->link);
     p->listener->npending--;
     rdmx__sock_close(&p->sock);
+    free(p->hello);
     free(p);
+}
+
+/* Take @p's socket out of the epoll set, free @p, refuse the socket. */
+static void pending_refuse(rdmx_pending_t *p, rdmx_status_t status,
+                           const char *why)
+{
+    rdmx_worker_t *w = p->listener->worker;
+    int fd = p->sock.fd;
+
+    epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+    w->nsocks--;
+    p->sock.fd = -1;
+    p->sock.worker = NULL;
+    pending_free(p);
+    refuse_fd(fd, status, why);
 }
 
 /* Count a refusal at the limit and say so, at most once a second. */
@@ -76,17 +92,10 @@ static void take_hello(rdmx_pending_t *p, const rdmx_bs_msg_t *m)
     rdmx_limit_t *lim = l->limit;
     rdmx_conn_req_t *cr;
     char why[96];
-    int fd;
 
     if (__atomic_load_n(&l->paused, __ATOMIC_ACQUIRE)) {
         w->stats.conns_refused++;
-        fd = p->sock.fd;
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
-        w->nsocks--;
-        p->sock.fd = -1;
-        p->sock.worker = NULL;
-        pending_free(p);
-        refuse_fd(fd, RDMX_ERR_CONN_REFUSED, "server is shutting down");
+        pending_refuse(p, RDMX_ERR_CONN_REFUSED, "server is shutting down");
         return;
     }
     if (lim->max != 0 &&
@@ -95,20 +104,18 @@ static void take_hello(rdmx_pending_t *p, const rdmx_bs_msg_t *m)
         note_refused(l, p->peer);
         snprintf(why, sizeof(why), "server at its connection limit (%u)",
                  lim->max);
-        fd = p->sock.fd;
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
-        w->nsocks--;
-        p->sock.fd = -1;
-        p->sock.worker = NULL;
-        pending_free(p);
-        refuse_fd(fd, RDMX_ERR_BUSY, why);
+        pending_refuse(p, RDMX_ERR_BUSY, why);
         return;
     }
     if (lim->max == 0)
         __atomic_add_fetch(&lim->now, 1, __ATOMIC_ACQ_REL);
 
     cr = calloc(1, sizeof(*cr));
-    if (cr == NULL || (cr->peer_addr = malloc(m->addr_len)) == NULL) {
+    if (cr == NULL || (cr->peer_addr = malloc(m->addr_len)) == NULL ||
+        rdmx__secret_copy(l->secret, l->secret_len, &cr->secret,
+                          &cr->secret_len) != RDMX_OK) {
+        if (cr != NULL)
+            free(cr->peer_addr);
         free(cr);
         __atomic_sub_fetch(&lim->now, 1, __ATOMIC_ACQ_REL);
         pending_free(p); /* the client sees the connection end */
@@ -130,6 +137,8 @@ static void take_hello(rdmx_pending_t *p, const rdmx_bs_msg_t *m)
     cr->ep_params = l->params.ep_params;
     cr->accept_cb = l->params.accept_cb;
     cr->accept_arg = l->params.arg;
+    memcpy(cr->cnonce, m->nonce, RDMX_NONCE_SIZE);
+    memcpy(cr->snonce, p->snonce, RDMX_NONCE_SIZE);
     pending_free(p);
     if (l->ntargets > 0) {
         rdmx_worker_t *t = l->targets[l->next_target++ % l->ntargets];
@@ -141,44 +150,122 @@ static void take_hello(rdmx_pending_t *p, const rdmx_bs_msg_t *m)
     rdmx_list_insert_tail(&w->conn_reqs, &cr->link);
 }
 
+/* Count a failed authentication and say so, at most once a second. */
+static void note_auth_failed(rdmx_listener_t *l, const char *peer,
+                             const char *why)
+{
+    uint64_t now = rdmx_now_ns();
+    uint64_t n = __atomic_add_fetch(&l->auth_failed, 1, __ATOMIC_RELAXED);
+
+    l->worker->stats.auth_failed++;
+    l->worker->stats.handshakes_failed++;
+    if (now - l->auth_log_ns >= REFUSE_LOG_NS || l->auth_log_ns == 0) {
+        l->auth_log_ns = now;
+        rdmx_warn("listener port %u: %s failed authentication (%s); %llu so "
+                  "far",
+                  l->port, peer, why, (unsigned long long)n);
+    }
+}
+
+/* A HELLO to a listener with a secret: keep it (nothing in it is parsed
+ * further, its transport address least of all) and send a CHALLENGE. */
+static void challenge(rdmx_pending_t *p, const unsigned char *body,
+                      size_t len)
+{
+    rdmx_bs_msg_t c;
+
+    if ((p->hello = malloc(len)) == NULL ||
+        rdmx__random(p->snonce, RDMX_NONCE_SIZE) != RDMX_OK) {
+        pending_free(p); /* the client sees the connection end */
+        return;
+    }
+    memcpy(p->hello, body, len);
+    p->hello_len = len;
+    rdmx__sock_consume(&p->sock);
+    memset(&c, 0, sizeof(c));
+    memcpy(c.nonce, p->snonce, RDMX_NONCE_SIZE);
+    if (rdmx__sock_send(&p->sock, RDMX_BS_CHALLENGE, &c) != RDMX_OK)
+        pending_free(p);
+}
+
+/* The AUTH after a CHALLENGE: a good proof lets the HELLO through. */
+static void check_auth(rdmx_pending_t *p, const unsigned char *body,
+                       size_t len)
+{
+    rdmx_listener_t *l = p->listener;
+    unsigned char want[RDMX_MAC_SIZE];
+    rdmx_bs_msg_t a, m;
+
+    if (rdmx__bs_decode(RDMX_BS_AUTH, body, len, &a) != RDMX_OK) {
+        note_auth_failed(l, p->peer, "malformed AUTH");
+        pending_refuse(p, RDMX_ERR_DENIED, rdmx_error_detail());
+        return;
+    }
+    /* (decoded before: it cannot fail now) */
+    rdmx__bs_decode(RDMX_BS_HELLO, p->hello, p->hello_len, &m);
+    if (rdmx__bs_client_proof(l->secret, l->secret_len, p->snonce, &m,
+                              want) != RDMX_OK ||
+        !rdmx__mac_equal(want, a.proof)) {
+        note_auth_failed(l, p->peer, "wrong proof");
+        pending_refuse(p, RDMX_ERR_DENIED,
+                       "authentication failed: wrong secret");
+        return;
+    }
+    take_hello(p, &m);
+}
+
 static void on_pending_event(rdmx_sock_t *s, uint32_t events)
 {
     rdmx_pending_t *p = rdmx_container_of(s, rdmx_pending_t, sock);
-    rdmx_worker_t *w = p->listener->worker;
+    rdmx_listener_t *l = p->listener;
+    rdmx_worker_t *w = l->worker;
+    unsigned want = p->hello == NULL ? RDMX_BS_HELLO : RDMX_BS_AUTH;
     const unsigned char *body;
     rdmx_bs_msg_t m;
     unsigned type;
     size_t len;
     int rc;
 
-    (void)events;
-    rc = rdmx__sock_read_frame(s, &type, &body, &len);
-    if (rc == 0)
-        return;
-    if (rc < 0 && rc != RDMX_ERR_PROTO) {
+    if ((events & EPOLLOUT) && rdmx__sock_flush(s) < 0) {
         w->stats.handshakes_failed++;
         pending_free(p);
         return;
     }
-    if (rc == RDMX_ERR_PROTO || type != RDMX_BS_HELLO ||
+    rc = rdmx__sock_read_frame(s, &type, &body, &len);
+    if (rc == 0)
+        return;
+    if (rc < 0 && rc != RDMX_ERR_PROTO) {
+        if (want == RDMX_BS_AUTH)
+            note_auth_failed(l, p->peer, "it left without a proof");
+        else
+            w->stats.handshakes_failed++;
+        pending_free(p);
+        return;
+    }
+    if (rc > 0 && type == RDMX_BS_AUTH && want == RDMX_BS_AUTH) {
+        check_auth(p, body, len);
+        return;
+    }
+    if (rc == RDMX_ERR_PROTO || type != want ||
         rdmx__bs_decode(type, body, len, &m) != RDMX_OK) {
-        rdmx_status_t st = RDMX_ERR_PROTO;
         char why[160];
-        int fd = s->fd;
 
-        if (rc > 0 && type != RDMX_BS_HELLO)
-            rdmx__error(st, "bootstrap: expected HELLO, got frame type %u",
-                        type);
+        if (rc > 0 && type != want)
+            rdmx__error(RDMX_ERR_PROTO,
+                        "bootstrap: expected %s, got frame type %u",
+                        want == RDMX_BS_HELLO ? "HELLO" : "AUTH", type);
         snprintf(why, sizeof(why), "%s", rdmx_error_detail());
         w->stats.proto_errors++;
-        w->stats.handshakes_failed++;
+        if (want == RDMX_BS_AUTH)
+            note_auth_failed(l, p->peer, why);
+        else
+            w->stats.handshakes_failed++;
         rdmx_debug("listener: %s: %s", p->peer, why);
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
-        w->nsocks--;
-        s->fd = -1;
-        s->worker = NULL;
-        pending_free(p);
-        refuse_fd(fd, st, why);
+        pending_refuse(p, RDMX_ERR_PROTO, why);
+        return;
+    }
+    if (l->secret != NULL) {
+        challenge(p, body, len);
         return;
     }
     take_hello(p, &m);
@@ -259,9 +346,13 @@ void rdmx__listener_sweep(rdmx_worker_t *w, uint64_t now)
             rdmx_pending_t *p = rdmx_container_of(pos, rdmx_pending_t, link);
             if (now < p->deadline_ns)
                 break; /* in deadline order */
-            rdmx_debug("listener port %u: %s sent no HELLO in time", l->port,
-                       p->peer);
-            w->stats.handshakes_failed++;
+            if (p->hello != NULL) {
+                note_auth_failed(l, p->peer, "no proof in time");
+            } else {
+                rdmx_debug("listener port %u: %s sent no HELLO in time",
+                           l->port, p->peer);
+                w->stats.handshakes_failed++;
+            }
             pending_free(p);
         }
     }
@@ -360,6 +451,10 @@ rdmx_status_t rdmx_listener_create(rdmx_worker_t *w,
         goto err_free;
     }
     l->limit->refs = 1;
+    if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_AUTH_SECRET) &&
+        (st = rdmx__secret_copy(params->auth_secret, params->auth_secret_len,
+                                &l->secret, &l->secret_len)) != RDMX_OK)
+        goto err_free;
     if (params->field_mask & RDMX_LISTENER_PARAM_FIELD_MAX_CONNECTIONS)
         l->limit->max = params->max_connections;
     if ((params->field_mask & RDMX_LISTENER_PARAM_FIELD_WORKERS) &&
@@ -405,6 +500,7 @@ err_free:
         close(l->spare_fd);
     free(l->targets);
     free(l->limit);
+    rdmx__secret_free(&l->secret, &l->secret_len);
     free(l);
     return st;
 }
@@ -418,6 +514,12 @@ void rdmx__conn_req_reject(rdmx_conn_req_t *cr, rdmx_status_t status,
     refuse_fd(fd, status, why);
     __atomic_sub_fetch(&cr->limit->now, 1, __ATOMIC_ACQ_REL);
     rdmx__limit_put(cr->limit);
+    rdmx__conn_req_free(cr);
+}
+
+void rdmx__conn_req_free(rdmx_conn_req_t *cr)
+{
+    rdmx__secret_free(&cr->secret, &cr->secret_len);
     free(cr->peer_addr);
     free(cr);
 }
@@ -482,12 +584,18 @@ void rdmx_listener_destroy(rdmx_listener_t *l)
     rdmx__unlock(w);
     rdmx__limit_put(l->limit);
     free(l->targets);
+    rdmx__secret_free(&l->secret, &l->secret_len);
     free(l);
 }
 
 uint64_t rdmx__listener_refused(const rdmx_listener_t *l)
 {
     return __atomic_load_n(&l->limit->refused, __ATOMIC_RELAXED);
+}
+
+uint64_t rdmx__listener_auth_failed(const rdmx_listener_t *l)
+{
+    return __atomic_load_n(&l->auth_failed, __ATOMIC_RELAXED);
 }
 
 uint16_t rdmx_listener_port(const rdmx_listener_t *l)

@@ -125,6 +125,8 @@ void rdmx__hook_del(rdmx_hook_t *hook);
 
 /* Connections the listener refused at its limit so far. */
 uint64_t rdmx__listener_refused(const rdmx_listener_t *l);
+/* Connections it refused for a wrong or missing proof of its secret. */
+uint64_t rdmx__listener_auth_failed(const rdmx_listener_t *l);
 
 /* From now on the listener refuses new connections ("server is shutting
  * down"); the port stays bound until rdmx_listener_destroy. Any thread. */

@@ -72,8 +72,6 @@ struct rdmx_channel {
     int welcomed;         /* at least one WELCOME ever (for reconnects) */
     int handshaking;      /* HELLO sent, waiting for WELCOME */
     uint64_t handshake_deadline;
-    unsigned char cnonce[RDMX_RPC_NONCE_SIZE];
-    unsigned char snonce[RDMX_RPC_NONCE_SIZE]; /* from the CHALLENGE */
     unsigned credits;
     uint64_t max_message;
     uint32_t nhandlers;
@@ -488,12 +486,11 @@ static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
          * last detail: "refused: server at its connection limit (N)") */
         snprintf(msg, sizeof(msg), "connection to %s: %s", ch->address,
                  rdmx__ep_why(ep));
-        conn_lost(ch, status, msg, 0);
+        /* A wrong or missing secret does not get better by retrying. */
+        conn_lost(ch, status, msg, status == RDMX_ERR_DENIED);
         return;
     }
     rdmx__ep_set_upper(ep, ch);
-    rdmx__rpc_nonce(ch->cnonce);
-    memcpy(hello + 4, ch->cnonce, RDMX_RPC_NONCE_SIZE);
     rdmx__rpc_hdr(&h, RDMX_RPC_MSG_HELLO, 0, 0);
     h.aux = RDMX_RPC_HELLO_SIZE;
     ch->handshaking = 1;
@@ -508,9 +505,12 @@ static void start_connect(rdmx_channel_t *ch)
 {
     rdmx_ep_params_t ep = {
         .field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB |
-                      RDMX_EP_PARAM_FIELD_USER_DATA,
+                      RDMX_EP_PARAM_FIELD_USER_DATA |
+                      RDMX_EP_PARAM_FIELD_AUTH_SECRET,
         .error_cb = ch_ep_error,
         .user_data = ch,
+        .auth_secret = ch->secret,
+        .auth_secret_len = ch->secret_len,
     };
     rdmx_status_t st;
 
@@ -530,7 +530,6 @@ static void start_connect(rdmx_channel_t *ch)
 static void on_welcome(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
 {
     rdmx_rpc_welcome_t wl;
-    unsigned char want[RDMX_RPC_MAC_SIZE];
     char why[160];
     uint32_t *ids, *flags;
 
@@ -539,16 +538,6 @@ static void on_welcome(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
             RDMX_OK) {
         conn_lost(ch, RDMX_ERR_PROTO, "bad WELCOME from the server", 0);
         return;
-    }
-    if (ch->secret != NULL) {
-        if (!wl.has_proof ||
-            rdmx__rpc_mac(ch->secret, ch->secret_len, "rdmx-server",
-                          ch->cnonce, ch->snonce, want) != RDMX_OK ||
-            !rdmx__rpc_mac_equal(want, wl.proof)) {
-            conn_lost(ch, RDMX_ERR_DENIED,
-                      "the server did not prove it knows the secret", 1);
-            return;
-        }
     }
     ids = malloc((wl.nhandlers + 1) * sizeof(*ids));
     flags = malloc((wl.nhandlers + 1) * sizeof(*flags));
@@ -584,34 +573,6 @@ static void on_welcome(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
         arm(ch, ch->last_rx + (uint64_t)ch->hb_ms * 1000000);
     set_state(ch, RDMX_CHANNEL_READY, RDMX_OK);
     pump(ch);
-}
-
-static void on_challenge(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
-{
-    unsigned char proof[RDMX_RPC_MAC_SIZE];
-    rdmx_rpc_hdr_t h;
-
-    if (ch->secret == NULL) {
-        conn_lost(ch, RDMX_ERR_DENIED,
-                  "the server requires authentication; no secret given", 1);
-        return;
-    }
-    if (!ch->handshaking || m->h.aux != RDMX_RPC_NONCE_SIZE ||
-        m->h.payload != 0) {
-        conn_lost(ch, RDMX_ERR_PROTO, "bad CHALLENGE from the server", 0);
-        return;
-    }
-    /* proof over server nonce || client nonce */
-    if (rdmx__rpc_mac(ch->secret, ch->secret_len, "rdmx-client", m->data,
-                      ch->cnonce, proof) != RDMX_OK) {
-        conn_lost(ch, RDMX_ERR_INTERNAL, "HMAC failed", 1);
-        return;
-    }
-    /* keep the server nonce for checking its proof */
-    memcpy(ch->snonce, m->data, RDMX_RPC_NONCE_SIZE);
-    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_AUTH, 0, 0);
-    h.aux = RDMX_RPC_MAC_SIZE;
-    rdmx__rpc_send(ch->ep, &h, proof, sizeof(proof));
 }
 
 /* --- receive ------------------------------------------------------------------- */
@@ -748,9 +709,6 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         return RDMX_OK;
     case RDMX_RPC_MSG_WELCOME:
         on_welcome(ch, m);
-        return RDMX_OK;
-    case RDMX_RPC_MSG_CHALLENGE:
-        on_challenge(ch, m);
         return RDMX_OK;
     default:
         rdmx_debug("rpc channel %s: unexpected message kind %u", ch->address,

@@ -43,17 +43,6 @@ void rdmx__counters_merge(rdmx_rpc_counters_t *into,
 void rdmx__counters_export(const rdmx_rpc_counters_t *c, const char *name,
                            rdmx_rpc_metrics_t *out);
 
-/* --- authentication (auth.c) --------------------------------------------- */
-
-/* HMAC-SHA256(secret, label || a || b), a and b RDMX_RPC_NONCE_SIZE bytes. */
-rdmx_status_t rdmx__rpc_mac(const void *secret, size_t secret_len,
-                            const char *label, const unsigned char *a,
-                            const unsigned char *b,
-                            unsigned char out[RDMX_RPC_MAC_SIZE]);
-rdmx_status_t rdmx__rpc_nonce(unsigned char out[RDMX_RPC_NONCE_SIZE]);
-/* Constant-time comparison of two MACs: 1 when equal. */
-int rdmx__rpc_mac_equal(const unsigned char *a, const unsigned char *b);
-
 /* --- links ------------------------------------------------------------------ */
 
 typedef enum { RDMX_RPC_LINK_SERVER = 1, RDMX_RPC_LINK_CHANNEL = 2 } rdmx_rpc_role_t;

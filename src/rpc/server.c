@@ -52,11 +52,12 @@ typedef struct {
     unsigned char desc[RDMX_RPC_BULK_DESC_MAX];
 } dcache_t;
 
+/* (Authentication happened in the connection's bootstrap, before the
+ * endpoint existed: every connection here passed it if the server has a
+ * secret.) */
 typedef enum {
-    CONN_HELLO,  /* waiting for HELLO */
-    CONN_AUTH,   /* CHALLENGE sent, waiting for AUTH */
-    CONN_READY,  /* WELCOME sent: requests run */
-    CONN_REFUSED /* failed authentication: everything is refused */
+    CONN_HELLO, /* waiting for HELLO */
+    CONN_READY  /* WELCOME sent: requests run */
 } conn_state_t;
 
 typedef struct {
@@ -65,9 +66,6 @@ typedef struct {
     server_worker_t *sw;
     rdmx_ep_t *ep;        /* NULL once closed */
     conn_state_t state;
-    int authed;
-    unsigned char cnonce[RDMX_RPC_NONCE_SIZE];
-    unsigned char snonce[RDMX_RPC_NONCE_SIZE];
     unsigned inflight;    /* requests not answered yet (credits used) */
     unsigned refs;        /* request records pointing here */
     rdmx_ptrmap_t deferred; /* request id -> deferred request (CANCEL) */
@@ -497,7 +495,7 @@ const char *rdmx_rpc_req_peer(const rdmx_rpc_req_t *req)
 
 int rdmx_rpc_req_authenticated(const rdmx_rpc_req_t *req)
 {
-    return req->conn->authed;
+    return req->conn->sw->srv->secret != NULL;
 }
 
 uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req)
@@ -612,17 +610,10 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
 
     sw->stats.requests++;
     if (c->state != CONN_READY) {
-        if (s->secret != NULL) {
-            sw->stats.denied++;
-            if (!oneway)
-                send_error(c, h->id, h->handler, RDMX_ERR_DENIED,
-                           "not authenticated");
-        } else {
-            sw->stats.malformed++;
-            if (!oneway)
-                send_error(c, h->id, h->handler, RDMX_ERR_PROTO,
-                           "request before the handshake (HELLO)");
-        }
+        sw->stats.malformed++;
+        if (!oneway)
+            send_error(c, h->id, h->handler, RDMX_ERR_PROTO,
+                       "request before the handshake (HELLO)");
         return RDMX_OK;
     }
     hd = handler_find(s, h->handler, &hidx);
@@ -715,11 +706,11 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
 
 /* --- handshake ------------------------------------------------------------ */
 
-static void send_welcome(conn_t *c, uint64_t id, int with_proof)
+static void send_welcome(conn_t *c, uint64_t id)
 {
     rdmx_rpc_server_t *s = c->sw->srv;
     rdmx_rpc_welcome_t wl = {0};
-    size_t size = rdmx_rpc_welcome_size(s->nhandlers, with_proof);
+    size_t size = rdmx_rpc_welcome_size(s->nhandlers);
     unsigned char *body = malloc(size);
     rdmx_rpc_hdr_t h;
 
@@ -729,13 +720,6 @@ static void send_welcome(conn_t *c, uint64_t id, int with_proof)
     wl.worker = c->sw->index;
     wl.max_message = s->max_message;
     wl.nhandlers = s->nhandlers;
-    wl.has_proof = with_proof;
-    if (with_proof &&
-        rdmx__rpc_mac(s->secret, s->secret_len, "rdmx-server", c->cnonce,
-                      c->snonce, wl.proof) != RDMX_OK) {
-        free(body);
-        return;
-    }
     rdmx_rpc_welcome_encode(&wl, s->wl_ids, s->wl_flags, body);
     rdmx__rpc_hdr(&h, RDMX_RPC_MSG_WELCOME, 0, id);
     h.aux = (uint32_t)size;
@@ -746,9 +730,7 @@ static void send_welcome(conn_t *c, uint64_t id, int with_proof)
 
 static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
 {
-    rdmx_rpc_server_t *s = c->sw->srv;
     const unsigned char *p = m->data;
-    rdmx_rpc_hdr_t h;
 
     if (c->state != CONN_HELLO || m->h.aux != RDMX_RPC_HELLO_SIZE ||
         m->h.payload != 0 || p[0] | p[1] | p[2] | p[3]) {
@@ -758,45 +740,7 @@ static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
                    m->h.aux);
         return;
     }
-    memcpy(c->cnonce, p + 4, RDMX_RPC_NONCE_SIZE);
-    if (s->secret == NULL) {
-        send_welcome(c, m->h.id, 0);
-        return;
-    }
-    if (rdmx__rpc_nonce(c->snonce) != RDMX_OK) {
-        send_error(c, m->h.id, 0, RDMX_ERR_INTERNAL, "no random bytes");
-        return;
-    }
-    c->state = CONN_AUTH;
-    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_CHALLENGE, 0, m->h.id);
-    h.aux = RDMX_RPC_NONCE_SIZE;
-    rdmx__rpc_send(c->ep, &h, c->snonce, RDMX_RPC_NONCE_SIZE);
-}
-
-static void on_auth(conn_t *c, rdmx_rpc_msg_t *m)
-{
-    rdmx_rpc_server_t *s = c->sw->srv;
-    unsigned char want[RDMX_RPC_MAC_SIZE];
-
-    if (c->state != CONN_AUTH || m->h.aux != RDMX_RPC_MAC_SIZE ||
-        m->h.payload != 0) {
-        c->sw->stats.auth_failed++;
-        send_error(c, m->h.id, 0, RDMX_ERR_DENIED,
-                   "AUTH: unexpected, or not %d bytes", RDMX_RPC_MAC_SIZE);
-        return;
-    }
-    if (rdmx__rpc_mac(s->secret, s->secret_len, "rdmx-client", c->snonce,
-                      c->cnonce, want) != RDMX_OK ||
-        !rdmx__rpc_mac_equal(want, m->data)) {
-        c->sw->stats.auth_failed++;
-        rdmx_warn("rpc: %s failed authentication", c->peer);
-        send_error(c, m->h.id, 0, RDMX_ERR_DENIED,
-                   "authentication failed: wrong secret");
-        c->state = CONN_REFUSED;
-        return;
-    }
-    c->authed = 1;
-    send_welcome(c, m->h.id, 1);
+    send_welcome(c, m->h.id);
 }
 
 /* --- connections ----------------------------------------------------------- */
@@ -927,9 +871,6 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     case RDMX_RPC_MSG_HELLO:
         on_hello(c, m);
         return RDMX_OK;
-    case RDMX_RPC_MSG_AUTH:
-        on_auth(c, m);
-        return RDMX_OK;
     default:
         c->sw->stats.malformed++;
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
@@ -991,7 +932,7 @@ static void h_stats(rdmx_rpc_req_t *req, void *arg)
     S(connections); S(connections_total); S(connections_refused);
     S(requests); S(responses); S(errors); S(unknown_handler); S(malformed);
     S(too_big); S(no_credit); S(busy); S(expired); S(canceled);
-    S(auth_failed); S(denied); S(pings);
+    S(auth_failed); S(pings);
 #undef S
     off += (size_t)snprintf(out + off, cap - off,
                             "%-24s %10s %8s %8s %12s %12s %9s %9s %9s "
@@ -1184,6 +1125,11 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
                     RDMX_LISTENER_PARAM_FIELD_WORKERS |
                     RDMX_LISTENER_PARAM_FIELD_MAX_CONNECTIONS;
     lp.max_connections = s->max_connections;
+    if (s->secret != NULL) {
+        lp.field_mask |= RDMX_LISTENER_PARAM_FIELD_AUTH_SECRET;
+        lp.auth_secret = s->secret;
+        lp.auth_secret_len = s->secret_len;
+    }
     lp.address = s->address;
     lp.accept_cb = server_accept;
     lp.arg = s;
@@ -1295,13 +1241,16 @@ void rdmx_rpc_server_stats(rdmx_rpc_server_t *s,
         ADD(connections_total); ADD(connections_refused); ADD(requests);
         ADD(responses); ADD(errors); ADD(unknown_handler); ADD(malformed);
         ADD(too_big); ADD(no_credit); ADD(busy); ADD(expired); ADD(canceled);
-        ADD(auth_failed); ADD(denied); ADD(pings);
+        ADD(pings);
 #undef ADD
     }
     out->connections = __atomic_load_n(&s->conns_now, __ATOMIC_RELAXED);
     /* Refused by the listener before any connection existed. */
-    if (s->listener != NULL)
+    if (s->listener != NULL) {
         out->connections_refused += rdmx__listener_refused(s->listener);
+        /* (authentication is the listener's: docs/SECURITY.md) */
+        out->auth_failed = rdmx__listener_auth_failed(s->listener);
+    }
 }
 
 unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *s,

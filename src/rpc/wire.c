@@ -143,10 +143,9 @@ rdmx_status_t rdmx_rpc_bulk_decode(const void *aux, size_t len,
 
 #define WELCOME_FIXED 24
 
-size_t rdmx_rpc_welcome_size(uint32_t nhandlers, int has_proof)
+size_t rdmx_rpc_welcome_size(uint32_t nhandlers)
 {
-    return WELCOME_FIXED + (size_t)nhandlers * 8 +
-           (has_proof ? RDMX_RPC_MAC_SIZE : 0);
+    return WELCOME_FIXED + (size_t)nhandlers * 8;
 }
 
 void rdmx_rpc_welcome_encode(const rdmx_rpc_welcome_t *wl,
@@ -159,13 +158,11 @@ void rdmx_rpc_welcome_encode(const rdmx_rpc_welcome_t *wl,
     rdmx_put_le32(out + 4, wl->worker);
     rdmx_put_le64(out + 8, wl->max_message);
     rdmx_put_le32(out + 16, wl->nhandlers);
-    rdmx_put_le32(out + 20, wl->has_proof ? 1 : 0);
+    rdmx_put_le32(out + 20, 0);
     for (uint32_t i = 0; i < wl->nhandlers; i++, p += 8) {
         rdmx_put_le32(p, ids[i]);
         rdmx_put_le32(p + 4, flags[i]);
     }
-    if (wl->has_proof)
-        memcpy(p, wl->proof, RDMX_RPC_MAC_SIZE);
 }
 
 rdmx_status_t rdmx_rpc_welcome_decode(const void *aux, size_t len,
@@ -173,7 +170,7 @@ rdmx_status_t rdmx_rpc_welcome_decode(const void *aux, size_t len,
                                       size_t why_size)
 {
     const unsigned char *p = aux;
-    uint32_t has_proof;
+    uint32_t reserved;
 
     memset(wl, 0, sizeof(*wl));
     if (p == NULL || len < WELCOME_FIXED) {
@@ -184,24 +181,21 @@ rdmx_status_t rdmx_rpc_welcome_decode(const void *aux, size_t len,
     wl->worker = rdmx_get_le32(p + 4);
     wl->max_message = rdmx_get_le64(p + 8);
     wl->nhandlers = rdmx_get_le32(p + 16);
-    has_proof = rdmx_get_le32(p + 20);
+    reserved = rdmx_get_le32(p + 20);
     if (wl->credits == 0) {
         WHY("welcome: zero credits");
         return RDMX_ERR_PROTO;
     }
-    if (has_proof > 1 || wl->nhandlers > RDMX_RPC_HANDLERS_MAX) {
-        WHY("welcome: %u handlers, proof flag %u", wl->nhandlers, has_proof);
+    if (reserved != 0 || wl->nhandlers > RDMX_RPC_HANDLERS_MAX) {
+        WHY("welcome: %u handlers, reserved word %u", wl->nhandlers,
+            reserved);
         return RDMX_ERR_PROTO;
     }
-    if (len != rdmx_rpc_welcome_size(wl->nhandlers, (int)has_proof)) {
+    if (len != rdmx_rpc_welcome_size(wl->nhandlers)) {
         WHY("welcome of %zu bytes for %u handlers", len, wl->nhandlers);
         return RDMX_ERR_PROTO;
     }
     wl->handlers = p + WELCOME_FIXED;
-    wl->has_proof = (int)has_proof;
-    if (has_proof)
-        memcpy(wl->proof, wl->handlers + (size_t)wl->nhandlers * 8,
-               RDMX_RPC_MAC_SIZE);
     return RDMX_OK;
 }
 

@@ -28,8 +28,8 @@ typedef enum {
     RDMX_RPC_MSG_PING = 6,      /* heartbeat; answered with PONG, same id */
     RDMX_RPC_MSG_PONG = 7,
     RDMX_RPC_MSG_HELLO = 8,     /* client -> server, first message */
-    RDMX_RPC_MSG_CHALLENGE = 9, /* server -> client: authenticate first */
-    RDMX_RPC_MSG_AUTH = 10,     /* client -> server: proof of the secret */
+    /* 9 and 10 are unused (authentication is in the connection's
+     * bootstrap, before any RPC message: docs/PROTOCOL.md) */
     RDMX_RPC_MSG_WELCOME = 11,  /* server -> client: ready, credits, handlers */
     RDMX_RPC_MSG_KIND_MAX = 11
 } rdmx_rpc_kind_t;
@@ -84,13 +84,10 @@ rdmx_status_t rdmx_rpc_bulk_decode(const void *aux, size_t len,
 
 /* --- handshake bodies -------------------------------------------------------- */
 
-#define RDMX_RPC_NONCE_SIZE 16
-#define RDMX_RPC_MAC_SIZE   32
 #define RDMX_RPC_HANDLERS_MAX 4096
 
-/* HELLO aux: u32 features (0), u8[16] client nonce. */
-#define RDMX_RPC_HELLO_SIZE (4 + RDMX_RPC_NONCE_SIZE)
-/* CHALLENGE aux: u8[16] server nonce.  AUTH aux: u8[32] client proof. */
+/* HELLO aux: u32 features (0). */
+#define RDMX_RPC_HELLO_SIZE 4
 
 typedef struct {
     uint32_t credits;
@@ -98,13 +95,11 @@ typedef struct {
     uint64_t max_message;
     uint32_t nhandlers;
     const unsigned char *handlers; /* nhandlers x { u32 id, u32 flags } */
-    int has_proof;
-    unsigned char proof[RDMX_RPC_MAC_SIZE];
 } rdmx_rpc_welcome_t;
 
 /* WELCOME aux: u32 credits, u32 worker, u64 max_message, u32 nhandlers,
- * u32 has_proof, nhandlers x {u32 id, u32 flags}, [u8[32] server proof]. */
-size_t rdmx_rpc_welcome_size(uint32_t nhandlers, int has_proof);
+ * u32 reserved (0), nhandlers x {u32 id, u32 flags}. */
+size_t rdmx_rpc_welcome_size(uint32_t nhandlers);
 void rdmx_rpc_welcome_encode(const rdmx_rpc_welcome_t *wl,
                              const uint32_t *ids, const uint32_t *flags,
                              unsigned char *out);
