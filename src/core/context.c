@@ -111,15 +111,30 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
         goto err_free;
     }
 
+    /* Who moves one-sided data (docs/SECURITY.md): the transport where it
+     * enforces registrations itself (RDMA hardware checks every access
+     * against the key) or is the host's shared memory (the kernel's
+     * rules for same-host processes bound it); rdmx, checked by the
+     * target, everywhere else — above all tcp, where UCX would emulate
+     * put/get in software without any check. RDMX_RMA=rdmx carries them
+     * on every transport. */
+    ctx->tp_rma = p.transport == RDMX_TRANSPORT_RDMA ||
+                  p.transport == RDMX_TRANSPORT_SHM ||
+                  (p.transport == RDMX_TRANSPORT_AUTO && have_rdma_device());
+    if ((env = getenv("RDMX_RMA")) != NULL && !strcmp(env, "rdmx"))
+        ctx->tp_rma = 0;
+    if ((status = rdmx__random(ctx->grant_key, sizeof(ctx->grant_key))) !=
+        RDMX_OK)
+        goto err_map;
     ctx->tp = &rdmx_tp_ucx;
     status = ctx->tp->ctx_create(
         ctx, p.transport,
         (p.field_mask & RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES) ? p.net_devices
                                                                : NULL,
-        &ctx->tctx);
+        ctx->tp_rma, &ctx->tctx);
     if (status != RDMX_OK)
         goto err_map;
-    ctx->tp_atomics = ctx->tp->has_atomics != NULL &&
+    ctx->tp_atomics = ctx->tp_rma && ctx->tp->has_atomics != NULL &&
                       ctx->tp->atomic != NULL &&
                       ctx->tp->has_atomics(ctx->tctx);
     /* RDMX_ATOMICS=rdmx: carry atomics in rdmx even where the transport

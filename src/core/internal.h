@@ -30,8 +30,8 @@ enum {
     RDMX_AM_NOTIFY = 3,   /* put-with-notify: imm, region, offset, length */
     RDMX_AM_BYE = 4,      /* orderly close: "I sent everything" */
     RDMX_AM_BYE_ACK = 5,  /* "I have received everything before BYE" */
-    RDMX_AM_ATOMIC = 6,   /* atomic request (atomic.c) */
-    RDMX_AM_ATOMIC_REPLY = 7,
+    RDMX_AM_ACCESS = 6,   /* one-sided access carried by rdmx (access.c) */
+    RDMX_AM_ACCESS_REPLY = 7,
     RDMX_AM_CORE_LAST = 16
 };
 
@@ -39,7 +39,17 @@ enum {
 #define RDMX_WIRE_VERSION 3u          /* 3: authentication in the bootstrap */
 #define RDMX_BIND_SIZE    16          /* magic, status, token */
 #define RDMX_NOTIFY_SIZE  32
-#define RDMX_OP_HDR_MAX   48 /* largest AM header an op carries (atomic) */
+#define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */
+#define RDMX_GRANT_MAC    16 /* bytes of a descriptor's MAC (mem.c) */
+#define RDMX_GRANT_CACHE  256
+
+/* What a descriptor grants, as its issuer verified it. */
+typedef struct rdmx_grant {
+    uint64_t region_id, offset, length;
+    unsigned access;
+    int valid;
+    unsigned char mac[RDMX_GRANT_MAC];
+} rdmx_grant_t;
 
 typedef enum {
     RDMX_EP_CONNECTING, /* client: bootstrap, then waiting for BIND_ACK */
@@ -182,7 +192,7 @@ typedef enum {
     RDMX_OP_RECV,
     RDMX_OP_RMA,      /* put, get, flush: one transport request */
     RDMX_OP_NOTIFY,   /* put -> flush -> notify message (op->stage) */
-    RDMX_OP_ATOMIC,
+    RDMX_OP_ACCESS,
     RDMX_OP_INTERNAL  /* holds the header of an internal send; arg: the
                          worker */
 } rdmx_op_kind_t;
@@ -228,7 +238,11 @@ typedef struct {
 struct rdmx_context {
     const rdmx_tp_ops_t *tp; /* the backend */
     void *tctx;              /* its context */
-    int tp_atomics;          /* the backend's atomics work (atomic.c) */
+    int tp_atomics;          /* the backend's atomics work (access.c) */
+    int tp_rma;              /* put/get by the transport (hardware that
+                                enforces registrations); 0: carried by
+                                rdmx and checked by the target (access.c) */
+    unsigned char grant_key[32]; /* keys descriptors' MACs (mem.c) */
     rdmx_transport_t transport;
     uint64_t spin_ns; /* blocking waits poll this long before they sleep,
                          RPC server workers twice as long (RDMX_SPIN_US) */
@@ -259,6 +273,8 @@ struct rdmx_rmem {
     uint64_t region_id; /* the owner's region id */
     uint64_t region_offset; /* range start, from the region's start */
     unsigned access;
+    unsigned char mac[RDMX_GRANT_MAC]; /* the issuer's MAC over the grant
+                                          (region, range, rights) */
 };
 
 struct rdmx_ep {
@@ -384,8 +400,10 @@ struct rdmx_worker {
     const void *addr;         /* transport address, sent in HELLO/WELCOME */
     size_t addr_len;
     rdmx_ptrmap_t tokens;     /* token -> accepting rdmx_ep_t */
-    rdmx_ptrmap_t amo_ops;    /* atomic tag -> rdmx_op_t waiting for reply */
-    uint64_t amo_seq;         /* last atomic tag */
+    rdmx_ptrmap_t amo_ops;    /* access tag -> rdmx_op_t waiting for reply */
+    uint64_t amo_seq;         /* last access tag */
+    struct rdmx_grant *grants; /* [RDMX_GRANT_CACHE] verified descriptors
+                                  (mem.c), by the MAC's first byte */
     rdmx_list_t eps;          /* live endpoints (any state but CLOSING) */
     rdmx_list_t closing;      /* endpoints the user closed, not yet freed */
     rdmx_list_t spares;       /* rdmx_tep_t without owner */
@@ -516,12 +534,31 @@ int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op);
 
 rdmx_core_handler_t rdmx__am_notify;
 
-/* --- atomic.c ------------------------------------------------------------ */
+/* --- access.c ------------------------------------------------------------ */
 
-rdmx_core_handler_t rdmx__am_atomic;
-rdmx_core_handler_t rdmx__am_atomic_reply;
-/* Fail the atomics of @ep that wait for a reply (with its status). */
+rdmx_core_handler_t rdmx__am_access;
+rdmx_core_handler_t rdmx__am_access_reply;
+/* Fail the carried accesses of @ep that wait for a reply (with its
+ * status). */
 void rdmx__amo_fail_all(rdmx_ep_t *ep);
+
+/* Carried operations (opcodes of RDMX_AM_ACCESS). */
+enum {
+    RDMX_ACC_FADD = 1,
+    RDMX_ACC_CSWAP = 2,
+    RDMX_ACC_PUT = 3,
+    RDMX_ACC_GET = 4,
+    RDMX_ACC_FLUSH = 5, /* nothing: answered after every earlier access */
+};
+#define RDMX_ACC_F_NOTIFY 1u /* PUT: tell the target's notify_cb (imm) */
+/* Issue a carried access on @ep (locked, checked by rdmx__rma_check);
+ * RDMX_INPROGRESS or an error. @rm is NULL for FLUSH. */
+rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
+                                 unsigned opcode, unsigned flags,
+                                 uint64_t offset, void *buf, size_t length,
+                                 rdmx_mr_t *mr, uint64_t operand,
+                                 uint64_t swap, uint64_t *old_p, rdmx_cb_t cb,
+                                 void *arg);
 /* Bounds, rights and endpoint checks of a one-sided operation (rma.c). */
 rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
                               uint64_t length, unsigned need,
@@ -531,6 +568,11 @@ rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
 
 /* Find a region by id (takes the context's mr_lock); NULL if gone. */
 rdmx_mr_t *rdmx__mr_find(rdmx_context_t *ctx, uint64_t id);
+/* Did this context issue the grant (a descriptor's region, range, rights
+ * and MAC)? Verified grants are remembered per worker. */
+int rdmx__grant_valid(rdmx_worker_t *w, uint64_t region_id, uint64_t offset,
+                      uint64_t length, unsigned access,
+                      const unsigned char *mac);
 /* Issue an operation through the backend: its immediate answer @st (with
  * @req) becomes ours; releases @op unless pending. */
 rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,

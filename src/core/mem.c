@@ -6,32 +6,39 @@
  *
  *   off  size  field
  *     0     4  magic "RDMD"
- *     4     2  version (1)
+ *     4     2  version (2)
  *     6     2  access rights (RDMX_ACCESS_*)
- *     8     8  region id (names the region in notifications)
+ *     8     8  region id (names the region at its owner)
  *    16     8  remote virtual address of the range start
  *    24     8  range length
  *    32     8  range start, as an offset from the region start
- *    40     4  UCX rkey length n (at most RDMX_RKEY_MAX)
+ *    40     4  transport key length n (at most RDMX_RKEY_MAX)
  *    44     4  reserved, zero
- *    48     n  UCX packed rkey
- *  48+n     8  FNV-1a 64 of bytes [0, 48+n)
+ *    48     n  the transport's packed remote key
+ *  48+n    16  MAC: HMAC-SHA256(the owner context's grant key,
+ *              "rdmx-grant" || region id || range start || range length ||
+ *              access u32)[0..16)
+ *  64+n     8  FNV-1a 64 of bytes [0, 64+n): catches corruption at unpack
  *
- * Rights in a descriptor are enforced by the rdmx library that issues the
- * operation (it refuses before issuing); the transport enforces only that
- * the whole registration is reachable, as with any UCX rkey.
+ * Who enforces what (docs/SECURITY.md): where rdmx carries one-sided
+ * access (access.c: every transport but RDMA hardware), the owner checks
+ * every access against the MAC'd grant and refuses descriptors it did not
+ * issue, so a peer that edits one (and recomputes the FNV) gets
+ * RDMX_ERR_BAD_DESCRIPTOR. Where the transport moves the data itself, the
+ * transport enforces the registration behind the key.
  */
 #include "core/internal.h"
 
 #include "util/endian.h"
 #include "util/hash.h"
 
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define RDMX_DESC_MAGIC   0x444d4452u /* "RDMD" */
-#define RDMX_DESC_VERSION 1
+#define RDMX_DESC_VERSION 2
 #define RDMX_DESC_FIXED   48
 #define RDMX_RKEY_MAX     4096
 
@@ -137,6 +144,47 @@ rdmx_mr_t *rdmx__mr_find(rdmx_context_t *ctx, uint64_t id)
     return mr;
 }
 
+/* The MAC of a grant (the first RDMX_GRANT_MAC bytes of the HMAC). */
+static void grant_mac(const rdmx_context_t *ctx, uint64_t region_id,
+                      uint64_t offset, uint64_t length, unsigned access,
+                      unsigned char out[RDMX_GRANT_MAC])
+{
+    unsigned char f[28], full[RDMX_MAC_SIZE];
+    rdmx_iov_t parts[2] = {{"rdmx-grant", 10}, {f, sizeof(f)}};
+
+    rdmx_put_le64(f, region_id);
+    rdmx_put_le64(f + 8, offset);
+    rdmx_put_le64(f + 16, length);
+    rdmx_put_le32(f + 24, access);
+    if (rdmx__hmac(ctx->grant_key, sizeof(ctx->grant_key), parts, 2, full) !=
+        RDMX_OK)
+        memset(full, 0, sizeof(full)); /* (never matches a fresh one) */
+    memcpy(out, full, RDMX_GRANT_MAC);
+}
+
+int rdmx__grant_valid(rdmx_worker_t *w, uint64_t region_id, uint64_t offset,
+                      uint64_t length, unsigned access,
+                      const unsigned char *mac)
+{
+    rdmx_grant_t *g = &w->grants[mac[0] % RDMX_GRANT_CACHE];
+    unsigned char want[RDMX_GRANT_MAC];
+
+    if (g->valid && g->region_id == region_id && g->offset == offset &&
+        g->length == length && g->access == access &&
+        memcmp(g->mac, mac, RDMX_GRANT_MAC) == 0)
+        return 1;
+    grant_mac(w->ctx, region_id, offset, length, access, want);
+    if (CRYPTO_memcmp(want, mac, RDMX_GRANT_MAC) != 0)
+        return 0;
+    g->region_id = region_id;
+    g->offset = offset;
+    g->length = length;
+    g->access = access;
+    memcpy(g->mac, mac, RDMX_GRANT_MAC);
+    g->valid = 1;
+    return 1;
+}
+
 rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
                            uint64_t length, unsigned access, void *buf,
                            size_t size, size_t *size_p)
@@ -146,7 +194,7 @@ rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
 
     if (mr == NULL || size_p == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "mr_pack: NULL argument");
-    need = RDMX_DESC_FIXED + mr->rkey_size + 8;
+    need = RDMX_DESC_FIXED + mr->rkey_size + RDMX_GRANT_MAC + 8;
     if (offset > mr->length || length > mr->length - offset)
         return rdmx__error(RDMX_ERR_OUT_OF_RANGE,
                            "mr_pack: offset %llu + length %llu exceeds the "
@@ -177,8 +225,9 @@ rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
     rdmx_put_le32(p + 40, (uint32_t)mr->rkey_size);
     rdmx_put_le32(p + 44, 0);
     memcpy(p + RDMX_DESC_FIXED, mr->rkey_buf, mr->rkey_size);
-    rdmx_put_le64(p + RDMX_DESC_FIXED + mr->rkey_size,
-                  rdmx_fnv1a64(p, RDMX_DESC_FIXED + mr->rkey_size));
+    grant_mac(mr->ctx, mr->id, offset, length, access,
+              p + RDMX_DESC_FIXED + mr->rkey_size);
+    rdmx_put_le64(p + need - 8, rdmx_fnv1a64(p, need - 8));
     *size_p = need;
     return RDMX_OK;
 }
@@ -203,7 +252,7 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
         return rdmx__error(RDMX_ERR_INVALID, "rmem_unpack: NULL argument");
     w = ep->worker;
     rdmx__lock(w);
-    if (size < RDMX_DESC_FIXED + 8) {
+    if (size < RDMX_DESC_FIXED + RDMX_GRANT_MAC + 8) {
         st = bad_descriptor(w, "truncated");
         goto out;
     }
@@ -217,12 +266,11 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
     }
     rkey_len = rdmx_get_le32(p + 40);
     if (rkey_len == 0 || rkey_len > RDMX_RKEY_MAX ||
-        size != RDMX_DESC_FIXED + rkey_len + 8) {
+        size != RDMX_DESC_FIXED + rkey_len + RDMX_GRANT_MAC + 8) {
         st = bad_descriptor(w, "length does not match its rkey length");
         goto out;
     }
-    if (rdmx_get_le64(p + RDMX_DESC_FIXED + rkey_len) !=
-        rdmx_fnv1a64(p, RDMX_DESC_FIXED + rkey_len)) {
+    if (rdmx_get_le64(p + size - 8) != rdmx_fnv1a64(p, size - 8)) {
         st = bad_descriptor(w, "checksum mismatch (corrupt)");
         goto out;
     }
@@ -246,7 +294,9 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "rmem_unpack: out of memory");
         goto out;
     }
-    if (w->tp->rkey_unpack(ep->tep, p + RDMX_DESC_FIXED, rkey_len,
+    /* (Carried access needs no transport key: the grant is all.) */
+    if (w->ctx->tp_rma &&
+        w->tp->rkey_unpack(ep->tep, p + RDMX_DESC_FIXED, rkey_len,
                            &rm->trkey) != RDMX_OK) {
         free(rm);
         st = bad_descriptor(w, "the transport cannot unpack its remote key");
@@ -258,6 +308,7 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
     rm->access = access;
     rm->region_id = rdmx_get_le64(p + 8);
     rm->region_offset = rdmx_get_le64(p + 32);
+    memcpy(rm->mac, p + RDMX_DESC_FIXED + rkey_len, RDMX_GRANT_MAC);
     rdmx_list_insert_tail(&ep->rmems, &rm->link);
     *rmem_p = rm;
 out:
@@ -271,7 +322,8 @@ void rdmx__rmem_detach_all(rdmx_ep_t *ep)
 
     while ((e = rdmx_list_pop(&ep->rmems)) != NULL) {
         rdmx_rmem_t *rm = rdmx_container_of(e, rdmx_rmem_t, link);
-        ep->worker->tp->rkey_destroy(rm->trkey);
+        if (rm->trkey != NULL)
+            ep->worker->tp->rkey_destroy(rm->trkey);
         rm->trkey = NULL;
         rm->ep = NULL;
     }
@@ -285,7 +337,8 @@ void rdmx_rmem_destroy(rdmx_rmem_t *rm)
         rdmx_worker_t *w = rm->ep->worker;
         rdmx__lock(w);
         rdmx_list_del(&rm->link);
-        w->tp->rkey_destroy(rm->trkey);
+        if (rm->trkey != NULL)
+            w->tp->rkey_destroy(rm->trkey);
         rdmx__unlock(w);
     }
     free(rm);

@@ -6,12 +6,18 @@
  * overflow), the descriptor must grant the right, and it must have been
  * unpacked on this endpoint.
  *
- * Atomics are carried by rdmx itself (atomic.c).
+ * Where the transport does not enforce registrations itself (tcp; any
+ * transport with RDMX_RMA=rdmx) rdmx carries put, get, put-with-notify and
+ * flush, and the target checks each against the descriptor it issued
+ * (access.c); atomics are carried there too, and wherever the transport's
+ * own are unusable.
  *
- * Put-with-notify is put -> endpoint flush -> NOTIFY active message sent
- * from the flush's completion. UCX orders neither RMA against AMs nor, in
- * 1.13, its worker fence across lanes (UCX_NOTES 7), so the flush is what
- * makes the data visible before the peer hears about it.
+ * With the transport's one-sided operations, put-with-notify is put ->
+ * endpoint flush -> NOTIFY active message sent from the flush's
+ * completion. UCX orders neither RMA against AMs nor, in 1.13, its worker
+ * fence across lanes (UCX_NOTES 7), so the flush is what makes the data
+ * visible before the peer hears about it. Carried, the target applies the
+ * put and then tells its notify callback.
  */
 #include "core/internal.h"
 
@@ -75,6 +81,13 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
                          what, &raddr);
     if (st != RDMX_OK)
         goto out;
+    if (!w->ctx->tp_rma) {
+        st = rdmx__access_issue(ep, rm,
+                                dir == RMA_PUT ? RDMX_ACC_PUT : RDMX_ACC_GET,
+                                0, offset, buf, length, mr, 0, 0, NULL, cb,
+                                arg);
+        goto out;
+    }
     op = rdmx__op_get(w, ep, RDMX_OP_RMA, cb, arg);
     if (op == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "%s: out of memory", what);
@@ -169,6 +182,12 @@ rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
                          "put_notify", &raddr);
     if (st != RDMX_OK)
         goto out;
+    if (!w->ctx->tp_rma) {
+        st = rdmx__access_issue(ep, rm, RDMX_ACC_PUT, RDMX_ACC_F_NOTIFY,
+                                offset, (void *)buf, length, mr, imm, 0,
+                                NULL, cb, arg);
+        goto out;
+    }
     op = rdmx__op_get(w, ep, RDMX_OP_NOTIFY, cb, arg);
     if (op == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "put_notify: out of memory");
@@ -253,6 +272,13 @@ rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg)
     rdmx__lock(w);
     if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
         goto out;
+    if (!w->ctx->tp_rma) {
+        /* (carried accesses complete when applied; FLUSH is answered
+         * after every earlier one on this endpoint) */
+        st = rdmx__access_issue(ep, NULL, RDMX_ACC_FLUSH, 0, 0, NULL, 0,
+                                NULL, 0, 0, NULL, cb, arg);
+        goto out;
+    }
     op = rdmx__op_get(w, ep, RDMX_OP_RMA, cb, arg);
     if (op == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "flush: out of memory");

@@ -47,14 +47,22 @@ enum {
     /* Only if the transport takes it at once from the caller's buffers:
      * RDMX_OK or RDMX_ERR_NO_RESOURCE, never a request. */
     RDMX_TP_SEND_NOW = 1u << 0,
+    /* Deliver the data with the message, whatever its size (never as a
+     * large message the receiver must fetch). */
+    RDMX_TP_SEND_EAGER = 1u << 1,
 };
 
 typedef struct {
     const char *name; /* "ucx" */
 
     /* --- context: configuration, memory registration ------------------ */
+    /* @one_sided: the core will use put/get/atomics of the transport;
+     * without it the backend must not let a peer reach memory through the
+     * transport at all (UCX: no RMA or AMO features, so its worker installs
+     * no software handlers for them). */
     rdmx_status_t (*ctx_create)(rdmx_context_t *ctx, rdmx_transport_t t,
-                                const char *net_devices, void **tctx_p);
+                                const char *net_devices, int one_sided,
+                                void **tctx_p);
     void (*ctx_destroy)(void *tctx);
     /* Register (or, with @allocate, allocate and register) memory for
      * local use and remote access with @access (RDMX_ACCESS_*). Writes the
@@ -123,7 +131,7 @@ typedef struct {
     /* Done when every put and get issued on @tep is done at the peer. */
     rdmx_status_t (*flush)(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p);
     /* Whether the transport's own 64-bit atomics work on these endpoints
-     * (NULL or 0: the core carries atomics itself, atomic.c). */
+     * (NULL or 0: the core carries atomics itself, access.c). */
     int (*has_atomics)(void *tctx);
     /* Fetch-add (@cswap 0: *@operand is added) or compare-and-swap
      * (@cswap 1: *@operand is the value compared, *@result holds the value

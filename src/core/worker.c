@@ -76,7 +76,7 @@ void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length)
     rdmx_ep_t *ep = op->ep;
     rdmx_worker_t *w = ep->worker;
 
-    if (op->kind == RDMX_OP_ATOMIC && status == RDMX_OK && op->old_p)
+    if (op->kind == RDMX_OP_ACCESS && status == RDMX_OK && op->old_p)
         *op->old_p = op->result;
     op->ep = NULL; /* keep the ep alive through the callback */
     rdmx__op_put(w, op);
@@ -123,7 +123,7 @@ void rdmx__tp_done(rdmx_op_t *op, void *req, rdmx_status_t status,
         rdmx__op_put(w, op);
         return;
     }
-    case RDMX_OP_ATOMIC:
+    case RDMX_OP_ACCESS:
         if (op->amo_tag != 0) { /* carried by rdmx: wait for the reply */
             rdmx__amo_sent(op, req, status);
             return;
@@ -174,7 +174,7 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep)
         /* The record stays with UCX; a stand-in carries the completion. */
         op->orphaned = 1;
         op->ep = NULL;
-        if (op->kind == RDMX_OP_ATOMIC) /* a late reply must not find it */
+        if (op->kind == RDMX_OP_ACCESS) /* a late reply must not find it */
             rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
         /* Released now: UCX frees it when (if ever) it completes, and must
          * find it released when the worker is destroyed. */
@@ -244,8 +244,8 @@ static rdmx_core_handler_t *const core_handlers[] = {
     [RDMX_AM_BIND] = rdmx__am_bind,       [RDMX_AM_BIND_ACK] = rdmx__am_bind_ack,
     [RDMX_AM_MSG] = rdmx__am_msg,         [RDMX_AM_NOTIFY] = rdmx__am_notify,
     [RDMX_AM_BYE] = rdmx__am_bye,         [RDMX_AM_BYE_ACK] = rdmx__am_bye_ack,
-    [RDMX_AM_ATOMIC] = rdmx__am_atomic,
-    [RDMX_AM_ATOMIC_REPLY] = rdmx__am_atomic_reply,
+    [RDMX_AM_ACCESS] = rdmx__am_access,
+    [RDMX_AM_ACCESS_REPLY] = rdmx__am_access_reply,
 };
 
 rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
@@ -286,7 +286,8 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     pthread_mutex_init(&w->lock, &ma);
     pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&w->cond, NULL);
-    if (rdmx_ptrmap_init(&w->tokens) != 0 ||
+    w->grants = calloc(RDMX_GRANT_CACHE, sizeof(*w->grants));
+    if (w->grants == NULL || rdmx_ptrmap_init(&w->tokens) != 0 ||
         rdmx_ptrmap_init(&w->amo_ops) != 0) {
         rdmx_ptrmap_cleanup(&w->tokens);
         status = rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
@@ -336,6 +337,7 @@ err_map:
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
 err_free:
+    free(w->grants);
     pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
@@ -391,6 +393,7 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
         free(rdmx_container_of(e, rdmx_op_t, link));
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
+    free(w->grants);
     pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);

@@ -126,7 +126,8 @@ static const char *transport_tls(rdmx_transport_t t)
 }
 
 static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
-                                    const char *net_devices, void **tctx_p)
+                                    const char *net_devices, int one_sided,
+                                    void **tctx_p)
 {
     ucp_config_t *config;
     ucp_params_t up = {0};
@@ -175,7 +176,12 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     }
     up.field_mask = UCP_PARAM_FIELD_FEATURES |
                     UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-    up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    /* Without RMA (and AMO) UCX installs no handlers for its software
+     * put/get/atomics, which over tcp would write wherever a peer says,
+     * unchecked: rdmx carries those itself then (docs/SECURITY.md). */
+    if (one_sided)
+        up.features |= UCP_FEATURE_RMA;
     /* UCX from 1.16 (protocols v2) has no atomic protocol for an endpoint
      * with peer failure detection: there rdmx carries atomics itself
      * (atomic.c). Before, UCX's own are one-sided on shared memory (and
@@ -183,7 +189,7 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     {
         unsigned major, minor, release;
         ucp_get_version(&major, &minor, &release);
-        uc->amo = major == 1 && minor < 16;
+        uc->amo = one_sided && major == 1 && minor < 16;
     }
     if (uc->amo)
         up.features |= UCP_FEATURE_AMO64;
@@ -529,6 +535,8 @@ static rdmx_status_t ucx_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
         return rdmx__error(from_ucs(UCS_PTR_STATUS(r)), "send: %s",
                            ucs_status_string(UCS_PTR_STATUS(r)));
     }
+    if (flags & RDMX_TP_SEND_EAGER)
+        p.flags |= UCP_AM_SEND_FLAG_EAGER;
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = send_cb;
     p.user_data = op;

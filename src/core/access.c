@@ -1,0 +1,401 @@
+/*
+ * One-sided access carried by rdmx: put, get, put-with-notify, flush and
+ * 64-bit atomics as messages that the target's worker checks and applies.
+ * Used wherever the transport does not enforce registrations itself
+ * (ctx->tp_rma == 0: tcp, and any transport with RDMX_RMA=rdmx), and for
+ * atomics wherever the transport's own are unusable (ctx->tp_atomics == 0).
+ *
+ * Why: UCX over tcp emulates put/get/atomics in software, and its target
+ * side writes and reads wherever the peer's address says, inside a
+ * registration or not: any connected peer could read or crash the process.
+ * With rdmx's own protocol the target checks every access against the
+ * descriptor its own context issued (mem.c: a MAC over region, range and
+ * rights) before it touches memory (docs/SECURITY.md). UCX from 1.16 also
+ * selects no atomic protocol for an endpoint with peer failure detection,
+ * so atomics are carried there on every transport (docs/CORE.md).
+ *
+ * Request (AM RDMX_AM_ACCESS, 96-byte header, little-endian):
+ *    0 opcode u16 (RDMX_ACC_*), flags u16 (RDMX_ACC_F_NOTIFY), 0 u32
+ *    8 tag u64 (names the reply)
+ *   16 grant: region id u64, range start u64 (from the region's start),
+ *      range length u64, rights u32, 0 u32, MAC u8[16]   (FLUSH: zeros)
+ *   64 offset of the access in the region u64, length u64
+ *   80 operand u64 (add value, compare value, or a notify's imm), swap u64
+ *   data: PUT's bytes (always sent eagerly: the handler sees all of them)
+ * Reply (AM RDMX_AM_ACCESS_REPLY, 24 bytes): tag u64, old value u64,
+ *   status i32, 0 u32; data: GET's bytes.
+ *
+ * The target refuses (and counts: rma_refused; bad_descriptors for a grant
+ * it did not issue) before touching memory: a MAC that does not match, a
+ * region that is gone, an access outside the grant or without its right,
+ * a PUT whose data is not its length, a misaligned atomic. Atomics are
+ * sequentially consistent __atomic operations: atomic against every other
+ * rdmx atomic on that word and the owner's own __atomic operations.
+ * Messages on an endpoint are applied in order, so FLUSH's reply means
+ * every earlier access is done. The target's worker must progress.
+ *
+ * An operation completes when its reply and its own send completion have
+ * both arrived (UCX 1.13 reads the header until the send completes).
+ */
+#include "core/internal.h"
+
+#include "util/endian.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ACC_REQ_SIZE   96
+#define ACC_REPLY_SIZE 24
+
+/* Both halves done: complete the operation. */
+static void amo_finish(rdmx_op_t *op)
+{
+    rdmx_list_del(&op->link);
+    rdmx__op_complete(op, op->status, op->status == RDMX_OK ? op->length : 0);
+}
+
+void rdmx__amo_sent(rdmx_op_t *op, void *req, rdmx_status_t status)
+{
+    if (!rdmx__op_tp_done(op, req))
+        return; /* orphaned: the endpoint failed, a stand-in completed */
+    if (status != RDMX_OK && op->amo_wait == 2) {
+        /* The request never left: no reply will come. */
+        rdmx_ptrmap_del(&op->ep->worker->amo_ops, (void *)op->amo_tag);
+        op->status = rdmx__op_status(op->ep, status);
+        op->amo_wait = 1;
+    }
+    if (--op->amo_wait == 0) {
+        rdmx_list_init(&op->link);
+        rdmx__op_complete(op, op->status,
+                          op->status == RDMX_OK ? op->length : 0);
+        return;
+    }
+    rdmx_list_insert_tail(&op->ep->amo_pending, &op->link);
+}
+
+rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
+                                 unsigned opcode, unsigned flags,
+                                 uint64_t offset, void *buf, size_t length,
+                                 rdmx_mr_t *mr, uint64_t operand,
+                                 uint64_t swap, uint64_t *old_p, rdmx_cb_t cb,
+                                 void *arg)
+{
+    rdmx_worker_t *w = ep->worker;
+    int put = opcode == RDMX_ACC_PUT;
+    void *req = NULL;
+    rdmx_status_t st;
+    rdmx_op_t *op;
+
+    op = rdmx__op_get(w, ep, RDMX_OP_ACCESS, cb, arg);
+    if (op == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "access: out of memory");
+    op->length = length;
+    op->old_p = old_p;
+    op->buf = buf;
+    op->capacity = length;
+    op->stage = opcode;
+    op->status = RDMX_OK;
+    op->amo_tag = ++w->amo_seq;
+    op->amo_wait = 2; /* the send and the reply */
+    if (rdmx_ptrmap_put(&w->amo_ops, (void *)op->amo_tag, op) != 0) {
+        rdmx__op_put(w, op);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "access: out of memory");
+    }
+    memset(op->hdr, 0, ACC_REQ_SIZE);
+    rdmx_put_le16(op->hdr, (uint16_t)opcode);
+    rdmx_put_le16(op->hdr + 2, (uint16_t)flags);
+    rdmx_put_le64(op->hdr + 8, op->amo_tag);
+    if (rm != NULL) {
+        rdmx_put_le64(op->hdr + 16, rm->region_id);
+        rdmx_put_le64(op->hdr + 24, rm->region_offset);
+        rdmx_put_le64(op->hdr + 32, rm->length);
+        rdmx_put_le32(op->hdr + 40, rm->access);
+        memcpy(op->hdr + 48, rm->mac, RDMX_GRANT_MAC);
+        rdmx_put_le64(op->hdr + 64, rm->region_offset + offset);
+    }
+    rdmx_put_le64(op->hdr + 72, length);
+    rdmx_put_le64(op->hdr + 80, operand);
+    rdmx_put_le64(op->hdr + 88, swap);
+    st = w->tp->send(ep->tep, RDMX_AM_ACCESS, op->hdr, ACC_REQ_SIZE,
+                     put ? buf : NULL, put ? length : 0,
+                     put && mr != NULL ? mr->tmr : NULL, RDMX_TP_SEND_EAGER,
+                     op, &req);
+    if (st != RDMX_OK && st != RDMX_INPROGRESS) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+        rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
+        rdmx__op_put(w, op);
+        return rdmx__error(rdmx__op_status(ep, st), "access to %s: %s",
+                           ep->peer, why);
+    }
+    if (st == RDMX_OK) {
+        op->amo_wait--; /* sent */
+        rdmx_list_insert_tail(&ep->amo_pending, &op->link);
+    } else {
+        rdmx__op_issued(op, req);
+    }
+    return RDMX_INPROGRESS;
+}
+
+static rdmx_status_t amo_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
+                               uint64_t offset, unsigned opcode,
+                               uint64_t operand, uint64_t swap,
+                               uint64_t *old_p, rdmx_cb_t cb, void *arg)
+{
+    rdmx_status_t st;
+    rdmx_worker_t *w;
+    uint64_t raddr;
+    rdmx_op_t *op;
+    void *req = NULL;
+
+    if (ep == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "atomic: NULL endpoint");
+    w = ep->worker;
+    rdmx__lock(w);
+    st = rdmx__rma_check(ep, rm, offset, 8, RDMX_ACCESS_ATOMIC, "atomic",
+                         &raddr);
+    if (st != RDMX_OK)
+        goto out;
+    if (raddr % 8 != 0) {
+        w->stats.rma_refused++;
+        st = rdmx__error(RDMX_ERR_INVALID,
+                         "atomic: offset %" PRIu64 " is not 8-byte aligned",
+                         offset);
+        goto out;
+    }
+    if (!w->ctx->tp_atomics) {
+        st = rdmx__access_issue(ep, rm, opcode, 0, offset, NULL, 8, NULL,
+                                operand, swap, old_p, cb, arg);
+        goto out;
+    }
+    /* The transport's own (UCX before 1.16 on shared memory and RDMA:
+     * one-sided, offloaded on RDMA NICs). */
+    op = rdmx__op_get(w, ep, RDMX_OP_ACCESS, cb, arg);
+    if (op == NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "atomic: out of memory");
+        goto out;
+    }
+    op->length = 8;
+    op->old_p = old_p;
+    op->amo_tag = 0;
+    op->operand = operand;
+    op->result = swap;
+    st = w->tp->atomic(ep->tep, opcode == RDMX_ACC_CSWAP, &op->operand,
+                       &op->result, raddr, rm->trkey, op, &req);
+    if (st == RDMX_OK && old_p != NULL)
+        *old_p = op->result;
+    st = rdmx__op_issue(op, st, req, "atomic");
+out:
+    rdmx__unlock(w);
+    return st;
+}
+
+rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                  uint64_t offset, uint64_t value,
+                                  uint64_t *old_p, rdmx_cb_t cb, void *arg)
+{
+    return amo_issue(ep, rmem, offset, RDMX_ACC_FADD, value, 0, old_p, cb,
+                     arg);
+}
+
+rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                   uint64_t offset, uint64_t compare,
+                                   uint64_t swap, uint64_t *old_p,
+                                   rdmx_cb_t cb, void *arg)
+{
+    return amo_issue(ep, rmem, offset, RDMX_ACC_CSWAP, compare, swap, old_p,
+                     cb, arg);
+}
+
+/* A request checked against its grant and applied. */
+typedef struct {
+    rdmx_mr_t *mr;
+    uint64_t offset, length;
+    uint64_t old;
+    const void *out; /* GET: the bytes to send back */
+    size_t out_len;
+} applied_t;
+
+/* Check @h (and PUT's @data) against the grant it carries and apply it. */
+static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
+                                  const unsigned char *h, const void *data,
+                                  size_t len, unsigned flags, applied_t *a)
+{
+    unsigned opcode = rdmx_get_le16(h), aflags = rdmx_get_le16(h + 2);
+    uint64_t region = rdmx_get_le64(h + 16), goff = rdmx_get_le64(h + 24);
+    uint64_t glen = rdmx_get_le64(h + 32), off = rdmx_get_le64(h + 64);
+    uint64_t n = rdmx_get_le64(h + 72), operand = rdmx_get_le64(h + 80);
+    uint64_t swap = rdmx_get_le64(h + 88);
+    unsigned gaccess = rdmx_get_le32(h + 40), need;
+    rdmx_mr_t *mr;
+    void *p;
+
+    if (opcode < RDMX_ACC_FADD || opcode > RDMX_ACC_FLUSH ||
+        (aflags & ~RDMX_ACC_F_NOTIFY) ||
+        (aflags && opcode != RDMX_ACC_PUT) || (flags & RDMX_MSG_RNDV) ||
+        (opcode == RDMX_ACC_PUT ? len != n : len != 0))
+        return RDMX_ERR_PROTO;
+    if (opcode == RDMX_ACC_FLUSH)
+        return RDMX_OK;
+    if (!rdmx__grant_valid(w, region, goff, glen, gaccess, h + 48)) {
+        w->stats.bad_descriptors++;
+        return RDMX_ERR_BAD_DESCRIPTOR;
+    }
+    mr = rdmx__mr_find(w->ctx, region);
+    if (mr == NULL)
+        return RDMX_ERR_NOT_FOUND; /* deregistered since */
+    need = opcode == RDMX_ACC_PUT   ? RDMX_ACCESS_WRITE
+           : opcode == RDMX_ACC_GET ? RDMX_ACCESS_READ
+                                    : RDMX_ACCESS_ATOMIC;
+    /* (a grant this context issued lies inside its region, with rights
+     * the region has: mr_pack checked; checked again all the same) */
+    if ((gaccess & need) != need || (gaccess & ~mr->access))
+        return RDMX_ERR_DENIED;
+    if (goff > mr->length || glen > mr->length - goff || off < goff ||
+        off - goff > glen || n > glen - (off - goff))
+        return RDMX_ERR_OUT_OF_RANGE;
+    p = (char *)mr->addr + off;
+    a->mr = mr;
+    a->offset = off;
+    a->length = n;
+    switch (opcode) {
+    case RDMX_ACC_PUT:
+        if (n != 0)
+            memcpy(p, data, n);
+        if (aflags & RDMX_ACC_F_NOTIFY) {
+            rdmx_notify_t nt = {.imm = operand, .mr = mr, .offset = off,
+                                .length = n};
+            w->stats.notifies_received++;
+            if (ep->params.notify_cb != NULL)
+                ep->params.notify_cb(ep, &nt, ep->params.user_data);
+        }
+        return RDMX_OK;
+    case RDMX_ACC_GET:
+        a->out = p;
+        a->out_len = n;
+        return RDMX_OK;
+    default:
+        break;
+    }
+    if (n != 8 || (uintptr_t)p % 8 != 0)
+        return RDMX_ERR_INVALID;
+    if (opcode == RDMX_ACC_FADD) {
+        a->old = __atomic_fetch_add((uint64_t *)p, operand, __ATOMIC_SEQ_CST);
+    } else {
+        uint64_t expected = operand;
+        __atomic_compare_exchange_n((uint64_t *)p, &expected, swap, 0,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        a->old = expected; /* == operand when the swap happened */
+    }
+    return RDMX_OK;
+}
+
+rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
+                              const void *header, size_t hlen, void *data,
+                              size_t len, unsigned flags)
+{
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
+    applied_t a = {0};
+    rdmx_status_t st;
+    rdmx_op_t *holder;
+    void *req = NULL;
+
+    if (ep == NULL || ep->tep == NULL || ep->status != RDMX_OK) {
+        if (ep == NULL)
+            w->stats.proto_errors++;
+        return RDMX_OK;
+    }
+    if (hlen != ACC_REQ_SIZE) {
+        w->stats.proto_errors++;
+        return RDMX_OK; /* no tag to answer to */
+    }
+    st = access_apply(w, ep, header, data, len, flags, &a);
+    if (st != RDMX_OK) {
+        if (st == RDMX_ERR_PROTO)
+            w->stats.proto_errors++;
+        else
+            w->stats.rma_refused++;
+        rdmx_debug("access from %s refused: %s", ep->peer,
+                   rdmx_strerror(st));
+    }
+    /* The reply's header lives in an operation record until its send
+     * completes (rdmx__tp_done returns it to the pool); GET's data is the
+     * region's memory itself. */
+    holder = rdmx__op_get(w, NULL, RDMX_OP_INTERNAL, NULL, w);
+    if (holder == NULL)
+        return RDMX_OK; /* the initiator's endpoint fails or times out */
+    memcpy(holder->hdr, (const unsigned char *)header + 8, 8); /* tag */
+    rdmx_put_le64(holder->hdr + 8, a.old);
+    rdmx_put_le32(holder->hdr + 16, (uint32_t)st);
+    rdmx_put_le32(holder->hdr + 20, 0);
+    if (w->tp->send(ep->tep, RDMX_AM_ACCESS_REPLY, holder->hdr,
+                    ACC_REPLY_SIZE, a.out, a.out_len,
+                    a.out != NULL ? a.mr->tmr : NULL, RDMX_TP_SEND_EAGER,
+                    holder, &req) != RDMX_INPROGRESS)
+        rdmx__op_put(w, holder);
+    return RDMX_OK;
+}
+
+rdmx_status_t rdmx__am_access_reply(rdmx_worker_t *w, rdmx_tep_t *tep,
+                                    const void *header, size_t hlen,
+                                    void *data, size_t len, unsigned flags)
+{
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
+    const unsigned char *h = header;
+    rdmx_status_t st;
+    rdmx_op_t *op;
+
+    if (ep == NULL || hlen != ACC_REPLY_SIZE || (flags & RDMX_MSG_RNDV) ||
+        (op = rdmx_ptrmap_get(&w->amo_ops, (void *)rdmx_get_le64(h))) ==
+            NULL ||
+        op->ep != ep) {
+        w->stats.proto_errors++; /* late, forged or malformed */
+        return RDMX_OK;
+    }
+    rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
+    st = (rdmx_status_t)(int32_t)rdmx_get_le32(h + 16);
+    if (st == RDMX_OK &&
+        (op->stage == RDMX_ACC_GET ? len != op->capacity : len != 0)) {
+        w->stats.proto_errors++;
+        st = RDMX_ERR_PROTO;
+    }
+    if (st != RDMX_OK) {
+        if (st != RDMX_ERR_NOT_FOUND && st != RDMX_ERR_DENIED &&
+            st != RDMX_ERR_OUT_OF_RANGE && st != RDMX_ERR_INVALID &&
+            st != RDMX_ERR_BAD_DESCRIPTOR)
+            st = RDMX_ERR_PROTO;
+        rdmx__error(st, "%s at %s refused by the target: %s",
+                    op->stage == RDMX_ACC_PUT   ? "put"
+                    : op->stage == RDMX_ACC_GET ? "get"
+                                                : "atomic",
+                    ep->peer,
+                    st == RDMX_ERR_BAD_DESCRIPTOR
+                        ? "it did not issue this descriptor"
+                        : rdmx_strerror(st));
+    } else if (op->stage == RDMX_ACC_GET) {
+        if (len != 0)
+            memcpy(op->buf, data, len);
+    } else {
+        op->result = rdmx_get_le64(h + 8);
+    }
+    op->status = st;
+    if (--op->amo_wait == 0)
+        amo_finish(op); /* else rdmx__amo_sent completes it */
+    return RDMX_OK;
+}
+
+void rdmx__amo_fail_all(rdmx_ep_t *ep)
+{
+    rdmx_worker_t *w = ep->worker;
+    rdmx_list_t *e;
+
+    while ((e = rdmx_list_pop(&ep->amo_pending)) != NULL) {
+        rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
+        rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
+        rdmx_list_init(&op->link);
+        rdmx__op_defer(op, ep->status != RDMX_OK ? ep->status
+                                                 : RDMX_ERR_CANCELED,
+                       0);
+    }
+}
