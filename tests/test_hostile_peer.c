@@ -23,6 +23,12 @@
  *    RDMX_ERR_OUT_OF_RANGE; a put and an atomic on the read-only grant get
  *    RDMX_ERR_DENIED; unknown flag bits and an unknown opcode get
  *    RDMX_ERR_PROTO.
+ *  - tcp: a peer with its own UCX context (RMA enabled), bootstrapped by
+ *    hand, unpacks the descriptor's UCX key and puts and gets straight
+ *    through UCX at the exposed range and around it: the server's UCX has
+ *    no software put/get handlers installed (rdmx asked for no RMA), so
+ *    nothing is written, no get is answered (given up after 1 s), and
+ *    the server lives.
  *  - the test's own buffers (canary-filled) are untouched by every refused
  *    get; the server's 12 KiB and its secret still hold their patterns
  *    byte for byte; the server's counters grew by exactly the refusals
@@ -36,9 +42,15 @@
 #include "util/endian.h"
 #include "util/hash.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #define K4 4096u
 
@@ -202,6 +214,186 @@ static rdmx_status_t raw_access(rdmx_rmem_t *rm, unsigned opcode,
     return req.status;
 }
 
+
+/* --- a peer on raw UCX --------------------------------------------------- */
+
+/* The server worker's UCX address, from a hand-made bootstrap (HELLO with
+ * @addr; docs/PROTOCOL.md). The socket stays open in *@fd_p. */
+static size_t raw_bootstrap(const th_proc_t *srv, const void *addr,
+                            size_t alen, uint8_t *out, size_t cap, int *fd_p)
+{
+    const char *colon = strrchr(srv->addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    struct timeval tv = {.tv_sec = 10};
+    uint8_t *f = th_alloc(8 + 32 + alen), h[8];
+    size_t got = 0, blen;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    memset(f, 0, 8 + 32);
+    rdmx_put_le32(f, (uint32_t)(32 + alen));
+    f[4] = 1; /* HELLO */
+    rdmx_put_le32(f + 8, 0x58444d52u);
+    rdmx_put_le16(f + 12, 3);
+    rdmx_put_le64(f + 16, 0xbadc0ffeeull);
+    memcpy(f + 40, addr, alen);
+    CHECK(send(fd, f, 40 + alen, MSG_NOSIGNAL) == (ssize_t)(40 + alen));
+    free(f);
+    while (got < 8) {
+        ssize_t n = recv(fd, h + got, 8 - got, 0);
+        CHECK(n > 0);
+        got += (size_t)n;
+    }
+    blen = rdmx_get_le32(h);
+    CHECKF(h[4] == 2 && blen > 24 && blen - 24 <= cap,
+           "raw bootstrap: frame type %u of %zu bytes", h[4], blen);
+    {
+        uint8_t *b = th_alloc(blen);
+        got = 0;
+        while (got < blen) {
+            ssize_t n = recv(fd, b + got, blen - got, 0);
+            CHECK(n > 0);
+            got += (size_t)n;
+        }
+        memcpy(out, b + 24, blen - 24);
+        free(b);
+    }
+    *fd_p = fd;
+    return blen - 24;
+}
+
+static int raw_done;
+static void raw_cb(void *req, ucs_status_t st, void *arg)
+{
+    (void)req;
+    (void)st;
+    (void)arg;
+    raw_done++;
+}
+
+static void raw_err(void *arg, ucp_ep_h uep, ucs_status_t st)
+{
+    (void)arg;
+    (void)uep;
+    (void)st;
+}
+
+/* Progress @uw for @ms; how many of @reqs completed (NULL: at once). */
+static int raw_settle(ucp_worker_h uw, ucs_status_ptr_t *reqs, int n, int ms)
+{
+    double end = th_now_ms() + ms;
+    int done;
+
+    do {
+        ucp_worker_progress(uw);
+        done = 0;
+        for (int i = 0; i < n; i++)
+            done += !UCS_PTR_IS_PTR(reqs[i]) ||
+                    ucp_request_check_status(reqs[i]) != UCS_INPROGRESS;
+    } while (done < n && th_now_ms() < end);
+    return done;
+}
+
+/* Put and get through UCX itself with the descriptor's key. */
+static void raw_ucx_attack(const th_proc_t *srv, const uint8_t *desc,
+                           size_t dlen)
+{
+    ucp_params_t up = {0};
+    ucp_worker_params_t wp = {0};
+    ucp_ep_params_t ep_p = {0};
+    ucp_config_t *cfg;
+    ucp_context_h uc;
+    ucp_worker_h uw;
+    ucp_address_t *addr;
+    size_t alen, slen;
+    uint8_t saddr[8192];
+    ucp_ep_h uep;
+    ucp_rkey_h rkey;
+    uint64_t base = rdmx_get_le64(desc + D_ADDR);
+    uint32_t klen = rdmx_get_le32(desc + D_RKEY);
+    uint8_t buf[K4];
+    int fd, gets_answered = 0;
+
+    (void)dlen;
+    CHECK(ucp_config_read(NULL, NULL, &cfg) == UCS_OK);
+    CHECK(ucp_config_modify(cfg, "TLS", "tcp") == UCS_OK);
+    up.field_mask = UCP_PARAM_FIELD_FEATURES;
+    up.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    CHECK(ucp_init(&up, cfg, &uc) == UCS_OK);
+    ucp_config_release(cfg);
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    CHECK(ucp_worker_create(uc, &wp, &uw) == UCS_OK);
+    CHECK(ucp_worker_get_address(uw, &addr, &alen) == UCS_OK);
+    slen = raw_bootstrap(srv, addr, alen, saddr, sizeof(saddr), &fd);
+    ep_p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep_p.address = (ucp_address_t *)saddr;
+    ep_p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep_p.err_handler.cb = raw_err;
+    (void)slen;
+    CHECK(ucp_ep_create(uw, &ep_p, &uep) == UCS_OK);
+    if (ucp_ep_rkey_unpack(uep, desc + D_FIXED, &rkey) != UCS_OK) {
+        th_log("raw UCX: the key (%u bytes) does not even unpack", klen);
+    } else {
+        ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK,
+                                  .cb.send = raw_cb};
+        int64_t offs[] = {0, -(int64_t)K4, (int64_t)K4, 1 << 20};
+        ucs_status_ptr_t gets[4];
+        ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t closing;
+        static uint8_t gbuf[4][64];
+
+        memset(buf, 0x5a, sizeof(buf));
+        for (int i = 0; i < 4; i++) {
+            ucs_status_ptr_t p =
+                ucp_put_nbx(uep, buf, 64, base + offs[i], rkey, &rp);
+            raw_settle(uw, &p, 1, 1000);
+            if (UCS_PTR_IS_PTR(p))
+                ucp_request_free(p); /* (UCX finishes it on its own) */
+            gets[i] = ucp_get_nbx(uep, gbuf[i], 64, base + offs[i], rkey, &rp);
+        }
+        gets_answered = raw_settle(uw, gets, 4, 1000);
+        for (int i = 0; i < 4; i++)
+            if (!UCS_PTR_IS_PTR(gets[i]) ||
+                ucp_request_check_status(gets[i]) != UCS_INPROGRESS)
+                CHECKF(!UCS_PTR_IS_PTR(gets[i]) &&
+                           UCS_PTR_STATUS(gets[i]) != UCS_OK,
+                       "raw UCX: get %d was answered by the server", i);
+        ucp_rkey_destroy(rkey);
+        /* A forced close fails what is left. */
+        closing = ucp_ep_close_nbx(uep, &cp);
+        raw_settle(uw, &closing, 1, 2000);
+        if (UCS_PTR_IS_PTR(closing))
+            ucp_request_free(closing);
+        raw_settle(uw, gets, 4, 2000);
+        for (int i = 0; i < 4; i++)
+            if (UCS_PTR_IS_PTR(gets[i]))
+                ucp_request_free(gets[i]);
+        uep = NULL;
+    }
+    if (uep != NULL) {
+        ucp_request_param_t cp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                  .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        ucs_status_ptr_t closing = ucp_ep_close_nbx(uep, &cp);
+        raw_settle(uw, &closing, 1, 2000);
+        if (UCS_PTR_IS_PTR(closing))
+            ucp_request_free(closing);
+    }
+    (void)gets_answered;
+    close(fd);
+    ucp_worker_release_address(uw, addr);
+    ucp_worker_destroy(uw);
+    ucp_cleanup(uc);
+    th_log("raw UCX: puts and gets with the descriptor's key at the exposed "
+           "range and around it: no get answered");
+}
+
 int main(int argc, char **argv)
 {
     th_proc_t server;
@@ -306,6 +498,8 @@ int main(int argc, char **argv)
                "denied and malformed ones refused by the server");
     }
     rdmx_rmem_destroy(rm);
+    if (strcmp(th_transport_env(), "tcp") == 0)
+        raw_ucx_attack(&server, desc, dlen);
 
     /* Nothing outside moved, nothing was written. */
     TS_VERIFY_REMOTE(ep, &big, 0, 3 * K4, seed_big);
