@@ -229,10 +229,18 @@ static rdmx_status_t ucx_mem_map(void *tctx, void *addr, size_t length,
     ucp_mem_h memh;
     ucs_status_t us;
 
-    (void)access; /* (protection per registration: see docs/SECURITY.md) */
+    /* The key grants remote access with the region's rights only: RDMA
+     * NICs enforce these (atomics ride on remote write, as in verbs);
+     * shared memory and tcp ignore them (docs/SECURITY.md). */
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                     UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+                    UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                    UCP_MEM_MAP_PARAM_FIELD_PROT;
+    mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE;
+    if (access & RDMX_ACCESS_READ)
+        mp.prot |= UCP_MEM_MAP_PROT_REMOTE_READ;
+    if (access & (RDMX_ACCESS_WRITE | RDMX_ACCESS_ATOMIC))
+        mp.prot |= UCP_MEM_MAP_PROT_REMOTE_WRITE;
     mp.address = allocate ? NULL : addr;
     mp.length = length;
     mp.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
