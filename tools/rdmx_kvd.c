@@ -229,6 +229,17 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
         rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
         return;
     }
+    /* The caller's buffer is lent only until its deadline (or cancel):
+     * after that not a byte may land in it (docs/RPC.md, "Lent
+     * buffers"). Checked right before the write. */
+    if (!rdmx_rpc_req_may_write(req)) {
+        free(x);
+        rdmx__kv_store_release(k->store, it);
+        rdmx_rpc_respond_error(req, RDMX_ERR_TIMEOUT,
+                               "kv.get: the call expired before the value "
+                               "was written; nothing was written");
+        return;
+    }
     x->k = k;
     x->req = req;
     x->item = it;

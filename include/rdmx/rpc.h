@@ -192,8 +192,18 @@ int rdmx_rpc_req_authenticated(const rdmx_rpc_req_t *req);
 uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req);
 
 /** Non-zero once the caller canceled the call or its deadline passed: a
- *  deferred handler may stop work; its response will be dropped. */
+ *  deferred handler may stop work; its response becomes a short ERROR. */
 int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req);
+
+/** Whether the caller still waits, checked now: not expired, not canceled,
+ *  and its connection alive (one poll(2) of the control socket). A handler
+ *  that writes into a caller's buffer (a bulk descriptor with
+ *  RDMX_ACCESS_WRITE) calls this immediately before each write and writes
+ *  nothing once it returns 0: the caller's call completes only after the
+ *  server's answer, or after it closed the connection, so that no byte
+ *  lands in its buffer after the call returned (docs/RPC.md, "Lent
+ *  buffers"). */
+int rdmx_rpc_req_may_write(const rdmx_rpc_req_t *req);
 
 /** Index of the worker running the handler, 0..workers-1. */
 unsigned rdmx_rpc_req_worker(const rdmx_rpc_req_t *req);
@@ -350,6 +360,10 @@ typedef struct {
     uint64_t late_responses; /**< responses to calls already completed */
     uint64_t pings;       /**< heartbeats sent */
     uint64_t queued;      /**< calls that waited for credits or the link */
+    uint64_t lent_teardowns; /**< connections closed because a call that
+                                  lent a buffer ended and the server did
+                                  not answer it in time (docs/RPC.md,
+                                  "Lent buffers") */
 } rdmx_channel_stats_t;
 
 void rdmx_channel_stats(rdmx_channel_t *channel,

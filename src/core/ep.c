@@ -970,7 +970,8 @@ void rdmx_ep_close(rdmx_ep_t *ep)
         return;
     w = ep->worker;
     rdmx__lock(w);
-    healthy = ep->status == RDMX_OK && ep->state == RDMX_EP_CONNECTED;
+    healthy = ep->status == RDMX_OK && ep->state == RDMX_EP_CONNECTED &&
+              !ep->aborted;
     ep->user_closed = 1;
     ep->state = RDMX_EP_CLOSING;
     if (ep->status == RDMX_OK)
@@ -991,6 +992,19 @@ void rdmx_ep_close(rdmx_ep_t *ep)
         tp_close(ep, !healthy || ep->dead);
     }
     rdmx__unlock(w);
+}
+
+void rdmx__ep_abort(rdmx_ep_t *ep)
+{
+    if (ep == NULL || ep->user_closed)
+        return;
+    rdmx__lock(ep->worker);
+    /* The peer's kernel reports the socket's end at once, even to a
+     * stopped process; then no BYE: the transport is closed by force. */
+    rdmx__sock_close(&ep->ctl);
+    ep->aborted = 1;
+    rdmx__unlock(ep->worker);
+    rdmx_ep_close(ep);
 }
 
 void rdmx__ep_destroy_all(rdmx_worker_t *w)
@@ -1055,6 +1069,22 @@ void rdmx__ep_set_upper(rdmx_ep_t *ep, void *upper)
 const char *rdmx__ep_peer(const rdmx_ep_t *ep)
 {
     return ep->peer;
+}
+
+int rdmx__ep_peer_alive(rdmx_ep_t *ep)
+{
+    char b;
+    ssize_t n;
+
+    if (ep == NULL || ep->status != RDMX_OK || ep->peer_closed)
+        return 0;
+    if (ep->ctl.fd < 0)
+        return 1; /* (no control socket: the transport's word only) */
+    n = recv(ep->ctl.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                   errno != EINTR))
+        return 0; /* (the worker fails the endpoint when it looks) */
+    return 1;
 }
 
 const char *rdmx__ep_why(const rdmx_ep_t *ep)

@@ -312,6 +312,7 @@ struct rdmx_ep {
     int bye_acked;          /* closing: the peer acknowledged the BYE */
     int peer_closed;        /* the peer sent BYE: its disconnect is orderly */
     int dead;               /* UCX reported the transport failed */
+    int aborted;            /* rdmx__ep_abort: closed without BYE */
     /* Bootstrap and control connection (bootstrap.c, ep.c). */
     rdmx_sock_t ctl;        /* the TCP connection; stays open while the
                                endpoint lives: its end means the peer

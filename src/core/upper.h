@@ -80,6 +80,14 @@ const char *rdmx__ep_peer(const rdmx_ep_t *ep);
 /* What ended or refused the connection, in words (first cause; "" while
  * healthy). Unlike rdmx_error_detail(), valid in any thread, any time. */
 const char *rdmx__ep_why(const rdmx_ep_t *ep);
+/* Is the peer still there, checked now (one poll of the control socket,
+ * whose end the kernel reports even while this process was stopped)?
+ * For the last moment before writing into a peer's lent buffer. */
+int rdmx__ep_peer_alive(rdmx_ep_t *ep);
+/* Close @ep at once, without the orderly BYE: its control socket first,
+ * so that the peer sees the end even if it is stopped now (and
+ * rdmx__ep_peer_alive there says so), then the transport by force. */
+void rdmx__ep_abort(rdmx_ep_t *ep);
 /* A message arrived on an endpoint accepted with @accept_cb whose callback
  * has not run yet: take it now (the callback will find it taken). 1 and
  * the listener's argument in @arg_p, or 0 if @ep is not such an endpoint. */

@@ -6,6 +6,14 @@
  * cancellation, retries of idempotent calls and a circuit breaker.
  * See docs/RPC.md.
  *
+ * A call that lent the server a buffer to write into (a bulk descriptor
+ * with RDMX_ACCESS_WRITE) and ends before the answer (deadline, cancel)
+ * completes only once the server can no longer write into the buffer: when
+ * the server's answer arrives (a server checks rdmx_rpc_req_expired()
+ * right before it writes), or, if none comes within LENT_GRACE_MS, after
+ * the connection was closed. The caller's status is the call's own
+ * (TIMEOUT, CANCELED) either way (docs/RPC.md, "Lent buffers").
+ *
  * A call that ends before the server answered (deadline, cancel) stays as
  * a "ghost" holding its credit until the server's answer arrives or the
  * connection ends: the server answers every request exactly once, so the
@@ -40,6 +48,10 @@ typedef struct call {
     int linked;           /* in ch->calls */
     unsigned attempts;
     uint64_t start_ns, deadline_ns;
+    int lent;             /* carries a buffer the server may write into */
+    uint64_t lent_until;  /* ended, waiting for the server's word until */
+    rdmx_status_t lent_status; /* ... then completes with this */
+    char lent_msg[96];
     rdmx_call_cb_t cb;
     void *arg;
     uint32_t aux_len, len;
@@ -278,6 +290,29 @@ static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
 }
 
 /* Drop a call record that no longer waits for anything. */
+/* How long a call that lent a buffer waits, after it ended, for the
+ * server's answer before the connection is closed under it. */
+#define LENT_GRACE_MS 200
+
+/* A sent call ends before its answer: tell the server; one that lent a
+ * buffer completes later (see the top of this file). */
+static void end_sent(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
+                     const char *msg)
+{
+    if (c->lent_until != 0)
+        return; /* already ending */
+    if (ch->ep != NULL)
+        rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_CANCEL, c->id, 0);
+    if (!c->lent) {
+        complete(ch, c, status, NULL, 0, msg); /* the ghost keeps the credit */
+        return;
+    }
+    c->lent_status = status;
+    snprintf(c->lent_msg, sizeof(c->lent_msg), "%s", msg);
+    c->lent_until = rdmx_now_ns() + LENT_GRACE_MS * 1000000ull;
+    arm(ch, c->lent_until);
+}
+
 static void retire(rdmx_channel_t *ch, call_t *c)
 {
     if (c->state == CALL_QUEUED)
@@ -374,6 +409,31 @@ static void pump(rdmx_channel_t *ch)
 
 /* --- connection --------------------------------------------------------------- */
 
+/* Close the channel's connection. With a lent buffer out (a call that
+ * lent one and has no answer yet), abort it: the server must see the end
+ * before it could act on anything still queued for it (docs/RPC.md,
+ * "Lent buffers"); else close in order. */
+static void close_ep(rdmx_channel_t *ch)
+{
+    rdmx_list_t *pos;
+    int lent = 0;
+
+    if (ch->ep == NULL)
+        return;
+    rdmx_list_for_each(pos, &ch->sent)
+    {
+        call_t *c = rdmx_container_of(pos, call_t, link);
+        if (c->lent && (!c->done || c->lent_until != 0))
+            lent = 1;
+    }
+    rdmx__ep_set_upper(ch->ep, NULL);
+    if (lent)
+        rdmx__ep_abort(ch->ep);
+    else
+        rdmx_ep_close(ch->ep);
+    ch->ep = NULL;
+}
+
 /* The connection is gone: fail or requeue what was on it, then reconnect. */
 static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
                       const char *msg, int permanent)
@@ -384,17 +444,20 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
 
     ch->conn_error = status;
     snprintf(ch->conn_message, sizeof(ch->conn_message), "%s", msg);
-    if (ch->ep != NULL) {
-        rdmx__ep_set_upper(ch->ep, NULL);
-        rdmx_ep_close(ch->ep);
-        ch->ep = NULL;
-    }
+    close_ep(ch);
     ch->handshaking = 0;
     ch->inflight = 0;
     rdmx_list_init(&retry);
     while ((e = rdmx_list_pop(&ch->sent)) != NULL) {
         call_t *c = rdmx_container_of(e, call_t, link);
         if (c->done) { /* ghost: its credit went with the connection */
+            call_unlink(ch, c);
+            call_free(c);
+            continue;
+        }
+        if (c->lent_until != 0) { /* ended; the connection is gone now */
+            c->state = CALL_QUEUED;
+            complete(ch, c, c->lent_status, NULL, 0, c->lent_msg);
             call_unlink(ch, c);
             call_free(c);
             continue;
@@ -587,6 +650,10 @@ static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
         ch->inflight--;
     if (c->done) {
         ch->stats.late_responses++;
+    } else if (c->lent_until != 0) {
+        /* the server's word: it will not write into the buffer any more */
+        ch->stats.late_responses++;
+        complete(ch, c, c->lent_status, NULL, 0, c->lent_msg);
     } else if (st == RDMX_OK) {
         complete(ch, c, RDMX_OK, data, len, NULL);
     } else {
@@ -736,6 +803,7 @@ static uint64_t expire_calls(rdmx_channel_t *ch, uint64_t now)
 {
     uint64_t next = UINT64_MAX;
     rdmx_list_t *lists[2] = {&ch->queue, &ch->sent};
+    int teardown = 0;
 
     for (int i = 0; i < 2; i++) {
         rdmx_list_t *pos, *tmp;
@@ -743,7 +811,16 @@ static uint64_t expire_calls(rdmx_channel_t *ch, uint64_t now)
         {
             call_t *c = rdmx_container_of(pos, call_t, link);
             char msg[96];
-            if (c->done || c->deadline_ns == 0)
+            if (c->done)
+                continue;
+            if (c->lent_until != 0) {
+                if (now >= c->lent_until)
+                    teardown = 1;
+                else if (c->lent_until < next)
+                    next = c->lent_until;
+                continue;
+            }
+            if (c->deadline_ns == 0)
                 continue;
             if (now < c->deadline_ns) {
                 if (c->deadline_ns < next)
@@ -756,15 +833,25 @@ static uint64_t expire_calls(rdmx_channel_t *ch, uint64_t now)
                      c->state == CALL_QUEUED ? " before the call was sent"
                                              : "");
             if (c->state == CALL_SENT) {
-                /* tell the server; the ghost keeps the credit */
-                if (ch->ep != NULL)
-                    rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_CANCEL, c->id, 0);
-                complete(ch, c, RDMX_ERR_TIMEOUT, NULL, 0, msg);
+                end_sent(ch, c, RDMX_ERR_TIMEOUT, msg);
+                if (c->lent_until != 0 && c->lent_until < next)
+                    next = c->lent_until;
             } else {
                 complete(ch, c, RDMX_ERR_TIMEOUT, NULL, 0, msg);
                 retire(ch, c);
             }
         }
+    }
+    if (teardown) {
+        char why[200];
+        ch->stats.lent_teardowns++;
+        snprintf(why, sizeof(why),
+                 "the server did not answer a call that lent it a buffer "
+                 "within %d ms after the call ended: connection closed so "
+                 "that it cannot write into the buffer",
+                 LENT_GRACE_MS);
+        conn_lost(ch, RDMX_ERR_CONN_RESET, why, 0);
+        return UINT64_MAX; /* (conn_lost armed what it needs) */
     }
     return next;
 }
@@ -941,11 +1028,7 @@ void rdmx_channel_destroy(rdmx_channel_t *ch)
     w = ch->w;
     rdmx__worker_lock(w);
     rdmx__hook_del(&ch->hook);
-    if (ch->ep != NULL) {
-        rdmx__ep_set_upper(ch->ep, NULL);
-        rdmx_ep_close(ch->ep);
-        ch->ep = NULL;
-    }
+    close_ep(ch);
     ch->state_cb = NULL;
     while ((e = rdmx_list_pop(&ch->ctl_rndv)) != NULL)
         rdmx_container_of(e, ctl_pend_t, link)->ch = NULL;
@@ -1117,6 +1200,8 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
         for (unsigned i = 0; i < nbulk; i++) {
             const rdmx_rpc_bulk_t *b = &p->bulk[i];
             size_t got = 0;
+            if (b->access & RDMX_ACCESS_WRITE)
+                c->lent = 1;
             rdmx_status_t st;
             q[0] = (unsigned char)dsize[i];
             q[1] = (unsigned char)(dsize[i] >> 8);
@@ -1295,9 +1380,7 @@ rdmx_status_t rdmx_call_cancel(rdmx_channel_t *ch, uint64_t call_id)
     }
     ch->stats.canceled++;
     if (c->state == CALL_SENT) {
-        if (ch->ep != NULL)
-            rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_CANCEL, c->id, 0);
-        complete(ch, c, RDMX_ERR_CANCELED, NULL, 0, "canceled by the caller");
+        end_sent(ch, c, RDMX_ERR_CANCELED, "canceled by the caller");
     } else {
         complete(ch, c, RDMX_ERR_CANCELED, NULL, 0, "canceled by the caller");
         retire(ch, c);

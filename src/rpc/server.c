@@ -361,6 +361,15 @@ int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req)
            (req->deadline_ns != 0 && rdmx_now_ns() >= req->deadline_ns);
 }
 
+int rdmx_rpc_req_may_write(const rdmx_rpc_req_t *req)
+{
+    /* The deadline is counted from the request's arrival, which comes
+     * late if this process was stopped; the caller closes its connection
+     * before it gives up on a lent buffer, and the control socket says so
+     * even then. */
+    return !rdmx_rpc_req_expired(req) && rdmx__ep_peer_alive(req->conn->ep);
+}
+
 /* Common end of an answer: metrics, credits, memory. */
 static void req_finish(rdmx_rpc_req_t *req)
 {
