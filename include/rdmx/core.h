@@ -373,7 +373,16 @@ size_t rdmx_mr_length(const rdmx_mr_t *mr);
 /**
  * Pack a descriptor of bytes [offset, offset + length) of @p mr with the
  * rights @p access (a subset of the region's) into @p buf. The descriptor is
- * versioned, little-endian and checksummed; any peer can unpack it.
+ * versioned, little-endian and checksummed; any peer can unpack it. It
+ * carries a MAC by this context: where rdmx carries one-sided access (tcp),
+ * this process refuses any access outside what it describes
+ * (docs/SECURITY.md says what each transport enforces).
+ * A peer holding it may access the range until the region is deregistered
+ * — or, with the transport's own one-sided operations (shared memory,
+ * RDMA), until its endpoint is gone; closing an endpoint is orderly (BYE),
+ * so a write the peer queued earlier may still land first. Take the
+ * buffer back after the peer's word (an answer), as RPC does for lent
+ * buffers (docs/RPC.md, "Lent buffers").
  * With @p buf NULL, only writes the size needed to @p size_p.
  * @return RDMX_ERR_OUT_OF_RANGE, RDMX_ERR_DENIED (rights the region lacks),
  *         RDMX_ERR_TOO_BIG (@p size smaller than needed; @p size_p says).

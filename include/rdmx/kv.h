@@ -10,8 +10,16 @@
  * rdmx_mr_t) lets the server RDMA-write a large value straight into it; a
  * PUT from a registered buffer lets the server RDMA-read the value. Without
  * a region, values travel inside the RPC messages. The region is a hint:
- * on a tcp context (where UCX emulates RMA with messages, 2-3x slower for
- * 1 MiB values) values travel inline regardless.
+ * on a tcp context (no RDMA: one-sided access is carried as messages there)
+ * values travel inline regardless.
+ *
+ * Lent buffers: a GET's buffer is yours again the moment the call returns
+ * (its callback runs), whatever the status: the server checks right before
+ * it writes that you still wait, and a GET that times out or is canceled
+ * completes only after the server's word or, if none comes within 200 ms,
+ * after the connection to that server was aborted (it reconnects). So a
+ * GET may return up to 200 ms after its timeout (docs/RPC.md, "Lent
+ * buffers").
  *
  * Threading: a client lives on one rdmx worker and follows its rules
  * (core.h): use it from the thread that progresses the worker, or create
