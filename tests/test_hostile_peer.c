@@ -521,6 +521,8 @@ int main(int argc, char **argv)
            "counters: bad_descriptors +%u, rma_refused +%u, proto_errors +%u",
            bad, refused, proto);
 
+    rdmx_rmem_destroy(big.rmem);
+    rdmx_rmem_destroy(secret.rmem);
     ts_quit(ep);
     th_check_exit_ok("server", th_wait_exit(&server, 20000));
     rdmx_worker_destroy(worker);
