@@ -346,6 +346,15 @@ enum {
     RDMX_ACCESS_WRITE = 1u << 1,  /**< peers may put into it */
     RDMX_ACCESS_ATOMIC = 1u << 2, /**< peers may run atomics on it */
     RDMX_ACCESS_ALL = 7u,
+    /** rdmx_mr_pack only, not a right: every access through the descriptor
+     *  is carried to this process's worker, which checks and applies it,
+     *  and applies none from an endpoint once it is closed — even on
+     *  transports with their own one-sided operations. A buffer lent this
+     *  way is safe to reuse once the peer answered or the endpoint is
+     *  closed (RPC lends buffers for writing this way: docs/RPC.md, "Lent
+     *  buffers"). Costs the transport's one-sided speed on shared memory
+     *  and RDMA. */
+    RDMX_ACCESS_FENCED = 1u << 3,
 };
 
 /**

@@ -43,6 +43,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ACC_REQ_SIZE   96
@@ -94,6 +95,7 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     op->old_p = old_p;
     op->buf = buf;
     op->capacity = length;
+    op->mr = mr;
     op->stage = opcode;
     op->status = RDMX_OK;
     op->amo_tag = ++w->amo_seq;
@@ -117,10 +119,12 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     rdmx_put_le64(op->hdr + 72, length);
     rdmx_put_le64(op->hdr + 80, operand);
     rdmx_put_le64(op->hdr + 88, swap);
+    /* (a large PUT may go by rendezvous: the target fetches the bytes
+     * straight into the region once it checked the request) */
     st = w->tp->send(ep->tep, RDMX_AM_ACCESS, op->hdr, ACC_REQ_SIZE,
                      put ? buf : NULL, put ? length : 0,
-                     put && mr != NULL ? mr->tmr : NULL, RDMX_TP_SEND_EAGER,
-                     op, &req);
+                     put && mr != NULL ? mr->tmr : NULL,
+                     put ? 0 : RDMX_TP_SEND_EAGER, op, &req);
     if (st != RDMX_OK && st != RDMX_INPROGRESS) {
         char why[200];
         snprintf(why, sizeof(why), "%s", rdmx_error_detail());
@@ -164,7 +168,7 @@ static rdmx_status_t amo_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
                          offset);
         goto out;
     }
-    if (!w->ctx->tp_atomics) {
+    if (!w->ctx->tp_atomics || (rm->access & RDMX_ACCESS_FENCED)) {
         st = rdmx__access_issue(ep, rm, opcode, 0, offset, NULL, 8, NULL,
                                 operand, swap, old_p, cb, arg);
         goto out;
@@ -215,6 +219,9 @@ typedef struct {
     uint64_t old;
     const void *out; /* GET: the bytes to send back */
     size_t out_len;
+    void *in;        /* PUT by rendezvous: checked, the bytes go here */
+    int notify;      /* ... and then tell the notify callback */
+    uint64_t imm;
 } applied_t;
 
 /* Check @h (and PUT's @data) against the grant it carries and apply it. */
@@ -233,7 +240,8 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
 
     if (opcode < RDMX_ACC_FADD || opcode > RDMX_ACC_FLUSH ||
         (aflags & ~RDMX_ACC_F_NOTIFY) ||
-        (aflags && opcode != RDMX_ACC_PUT) || (flags & RDMX_MSG_RNDV) ||
+        (aflags && opcode != RDMX_ACC_PUT) ||
+        ((flags & RDMX_MSG_RNDV) && opcode != RDMX_ACC_PUT) ||
         (opcode == RDMX_ACC_PUT ? len != n : len != 0))
         return RDMX_ERR_PROTO;
     if (opcode == RDMX_ACC_FLUSH)
@@ -250,7 +258,8 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
                                     : RDMX_ACCESS_ATOMIC;
     /* (a grant this context issued lies inside its region, with rights
      * the region has: mr_pack checked; checked again all the same) */
-    if ((gaccess & need) != need || (gaccess & ~mr->access))
+    if ((gaccess & need) != need ||
+        (gaccess & ~(mr->access | RDMX_ACCESS_FENCED)))
         return RDMX_ERR_DENIED;
     if (goff > mr->length || glen > mr->length - goff || off < goff ||
         off - goff > glen || n > glen - (off - goff))
@@ -261,6 +270,13 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
     a->length = n;
     switch (opcode) {
     case RDMX_ACC_PUT:
+        if (flags & RDMX_MSG_RNDV) {
+            /* (the bytes are still at the initiator: fetch, then apply) */
+            a->in = p;
+            a->notify = (aflags & RDMX_ACC_F_NOTIFY) != 0;
+            a->imm = operand;
+            return RDMX_OK;
+        }
         if (n != 0)
             memcpy(p, data, n);
         if (aflags & RDMX_ACC_F_NOTIFY) {
@@ -291,6 +307,94 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
     return RDMX_OK;
 }
 
+/* Send the reply to a request (@tag: its 8 bytes) with @st, @old and a
+ * get's bytes. */
+static void send_reply(rdmx_worker_t *w, rdmx_ep_t *ep, const void *tag,
+                       rdmx_status_t st, const applied_t *a)
+{
+    rdmx_op_t *holder;
+    void *req = NULL;
+
+    /* The reply's header lives in an operation record until its send
+     * completes (rdmx__tp_done returns it to the pool); GET's data is the
+     * region's memory itself. */
+    holder = rdmx__op_get(w, NULL, RDMX_OP_INTERNAL, NULL, w);
+    if (holder == NULL)
+        return; /* the initiator's endpoint fails or times out */
+    memcpy(holder->hdr, tag, 8);
+    rdmx_put_le64(holder->hdr + 8, a->old);
+    rdmx_put_le32(holder->hdr + 16, (uint32_t)st);
+    rdmx_put_le32(holder->hdr + 20, 0);
+    if (w->tp->send(ep->tep, RDMX_AM_ACCESS_REPLY, holder->hdr,
+                    ACC_REPLY_SIZE, a->out, a->out_len,
+                    a->out != NULL ? a->mr->tmr : NULL,
+                    a->out != NULL ? 0 : RDMX_TP_SEND_EAGER, holder,
+                    &req) != RDMX_INPROGRESS)
+        rdmx__op_put(w, holder);
+}
+
+/* A PUT that came by rendezvous, checked: its bytes being fetched. */
+typedef struct {
+    rdmx_ep_t *ep;
+    unsigned char tag[8];
+    applied_t a;
+} fetch_t;
+
+static void put_fetched(rdmx_status_t status, size_t length, void *arg)
+{
+    fetch_t *f = arg;
+    rdmx_ep_t *ep = f->ep;
+    rdmx_worker_t *w = ep->worker;
+
+    (void)length;
+    /* (a closed or failed endpoint: nothing more for its peer) */
+    if (ep->status == RDMX_OK && ep->tep != NULL) {
+        if (status == RDMX_OK && f->a.notify) {
+            rdmx_notify_t nt = {.imm = f->a.imm, .mr = f->a.mr,
+                                .offset = f->a.offset,
+                                .length = f->a.length};
+            w->stats.notifies_received++;
+            if (ep->params.notify_cb != NULL)
+                ep->params.notify_cb(ep, &nt, ep->params.user_data);
+        }
+        send_reply(w, ep, f->tag,
+                   status == RDMX_OK ? RDMX_OK : RDMX_ERR_PROTO, &f->a);
+    }
+    free(f);
+}
+
+/* Fetch a checked PUT's bytes into the region: RDMX_INPROGRESS (the reply
+ * follows the data), or an error (then the caller answers it). */
+static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
+                               const unsigned char *h, void *desc,
+                               applied_t *a)
+{
+    fetch_t *f = malloc(sizeof(*f));
+    rdmx_op_t *op;
+    rdmx_status_t st;
+    void *req = NULL;
+
+    if (f == NULL ||
+        (op = rdmx__op_get(w, ep, RDMX_OP_RECV, put_fetched, f)) == NULL) {
+        free(f);
+        return RDMX_ERR_NO_MEMORY;
+    }
+    f->ep = ep;
+    memcpy(f->tag, h + 8, 8);
+    f->a = *a;
+    op->buf = a->in;
+    op->capacity = a->length;
+    op->mr = a->mr;
+    st = w->tp->recv(w->tw, desc, a->in, a->length, a->mr->tmr, op, &req);
+    if (st == RDMX_OK)
+        rdmx__op_defer(op, RDMX_OK, a->length);
+    else if (st == RDMX_INPROGRESS)
+        rdmx__op_issued(op, req);
+    else
+        rdmx__op_defer(op, rdmx__op_status(ep, st), 0);
+    return RDMX_INPROGRESS;
+}
+
 rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
                               const void *header, size_t hlen, void *data,
                               size_t len, unsigned flags)
@@ -298,8 +402,6 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
     rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
     applied_t a = {0};
     rdmx_status_t st;
-    rdmx_op_t *holder;
-    void *req = NULL;
 
     if (ep == NULL || ep->tep == NULL || ep->status != RDMX_OK) {
         if (ep == NULL)
@@ -311,6 +413,11 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
         return RDMX_OK; /* no tag to answer to */
     }
     st = access_apply(w, ep, header, data, len, flags, &a);
+    if (st == RDMX_OK && a.in != NULL) {
+        st = put_fetch(w, ep, header, data, &a);
+        if (st == RDMX_INPROGRESS)
+            return RDMX_INPROGRESS; /* (the reply follows the data) */
+    }
     if (st != RDMX_OK) {
         if (st == RDMX_ERR_PROTO)
             w->stats.proto_errors++;
@@ -319,22 +426,25 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
         rdmx_debug("access from %s refused: %s", ep->peer,
                    rdmx_strerror(st));
     }
-    /* The reply's header lives in an operation record until its send
-     * completes (rdmx__tp_done returns it to the pool); GET's data is the
-     * region's memory itself. */
-    holder = rdmx__op_get(w, NULL, RDMX_OP_INTERNAL, NULL, w);
-    if (holder == NULL)
-        return RDMX_OK; /* the initiator's endpoint fails or times out */
-    memcpy(holder->hdr, (const unsigned char *)header + 8, 8); /* tag */
-    rdmx_put_le64(holder->hdr + 8, a.old);
-    rdmx_put_le32(holder->hdr + 16, (uint32_t)st);
-    rdmx_put_le32(holder->hdr + 20, 0);
-    if (w->tp->send(ep->tep, RDMX_AM_ACCESS_REPLY, holder->hdr,
-                    ACC_REPLY_SIZE, a.out, a.out_len,
-                    a.out != NULL ? a.mr->tmr : NULL, RDMX_TP_SEND_EAGER,
-                    holder, &req) != RDMX_INPROGRESS)
-        rdmx__op_put(w, holder);
+    send_reply(w, ep, (const unsigned char *)header + 8, st, &a);
     return RDMX_OK;
+}
+
+/* A GET's bytes that came by rendezvous arrived (or not). */
+static void get_fetched(rdmx_status_t status, size_t length, void *arg)
+{
+    uint64_t *g = arg; /* {worker, tag} */
+    rdmx_worker_t *w = (rdmx_worker_t *)(uintptr_t)g[0];
+    rdmx_op_t *op = rdmx_ptrmap_get(&w->amo_ops, (void *)g[1]);
+
+    (void)length;
+    free(g);
+    if (op == NULL)
+        return; /* its endpoint failed meanwhile: already completed */
+    rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
+    op->status = status == RDMX_OK ? RDMX_OK : rdmx__op_status(op->ep, status);
+    if (--op->amo_wait == 0)
+        amo_finish(op); /* else rdmx__amo_sent completes it */
 }
 
 rdmx_status_t rdmx__am_access_reply(rdmx_worker_t *w, rdmx_tep_t *tep,
@@ -343,27 +453,57 @@ rdmx_status_t rdmx__am_access_reply(rdmx_worker_t *w, rdmx_tep_t *tep,
 {
     rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
     const unsigned char *h = header;
+    int rndv = (flags & RDMX_MSG_RNDV) != 0;
     rdmx_status_t st;
     rdmx_op_t *op;
 
-    if (ep == NULL || hlen != ACC_REPLY_SIZE || (flags & RDMX_MSG_RNDV) ||
+    if (ep == NULL || hlen != ACC_REPLY_SIZE ||
         (op = rdmx_ptrmap_get(&w->amo_ops, (void *)rdmx_get_le64(h))) ==
             NULL ||
         op->ep != ep) {
         w->stats.proto_errors++; /* late, forged or malformed */
         return RDMX_OK;
     }
-    rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
     st = (rdmx_status_t)(int32_t)rdmx_get_le32(h + 16);
     if (st == RDMX_OK &&
-        (op->stage == RDMX_ACC_GET ? len != op->capacity : len != 0)) {
+        (op->stage == RDMX_ACC_GET ? len != op->capacity
+                                   : len != 0 || rndv)) {
         w->stats.proto_errors++;
         st = RDMX_ERR_PROTO;
     }
+    if (st == RDMX_OK && rndv) {
+        /* A GET's bytes by rendezvous: fetch them into the caller's buffer;
+         * the tag stays until they are in (or the endpoint failed). */
+        uint64_t *g = malloc(2 * sizeof(*g));
+        rdmx_op_t *rop = g != NULL ? rdmx__op_get(w, ep, RDMX_OP_RECV,
+                                                  get_fetched, g)
+                                   : NULL;
+        void *req = NULL;
+
+        if (rop != NULL) {
+            g[0] = (uint64_t)(uintptr_t)w;
+            g[1] = op->amo_tag;
+            rop->buf = op->buf;
+            rop->capacity = len;
+            rop->mr = op->mr;
+            st = w->tp->recv(w->tw, data, op->buf, len,
+                             op->mr != NULL ? op->mr->tmr : NULL, rop, &req);
+            if (st == RDMX_OK)
+                rdmx__op_defer(rop, RDMX_OK, len);
+            else if (st == RDMX_INPROGRESS)
+                rdmx__op_issued(rop, req);
+            else
+                rdmx__op_defer(rop, rdmx__op_status(ep, st), 0);
+            return RDMX_INPROGRESS;
+        }
+        free(g);
+        st = RDMX_ERR_NO_MEMORY;
+    }
+    rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
     if (st != RDMX_OK) {
         if (st != RDMX_ERR_NOT_FOUND && st != RDMX_ERR_DENIED &&
             st != RDMX_ERR_OUT_OF_RANGE && st != RDMX_ERR_INVALID &&
-            st != RDMX_ERR_BAD_DESCRIPTOR)
+            st != RDMX_ERR_BAD_DESCRIPTOR && st != RDMX_ERR_NO_MEMORY)
             st = RDMX_ERR_PROTO;
         rdmx__error(st, "%s at %s refused by the target: %s",
                     op->stage == RDMX_ACC_PUT   ? "put"

@@ -201,7 +201,7 @@ rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
                            "region's %zu bytes",
                            (unsigned long long)offset,
                            (unsigned long long)length, mr->length);
-    if (access & ~mr->access)
+    if (access & ~(mr->access | RDMX_ACCESS_FENCED))
         return rdmx__error(RDMX_ERR_DENIED,
                            "mr_pack: rights 0x%x not in the region's 0x%x",
                            access, mr->access);
@@ -277,7 +277,8 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
     access = rdmx_get_le16(p + 6);
     addr = rdmx_get_le64(p + 16);
     length = rdmx_get_le64(p + 24);
-    if ((access & ~(unsigned)RDMX_ACCESS_ALL) || addr + length < addr ||
+    if ((access & ~(unsigned)(RDMX_ACCESS_ALL | RDMX_ACCESS_FENCED)) ||
+        addr + length < addr ||
         rdmx_get_le32(p + 44) != 0) {
         st = bad_descriptor(w, "invalid rights, range or reserved field");
         goto out;
@@ -295,7 +296,7 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
         goto out;
     }
     /* (Carried access needs no transport key: the grant is all.) */
-    if (w->ctx->tp_rma &&
+    if (w->ctx->tp_rma && !(access & RDMX_ACCESS_FENCED) &&
         w->tp->rkey_unpack(ep->tep, p + RDMX_DESC_FIXED, rkey_len,
                            &rm->trkey) != RDMX_OK) {
         free(rm);

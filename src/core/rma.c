@@ -81,7 +81,7 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
                          what, &raddr);
     if (st != RDMX_OK)
         goto out;
-    if (!w->ctx->tp_rma) {
+    if (!w->ctx->tp_rma || (rm->access & RDMX_ACCESS_FENCED)) {
         st = rdmx__access_issue(ep, rm,
                                 dir == RMA_PUT ? RDMX_ACC_PUT : RDMX_ACC_GET,
                                 0, offset, buf, length, mr, 0, 0, NULL, cb,
@@ -182,7 +182,7 @@ rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
                          "put_notify", &raddr);
     if (st != RDMX_OK)
         goto out;
-    if (!w->ctx->tp_rma) {
+    if (!w->ctx->tp_rma || (rm->access & RDMX_ACCESS_FENCED)) {
         st = rdmx__access_issue(ep, rm, RDMX_ACC_PUT, RDMX_ACC_F_NOTIFY,
                                 offset, (void *)buf, length, mr, imm, 0,
                                 NULL, cb, arg);

@@ -290,6 +290,15 @@ static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
 }
 
 /* Drop a call record that no longer waits for anything. */
+/* A buffer lent for writing is fenced: the server's writes into it go
+ * through this process's worker, which applies none once the connection
+ * is closed (core.h, RDMX_ACCESS_FENCED). */
+static unsigned bulk_access(const rdmx_rpc_bulk_t *b)
+{
+    return b->access | (b->access & RDMX_ACCESS_WRITE ? RDMX_ACCESS_FENCED
+                                                       : 0u);
+}
+
 /* How long a call that lent a buffer waits, after it ended, for the
  * server's answer before the connection is closed under it. */
 #define LENT_GRACE_MS 200
@@ -1169,7 +1178,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
                                 method, i);
             return NULL;
         }
-        st = rdmx_mr_pack(b->mr, b->offset, b->length, b->access, NULL, 0,
+        st = rdmx_mr_pack(b->mr, b->offset, b->length, bulk_access(b), NULL, 0,
                           &dsize[i]);
         if (st != RDMX_OK && st != RDMX_ERR_TOO_BIG) {
             *st_p = st;
@@ -1206,7 +1215,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
             q[0] = (unsigned char)dsize[i];
             q[1] = (unsigned char)(dsize[i] >> 8);
             q[2] = q[3] = 0;
-            st = rdmx_mr_pack(b->mr, b->offset, b->length, b->access, q + 4,
+            st = rdmx_mr_pack(b->mr, b->offset, b->length, bulk_access(b), q + 4,
                               dsize[i], &got);
             if (st != RDMX_OK) {
                 if (c->buf != c->inl)
