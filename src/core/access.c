@@ -48,6 +48,7 @@
 
 #define ACC_REQ_SIZE   96
 #define ACC_REPLY_SIZE 24
+#define ACC_PULL_MIN   8192 /* smaller fenced PUTs travel eagerly */
 
 /* Both halves done: complete the operation. */
 static void amo_finish(rdmx_op_t *op)
@@ -119,12 +120,34 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     rdmx_put_le64(op->hdr + 72, length);
     rdmx_put_le64(op->hdr + 80, operand);
     rdmx_put_le64(op->hdr + 88, swap);
-    /* (a large PUT may go by rendezvous: the target fetches the bytes
-     * straight into the region once it checked the request) */
+    if (put && !w->ctx->rndv_safe && w->ctx->tp_rma && mr != NULL &&
+        length > ACC_PULL_MIN) {
+        /* A large fenced PUT where the transport has one-sided reads: the
+         * target pulls the bytes itself, so that nothing but its own
+         * worker ever writes into its memory. */
+        size_t dlen = 0;
+        uint64_t off = (uint64_t)((const char *)buf - (const char *)mr->addr);
+        if (rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, NULL, 0, &dlen) ==
+                RDMX_OK &&
+            (op->pull = malloc(dlen)) != NULL &&
+            rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, op->pull, dlen,
+                         &dlen) == RDMX_OK) {
+            rdmx_put_le16(op->hdr + 2, (uint16_t)(flags | RDMX_ACC_F_PULL));
+            st = w->tp->send(ep->tep, RDMX_AM_ACCESS, op->hdr, ACC_REQ_SIZE,
+                             op->pull, dlen, NULL, RDMX_TP_SEND_EAGER, op,
+                             &req);
+            goto sent;
+        }
+    }
+    /* Over tcp a large PUT may go by rendezvous (the target copies it in
+     * as it arrives); elsewhere a rendezvous could write from the sender's
+     * side into the target's memory, past the target's checks: eager. */
     st = w->tp->send(ep->tep, RDMX_AM_ACCESS, op->hdr, ACC_REQ_SIZE,
                      put ? buf : NULL, put ? length : 0,
                      put && mr != NULL ? mr->tmr : NULL,
-                     put ? 0 : RDMX_TP_SEND_EAGER, op, &req);
+                     put && w->ctx->rndv_safe ? 0 : RDMX_TP_SEND_EAGER, op,
+                     &req);
+sent:
     if (st != RDMX_OK && st != RDMX_INPROGRESS) {
         char why[200];
         snprintf(why, sizeof(why), "%s", rdmx_error_detail());
@@ -219,7 +242,10 @@ typedef struct {
     uint64_t old;
     const void *out; /* GET: the bytes to send back */
     size_t out_len;
-    void *in;        /* PUT by rendezvous: checked, the bytes go here */
+    void *in;        /* PUT by rendezvous or pull: checked, the bytes go
+                        here */
+    int pull;        /* ... read by this side from the descriptor in the
+                        request's data */
     int notify;      /* ... and then tell the notify callback */
     uint64_t imm;
 } applied_t;
@@ -235,14 +261,17 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
     uint64_t n = rdmx_get_le64(h + 72), operand = rdmx_get_le64(h + 80);
     uint64_t swap = rdmx_get_le64(h + 88);
     unsigned gaccess = rdmx_get_le32(h + 40), need;
+    int pull = (aflags & RDMX_ACC_F_PULL) != 0;
     rdmx_mr_t *mr;
     void *p;
 
     if (opcode < RDMX_ACC_FADD || opcode > RDMX_ACC_FLUSH ||
-        (aflags & ~RDMX_ACC_F_NOTIFY) ||
+        (aflags & ~(RDMX_ACC_F_NOTIFY | RDMX_ACC_F_PULL)) ||
         (aflags && opcode != RDMX_ACC_PUT) ||
-        ((flags & RDMX_MSG_RNDV) && opcode != RDMX_ACC_PUT) ||
-        (opcode == RDMX_ACC_PUT ? len != n : len != 0))
+        ((flags & RDMX_MSG_RNDV) &&
+         (opcode != RDMX_ACC_PUT || pull || !w->ctx->rndv_safe)) ||
+        (pull ? len == 0 || !w->ctx->tp_rma
+              : opcode == RDMX_ACC_PUT ? len != n : len != 0))
         return RDMX_ERR_PROTO;
     if (opcode == RDMX_ACC_FLUSH)
         return RDMX_OK;
@@ -270,9 +299,10 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
     a->length = n;
     switch (opcode) {
     case RDMX_ACC_PUT:
-        if (flags & RDMX_MSG_RNDV) {
+        if ((flags & RDMX_MSG_RNDV) || pull) {
             /* (the bytes are still at the initiator: fetch, then apply) */
             a->in = p;
+            a->pull = pull;
             a->notify = (aflags & RDMX_ACC_F_NOTIFY) != 0;
             a->imm = operand;
             return RDMX_OK;
@@ -328,8 +358,9 @@ static void send_reply(rdmx_worker_t *w, rdmx_ep_t *ep, const void *tag,
     if (w->tp->send(ep->tep, RDMX_AM_ACCESS_REPLY, holder->hdr,
                     ACC_REPLY_SIZE, a->out, a->out_len,
                     a->out != NULL ? a->mr->tmr : NULL,
-                    a->out != NULL ? 0 : RDMX_TP_SEND_EAGER, holder,
-                    &req) != RDMX_INPROGRESS)
+                    a->out != NULL && w->ctx->rndv_safe ? 0
+                                                        : RDMX_TP_SEND_EAGER,
+                    holder, &req) != RDMX_INPROGRESS)
         rdmx__op_put(w, holder);
 }
 
@@ -338,6 +369,7 @@ typedef struct {
     rdmx_ep_t *ep;
     unsigned char tag[8];
     applied_t a;
+    rdmx_rmem_t *src; /* pull: the initiator's bytes */
 } fetch_t;
 
 static void put_fetched(rdmx_status_t status, size_t length, void *arg)
@@ -347,6 +379,8 @@ static void put_fetched(rdmx_status_t status, size_t length, void *arg)
     rdmx_worker_t *w = ep->worker;
 
     (void)length;
+    if (f->src != NULL)
+        rdmx_rmem_destroy(f->src);
     /* (a closed or failed endpoint: nothing more for its peer) */
     if (ep->status == RDMX_OK && ep->tep != NULL) {
         if (status == RDMX_OK && f->a.notify) {
@@ -382,10 +416,59 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     f->ep = ep;
     memcpy(f->tag, h + 8, 8);
     f->a = *a;
+    f->src = NULL;
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
     st = w->tp->recv(w->tw, desc, a->in, a->length, a->mr->tmr, op, &req);
+    if (st == RDMX_OK)
+        rdmx__op_defer(op, RDMX_OK, a->length);
+    else if (st == RDMX_INPROGRESS)
+        rdmx__op_issued(op, req);
+    else
+        rdmx__op_defer(op, rdmx__op_status(ep, st), 0);
+    return RDMX_INPROGRESS;
+}
+
+/* Read a checked PUT's bytes from the initiator's memory (the descriptor
+ * @desc it sent) into the region: RDMX_INPROGRESS (the reply follows the
+ * data), or an error (then the caller answers it). */
+static rdmx_status_t put_pull(rdmx_worker_t *w, rdmx_ep_t *ep,
+                              const unsigned char *h, const void *desc,
+                              size_t dlen, applied_t *a)
+{
+    fetch_t *f;
+    rdmx_op_t *op;
+    rdmx_rmem_t *src;
+    rdmx_status_t st;
+    void *req = NULL;
+    uint64_t raddr;
+
+    if (rdmx_rmem_unpack(ep, desc, dlen, &src) != RDMX_OK)
+        return RDMX_ERR_PROTO;
+    if (rdmx_rmem_length(src) != a->length ||
+        !(rdmx_rmem_access(src) & RDMX_ACCESS_READ)) {
+        rdmx_rmem_destroy(src);
+        return RDMX_ERR_PROTO;
+    }
+    f = malloc(sizeof(*f));
+    if (f == NULL ||
+        (op = rdmx__op_get(w, ep, RDMX_OP_RECV, put_fetched, f)) == NULL) {
+        free(f);
+        rdmx_rmem_destroy(src);
+        return RDMX_ERR_NO_MEMORY;
+    }
+    f->ep = ep;
+    memcpy(f->tag, h + 8, 8);
+    f->a = *a;
+    f->src = src;
+    op->buf = a->in;
+    op->capacity = a->length;
+    op->mr = a->mr;
+    op->length = a->length;
+    raddr = src->addr;
+    st = w->tp->get(ep->tep, a->in, a->length, a->mr->tmr, raddr, src->trkey,
+                    op, &req);
     if (st == RDMX_OK)
         rdmx__op_defer(op, RDMX_OK, a->length);
     else if (st == RDMX_INPROGRESS)
@@ -414,7 +497,8 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
     }
     st = access_apply(w, ep, header, data, len, flags, &a);
     if (st == RDMX_OK && a.in != NULL) {
-        st = put_fetch(w, ep, header, data, &a);
+        st = a.pull ? put_pull(w, ep, header, data, len, &a)
+                    : put_fetch(w, ep, header, data, &a);
         if (st == RDMX_INPROGRESS)
             return RDMX_INPROGRESS; /* (the reply follows the data) */
     }

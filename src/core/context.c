@@ -123,6 +123,10 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
                   (p.transport == RDMX_TRANSPORT_AUTO && have_rdma_device());
     if ((env = getenv("RDMX_RMA")) != NULL && !strcmp(env, "rdmx"))
         ctx->tp_rma = 0;
+    /* Over tcp UCX moves a large message only as messages the receiver
+     * copies in; elsewhere its rendezvous may write straight into the
+     * receiver's memory, from the sender's side (access.c). */
+    ctx->rndv_safe = p.transport == RDMX_TRANSPORT_TCP;
     if ((status = rdmx__random(ctx->grant_key, sizeof(ctx->grant_key))) !=
         RDMX_OK)
         goto err_map;

@@ -219,7 +219,10 @@ struct rdmx_op {
     uint64_t operand;     /* atomic: value / compare */
     uint64_t amo_tag;     /* atomic: names it in the reply */
     unsigned amo_wait;    /* atomic: halves left (send, reply) */
-    unsigned stage;       /* put-with-notify: 0 flushing, 1 notifying */
+    unsigned stage;       /* put-with-notify: 0 flushing, 1 notifying;
+                             carried access: its opcode */
+    unsigned char *pull;  /* carried PUT: the descriptor of its bytes the
+                             target pulls (freed with the record) */
     unsigned char hdr[RDMX_OP_HDR_MAX]; /* AM header: lives as long as the
                                            send (UCX 1.13 does not copy) */
 };
@@ -242,6 +245,9 @@ struct rdmx_context {
     int tp_rma;              /* put/get by the transport (hardware that
                                 enforces registrations); 0: carried by
                                 rdmx and checked by the target (access.c) */
+    int rndv_safe;           /* the transport moves a large message only
+                                by messages the receiver copies (tcp): a
+                                carried access may go by rendezvous */
     unsigned char grant_key[32]; /* keys descriptors' MACs (mem.c) */
     rdmx_transport_t transport;
     uint64_t spin_ns; /* blocking waits poll this long before they sleep,
@@ -552,6 +558,8 @@ enum {
     RDMX_ACC_FLUSH = 5, /* nothing: answered after every earlier access */
 };
 #define RDMX_ACC_F_NOTIFY 1u /* PUT: tell the target's notify_cb (imm) */
+#define RDMX_ACC_F_PULL   2u /* PUT: the data is a descriptor of the bytes,
+                                which the target reads itself */
 /* Issue a carried access on @ep (locked, checked by rdmx__rma_check);
  * RDMX_INPROGRESS or an error. @rm is NULL for FLUSH. */
 rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,

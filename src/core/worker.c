@@ -49,6 +49,7 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     op->status = RDMX_OK;
     op->length = 0;
     op->old_p = NULL;
+    op->pull = NULL;
     op->orphaned = 0;
     if (ep != NULL)
         ep->ops++;
@@ -59,6 +60,8 @@ void rdmx__op_put(rdmx_worker_t *w, rdmx_op_t *op)
 {
     rdmx_ep_t *ep = op->ep;
 
+    free(op->pull);
+    op->pull = NULL;
     if (w->nfree_ops < RDMX_OP_POOL_MAX) {
         rdmx_list_insert_tail(&w->free_ops, &op->link);
         w->nfree_ops++;
@@ -105,6 +108,7 @@ int rdmx__op_tp_done(rdmx_op_t *op, void *req)
 {
     rdmx_list_del(&op->link);
     if (op->orphaned) {
+        free(op->pull);
         free(op); /* its request was released when it was orphaned */
         return 0;
     }
@@ -389,8 +393,11 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     w->tp->worker_destroy(w->tw);
     close(w->epfd);
     /* Requests UCX never completed went with its worker. */
-    while ((e = rdmx_list_pop(&w->orphans)) != NULL)
-        free(rdmx_container_of(e, rdmx_op_t, link));
+    while ((e = rdmx_list_pop(&w->orphans)) != NULL) {
+        rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
+        free(op->pull);
+        free(op);
+    }
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
     free(w->grants);
