@@ -40,6 +40,7 @@
 #include "core/internal.h"
 
 #include "util/endian.h"
+#include "util/hash.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -430,6 +431,46 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     return RDMX_INPROGRESS;
 }
 
+/* The initiator's descriptor @desc of @length bytes to pull: its region's
+ * key, unpacked once per endpoint and region (unpacking maps the peer's
+ * memory on shared memory: once per 64 MiB push cost more than the copy),
+ * and the address in *@raddr_p. NULL if it is not a readable descriptor
+ * of exactly @length bytes. */
+static rdmx_rmem_t *pull_key(rdmx_ep_t *ep, const unsigned char *desc,
+                             size_t dlen, uint64_t length, uint64_t *raddr_p)
+{
+    uint64_t region, hash, rkl;
+    rdmx_rmem_t *rm;
+    unsigned i;
+
+    /* (the checks of rdmx_rmem_unpack that a cached key skips) */
+    if (dlen < 48 + RDMX_GRANT_MAC + 8 || rdmx_get_le32(desc) != 0x444d4452u ||
+        rdmx_get_le16(desc + 4) != 2)
+        return NULL;
+    rkl = rdmx_get_le32(desc + 40);
+    if (dlen != 48 + rkl + RDMX_GRANT_MAC + 8 ||
+        rdmx_get_le64(desc + dlen - 8) != rdmx_fnv1a64(desc, dlen - 8) ||
+        rdmx_get_le64(desc + 24) != length ||
+        !(rdmx_get_le16(desc + 6) & RDMX_ACCESS_READ) ||
+        rdmx_get_le64(desc + 16) + length < rdmx_get_le64(desc + 16))
+        return NULL;
+    region = rdmx_get_le64(desc + 8);
+    hash = rdmx_fnv1a64(desc + 48, rkl);
+    *raddr_p = rdmx_get_le64(desc + 16);
+    for (i = 0; i < 4; i++)
+        if (ep->pull_keys[i].rm != NULL && ep->pull_keys[i].region == region &&
+            ep->pull_keys[i].key_hash == hash)
+            return ep->pull_keys[i].rm;
+    if (rdmx_rmem_unpack(ep, desc, dlen, &rm) != RDMX_OK)
+        return NULL;
+    i = ep->pull_next++ % 4;
+    rdmx_rmem_destroy(ep->pull_keys[i].rm);
+    ep->pull_keys[i].region = region;
+    ep->pull_keys[i].key_hash = hash;
+    ep->pull_keys[i].rm = rm;
+    return rm;
+}
+
 /* Read a checked PUT's bytes from the initiator's memory (the descriptor
  * @desc it sent) into the region: RDMX_INPROGRESS (the reply follows the
  * data), or an error (then the caller answers it). */
@@ -444,29 +485,22 @@ static rdmx_status_t put_pull(rdmx_worker_t *w, rdmx_ep_t *ep,
     void *req = NULL;
     uint64_t raddr;
 
-    if (rdmx_rmem_unpack(ep, desc, dlen, &src) != RDMX_OK)
+    if ((src = pull_key(ep, desc, dlen, a->length, &raddr)) == NULL)
         return RDMX_ERR_PROTO;
-    if (rdmx_rmem_length(src) != a->length ||
-        !(rdmx_rmem_access(src) & RDMX_ACCESS_READ)) {
-        rdmx_rmem_destroy(src);
-        return RDMX_ERR_PROTO;
-    }
     f = malloc(sizeof(*f));
     if (f == NULL ||
         (op = rdmx__op_get(w, ep, RDMX_OP_RECV, put_fetched, f)) == NULL) {
         free(f);
-        rdmx_rmem_destroy(src);
         return RDMX_ERR_NO_MEMORY;
     }
     f->ep = ep;
     memcpy(f->tag, h + 8, 8);
     f->a = *a;
-    f->src = src;
+    f->src = NULL; /* (kept in the endpoint's cache) */
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
     op->length = a->length;
-    raddr = src->addr;
     st = w->tp->get(ep->tep, a->in, a->length, a->mr->tmr, raddr, src->trkey,
                     op, &req);
     if (st == RDMX_OK)

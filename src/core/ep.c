@@ -228,6 +228,8 @@ static void ep_free(rdmx_ep_t *ep)
         rdmx_ptrmap_del(&ep->worker->tokens, (void *)ep->token);
     rdmx__sock_close(&ep->ctl);
     rdmx__secret_free(&ep->secret, &ep->secret_len);
+    for (unsigned i = 0; i < 4; i++)
+        rdmx_rmem_destroy(ep->pull_keys[i].rm);
     if (ep->limit != NULL) {
         __atomic_sub_fetch(&ep->limit->now, 1, __ATOMIC_ACQ_REL);
         rdmx__limit_put(ep->limit);

@@ -319,6 +319,12 @@ struct rdmx_ep {
     int peer_closed;        /* the peer sent BYE: its disconnect is orderly */
     int dead;               /* UCX reported the transport failed */
     int aborted;            /* rdmx__ep_abort: closed without BYE */
+    struct {                /* the peer's regions this side pulls fenced
+                               PUTs from (access.c): unpacked once */
+        uint64_t region, key_hash;
+        rdmx_rmem_t *rm;
+    } pull_keys[4];
+    unsigned pull_next;
     /* Bootstrap and control connection (bootstrap.c, ep.c). */
     rdmx_sock_t ctl;        /* the TCP connection; stays open while the
                                endpoint lives: its end means the peer
