@@ -365,6 +365,37 @@ static void send_reply(rdmx_worker_t *w, rdmx_ep_t *ep, const void *tag,
         rdmx__op_put(w, holder);
 }
 
+/* Answer the FLUSHes that waited for every earlier PUT's bytes. */
+static void flush_answer(rdmx_worker_t *w, rdmx_ep_t *ep)
+{
+    applied_t none = {0};
+
+    for (unsigned i = 0; i < ep->nflush; i++) {
+        unsigned char tag[8];
+        rdmx_put_le64(tag, ep->flush_tags[i]);
+        send_reply(w, ep, tag, RDMX_OK, &none);
+    }
+    ep->nflush = 0;
+}
+
+/* A FLUSH while earlier PUTs' bytes are still being fetched: answered
+ * when they are in (the reply means every earlier access is done). */
+static int flush_wait(rdmx_ep_t *ep, const unsigned char *h)
+{
+    if (ep->acc_fetching == 0)
+        return 0;
+    if (ep->nflush == ep->capflush) {
+        unsigned cap = ep->capflush ? 2 * ep->capflush : 4;
+        uint64_t *t = realloc(ep->flush_tags, cap * sizeof(*t));
+        if (t == NULL)
+            return 0; /* (answered at once: as before this existed) */
+        ep->flush_tags = t;
+        ep->capflush = cap;
+    }
+    ep->flush_tags[ep->nflush++] = rdmx_get_le64(h + 8);
+    return 1;
+}
+
 /* A PUT that came by rendezvous, checked: its bytes being fetched. */
 typedef struct {
     rdmx_ep_t *ep;
@@ -382,6 +413,7 @@ static void put_fetched(rdmx_status_t status, size_t length, void *arg)
     (void)length;
     if (f->src != NULL)
         rdmx_rmem_destroy(f->src);
+    ep->acc_fetching--;
     /* (a closed or failed endpoint: nothing more for its peer) */
     if (ep->status == RDMX_OK && ep->tep != NULL) {
         if (status == RDMX_OK && f->a.notify) {
@@ -394,6 +426,8 @@ static void put_fetched(rdmx_status_t status, size_t length, void *arg)
         }
         send_reply(w, ep, f->tag,
                    status == RDMX_OK ? RDMX_OK : RDMX_ERR_PROTO, &f->a);
+        if (ep->acc_fetching == 0)
+            flush_answer(w, ep);
     }
     free(f);
 }
@@ -418,16 +452,13 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     memcpy(f->tag, h + 8, 8);
     f->a = *a;
     f->src = NULL;
+    ep->acc_fetching++;
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
+    op->issuing = 1;
     st = w->tp->recv(w->tw, desc, a->in, a->length, a->mr->tmr, op, &req);
-    if (st == RDMX_OK)
-        rdmx__op_defer(op, RDMX_OK, a->length);
-    else if (st == RDMX_INPROGRESS)
-        rdmx__op_issued(op, req);
-    else
-        rdmx__op_defer(op, rdmx__op_status(ep, st), 0);
+    rdmx__op_started(op, st, req, a->length);
     return RDMX_INPROGRESS;
 }
 
@@ -497,18 +528,15 @@ static rdmx_status_t put_pull(rdmx_worker_t *w, rdmx_ep_t *ep,
     memcpy(f->tag, h + 8, 8);
     f->a = *a;
     f->src = NULL; /* (kept in the endpoint's cache) */
+    ep->acc_fetching++;
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
     op->length = a->length;
+    op->issuing = 1;
     st = w->tp->get(ep->tep, a->in, a->length, a->mr->tmr, raddr, src->trkey,
                     op, &req);
-    if (st == RDMX_OK)
-        rdmx__op_defer(op, RDMX_OK, a->length);
-    else if (st == RDMX_INPROGRESS)
-        rdmx__op_issued(op, req);
-    else
-        rdmx__op_defer(op, rdmx__op_status(ep, st), 0);
+    rdmx__op_started(op, st, req, a->length);
     return RDMX_INPROGRESS;
 }
 
@@ -530,6 +558,9 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
         return RDMX_OK; /* no tag to answer to */
     }
     st = access_apply(w, ep, header, data, len, flags, &a);
+    if (st == RDMX_OK && rdmx_get_le16(header) == RDMX_ACC_FLUSH &&
+        flush_wait(ep, header))
+        return RDMX_OK;
     if (st == RDMX_OK && a.in != NULL) {
         st = a.pull ? put_pull(w, ep, header, data, len, &a)
                     : put_fetch(w, ep, header, data, &a);
@@ -604,14 +635,10 @@ rdmx_status_t rdmx__am_access_reply(rdmx_worker_t *w, rdmx_tep_t *tep,
             rop->buf = op->buf;
             rop->capacity = len;
             rop->mr = op->mr;
+            rop->issuing = 1;
             st = w->tp->recv(w->tw, data, op->buf, len,
                              op->mr != NULL ? op->mr->tmr : NULL, rop, &req);
-            if (st == RDMX_OK)
-                rdmx__op_defer(rop, RDMX_OK, len);
-            else if (st == RDMX_INPROGRESS)
-                rdmx__op_issued(rop, req);
-            else
-                rdmx__op_defer(rop, rdmx__op_status(ep, st), 0);
+            rdmx__op_started(rop, st, req, len);
             return RDMX_INPROGRESS;
         }
         free(g);

@@ -160,6 +160,9 @@ static rdmx_status_t tep_create(rdmx_worker_t *w, const void *addr,
 
 static void ep_take_tep(rdmx_ep_t *ep, rdmx_tep_t *tep)
 {
+    /* (what the old one still delivers while it closes reaches no one) */
+    if (ep->tep != NULL && ep->tep != tep && ep->tep->owner == ep)
+        ep->tep->owner = NULL;
     ep->tep = tep;
     if (tep != NULL)
         tep->owner = ep;
@@ -230,6 +233,7 @@ static void ep_free(rdmx_ep_t *ep)
     rdmx__secret_free(&ep->secret, &ep->secret_len);
     for (unsigned i = 0; i < 4; i++)
         rdmx_rmem_destroy(ep->pull_keys[i].rm);
+    free(ep->flush_tags);
     if (ep->limit != NULL) {
         __atomic_sub_fetch(&ep->limit->now, 1, __ATOMIC_ACQ_REL);
         rdmx__limit_put(ep->limit);

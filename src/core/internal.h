@@ -223,6 +223,10 @@ struct rdmx_op {
                              carried access: its opcode */
     unsigned char *pull;  /* carried PUT: the descriptor of its bytes the
                              target pulls (freed with the record) */
+    int issuing;          /* inside the backend call that starts it */
+    int early;            /* ... which already reported its end: */
+    rdmx_status_t early_st;
+    size_t early_len;
     unsigned char hdr[RDMX_OP_HDR_MAX]; /* AM header: lives as long as the
                                            send (UCX 1.13 does not copy) */
 };
@@ -325,6 +329,9 @@ struct rdmx_ep {
         rdmx_rmem_t *rm;
     } pull_keys[4];
     unsigned pull_next;
+    unsigned acc_fetching;  /* carried PUTs whose bytes are being fetched */
+    uint64_t *flush_tags;   /* FLUSHes answered once those are in */
+    unsigned nflush, capflush;
     /* Bootstrap and control connection (bootstrap.c, ep.c). */
     rdmx_sock_t ctl;        /* the TCP connection; stays open while the
                                endpoint lives: its end means the peer
@@ -592,6 +599,12 @@ int rdmx__grant_valid(rdmx_worker_t *w, uint64_t region_id, uint64_t offset,
  * @req) becomes ours; releases @op unless pending. */
 rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,
                              const char *what);
+/* Call after the backend call that started @op's request returned @st
+ * (and @req), with op->issuing set before it: an end the backend reported
+ * inside the call (it may, on a failing endpoint) is taken here; else the
+ * op is in flight, or done with @len_ok or an error. */
+void rdmx__op_started(rdmx_op_t *op, rdmx_status_t st, void *req,
+                      size_t len_ok);
 /* Put-with-notify's and atomics' steps when their request completes. */
 void rdmx__notify_step(rdmx_op_t *op, void *req, rdmx_status_t status);
 void rdmx__amo_sent(rdmx_op_t *op, void *req, rdmx_status_t status);

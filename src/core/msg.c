@@ -96,14 +96,10 @@ static void rndv_start(rdmx_op_t *op, void *desc, size_t length)
     void *req = NULL;
     rdmx_status_t st;
 
+    op->issuing = 1;
     st = w->tp->recv(w->tw, desc, op->buf, length,
                      op->mr != NULL ? op->mr->tmr : NULL, op, &req);
-    if (st == RDMX_OK)
-        rdmx__op_defer(op, RDMX_OK, length);
-    else if (st == RDMX_INPROGRESS)
-        rdmx__op_issued(op, req);
-    else
-        rdmx__op_defer(op, rdmx__op_status(op->ep, st), 0);
+    rdmx__op_started(op, st, req, length);
 }
 
 rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,

@@ -50,6 +50,8 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     op->length = 0;
     op->old_p = NULL;
     op->pull = NULL;
+    op->issuing = 0;
+    op->early = 0;
     op->orphaned = 0;
     if (ep != NULL)
         ep->ops++;
@@ -98,6 +100,25 @@ void rdmx__op_defer(rdmx_op_t *op, rdmx_status_t status, size_t length)
     rdmx_list_insert_tail(&op->ep->worker->done, &op->link);
 }
 
+void rdmx__op_started(rdmx_op_t *op, rdmx_status_t st, void *req,
+                      size_t len_ok)
+{
+    op->issuing = 0;
+    if (op->early) {
+        op->early = 0;
+        if (st == RDMX_INPROGRESS)
+            op->ep->worker->tp->req_forget(req);
+        rdmx__op_defer(op, rdmx__op_status(op->ep, op->early_st),
+                       op->early_st == RDMX_OK ? op->early_len : 0);
+    } else if (st == RDMX_OK) {
+        rdmx__op_defer(op, RDMX_OK, len_ok);
+    } else if (st == RDMX_INPROGRESS) {
+        rdmx__op_issued(op, req);
+    } else {
+        rdmx__op_defer(op, rdmx__op_status(op->ep, st), 0);
+    }
+}
+
 void rdmx__op_issued(rdmx_op_t *op, void *req)
 {
     op->req = req;
@@ -120,6 +141,12 @@ int rdmx__op_tp_done(rdmx_op_t *op, void *req)
 void rdmx__tp_done(rdmx_op_t *op, void *req, rdmx_status_t status,
                    size_t length)
 {
+    if (op->issuing) { /* (inside the call that started it) */
+        op->early = 1;
+        op->early_st = status;
+        op->early_len = length;
+        return;
+    }
     switch (op->kind) {
     case RDMX_OP_INTERNAL: {
         rdmx_worker_t *w = op->arg;
