@@ -130,12 +130,12 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
         uint64_t off = (uint64_t)((const char *)buf - (const char *)mr->addr);
         if (rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, NULL, 0, &dlen) ==
                 RDMX_OK &&
-            (op->pull = malloc(dlen)) != NULL &&
-            rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, op->pull, dlen,
+            (op->aux = malloc(dlen)) != NULL &&
+            rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, op->aux, dlen,
                          &dlen) == RDMX_OK) {
             rdmx_put_le16(op->hdr + 2, (uint16_t)(flags | RDMX_ACC_F_PULL));
             st = w->tp->send(ep->tep, RDMX_AM_ACCESS, op->hdr, ACC_REQ_SIZE,
-                             op->pull, dlen, NULL, RDMX_TP_SEND_EAGER, op,
+                             op->aux, dlen, NULL, RDMX_TP_SEND_EAGER, op,
                              &req);
             goto sent;
         }
@@ -247,6 +247,8 @@ typedef struct {
                         here */
     int pull;        /* ... read by this side from the descriptor in the
                         request's data */
+    int fenced;      /* ... into a fenced grant: through a bounce buffer,
+                        so that nothing lands once the endpoint closed */
     int notify;      /* ... and then tell the notify callback */
     uint64_t imm;
 } applied_t;
@@ -304,6 +306,7 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
             /* (the bytes are still at the initiator: fetch, then apply) */
             a->in = p;
             a->pull = pull;
+            a->fenced = (gaccess & RDMX_ACCESS_FENCED) != 0;
             a->notify = (aflags & RDMX_ACC_F_NOTIFY) != 0;
             a->imm = operand;
             return RDMX_OK;
@@ -456,8 +459,16 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
+    if (a->fenced && a->length != 0 &&
+        (op->aux = malloc(a->length)) == NULL) {
+        w->tp->release(w->tw, desc);
+        rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
+        return RDMX_INPROGRESS;
+    }
     op->issuing = 1;
-    st = w->tp->recv(w->tw, desc, a->in, a->length, a->mr->tmr, op, &req);
+    st = w->tp->recv(w->tw, desc, op->aux != NULL ? op->aux : a->in,
+                     a->length, op->aux != NULL ? NULL : a->mr->tmr, op,
+                     &req);
     rdmx__op_started(op, st, req, a->length);
     return RDMX_INPROGRESS;
 }
@@ -533,8 +544,14 @@ static rdmx_status_t put_pull(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->capacity = a->length;
     op->mr = a->mr;
     op->length = a->length;
+    if (a->fenced && a->length != 0 &&
+        (op->aux = malloc(a->length)) == NULL) {
+        rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
+        return RDMX_INPROGRESS;
+    }
     op->issuing = 1;
-    st = w->tp->get(ep->tep, a->in, a->length, a->mr->tmr, raddr, src->trkey,
+    st = w->tp->get(ep->tep, op->aux != NULL ? op->aux : a->in, a->length,
+                    op->aux != NULL ? NULL : a->mr->tmr, raddr, src->trkey,
                     op, &req);
     rdmx__op_started(op, st, req, a->length);
     return RDMX_INPROGRESS;

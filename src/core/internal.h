@@ -221,8 +221,11 @@ struct rdmx_op {
     unsigned amo_wait;    /* atomic: halves left (send, reply) */
     unsigned stage;       /* put-with-notify: 0 flushing, 1 notifying;
                              carried access: its opcode */
-    unsigned char *pull;  /* carried PUT: the descriptor of its bytes the
-                             target pulls (freed with the record) */
+    unsigned char *aux;   /* memory the record owns, freed with it: a
+                             carried PUT's descriptor of its bytes; a
+                             receive's bounce buffer (the bytes land there
+                             and are copied to buf when it completes,
+                             never once it was orphaned) */
     int issuing;          /* inside the backend call that starts it */
     int early;            /* ... which already reported its end: */
     rdmx_status_t early_st;

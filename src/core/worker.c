@@ -49,7 +49,7 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     op->status = RDMX_OK;
     op->length = 0;
     op->old_p = NULL;
-    op->pull = NULL;
+    op->aux = NULL;
     op->issuing = 0;
     op->early = 0;
     op->orphaned = 0;
@@ -62,8 +62,8 @@ void rdmx__op_put(rdmx_worker_t *w, rdmx_op_t *op)
 {
     rdmx_ep_t *ep = op->ep;
 
-    free(op->pull);
-    op->pull = NULL;
+    free(op->aux);
+    op->aux = NULL;
     if (w->nfree_ops < RDMX_OP_POOL_MAX) {
         rdmx_list_insert_tail(&w->free_ops, &op->link);
         w->nfree_ops++;
@@ -83,6 +83,8 @@ void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length)
 
     if (op->kind == RDMX_OP_ACCESS && status == RDMX_OK && op->old_p)
         *op->old_p = op->result;
+    if (op->kind == RDMX_OP_RECV && op->aux != NULL && status == RDMX_OK)
+        memcpy(op->buf, op->aux, op->capacity); /* (a bounce: all of it) */
     op->ep = NULL; /* keep the ep alive through the callback */
     rdmx__op_put(w, op);
     if (cb != NULL)
@@ -129,7 +131,7 @@ int rdmx__op_tp_done(rdmx_op_t *op, void *req)
 {
     rdmx_list_del(&op->link);
     if (op->orphaned) {
-        free(op->pull);
+        free(op->aux);
         free(op); /* its request was released when it was orphaned */
         return 0;
     }
@@ -422,7 +424,7 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     /* Requests UCX never completed went with its worker. */
     while ((e = rdmx_list_pop(&w->orphans)) != NULL) {
         rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
-        free(op->pull);
+        free(op->aux);
         free(op);
     }
     rdmx_ptrmap_cleanup(&w->amo_ops);
