@@ -131,6 +131,7 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
         if (rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, NULL, 0, &dlen) ==
                 RDMX_OK &&
             (op->aux = malloc(dlen)) != NULL &&
+            (op->aux_cap = dlen) != 0 &&
             rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, op->aux, dlen,
                          &dlen) == RDMX_OK) {
             rdmx_put_le16(op->hdr + 2, (uint16_t)(flags | RDMX_ACC_F_PULL));
@@ -460,7 +461,7 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->capacity = a->length;
     op->mr = a->mr;
     if (a->fenced && a->length != 0 &&
-        (op->aux = malloc(a->length)) == NULL) {
+        (op->aux = rdmx__bounce_get(w, a->length, &op->aux_cap)) == NULL) {
         w->tp->release(w->tw, desc);
         rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
         return RDMX_INPROGRESS;
@@ -545,7 +546,7 @@ static rdmx_status_t put_pull(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->mr = a->mr;
     op->length = a->length;
     if (a->fenced && a->length != 0 &&
-        (op->aux = malloc(a->length)) == NULL) {
+        (op->aux = rdmx__bounce_get(w, a->length, &op->aux_cap)) == NULL) {
         rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
         return RDMX_INPROGRESS;
     }

@@ -226,6 +226,7 @@ struct rdmx_op {
                              receive's bounce buffer (the bytes land there
                              and are copied to buf when it completes,
                              never once it was orphaned) */
+    size_t aux_cap;       /* aux's size (rdmx__bounce_get) */
     int issuing;          /* inside the backend call that starts it */
     int early;            /* ... which already reported its end: */
     rdmx_status_t early_st;
@@ -425,6 +426,9 @@ struct rdmx_worker {
     rdmx_ptrmap_t tokens;     /* token -> accepting rdmx_ep_t */
     rdmx_ptrmap_t amo_ops;    /* access tag -> rdmx_op_t waiting for reply */
     uint64_t amo_seq;         /* last access tag */
+    void *bounce;             /* the largest bounce buffer given back, kept
+                                 for the next (its pages stay mapped) */
+    size_t bounce_cap;
     struct rdmx_grant *grants; /* [RDMX_GRANT_CACHE] verified descriptors
                                   (mem.c), by the MAC's first byte */
     rdmx_list_t eps;          /* live endpoints (any state but CLOSING) */
@@ -602,6 +606,10 @@ int rdmx__grant_valid(rdmx_worker_t *w, uint64_t region_id, uint64_t offset,
  * @req) becomes ours; releases @op unless pending. */
 rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,
                              const char *what);
+/* A buffer of at least @len bytes for op->aux (the worker keeps the
+ * largest one given back: a fresh large allocation costs a page fault a
+ * page); NULL when out of memory. rdmx__op_put gives it back. */
+void *rdmx__bounce_get(rdmx_worker_t *w, size_t len, size_t *cap_p);
 /* Call after the backend call that started @op's request returned @st
  * (and @req), with op->issuing set before it: an end the backend reported
  * inside the call (it may, on a failing endpoint) is taken here; else the
