@@ -405,7 +405,6 @@ typedef struct {
     rdmx_ep_t *ep;
     unsigned char tag[8];
     applied_t a;
-    rdmx_rmem_t *src; /* pull: the initiator's bytes */
 } fetch_t;
 
 static void put_fetched(rdmx_status_t status, size_t length, void *arg)
@@ -415,8 +414,6 @@ static void put_fetched(rdmx_status_t status, size_t length, void *arg)
     rdmx_worker_t *w = ep->worker;
 
     (void)length;
-    if (f->src != NULL)
-        rdmx_rmem_destroy(f->src);
     ep->acc_fetching--;
     /* (a closed or failed endpoint: nothing more for its peer) */
     if (ep->status == RDMX_OK && ep->tep != NULL) {
@@ -434,44 +431,6 @@ static void put_fetched(rdmx_status_t status, size_t length, void *arg)
             flush_answer(w, ep);
     }
     free(f);
-}
-
-/* Fetch a checked PUT's bytes into the region: RDMX_INPROGRESS (the reply
- * follows the data), or an error (then the caller answers it). */
-static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
-                               const unsigned char *h, void *desc,
-                               applied_t *a)
-{
-    fetch_t *f = malloc(sizeof(*f));
-    rdmx_op_t *op;
-    rdmx_status_t st;
-    void *req = NULL;
-
-    if (f == NULL ||
-        (op = rdmx__op_get(w, ep, RDMX_OP_RECV, put_fetched, f)) == NULL) {
-        free(f);
-        return RDMX_ERR_NO_MEMORY;
-    }
-    f->ep = ep;
-    memcpy(f->tag, h + 8, 8);
-    f->a = *a;
-    f->src = NULL;
-    ep->acc_fetching++;
-    op->buf = a->in;
-    op->capacity = a->length;
-    op->mr = a->mr;
-    if (a->fenced && a->length != 0 &&
-        (op->aux = rdmx__bounce_get(w, a->length, &op->aux_cap)) == NULL) {
-        w->tp->release(w->tw, desc);
-        rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
-        return RDMX_INPROGRESS;
-    }
-    op->issuing = 1;
-    st = w->tp->recv(w->tw, desc, op->aux != NULL ? op->aux : a->in,
-                     a->length, op->aux != NULL ? NULL : a->mr->tmr, op,
-                     &req);
-    rdmx__op_started(op, st, req, a->length);
-    return RDMX_INPROGRESS;
 }
 
 /* The initiator's descriptor @desc of @length bytes to pull: its region's
@@ -514,21 +473,25 @@ static rdmx_rmem_t *pull_key(rdmx_ep_t *ep, const unsigned char *desc,
     return rm;
 }
 
-/* Read a checked PUT's bytes from the initiator's memory (the descriptor
- * @desc it sent) into the region: RDMX_INPROGRESS (the reply follows the
- * data), or an error (then the caller answers it). */
-static rdmx_status_t put_pull(rdmx_worker_t *w, rdmx_ep_t *ep,
-                              const unsigned char *h, const void *desc,
-                              size_t dlen, applied_t *a)
+/* Bring a checked PUT's bytes into the region: by reading them from the
+ * initiator's memory (a->pull: @data is its descriptor, @dlen bytes), or by
+ * receiving the rendezvous @data. A fenced grant's bytes go through a
+ * bounce buffer the receive record owns (copied in when it completes).
+ * RDMX_INPROGRESS: the reply follows the data; else an error for the
+ * caller to answer. */
+static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
+                               const unsigned char *h, void *data,
+                               size_t dlen, applied_t *a)
 {
+    rdmx_rmem_t *src = NULL;
+    uint64_t raddr = 0;
     fetch_t *f;
     rdmx_op_t *op;
-    rdmx_rmem_t *src;
     rdmx_status_t st;
-    void *req = NULL;
-    uint64_t raddr;
+    void *req = NULL, *dst;
 
-    if ((src = pull_key(ep, desc, dlen, a->length, &raddr)) == NULL)
+    if (a->pull &&
+        (src = pull_key(ep, data, dlen, a->length, &raddr)) == NULL)
         return RDMX_ERR_PROTO;
     f = malloc(sizeof(*f));
     if (f == NULL ||
@@ -539,21 +502,26 @@ static rdmx_status_t put_pull(rdmx_worker_t *w, rdmx_ep_t *ep,
     f->ep = ep;
     memcpy(f->tag, h + 8, 8);
     f->a = *a;
-    f->src = NULL; /* (kept in the endpoint's cache) */
     ep->acc_fetching++;
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
-    op->length = a->length;
     if (a->fenced && a->length != 0 &&
         (op->aux = rdmx__bounce_get(w, a->length, &op->aux_cap)) == NULL) {
+        if (!a->pull)
+            w->tp->release(w->tw, data);
         rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
         return RDMX_INPROGRESS;
     }
+    dst = op->aux != NULL ? op->aux : a->in;
     op->issuing = 1;
-    st = w->tp->get(ep->tep, op->aux != NULL ? op->aux : a->in, a->length,
-                    op->aux != NULL ? NULL : a->mr->tmr, raddr, src->trkey,
-                    op, &req);
+    if (a->pull)
+        st = w->tp->get(ep->tep, dst, a->length,
+                        op->aux != NULL ? NULL : a->mr->tmr, raddr,
+                        src->trkey, op, &req);
+    else
+        st = w->tp->recv(w->tw, data, dst, a->length,
+                         op->aux != NULL ? NULL : a->mr->tmr, op, &req);
     rdmx__op_started(op, st, req, a->length);
     return RDMX_INPROGRESS;
 }
@@ -580,8 +548,7 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
         flush_wait(ep, header))
         return RDMX_OK;
     if (st == RDMX_OK && a.in != NULL) {
-        st = a.pull ? put_pull(w, ep, header, data, len, &a)
-                    : put_fetch(w, ep, header, data, &a);
+        st = put_fetch(w, ep, header, data, len, &a);
         if (st == RDMX_INPROGRESS)
             return RDMX_INPROGRESS; /* (the reply follows the data) */
     }
