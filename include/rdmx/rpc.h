@@ -196,13 +196,13 @@ uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req);
 int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req);
 
 /** Whether the caller still waits, checked now: not expired, not canceled,
- *  and its connection alive (one poll(2) of the control socket). A handler
- *  that writes into a caller's buffer (a bulk descriptor with
- *  RDMX_ACCESS_WRITE) calls this immediately before each write and writes
- *  nothing once it returns 0: the caller's call completes only after the
- *  server's answer, or after it closed the connection, so that no byte
- *  lands in its buffer after the call returned (docs/RPC.md, "Lent
- *  buffers"). */
+ *  and its connection alive (one non-blocking peek at the control
+ *  socket). A handler that writes into a caller's buffer (a bulk
+ *  descriptor with RDMX_ACCESS_WRITE) calls this immediately before each
+ *  write and writes nothing once it returns 0: the caller's call
+ *  completes only after the server's answer, or after it closed the
+ *  connection, so that no byte lands in its buffer after the call
+ *  returned (docs/RPC.md, "Lent buffers"). */
 int rdmx_rpc_req_may_write(const rdmx_rpc_req_t *req);
 
 /** Index of the worker running the handler, 0..workers-1. */

@@ -80,7 +80,7 @@ const char *rdmx__ep_peer(const rdmx_ep_t *ep);
 /* What ended or refused the connection, in words (first cause; "" while
  * healthy). Unlike rdmx_error_detail(), valid in any thread, any time. */
 const char *rdmx__ep_why(const rdmx_ep_t *ep);
-/* Is the peer still there, checked now (one poll of the control socket,
+/* Is the peer still there, checked now (one peek at the control socket,
  * whose end the kernel reports even while this process was stopped)?
  * For the last moment before writing into a peer's lent buffer. */
 int rdmx__ep_peer_alive(rdmx_ep_t *ep);
