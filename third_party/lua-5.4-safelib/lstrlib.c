@@ -11,7 +11,8 @@
 ** instruction budget and the deadline also stop them. The matcher can take
 ** time polynomial in the subject inside one C call (".-.-.-x" on a long
 ** string), and string.rep("", 2^62) loops without allocating. Every change
-** is marked "rdmx"; README.md in this directory lists them.
+** is marked "rdmx"; README.md in this directory lists them, LICENSE holds
+** Lua's copyright notice.
 */
 
 #define lstrlib_c

@@ -10,7 +10,8 @@
 ** (rdmx__lambda_charge): its loops run over ranges the caller chooses
 ** (table.move(t, 1, 2^62, 2) on an empty table runs for ever without
 ** allocating), so the instruction budget and the deadline must stop them.
-** Every change is marked "rdmx"; README.md in this directory lists them.
+** Every change is marked "rdmx"; README.md in this directory lists them,
+** LICENSE holds Lua's copyright notice.
 */
 
 #define ltablib_c
