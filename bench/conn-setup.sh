@@ -124,6 +124,8 @@ RDMX_LIB=${RDMX_LIB:-$RDMX_BUILD/lib/librdmx.a}
 CC=${CC:-cc}
 [ -x "$RDMX_KVD" ] || die "$RDMX_KVD not found; run make (or set RDMX_BUILD)"
 [ -f "$RDMX_LIB" ] || die "$RDMX_LIB not found; run make (or set RDMX_BUILD)"
+TOOLS_LIB=$RDMX_BUILD/lib/librdmx_tools_common.a
+[ -f "$TOOLS_LIB" ] || die "$TOOLS_LIB not found; run make (or set RDMX_BUILD)"
 if [ "$PERF" = 1 ]; then
     command -v perf >/dev/null || die "--perf: perf not found (linux-perf)"
 fi
@@ -434,8 +436,9 @@ if pkg-config --exists ucx libcrypto lua5.4 2>/dev/null; then
 else
     deplibs=(-lucp -luct -lucs -lucm -lcrypto -llua5.4)
 fi
-"$CC" -O2 -I "$ROOT/include" -o "$WORK/conn_setup_client" \
-    "$ROOT/bench/conn_setup_client.c" "$RDMX_LIB" "${deplibs[@]}" \
+"$CC" -O2 -I "$ROOT/include" -I "$ROOT/tools/common" \
+    -o "$WORK/conn_setup_client" "$ROOT/bench/conn_setup_client.c" \
+    "$TOOLS_LIB" "$RDMX_LIB" "${deplibs[@]}" \
     -lpthread -ldl -lm 2>"$WORK/client.cc" ||
     die "cannot compile bench/conn_setup_client.c: $(cat "$WORK/client.cc")"
 

@@ -162,6 +162,8 @@ RDMX_KVD=${RDMX_KVD:-$ROOT/build/bin/rdmx-kvd}
 CC=${CC:-cc}
 [ -x "$RDMX_KV" ] || die "$RDMX_KV not found; run make"
 [ -x "$RDMX_KVD" ] || die "$RDMX_KVD not found; run make"
+TOOLS_LIB=$ROOT/build/lib/librdmx_tools_common.a
+[ -f "$TOOLS_LIB" ] || die "$TOOLS_LIB not found; run make"
 
 # --- install the peers (Debian packages) -------------------------------------
 install_missing() {
@@ -415,8 +417,8 @@ libs=()
 defs=()
 if [ "$HAVE_MC" = 1 ]; then libs+=(-lmemcached); else defs+=(-DNO_MEMCACHED); fi
 if [ "$HAVE_REDIS" = 1 ]; then libs+=(-lhiredis); else defs+=(-DNO_HIREDIS); fi
-"$CC" -O2 "${defs[@]}" -o "$WORK/kv_peer_driver" \
-    "$ROOT/bench/kv_peer_driver.c" "${libs[@]}" -lpthread \
+"$CC" -O2 "${defs[@]}" -I "$ROOT/tools/common" -o "$WORK/kv_peer_driver" \
+    "$ROOT/bench/kv_peer_driver.c" "$TOOLS_LIB" "${libs[@]}" -lpthread \
     2>"$WORK/driver.cc" ||
     die "cannot compile bench/kv_peer_driver.c: $(cat "$WORK/driver.cc")"
 

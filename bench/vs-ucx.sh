@@ -116,7 +116,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 RDMX_PERF=${RDMX_PERF:-$ROOT/build/bin/rdmx-perf}
 UCX_PERFTEST=${UCX_PERFTEST:-$(command -v ucx_perftest || true)}
 CC=${CC:-cc}
+TOOLS_LIB=$ROOT/build/lib/librdmx_tools_common.a
 [ -x "$RDMX_PERF" ] || die "$RDMX_PERF not found; run make"
+[ -f "$TOOLS_LIB" ] || die "$TOOLS_LIB not found; run make"
 [ -n "$UCX_PERFTEST" ] || die "ucx_perftest not found (package ucx-utils)"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/vs-ucx.XXXXXX")
@@ -371,10 +373,12 @@ run_amrpc() { # transport size iters warmup window kind
 }
 
 # --- run ---------------------------------------------------------------------
-"$CC" -O2 -std=c11 -o "$WORK/memcpy_bw" "$ROOT/bench/memcpy_bw.c" ||
+"$CC" -O2 -std=c11 -I "$ROOT/tools/common" -o "$WORK/memcpy_bw" \
+    "$ROOT/bench/memcpy_bw.c" "$TOOLS_LIB" ||
     die "cannot compile bench/memcpy_bw.c"
 AMRPC=0
-if "$CC" -O2 -o "$WORK/ucx_am_rpc" "$ROOT/bench/ucx_am_rpc.c" -lucp -lucs \
+if "$CC" -O2 -I "$ROOT/tools/common" -o "$WORK/ucx_am_rpc" \
+    "$ROOT/bench/ucx_am_rpc.c" "$TOOLS_LIB" -lucp -lucs \
     2>"$WORK/amrpc.cc"; then
     AMRPC=1
 else
