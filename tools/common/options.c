@@ -46,13 +46,15 @@ static int leading_digits(const char *s, uint64_t *v_p, const char **end_p)
     uint64_t v = 0;
 
     if (!is_digit(*s)) {
-        return opt__fail(*s == '\0' ? "empty" : "not a number");
+        opt__fail(*s == '\0' ? "empty" : "not a number");
+        return -1;
     }
     for (; is_digit(*s); s++) {
         unsigned d = (unsigned)(*s - '0');
 
         if (v > (UINT64_MAX - d) / 10) {
-            return opt__fail("too large");
+            opt__fail("too large");
+            return -1;
         }
         v = v * 10 + d;
     }
@@ -63,8 +65,8 @@ static int leading_digits(const char *s, uint64_t *v_p, const char **end_p)
 
 int opt_size(const char *text, size_t *size_p)
 {
-    const char *end;
-    uint64_t v, mult = 1;
+    const char *end = text;
+    uint64_t v = 0, mult = 1;
 
     if (text == NULL || leading_digits(text, &v, &end) < 0) {
         return text == NULL ? opt__fail("missing") : -1;
@@ -105,8 +107,8 @@ int opt_size(const char *text, size_t *size_p)
 
 int opt_uint(const char *text, uint64_t lo, uint64_t hi, uint64_t *value_p)
 {
-    const char *end;
-    uint64_t v;
+    const char *end = text;
+    uint64_t v = 0;
 
     if (text == NULL || leading_digits(text, &v, &end) < 0) {
         return text == NULL ? opt__fail("missing") : -1;
@@ -184,7 +186,7 @@ int opt_duration(const char *text, uint64_t unit_ns, uint64_t *ns_p)
 
 int opt_port(const char *text, uint16_t *port_p)
 {
-    uint64_t v;
+    uint64_t v = 0;
 
     if (opt_uint(text, 0, 65535, &v) < 0) {
         return -1;
