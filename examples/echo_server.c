@@ -125,8 +125,8 @@ int main(int argc, char **argv)
 {
     const char *address = argc > 1 ? argv[1] : "127.0.0.1:13370";
     rdmx_rpc_server_params_t sp = {
-        .field_mask = RDMX_RPC_SERVER_FIELD_ADDRESS |
-                      RDMX_RPC_SERVER_FIELD_WORKERS,
+        .field_mask = RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
+                      RDMX_RPC_SERVER_PARAM_FIELD_WORKERS,
         .address = address,
         .workers = argc > 2 ? (unsigned)atoi(argv[2]) : 1,
     };

@@ -71,7 +71,7 @@ static void echo_ok(rdmx_channel_t *ch, const char *msg)
     char back[64];
     size_t len = 0, n = strlen(msg);
 
-    CHECK_OK(rdmx_call(ch, "echo", msg, n, NULL, back, sizeof(back), &len));
+    CHECK_OK(rdmx_call(ch, "echo", msg, n, back, sizeof(back), NULL, &len));
     CHECK(len == n && memcmp(back, msg, n) == 0);
 }
 
@@ -88,7 +88,7 @@ static rdmx_worker_stats_t listener_stats(void)
         if (held[i] == NULL)
             continue;
         CHECK_OK(
-            rdmx_call(held[i], "wstats", NULL, 0, NULL, &r, sizeof(r), &len));
+            rdmx_call(held[i], "wstats", NULL, 0, &r, sizeof(r), NULL, &len));
         CHECK(len == sizeof(r));
         if (r.index == 0)
             return r.st;
@@ -226,7 +226,7 @@ int main(int argc, char **argv)
     /* the 6th, RPC channel */
     memset(&cp, 0, sizeof(cp));
     cp.field_mask =
-        RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT | RDMX_CHANNEL_FIELD_BACKOFF;
+        RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT | RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN | RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
     cp.connect_timeout_ms = 5000;
     cp.backoff_min_ms = 50;
     cp.backoff_max_ms = 400;

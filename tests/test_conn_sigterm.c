@@ -238,12 +238,11 @@ static int echo(rdmx_channel_t *ch, const char *what, unsigned n)
     rdmx_status_t st;
 
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     cp.timeout_ms = deadline_ms();
     /* not idempotent: a call the SIGTERM cut off fails now instead of
      * being resent until its deadline */
-    st = rdmx_call(ch, "echo_once", msg, (size_t)m, &cp, back, sizeof(back),
-                   &len);
+    st = rdmx_call(ch, "echo_once", msg, (size_t)m, back, sizeof(back), &cp, &len);
     if (st == RDMX_OK) {
         if (len != (size_t)m || memcmp(back, msg, len) != 0) {
             th_log("echo '%s' answered %zu bytes '%.*s'", msg, len, (int)len,
@@ -279,7 +278,7 @@ static int churn_client(void *arg)
 
     memset(pend, 0, sizeof(pend));
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT;
     ctl_fd = a->ctl;
     fcntl(ctl_fd, F_SETFL, O_NONBLOCK);
     for (;;) {
