@@ -54,7 +54,8 @@ int main(int argc, char **argv)
     } else {
         printf("upper: %.*s\n", (int)got, resp);
     }
-    st = rdmx_call(ch, "no-such-handler", msg, len, resp, sizeof(resp), NULL, &got);
+    st = rdmx_call(ch, "no-such-handler", msg, len, resp, sizeof(resp), NULL,
+                   &got);
     if (st != RDMX_ERR_NOT_FOUND) {
         fprintf(stderr, "unknown handler: got %s\n", rdmx_status_name(st));
         ok = 0;
@@ -62,7 +63,8 @@ int main(int argc, char **argv)
         printf("no-such-handler: %s (%s)\n", rdmx_status_name(st),
                rdmx_error_detail());
     }
-    st = rdmx_call(ch, "rdmx.stats", NULL, 0, resp, sizeof(resp) - 1, NULL, &got);
+    st = rdmx_call(ch, "rdmx.stats", NULL, 0, resp, sizeof(resp) - 1, NULL,
+                   &got);
     if (st != RDMX_OK) {
         fprintf(stderr, "rdmx.stats: %s: %s\n", rdmx_strerror(st),
                 rdmx_error_detail());

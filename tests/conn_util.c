@@ -68,8 +68,8 @@ int cu_server_main(int argc, char **argv)
 
     th_init("conn-rpc-server", 1800);
     memset(&sp, 0, sizeof(sp));
-    sp.field_mask =
-        RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS | RDMX_RPC_SERVER_PARAM_FIELD_WORKERS;
+    sp.field_mask = RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
+                    RDMX_RPC_SERVER_PARAM_FIELD_WORKERS;
     sp.address = "127.0.0.1:0";
     sp.workers = 2;
     for (i = 0; i + 1 < argc; i += 2) {
@@ -315,7 +315,8 @@ rdmx_channel_t *cu_channel(rdmx_worker_t *w, const char *addr,
     p.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT;
     p.connect_timeout_ms = connect_timeout_ms * TH_SLOW;
     if (heartbeat_ms >= 0) {
-        p.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT | RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
+        p.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                        RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
         p.heartbeat_ms = heartbeat_ms;
         p.heartbeat_timeout_ms = heartbeat_ms * 4;
     }

@@ -191,8 +191,15 @@ static void pend_step(rdmx_worker_t *w, pend_t *pend, int restart)
         }
         p->done = 0;
         if (restart) {
-            rdmx_status_t st = rdmx_connect_nb(
-                w, server.addr, NULL, deadline_ms(), pend_cb, p, &p->ep);
+            rdmx_ep_params_t ep_params = {
+                .field_mask = RDMX_EP_PARAM_FIELD_CONNECT_CB |
+                              RDMX_EP_PARAM_FIELD_USER_DATA |
+                              RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT,
+                .connect_cb = pend_cb,
+                .user_data = p,
+                .connect_timeout_ms = deadline_ms()};
+            rdmx_status_t st =
+                rdmx_connect_nb(w, server.addr, &ep_params, &p->ep);
 
             if (st != RDMX_OK && st != RDMX_INPROGRESS) {
                 note(st, "rdmx_connect_nb", -1);
@@ -242,7 +249,8 @@ static int echo(rdmx_channel_t *ch, const char *what, unsigned n)
     cp.timeout_ms = deadline_ms();
     /* not idempotent: a call the SIGTERM cut off fails now instead of
      * being resent until its deadline */
-    st = rdmx_call(ch, "echo_once", msg, (size_t)m, back, sizeof(back), &cp, &len);
+    st = rdmx_call(ch, "echo_once", msg, (size_t)m, back, sizeof(back), &cp,
+                   &len);
     if (st == RDMX_OK) {
         if (len != (size_t)m || memcmp(back, msg, len) != 0) {
             th_log("echo '%s' answered %zu bytes '%.*s'", msg, len, (int)len,

@@ -279,9 +279,8 @@ static void refused_channel(rdmx_worker_t *w, const th_proc_t *srv,
 {
     state_log_t log;
     res_t res;
-    rdmx_call_params_t cp = {.field_mask = RDMX_CALL_PARAM_FIELD_CB,
-                             .cb = res_cb,
-                             .arg = &res};
+    rdmx_call_params_t cp = {
+        .field_mask = RDMX_CALL_PARAM_FIELD_CB, .cb = res_cb, .arg = &res};
     rdmx_channel_t *ch;
     double t0 = th_now_ms(), took;
     char buf[16];
@@ -292,8 +291,7 @@ static void refused_channel(rdmx_worker_t *w, const th_proc_t *srv,
     memset(&res, 0, sizeof(res));
     ch = channel(w, srv, secret, &log);
     /* queued while connecting */
-    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, &cp, NULL),
-             RDMX_INPROGRESS);
+    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, &cp, NULL), RDMX_INPROGRESS);
     st = rdmx_channel_wait_ready(ch, 10000 * TH_SLOW);
     took = th_now_ms() - t0;
     CHECKF(st == RDMX_ERR_DENIED, "%s: wait_ready returned %s (%s)", what,
@@ -311,8 +309,7 @@ static void refused_channel(rdmx_worker_t *w, const th_proc_t *srv,
            rdmx_status_name(res.status));
     /* Later calls fail at once. */
     t0 = th_now_ms();
-    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, &cp, NULL),
-             RDMX_ERR_DENIED);
+    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, &cp, NULL), RDMX_ERR_DENIED);
     CHECK_ST(rdmx_call(ch, "echo", "q", 1, buf, sizeof(buf), NULL, &len),
              RDMX_ERR_DENIED);
     CHECK(rdmx_call_oneway(ch, "oneway", "q", 1) < 0);
@@ -333,7 +330,8 @@ static const char *server_text(rdmx_channel_t *ch)
     static char text[65536];
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL, &len));
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL,
+                       &len));
     text[len] = '\0';
     return text;
 }
@@ -385,7 +383,8 @@ int main(int argc, char **argv)
     good = channel(w, &a, SECRET, &glog);
     CHECK_OK(rdmx_channel_wait_ready(good, 10000 * TH_SLOW));
     CHECK(glog.last == RDMX_CHANNEL_READY);
-    CHECK_OK(rdmx_call(good, "echo", "authenticated", 13, buf, sizeof(buf), NULL, &len));
+    CHECK_OK(rdmx_call(good, "echo", "authenticated", 13, buf, sizeof(buf),
+                       NULL, &len));
     CHECK(len == 13 && memcmp(buf, "authenticated", 13) == 0);
     auth_failed0 = stat_of(good, "auth_failed");
     th_log("right secret: READY, echo served");

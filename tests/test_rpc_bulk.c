@@ -87,7 +87,8 @@ static void push(rdmx_mr_t *mr, uint64_t off, uint64_t len, uint64_t seed,
     rdmx_call_params_t p = bulk_params(&b, 1, timeout_ms * TH_SLOW);
     size_t rlen = 99;
 
-    CHECK_OK(rdmx_call(ch, "bulk_push", &seed, sizeof(seed), NULL, 0, &p, &rlen));
+    CHECK_OK(
+        rdmx_call(ch, "bulk_push", &seed, sizeof(seed), NULL, 0, &p, &rlen));
     CHECK_EQ_U64(rlen, 0);
 }
 
@@ -212,9 +213,8 @@ static void res_cb(const rdmx_call_result_t *r, void *arg)
 
 /* rdmx_call_nb of @method on the channel with @p's fields and res_cb
  * reporting into @res. */
-static rdmx_status_t call_res(const char *method, const void *data,
-                              size_t len, const rdmx_call_params_t *p,
-                              res_t *res)
+static rdmx_status_t call_res(const char *method, const void *data, size_t len,
+                              const rdmx_call_params_t *p, res_t *res)
 {
     rdmx_call_params_t cp = *p;
 
@@ -313,8 +313,7 @@ static void test_refusals(void)
     /* WRITE-only descriptor to bulk_pull: the get is refused. */
     memset(&res, 0, sizeof(res));
     b[0] = bulk_of(mr, 0, len, RDMX_ACCESS_WRITE);
-    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res),
-             RDMX_INPROGRESS);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_INPROGRESS);
     wait_res(&res, 1, 30000);
     CHECKF(res.status == RDMX_ERR_DENIED,
            "bulk_pull through a WRITE-only descriptor: %s (%s)",
@@ -327,22 +326,18 @@ static void test_refusals(void)
     for (int i = 0; i < 9; i++)
         b[i] = bulk_of(mr, 0, len, RDMX_ACCESS_READ);
     p = bulk_params(b, 9, 30000);
-    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res),
-             RDMX_ERR_INVALID);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_INVALID);
     CHECK_ST(rdmx_call(ch, "bulk_pull", NULL, 0, NULL, 0, &p, &rlen),
              RDMX_ERR_INVALID);
     p = bulk_params(b, 1, 30000);
     b[0].mr = NULL;
-    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res),
-             RDMX_ERR_INVALID);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_INVALID);
     p = bulk_params(NULL, 1, 30000);
-    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res),
-             RDMX_ERR_INVALID);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_INVALID);
     /* A range outside the region cannot be described. */
     b[0] = bulk_of(mr, 1, len, RDMX_ACCESS_READ);
     p = bulk_params(b, 1, 30000);
-    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res),
-             RDMX_ERR_OUT_OF_RANGE);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_OUT_OF_RANGE);
     th_progress_for(wk, 20);
     CHECK(atomic_load(&res.calls) == 0);
     rdmx_channel_stats(ch, &s1);
@@ -353,8 +348,7 @@ static void test_refusals(void)
     b[0] = bulk_of(mr, 0, len, RDMX_ACCESS_READ);
     b[1] = bulk_of(mr, 0, len / 2, RDMX_ACCESS_READ);
     p = bulk_params(b, 2, 30000 * TH_SLOW);
-    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res),
-             RDMX_INPROGRESS);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_INPROGRESS);
     wait_res(&res, 1, 30000);
     CHECKF(res.status == RDMX_ERR_INVALID && strstr(res.msg, "got 2") != NULL,
            "2 descriptors: %s (%s)", rdmx_status_name(res.status), res.msg);
@@ -364,8 +358,7 @@ static void test_refusals(void)
     for (int i = 0; i < 8; i++)
         b[i] = bulk_of(mr, (uint64_t)i, len - (uint64_t)i, RDMX_ACCESS_READ);
     p = bulk_params(b, 8, 30000 * TH_SLOW);
-    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res),
-             RDMX_INPROGRESS);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_INPROGRESS);
     wait_res(&res, 1, 30000);
     CHECKF(res.status == RDMX_ERR_INVALID && strstr(res.msg, "got 8") != NULL,
            "8 descriptors: %s (%s)", rdmx_status_name(res.status), res.msg);
@@ -399,7 +392,8 @@ int main(int argc, char **argv)
     /* The server's handlers checksum or fill 1 GiB on their worker thread
      * (seconds under ASan) and answer nothing meanwhile: heartbeats must
      * not declare it dead. */
-    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT | RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
+    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
     cp.heartbeat_ms = 1000;
     cp.heartbeat_timeout_ms = 120000 * TH_SLOW;
     CHECK_OK(rdmx_channel_create(wk, srv.addr, &cp, &ch));

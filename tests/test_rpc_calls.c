@@ -18,7 +18,8 @@
  *    responses; a response larger than the buffer fails with
  *    RDMX_ERR_TOO_BIG, the needed length, nothing written past the buffer;
  *    bad arguments (name of 0 or 64 bytes, NULL data, NULL response buffer,
- *    negative timeout) fail locally with RDMX_ERR_INVALID.
+ *    a callback given to the blocking form, none to the non-blocking one)
+ *    fail locally with RDMX_ERR_INVALID.
  *  - handler errors reach their own call: 200 interleaved "fail" and "echo"
  *    calls with distinct payloads, each "fail" gets RDMX_ERR_INVALID and the
  *    message "fail: <its payload>", each "echo" its payload.
@@ -229,7 +230,8 @@ static const char *server_text(rdmx_channel_t *ch)
     static char text[65536];
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL, &len));
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL,
+                       &len));
     CHECK(len < sizeof(text));
     text[len] = '\0';
     return text;
@@ -480,9 +482,11 @@ static void test_blocking(rdmx_channel_t *ch)
                  RDMX_ERR_INVALID);
         CHECK_ST(rdmx_call(ch, "echo", "x", 1, NULL, 16, NULL, &len),
                  RDMX_ERR_INVALID);
-        p.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
-        p.timeout_ms = -1;
+        p.field_mask = RDMX_CALL_PARAM_FIELD_CB; /* (the _nb form's) */
+        p.cb = NULL;
         CHECK_ST(rdmx_call(ch, "echo", "x", 1, resp, 16, &p, &len),
+                 RDMX_ERR_INVALID);
+        CHECK_ST(rdmx_call_nb(ch, "echo", "x", 1, NULL, NULL),
                  RDMX_ERR_INVALID);
         CHECK_EQ_U64(ch_stats(ch).calls, calls0);
     }
@@ -550,7 +554,8 @@ static void test_errors(rdmx_worker_t *w, rdmx_channel_t *ch)
     {
         char buf[64];
         size_t len = 0;
-        CHECK_ST(rdmx_call(ch, "no_such_handler", "x", 1, buf, sizeof(buf), NULL, &len),
+        CHECK_ST(rdmx_call(ch, "no_such_handler", "x", 1, buf, sizeof(buf),
+                           NULL, &len),
                  RDMX_ERR_NOT_FOUND);
         CHECK(rdmx_error_detail()[0] != '\0');
     }
@@ -582,8 +587,7 @@ static void test_deadline(rdmx_worker_t *w, rdmx_channel_t *ch)
     p.timeout_ms = 50;
     rec_init(&r, "spin", 0, 4);
     r.t_start = th_now_ms();
-    CHECK_ST(rec_call(ch, &r, "spin", &ms, 4, &p),
-             RDMX_INPROGRESS);
+    CHECK_ST(rec_call(ch, &r, "spin", &ms, 4, &p), RDMX_INPROGRESS);
     wait_recs(w, &r, 1, 5000);
     took = r.t_done - r.t_start;
     CHECKF(r.status == RDMX_ERR_TIMEOUT, "spin 300 ms with a 50 ms deadline: "
@@ -737,8 +741,7 @@ static void test_cancel(rdmx_worker_t *w, rdmx_channel_t *ch)
     rec_t r, after;
 
     rec_init(&r, "spin", 0, 4);
-    CHECK_ST(rec_call(ch, &r, "spin", &ms, 4, NULL),
-             RDMX_INPROGRESS);
+    CHECK_ST(rec_call(ch, &r, "spin", &ms, 4, NULL), RDMX_INPROGRESS);
     th_progress_for(w, 30); /* on the wire, the handler spinning */
     CHECK(atomic_load(&r.cb_calls) == 0);
     CHECK_OK(rdmx_call_cancel(ch, r.id));
@@ -853,8 +856,7 @@ static void test_credits(rdmx_worker_t *w, const th_proc_t *s2)
     p.timeout_ms = 10000 * TH_SLOW;
     for (i = 0; i < 4; i++) {
         rec_init(&spins[i], "spin", 0, 4);
-        CHECK_ST(rec_call(ch, &spins[i], "spin", &ms, 4, &p),
-                 RDMX_INPROGRESS);
+        CHECK_ST(rec_call(ch, &spins[i], "spin", &ms, 4, &p), RDMX_INPROGRESS);
     }
     rec_init(&extra, "echo", th_seed(7, 0, 0), 8);
     CHECK_ST(rec_start(ch, &extra, &p), RDMX_ERR_NO_RESOURCE);
@@ -874,13 +876,13 @@ static void test_credits(rdmx_worker_t *w, const th_proc_t *s2)
     CHECK_EQ_U64(ch_stats(ch).queued, 0);
 
     /* A channel's own credits option caps it below the server's. */
-    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_QUEUE | RDMX_CHANNEL_PARAM_FIELD_CREDITS;
+    cp.field_mask =
+        RDMX_CHANNEL_PARAM_FIELD_QUEUE | RDMX_CHANNEL_PARAM_FIELD_CREDITS;
     cp.credits = 2;
     ch2 = open_channel(w, s2, &cp);
     for (i = 0; i < 2; i++) {
         rec_init(&spins[i], "spin", 0, 4);
-        CHECK_ST(rec_call(ch2, &spins[i], "spin", &ms, 4, &p),
-                 RDMX_INPROGRESS);
+        CHECK_ST(rec_call(ch2, &spins[i], "spin", &ms, 4, &p), RDMX_INPROGRESS);
     }
     CHECK_ST(rec_start(ch2, &extra, &p), RDMX_ERR_NO_RESOURCE);
     wait_recs(w, spins, 2, 20000);
@@ -913,10 +915,12 @@ static void test_workers(const th_proc_t *s1)
     for (i = 0; i < N; i++) {
         uint32_t idx = 99, again = 98;
         size_t len = 0;
-        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, &idx, sizeof(idx), NULL, &len));
+        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, &idx, sizeof(idx), NULL,
+                           &len));
         CHECK_EQ_U64(len, sizeof(idx));
         CHECKF(idx < 2, "worker index %u from a 2-worker server", idx);
-        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, &again, sizeof(again), NULL, &len));
+        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, &again, sizeof(again),
+                           NULL, &len));
         CHECKF(again == idx, "connection moved from worker %u to %u", idx,
                again);
         seen[idx]++;
@@ -959,7 +963,8 @@ static void *mt_thread(void *arg)
         /* one blocking call ... */
         th_fill(req, len, seed);
         got = 0;
-        CHECK_OK(rdmx_call(m->ch, "echo", req, len, resp, sizeof(resp), NULL, &got));
+        CHECK_OK(
+            rdmx_call(m->ch, "echo", req, len, resp, sizeof(resp), NULL, &got));
         CHECKF(got == len && th_check(resp, len, seed) < 0,
                "thread %d call %d: wrong echo of %zu bytes", m->t, i, len);
         /* ... and one left in flight */
@@ -1092,14 +1097,16 @@ static void test_metrics(rdmx_worker_t *w, const th_proc_t *s3)
     for (i = 0; i < 20; i++) {
         size_t sz = i * 100;
         th_fill(buf, sz, th_seed(9, i, 0));
-        CHECK_OK(rdmx_call(ch, "echo", buf, sz, resp, sizeof(resp), NULL, &len));
+        CHECK_OK(
+            rdmx_call(ch, "echo", buf, sz, resp, sizeof(resp), NULL, &len));
         CHECK(len == sz);
         CHECK_PATTERN(resp, sz, th_seed(9, i, 0), 0);
         echo_bytes += sz;
     }
     for (i = 0; i < 5; i++) {
-        CHECK_ST(rdmx_call(ch, "fail", "oops", 4, resp, sizeof(resp), NULL, &len),
-                 RDMX_ERR_INVALID);
+        CHECK_ST(
+            rdmx_call(ch, "fail", "oops", 4, resp, sizeof(resp), NULL, &len),
+            RDMX_ERR_INVALID);
         fail_bytes += 4;
     }
     for (i = 0; i < 2; i++)
@@ -1173,8 +1180,7 @@ static void test_too_big(rdmx_worker_t *w, rdmx_channel_t *ch2)
 
     rec_init(&r, "echo", th_seed(10, 0, 0), max + 1);
     th_fill(buf, max + 1, r.seed);
-    CHECK_ST(rec_call(ch2, &r, "echo", buf, max + 1, NULL),
-             RDMX_ERR_TOO_BIG);
+    CHECK_ST(rec_call(ch2, &r, "echo", buf, max + 1, NULL), RDMX_ERR_TOO_BIG);
     CHECK_ST(rdmx_call(ch2, "echo", buf, max + 1, resp, max + 1, NULL, &len),
              RDMX_ERR_TOO_BIG);
     CHECK_ST(rdmx_call_oneway(ch2, "oneway", buf, max + 1), RDMX_ERR_TOO_BIG);

@@ -675,7 +675,8 @@ static void echo_round(rdmx_channel_t *ch, int n, const char *what)
         rdmx_status_t st;
 
         th_fill(scratch, len, seed);
-        st = rdmx_call(ch, i % 2 ? "echo_once" : "echo", scratch, len, resp, SCRATCH, NULL, &got);
+        st = rdmx_call(ch, i % 2 ? "echo_once" : "echo", scratch, len, resp,
+                       SCRATCH, NULL, &got);
         CHECKF(st == RDMX_OK, "%s: echo %d of %zu B: %s: %s", what, i, len,
                rdmx_status_name(st), rdmx_error_detail());
         CHECK_EQ_U64(got, len);
@@ -937,7 +938,8 @@ static void phase_backoff(rdmx_worker_t *w)
     th_log("B: backoff %d..%d ms against a dead port", B_MIN, B_MAX);
     CHECK(server.pid < 0);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN | RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
     p.backoff_min_ms = B_MIN;
     p.backoff_max_ms = B_MAX;
     ch = channel_new(w, &lg, &p);
@@ -1036,9 +1038,11 @@ static void phase_stop_cont(rdmx_worker_t *w)
 
     th_log("C: SIGSTOP the server (heartbeat 100 ms, timeout 500 ms)");
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT | RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT |
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT |
                    RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
-                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN | RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
     p.field_mask |= RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY;
     p.wait_for_ready = 1; /* idempotent calls ride through the stop */
     p.heartbeat_ms = 100;
@@ -1188,7 +1192,10 @@ static void phase_breaker(rdmx_worker_t *w)
     th_log("D: circuit breaker, threshold %d, open %d ms", D_THRESHOLD,
            D_OPEN_MS);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD | RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN | RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN | RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX |
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD |
+                   RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX |
                    RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY;
     p.wait_for_ready = 1; /* calls reach the breaker while the server is
                              down, instead of failing at the channel */

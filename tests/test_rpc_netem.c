@@ -168,7 +168,9 @@ static int client_main(int argc, char **argv)
      * after >= 200 ms: give the connect and the heartbeat room so that
      * loss alone never takes the channel down (checked: no reconnect). */
     p.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
-                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT | RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT | RDMX_CHANNEL_PARAM_FIELD_TIMEOUT;
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_TIMEOUT;
     p.connect_timeout_ms = 10000;
     p.heartbeat_ms = 500;
     p.heartbeat_timeout_ms = 8000;
@@ -204,7 +206,8 @@ static int client_main(int argc, char **argv)
 
         th_fill(buf, len, seed);
         t = th_now_ms();
-        s = rdmx_call(ch, i % 2 ? "echo_once" : "echo", buf, len, resp, MAX_LEN, NULL, &got);
+        s = rdmx_call(ch, i % 2 ? "echo_once" : "echo", buf, len, resp, MAX_LEN,
+                      NULL, &got);
         seq_ms[i] = th_now_ms() - t;
         CHECKF(s == RDMX_OK, "sequential call %d: %s: %s", i,
                rdmx_status_name(s), rdmx_error_detail());

@@ -1179,11 +1179,6 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
                             method, nbulk, RDMX_RPC_BULK_MAX);
         return NULL;
     }
-    if (timeout < 0) {
-        *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': negative timeout",
-                            method);
-        return NULL;
-    }
     for (unsigned i = 0; i < nbulk; i++) {
         const rdmx_rpc_bulk_t *b = &p->bulk[i];
         rdmx_status_t st;
