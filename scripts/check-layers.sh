@@ -7,6 +7,12 @@
 #  2. Only src/core/ includes core/internal.h; the layers above (src/rpc,
 #     src/kv, src/lambda) and the tools use core/upper.h and the public
 #     headers; only the backend includes core/ucx/ucx.h.
+#  3. third_party/ (code derived from other projects) sits beside the
+#     layers: rule 1 applies to it; of rdmx's private headers it includes
+#     only the one its embedding layer declares for it (lua-5.4-safelib:
+#     lambda/lambda_int.h); nothing in src/ or tools/ includes a file from
+#     third_party/; every folder there has a README.md (upstream, version,
+#     changes) and a LICENSE.
 # tests/ and bench/ are exempt: raw-transport peers and baselines need UCX.
 # Prints each offending line; exits 1 if there is any.
 set -euo pipefail
@@ -20,6 +26,11 @@ while IFS= read -r f; do
     echo "$hits" | sed 's/^/  /' >&2
     status=1
   fi
+  if hits=$(grep -n '#include.*third_party/' "$f"); then
+    echo "check-layers: $f includes a file from third_party/:" >&2
+    echo "$hits" | sed 's/^/  /' >&2
+    status=1
+  fi
   if grep -n '#include "core/ucx/' "$f" >/dev/null; then
     echo "check-layers: $f includes the UCX backend's header" >&2
     status=1
@@ -30,5 +41,37 @@ while IFS= read -r f; do
     status=1
   fi
 done < <(find src tools -name '*.[ch]' | sort)
-[ "$status" -eq 0 ] && echo "check-layers: ok (UCX only in src/core/ucx)"
+
+# Private headers each third_party folder may include (rule 3).
+tp_allowed() {
+  case "$1" in
+    third_party/lua-5.4-safelib) echo 'lambda/lambda_int.h' ;;
+  esac
+}
+for d in third_party/*/; do
+  d=${d%/}
+  [ -d "$d" ] || continue
+  for doc in README.md LICENSE; do
+    if [ ! -f "$d/$doc" ]; then
+      echo "check-layers: $d has no $doc" >&2
+      status=1
+    fi
+  done
+  allowed=$(tp_allowed "$d")
+  while IFS= read -r f; do
+    if hits=$(grep -nE '\b(ucp|ucs|uct|UCP|UCS|UCT)_[A-Za-z0-9_]+' "$f"); then
+      echo "check-layers: $f uses UCX names:" >&2
+      echo "$hits" | sed 's/^/  /' >&2
+      status=1
+    fi
+    while IFS= read -r inc; do
+      [ -n "$inc" ] || continue
+      if [ "$inc" != "$allowed" ]; then
+        echo "check-layers: $f includes rdmx's $inc (allowed: ${allowed:-none})" >&2
+        status=1
+      fi
+    done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]((util|core|rpc|kv|lambda)\/[^">]+)[">].*/\1/p' "$f")
+  done < <(find "$d" -name '*.[ch]' | sort)
+done
+[ "$status" -eq 0 ] && echo "check-layers: ok (UCX only in src/core/ucx; third_party/ apart)"
 exit "$status"

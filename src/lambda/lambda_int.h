@@ -1,8 +1,8 @@
 /*
  * rdmx lambda — internals shared by engine.c (engine, cache, natives,
- * plugins), sandbox.c (one call in a fresh Lua state), safelib.c (library
- * functions rewritten to charge their work) and rpc.c (wire format,
- * handlers, client).
+ * plugins), sandbox.c (one call in a fresh Lua state), rpc.c (wire format,
+ * handlers, client) and the Lua library functions rewritten to charge
+ * their work (third_party/lua-5.4-safelib/).
  */
 #ifndef RDMX_LAMBDA_INT_H
 #define RDMX_LAMBDA_INT_H
@@ -91,11 +91,12 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r);
  * budget is exhausted or the deadline passed. */
 void rdmx__lambda_charge(lua_State *L, uint64_t units);
 
-/* safelib.c: Lua 5.4's table library with charged loops (a table). */
+/* third_party/lua-5.4-safelib/ltablib.c: Lua 5.4's table library with
+ * charged loops (a table). */
 int rdmx__lambda_open_table(lua_State *L);
 
-/* safelib.c: replace find, match, gmatch, gsub and rep in the string
- * library table at @p idx with charged versions. */
+/* third_party/lua-5.4-safelib/lstrlib.c: replace find, match, gmatch, gsub
+ * and rep in the string library table at @p idx with charged versions. */
 void rdmx__lambda_patch_string(lua_State *L, int idx);
 
 /* --- rpc.c: the request format (docs/LAMBDA.md, "Wire format") -------- */

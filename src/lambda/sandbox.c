@@ -9,8 +9,8 @@
  *   budget).
  * - Work ("instructions"): a count hook every hook_count VM instructions
  *   adds them up; library functions whose work is not VM instructions
- *   charge it (safelib.c, the wrappers below, 1 unit per 64 bytes
- *   allocated). Past max_instructions the call stops.
+ *   charge it (third_party/lua-5.4-safelib/, the wrappers below, 1 unit per
+ *   64 bytes allocated). Past max_instructions the call stops.
  * - Time: the hook and every charge past clock_at compare the monotonic
  *   clock with the deadline (the caller's, or start + max_time).
  * - A stop cannot be caught for good: the stop error is raised again at the

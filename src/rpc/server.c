@@ -16,6 +16,7 @@
 #include "util/time.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,65 @@ struct rdmx_rpc_req {
     dcache_t *cached[RDMX_RPC_BULK_MAX]; /* the cache slot rmem[i] is from */
 };
 
+/*
+ * The server's counters: the fields of rdmx_rpc_server_stats_t
+ * (include/rdmx/rpc.h, where each is documented), in its order, as
+ * X(field, source). WORKER fields are counted by each worker in its
+ * worker_stats_t and summed by rdmx_rpc_server_stats(); SERVER fields are
+ * not counted by workers, rdmx_rpc_server_stats() reads them from the
+ * server and its listener. rdmx.stats prints one "field value" line per
+ * entry, in this order (tests and tools parse it). The assertions below
+ * hold the list to the public struct: same names, order and size.
+ */
+#define SERVER_STATS(X)             \
+    X(connections, SERVER)          \
+    X(connections_total, WORKER)    \
+    X(connections_refused, WORKER)  \
+    X(requests, WORKER)             \
+    X(responses, WORKER)            \
+    X(errors, WORKER)               \
+    X(unknown_handler, WORKER)      \
+    X(malformed, WORKER)            \
+    X(too_big, WORKER)              \
+    X(no_credit, WORKER)            \
+    X(busy, WORKER)                 \
+    X(expired, WORKER)              \
+    X(canceled, WORKER)             \
+    X(auth_failed, SERVER)          \
+    X(pings, WORKER)
+
+enum {
+#define STAT_INDEX(f, src) STAT_INDEX_##f,
+    SERVER_STATS(STAT_INDEX)
+#undef STAT_INDEX
+    STAT_COUNT
+};
+
+#define STAT_CHECK(f, src)                                                   \
+    _Static_assert(offsetof(rdmx_rpc_server_stats_t, f) ==                   \
+                       STAT_INDEX_##f * sizeof(uint64_t),                    \
+                   "SERVER_STATS: " #f " is not where the struct has it");   \
+    _Static_assert(_Generic(((rdmx_rpc_server_stats_t *)0)->f,               \
+                            uint64_t: 1, default: 0),                        \
+                   "SERVER_STATS: " #f " is not a uint64_t");
+SERVER_STATS(STAT_CHECK)
+#undef STAT_CHECK
+_Static_assert(sizeof(rdmx_rpc_server_stats_t) ==
+                   STAT_COUNT * sizeof(uint64_t),
+               "SERVER_STATS: the struct has fields the list has not");
+
+/* One worker's share of the WORKER counters: written by the worker's
+ * thread only, read racily (relaxed loads) by rdmx_rpc_server_stats(). */
+typedef struct {
+#define FIELD_WORKER(f) uint64_t f;
+#define FIELD_SERVER(f)
+#define FIELD(f, src) FIELD_##src(f)
+    SERVER_STATS(FIELD)
+#undef FIELD
+#undef FIELD_SERVER
+#undef FIELD_WORKER
+} worker_stats_t;
+
 struct server_worker {
     rdmx_rpc_server_t *srv;
     unsigned index;
@@ -108,7 +168,7 @@ struct server_worker {
     rdmx_rpc_req_t *current; /* the request whose handler is running */
     int current_answered;    /* ... and it answered before returning */
     rdmx_rpc_counters_t *counters; /* [srv->nhandlers] */
-    rdmx_rpc_server_stats_t stats;
+    worker_stats_t stats;
 };
 
 struct rdmx_rpc_server {
@@ -934,15 +994,13 @@ static void h_stats(rdmx_rpc_req_t *req, void *arg)
         return;
     }
     rdmx_rpc_server_metrics(s, m, n);
-#define S(name) off += (size_t)snprintf(out + off, cap - off, "%s %llu\n", \
-                                        #name, (unsigned long long)st.name)
     off += (size_t)snprintf(out + off, cap - off, "workers %u\n",
                             s->nworkers);
-    S(connections); S(connections_total); S(connections_refused);
-    S(requests); S(responses); S(errors); S(unknown_handler); S(malformed);
-    S(too_big); S(no_credit); S(busy); S(expired); S(canceled);
-    S(auth_failed); S(pings);
-#undef S
+#define LINE(f, src)                                                         \
+    off += (size_t)snprintf(out + off, cap - off, "%s %llu\n", #f,          \
+                            (unsigned long long)st.f);
+    SERVER_STATS(LINE)
+#undef LINE
     off += (size_t)snprintf(out + off, cap - off,
                             "%-24s %10s %8s %8s %12s %12s %9s %9s %9s "
                             "%9s\n",
@@ -1245,13 +1303,14 @@ void rdmx_rpc_server_stats(rdmx_rpc_server_t *s,
     if (s == NULL || !s->started)
         return;
     for (unsigned i = 0; i < s->nworkers; i++) {
-        const rdmx_rpc_server_stats_t *w = &s->workers[i].stats;
-#define ADD(f) out->f += __atomic_load_n(&w->f, __ATOMIC_RELAXED)
-        ADD(connections_total); ADD(connections_refused); ADD(requests);
-        ADD(responses); ADD(errors); ADD(unknown_handler); ADD(malformed);
-        ADD(too_big); ADD(no_credit); ADD(busy); ADD(expired); ADD(canceled);
-        ADD(pings);
+        const worker_stats_t *w = &s->workers[i].stats;
+#define ADD_WORKER(f) out->f += __atomic_load_n(&w->f, __ATOMIC_RELAXED);
+#define ADD_SERVER(f)
+#define ADD(f, src) ADD_##src(f)
+        SERVER_STATS(ADD)
 #undef ADD
+#undef ADD_SERVER
+#undef ADD_WORKER
     }
     out->connections = __atomic_load_n(&s->conns_now, __ATOMIC_RELAXED);
     /* Refused by the listener before any connection existed. */
