@@ -1,7 +1,11 @@
 /*
  * KV client: channels to the servers, jump-hash sharding with replicas, and
- * the kv.* calls (proto.h). Each operation is one RPC call per server it
- * touches; the blocking forms progress the worker until their call ends.
+ * the kv.* calls (requests encoded by proto.c). Every operation is a kv_op_t:
+ * one RPC call per server it touches. The non-blocking forms start its
+ * calls at once (op_start); the blocking forms build the same op and run it
+ * with the one wait, op_wait, which starts the calls one after the other
+ * and progresses the worker (or sleeps, with a progress thread) until each
+ * ended.
  */
 #include <rdmx/kv.h>
 
@@ -28,7 +32,7 @@ struct rdmx_kv {
     char **addr;
 };
 
-/* --- placement ------------------------------------------------------------- */
+/* --- placement ------------------------------------------------------------ */
 
 /* Jump consistent hash (Lamping and Veach, 2014): bucket of @key among @n,
  * moving only 1/n of the keys when a bucket is added. */
@@ -84,7 +88,7 @@ static unsigned read_server(rdmx_kv_t *kv, const void *key, size_t klen)
     return first;
 }
 
-/* --- lifecycle ------------------------------------------------------------- */
+/* --- lifecycle ------------------------------------------------------------ */
 
 rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
                              const rdmx_kv_params_t *p, rdmx_kv_t **kv_p)
@@ -105,7 +109,8 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
     }
     kv->w = w;
-    kv->no_rma = rdmx_context_transport(rdmx__worker_context(w)) == RDMX_TRANSPORT_TCP;
+    kv->no_rma = rdmx_context_transport(rdmx__worker_context(w)) ==
+                 RDMX_TRANSPORT_TCP;
     kv->replicas = (f & RDMX_KV_FIELD_REPLICAS) && p->replicas ? p->replicas
                                                                : 1;
     kv->timeout_ms = (f & RDMX_KV_FIELD_TIMEOUT) && p->timeout_ms > 0
@@ -190,163 +195,7 @@ rdmx_status_t rdmx_kv_wait_ready(rdmx_kv_t *kv, int timeout_ms)
     return RDMX_OK;
 }
 
-/* --- one call -------------------------------------------------------------- */
-
-/* A non-blocking operation over one or more replicas. */
-typedef struct {
-    rdmx_kv_cb_t cb;
-    void *arg;
-    unsigned pending;     /* replica calls not done yet */
-    rdmx_status_t status; /* first error */
-    rdmx_kv_meta_t meta;  /* of the first replica */
-    char message[256];
-} kv_nb_t;
-
-/* What a call's completion does with the response. */
-typedef struct {
-    kv_nb_t *nb;          /* non-blocking: report here, then free this */
-    int first;            /* the first replica's call */
-    volatile int done;
-    rdmx_status_t status;
-    char message[256];
-    /* GET */
-    void *buf;
-    size_t capacity;
-    rdmx_kv_meta_t meta;
-    /* raw copy of the response (batches, stats, incr) */
-    unsigned char *resp;
-    size_t resp_cap, resp_len;
-} kv_wait_t;
-
-static void kv_done(const rdmx_call_result_t *r, void *arg)
-{
-    kv_wait_t *wt = arg;
-    rdmx_kv_result_t res;
-
-    wt->status = r->status;
-    if (r->status != RDMX_OK) {
-        snprintf(wt->message, sizeof(wt->message), "%s", r->message);
-        goto out;
-    }
-    if (wt->resp != NULL) {
-        size_t n = r->length < wt->resp_cap ? r->length : wt->resp_cap;
-        memcpy(wt->resp, r->data, n);
-        wt->resp_len = n;
-        if (r->length > wt->resp_cap) {
-            wt->status = RDMX_ERR_TOO_BIG;
-            snprintf(wt->message, sizeof(wt->message), "response of %zu "
-                                                       "bytes",
-                     r->length);
-        }
-        goto out;
-    }
-    if (rdmx__kv_result_decode(r->data, r->length, &res) != RDMX_OK) {
-        wt->status = RDMX_ERR_PROTO;
-        snprintf(wt->message, sizeof(wt->message), "bad result from server");
-        goto out;
-    }
-    wt->meta.length = (size_t)res.length;
-    wt->meta.flags = res.flags;
-    wt->meta.cas = res.cas;
-    wt->status = (rdmx_status_t)res.status;
-    if (res.status != RDMX_OK) {
-        size_t mlen = r->length - RDMX_KV_RESULT_SIZE;
-        if (mlen > sizeof(wt->message) - 1)
-            mlen = sizeof(wt->message) - 1;
-        memcpy(wt->message, (const char *)r->data + RDMX_KV_RESULT_SIZE, mlen);
-        wt->message[mlen] = '\0';
-        goto out;
-    }
-    if (res.where == RDMX_KV_WHERE_INLINE) {
-        if (res.length > wt->capacity) {
-            wt->status = RDMX_ERR_TOO_BIG;
-            snprintf(wt->message, sizeof(wt->message),
-                     "value of %llu bytes, buffer of %zu",
-                     (unsigned long long)res.length, wt->capacity);
-        } else if (res.length != 0) {
-            memcpy(wt->buf, (const char *)r->data + RDMX_KV_RESULT_SIZE,
-                   (size_t)res.length);
-        }
-    }
-out:
-    wt->done = 1;
-    if (wt->nb != NULL) {
-        kv_nb_t *nb = wt->nb;
-        if (wt->first)
-            nb->meta = wt->meta;
-        if (nb->status == RDMX_OK && wt->status != RDMX_OK) {
-            nb->status = wt->status;
-            snprintf(nb->message, sizeof(nb->message), "%s", wt->message);
-            if (wt->status == RDMX_ERR_TOO_BIG)
-                nb->meta = wt->meta;
-        }
-        free(wt);
-        if (--nb->pending == 0) {
-            if (nb->status != RDMX_OK)
-                rdmx__error(nb->status, "%s", nb->message);
-            nb->meta.message = nb->message;
-            nb->cb(nb->status, &nb->meta, nb->arg);
-            free(nb);
-        }
-    }
-}
-
-/* Start one replica call of a non-blocking operation. */
-static rdmx_status_t kv_call_nb(rdmx_kv_t *kv, unsigned server,
-                                const char *method, const void *req,
-                                size_t len, const rdmx_rpc_bulk_t *bulk,
-                                unsigned nbulk, kv_nb_t *nb, int first,
-                                void *buf, size_t capacity)
-{
-    rdmx_call_params_t cp = {0};
-    kv_wait_t *wt = calloc(1, sizeof(*wt));
-    rdmx_status_t st;
-
-    if (wt == NULL)
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
-    wt->nb = nb;
-    wt->first = first;
-    wt->buf = buf;
-    wt->capacity = capacity;
-    if (nbulk > 0) {
-        cp.field_mask = RDMX_CALL_FIELD_BULK;
-        cp.bulk = bulk;
-        cp.nbulk = nbulk;
-    }
-    nb->pending++;
-    st = rdmx_call_nb(kv->ch[server], method, req, len, &cp, kv_done, wt,
-                      NULL);
-    if (st != RDMX_INPROGRESS) {
-        nb->pending--;
-        free(wt);
-        return st;
-    }
-    return RDMX_INPROGRESS;
-}
-
-static rdmx_status_t kv_call(rdmx_kv_t *kv, unsigned server,
-                             const char *method, const void *req, size_t len,
-                             const rdmx_rpc_bulk_t *bulk, unsigned nbulk,
-                             kv_wait_t *wt)
-{
-    rdmx_call_params_t cp = {0};
-    rdmx_status_t st;
-
-    if (nbulk > 0) {
-        cp.field_mask = RDMX_CALL_FIELD_BULK;
-        cp.bulk = bulk;
-        cp.nbulk = nbulk;
-    }
-    st = rdmx_call_nb(kv->ch[server], method, req, len, &cp, kv_done, wt,
-                      NULL);
-    if (st != RDMX_INPROGRESS)
-        return st;
-    rdmx__wait_until(kv->w, &wt->done);
-    if (wt->status != RDMX_OK)
-        return rdmx__error(wt->status, "%s on %s: %s", method,
-                           kv->addr[server], wt->message);
-    return RDMX_OK;
-}
+/* --- requests ------------------------------------------------------------- */
 
 static rdmx_status_t check_key(size_t klen, const void *key)
 {
@@ -355,62 +204,423 @@ static rdmx_status_t check_key(size_t klen, const void *key)
     return RDMX_OK;
 }
 
-/* Build a single-key request in @stack or the heap. */
-static unsigned char *build_req(const rdmx_kv_req_t *r, size_t inline_len,
-                                unsigned char *stack, size_t stack_size,
-                                size_t *len_p)
-{
-    size_t len = rdmx__kv_req_size(r->klen, inline_len);
-    unsigned char *p = len <= stack_size ? stack : malloc(len);
+/* A request ready to go: its bytes (in `space`, or on the heap when
+ * larger; encoded by proto.c) and the caller's buffer it lends, if any.
+ * Never copied: `data` may point into it. */
+typedef struct {
+    unsigned char *data;
+    size_t len;
+    rdmx_rpc_bulk_t bulk;
+    unsigned nbulk; /* 0 or 1 */
+    unsigned char space[1024];
+} kv_msg_t;
 
-    if (p != NULL)
-        rdmx__kv_req_encode(r, inline_len, p);
-    *len_p = len;
-    return p;
+static void msg_init(kv_msg_t *m)
+{
+    m->data = NULL;
+    m->len = 0;
+    m->nbulk = 0;
 }
 
-/* --- operations ------------------------------------------------------------ */
+/* Room for @len bytes of request; NULL when out of memory. */
+static unsigned char *msg_alloc(kv_msg_t *m, size_t len)
+{
+    m->len = len;
+    m->data = len <= sizeof(m->space) ? m->space : malloc(len);
+    return m->data;
+}
+
+static void msg_free(kv_msg_t *m)
+{
+    if (m->data != m->space)
+        free(m->data);
+    m->data = NULL;
+}
+
+/* Encode the single request @r with @inline_len value bytes into @m. */
+static rdmx_status_t msg_encode(kv_msg_t *m, const rdmx_kv_req_t *r,
+                                size_t inline_len, const char *what)
+{
+    if (msg_alloc(m, rdmx__kv_req_size(r->klen, inline_len)) == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "%s: out of memory", what);
+    rdmx__kv_req_encode(r, inline_len, m->data);
+    return RDMX_OK;
+}
+
+/* Lend the handler @len bytes at @p, inside @mr, with @access. */
+static void msg_lend(kv_msg_t *m, rdmx_mr_t *mr, const void *p, size_t len,
+                     unsigned access)
+{
+    m->bulk.mr = mr;
+    m->bulk.offset =
+        (uint64_t)((const char *)p - (const char *)rdmx_mr_addr(mr));
+    m->bulk.length = len;
+    m->bulk.access = access;
+    m->nbulk = 1;
+}
+
+/* A GET of @key into @buf; lends @buf when it lies in @mr. */
+static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
+                             size_t klen, void *buf, size_t capacity,
+                             rdmx_mr_t *mr, const char *what)
+{
+    rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key};
+
+    if (kv->no_rma)
+        mr = NULL; /* a hint: inline is faster without real RMA */
+    if (mr != NULL && capacity > 0) {
+        r.mode = RDMX_KV_GET_BUF;
+        r.vlen = capacity;
+        msg_lend(m, mr, buf, capacity, RDMX_ACCESS_WRITE);
+    }
+    return msg_encode(m, &r, 0, what);
+}
+
+/* A PUT of @value under @key (opts NULL: SET); a value in @mr larger than
+ * inline_max is lent, not inline. *r_p gets the request. */
+static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
+                             size_t klen, const void *value, size_t vlen,
+                             rdmx_mr_t *mr, const rdmx_kv_put_opts_t *opts,
+                             rdmx_kv_req_t *r_p, const char *what)
+{
+    int bulk;
+
+    if (kv->no_rma)
+        mr = NULL; /* a hint: inline is faster without real RMA */
+    bulk = mr != NULL && vlen > kv->inline_max;
+    *r_p = (rdmx_kv_req_t){
+        .mode = (uint8_t)(opts ? opts->mode : RDMX_KV_PUT_SET),
+        .klen = (uint16_t)klen,
+        .key = key,
+        .flags = opts ? opts->flags : 0,
+        .ttl_ms = opts ? opts->ttl_ms : 0,
+        .cas = opts ? opts->cas : 0,
+        .vlen = vlen,
+        .value = value};
+    if (bulk) {
+        r_p->mode |= RDMX_KV_PUT_BULK;
+        msg_lend(m, mr, value, vlen, RDMX_ACCESS_READ);
+    }
+    return msg_encode(m, r_p, bulk ? 0 : vlen, what);
+}
+
+/* --- operations in flight ------------------------------------------------- */
+
+typedef struct kv_op kv_op_t;
+
+/* The argument of a call's completion: its op, and whether the call is the
+ * op's first copy. */
+typedef struct {
+    kv_op_t *op;
+    int first;
+} kv_call_t;
+
+/*
+ * One operation: a call of `method` with the request `msg` to each of
+ * `copies` servers from `server` on (a key's replicas, or every server),
+ * what the answers go into, and how the end is told. A non-blocking op
+ * (op_start, on the heap) starts every copy at once and reports to `cb`; a
+ * blocking one (op_wait, on the caller's stack) starts a copy at a time.
+ * The outcome fields are written by the calls' completions (the worker's
+ * thread: progress, or its progress thread under the worker's lock).
+ */
+struct kv_op {
+    rdmx_kv_t *kv;
+    const char *method;         /* RDMX_KV_H_* */
+    kv_msg_t *msg;              /* the request; a blocking op's until its
+                                   end (`later` is encoded into it) */
+    const rdmx_kv_req_t *later; /* blocking, conditional: the header of the
+                                   copies after the first, which go out
+                                   only if the first succeeded; or NULL */
+    unsigned server;            /* the first copy's server */
+    unsigned copies;            /* calls in all */
+    unsigned next;              /* copies started so far */
+    /* where answers go */
+    void *buf;                  /* GET: an inline value (capacity bytes) */
+    size_t capacity;
+    unsigned char *resp;        /* non-NULL: the raw answer, up to resp_cap
+                                   bytes; its length in resp_len */
+    size_t resp_cap, resp_len;
+    /* outcome */
+    unsigned pending;           /* calls started and not ended */
+    rdmx_status_t first_status; /* the first copy's (INPROGRESS until it
+                                   ended), and its meta */
+    rdmx_kv_meta_t first_meta;
+    rdmx_status_t status;       /* the first error, or RDMX_OK */
+    int answered;               /* ... reported by a call's end, not by
+                                   starting one */
+    unsigned failed;            /* ... its copy (blocking ops) */
+    char message[256];          /* ... in words */
+    rdmx_kv_meta_t meta;        /* to report: the first copy's, or the
+                                   first error's with TOO_BIG */
+    /* how the end is told */
+    rdmx_kv_cb_t cb;            /* non-blocking: called, then op freed */
+    void *arg;
+    volatile int done;          /* blocking: the copy in flight ended */
+    kv_call_t call[2];          /* [0]: the first copy's; [1]: the others' */
+};
+
+/* Set @op up for @copies calls of @method with @msg from @server on. */
+static void op_init(kv_op_t *op, rdmx_kv_t *kv, const char *method,
+                    kv_msg_t *msg, unsigned server, unsigned copies)
+{
+    memset(op, 0, sizeof(*op));
+    op->kv = kv;
+    op->method = method;
+    op->msg = msg;
+    op->server = server;
+    op->copies = copies;
+    op->first_status = RDMX_INPROGRESS;
+}
+
+/* Note an error of the copy started last, unless one is noted already. */
+static void op_error(kv_op_t *op, rdmx_status_t st, const char *message,
+                     int answered, const rdmx_kv_meta_t *meta)
+{
+    if (op->status != RDMX_OK)
+        return;
+    op->status = st;
+    op->answered = answered;
+    op->failed = op->next - 1;
+    snprintf(op->message, sizeof(op->message), "%s", message);
+    if (st == RDMX_ERR_TOO_BIG && meta != NULL)
+        op->meta = *meta;
+}
+
+/* Every call of @op ended: wake its waiter, or report and free it. */
+static void op_end(kv_op_t *op)
+{
+    if (op->cb == NULL) {
+        op->done = 1; /* last: the waiter may return, the op vanish */
+        return;
+    }
+    if (op->status != RDMX_OK)
+        rdmx__error(op->status, "%s", op->message);
+    op->meta.message = op->message;
+    op->cb(op->status, &op->meta, op->arg);
+    free(op);
+}
+
+/*
+ * What a call's end says: its status, the meta of a kv result, a message
+ * for an error (@msg, @size bytes). A GET's inline value is copied into
+ * op->buf, a raw answer into op->resp.
+ */
+static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
+                                 rdmx_kv_meta_t *meta, char *msg, size_t size)
+{
+    rdmx_kv_result_t res;
+    size_t n;
+
+    if (r->status != RDMX_OK) {
+        snprintf(msg, size, "%s", r->message);
+        return r->status;
+    }
+    if (op->resp != NULL) {
+        n = r->length < op->resp_cap ? r->length : op->resp_cap;
+        if (n != 0)
+            memcpy(op->resp, r->data, n);
+        op->resp_len = n;
+        if (r->length > op->resp_cap) {
+            snprintf(msg, size, "response of %zu bytes", r->length);
+            return RDMX_ERR_TOO_BIG;
+        }
+        return RDMX_OK;
+    }
+    if (rdmx__kv_result_decode(r->data, r->length, &res) != RDMX_OK) {
+        snprintf(msg, size, "bad result from server");
+        return RDMX_ERR_PROTO;
+    }
+    meta->length = (size_t)res.length;
+    meta->flags = res.flags;
+    meta->cas = res.cas;
+    if (res.status != RDMX_OK) {
+        n = r->length - RDMX_KV_RESULT_SIZE;
+        if (n > size - 1)
+            n = size - 1;
+        memcpy(msg, (const char *)r->data + RDMX_KV_RESULT_SIZE, n);
+        msg[n] = '\0';
+        return (rdmx_status_t)res.status;
+    }
+    if (res.where == RDMX_KV_WHERE_INLINE) {
+        if (res.length > op->capacity) {
+            snprintf(msg, size, "value of %llu bytes, buffer of %zu",
+                     (unsigned long long)res.length, op->capacity);
+            return RDMX_ERR_TOO_BIG;
+        }
+        if (res.length != 0)
+            memcpy(op->buf, (const char *)r->data + RDMX_KV_RESULT_SIZE,
+                   (size_t)res.length);
+    }
+    return RDMX_OK;
+}
+
+static void call_done(const rdmx_call_result_t *r, void *arg)
+{
+    kv_call_t *c = arg;
+    kv_op_t *op = c->op;
+    rdmx_kv_meta_t meta = {0};
+    char msg[256] = "";
+    rdmx_status_t st = call_answer(op, r, &meta, msg, sizeof(msg));
+
+    if (c->first) {
+        op->first_status = st;
+        op->first_meta = meta;
+        op->meta = meta;
+    }
+    if (st != RDMX_OK)
+        op_error(op, st, msg, 1, &meta);
+    if (--op->pending == 0)
+        op_end(op);
+}
+
+/* Start the next copy of @op. RDMX_INPROGRESS, or the error that kept it
+ * from starting (noted in @op; rdmx_error_detail() has it). */
+static rdmx_status_t op_call(kv_op_t *op)
+{
+    rdmx_kv_t *kv = op->kv;
+    unsigned i = op->next++;
+    kv_call_t *c = &op->call[i == 0 ? 0 : 1];
+    rdmx_call_params_t cp = {0};
+    rdmx_status_t st;
+
+    c->op = op;
+    c->first = i == 0;
+    if (op->msg->nbulk > 0) {
+        cp.field_mask = RDMX_CALL_FIELD_BULK;
+        cp.bulk = &op->msg->bulk;
+        cp.nbulk = op->msg->nbulk;
+    }
+    op->pending++;
+    st = rdmx_call_nb(kv->ch[(op->server + i) % kv->n], op->method,
+                      op->msg->data, op->msg->len, &cp, call_done, c, NULL);
+    if (st != RDMX_INPROGRESS) {
+        op->pending--;
+        if (i == 0)
+            op->first_status = st;
+        op_error(op, st, rdmx_error_detail(), 0, NULL);
+    }
+    return st;
+}
+
+/*
+ * Start a non-blocking @op (on the heap): every copy at once, under the
+ * worker's lock so that no completion runs before all started.
+ * RDMX_INPROGRESS: op->cb will run once (the first error, if any, is its
+ * status). Otherwise no copy started: @op is freed, the error returned.
+ */
+static rdmx_status_t op_start(kv_op_t *op)
+{
+    rdmx_worker_t *w = op->kv->w;
+    unsigned started = 0;
+    rdmx_status_t st;
+
+    rdmx__worker_lock(w);
+    op->pending = 1; /* held until every copy is started */
+    while (op->next < op->copies)
+        if (op_call(op) == RDMX_INPROGRESS)
+            started++;
+    op->msg = NULL; /* rdmx_call_nb copied it */
+    if (started == 0) {
+        st = op->status;
+        free(op);
+    } else {
+        st = RDMX_INPROGRESS;
+        if (--op->pending == 0) /* every call ended at once (cannot, but be
+                                   safe) */
+            op_end(op);
+    }
+    rdmx__worker_unlock(w);
+    return st;
+}
+
+/*
+ * The one wait of the blocking forms: run @op (on the caller's stack) a
+ * copy at a time, each started once the one before ended, progressing the
+ * worker until it ends (rdmx__wait_until: polling, then sleeping; with a
+ * progress thread, sleeping). A conditional op (op->later) stops after a
+ * failed first copy and sends the others the `later` header. Returns the
+ * first error — with the detail "METHOD on ADDR: message" when a call's
+ * end reported it; a call that could not start leaves its own — or
+ * RDMX_OK.
+ */
+static rdmx_status_t op_wait(kv_op_t *op)
+{
+    rdmx_kv_t *kv = op->kv;
+
+    while (op->next < op->copies) {
+        if (op->next == 1 && op->later != NULL) {
+            if (op->status != RDMX_OK)
+                break; /* the first copy decided */
+            rdmx__kv_req_encode_header(op->later, op->msg->data);
+        }
+        if (op_call(op) != RDMX_INPROGRESS)
+            continue;
+        rdmx__wait_until(kv->w, &op->done);
+        op->done = 0;
+    }
+    if (op->status != RDMX_OK && op->answered)
+        return rdmx__error(op->status, "%s on %s: %s", op->method,
+                           kv->addr[(op->server + op->failed) % kv->n],
+                           op->message);
+    return op->status;
+}
+
+/* --- GET and PUT ---------------------------------------------------------- */
 
 rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
                           void *buf, size_t capacity, rdmx_mr_t *mr,
                           rdmx_kv_meta_t *meta_p)
 {
-    rdmx_kv_req_t r = {0};
-    rdmx_rpc_bulk_t b;
-    unsigned char stack[512], *req;
-    kv_wait_t wt = {0};
-    size_t len;
+    kv_msg_t m;
+    kv_op_t op;
     rdmx_status_t st;
 
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
-    if (kv->no_rma)
-        mr = NULL; /* a hint: inline is faster without real RMA */
     if (buf == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv get: NULL buffer");
-    r.klen = (uint16_t)klen;
-    r.key = key;
-    if (mr != NULL && capacity > 0) {
-        uint64_t off = (uint64_t)((const char *)buf -
-                                  (const char *)rdmx_mr_addr(mr));
-        r.mode = RDMX_KV_GET_BUF;
-        r.vlen = capacity;
-        b.mr = mr;
-        b.offset = off;
-        b.length = capacity;
-        b.access = RDMX_ACCESS_WRITE;
-    }
-    req = build_req(&r, 0, stack, sizeof(stack), &len);
-    if (req == NULL)
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv get: out of memory");
-    wt.buf = buf;
-    wt.capacity = capacity;
-    st = kv_call(kv, read_server(kv, key, klen), RDMX_KV_H_GET, req, len, &b,
-                 r.mode ? 1 : 0, &wt);
-    if (req != stack)
-        free(req);
+    msg_init(&m);
+    if ((st = get_msg(kv, &m, key, klen, buf, capacity, mr, "kv get")) !=
+        RDMX_OK)
+        return st;
+    op_init(&op, kv, RDMX_KV_H_GET, &m, read_server(kv, key, klen), 1);
+    op.buf = buf;
+    op.capacity = capacity;
+    st = op_wait(&op);
+    msg_free(&m);
     if (meta_p != NULL && (st == RDMX_OK || st == RDMX_ERR_TOO_BIG))
-        *meta_p = wt.meta;
+        *meta_p = op.first_meta;
+    return st;
+}
+
+rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
+                             void *buf, size_t capacity, rdmx_mr_t *mr,
+                             rdmx_kv_cb_t cb, void *arg)
+{
+    kv_msg_t m;
+    kv_op_t *op;
+    rdmx_status_t st;
+
+    if ((st = check_key(klen, key)) != RDMX_OK)
+        return st;
+    if (cb == NULL || (buf == NULL && capacity != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "kv get_nb: NULL argument");
+    msg_init(&m);
+    if ((st = get_msg(kv, &m, key, klen, buf, capacity, mr, "kv get_nb")) !=
+        RDMX_OK)
+        return st;
+    if ((op = malloc(sizeof(*op))) == NULL) {
+        msg_free(&m);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv get_nb: out of memory");
+    }
+    op_init(op, kv, RDMX_KV_H_GET, &m, read_server(kv, key, klen), 1);
+    op->buf = buf;
+    op->capacity = capacity;
+    op->cb = cb;
+    op->arg = arg;
+    st = op_start(op);
+    msg_free(&m);
     return st;
 }
 
@@ -418,106 +628,106 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
                           const void *value, size_t vlen, rdmx_mr_t *mr,
                           const rdmx_kv_put_opts_t *opts, uint64_t *cas_p)
 {
-    rdmx_kv_req_t r = {0};
-    rdmx_rpc_bulk_t b;
-    unsigned char stack[1024], *req;
-    size_t len, inline_len;
-    unsigned first;
-    int bulk;
-    rdmx_status_t st = RDMX_OK, st1;
+    rdmx_kv_req_t r, later;
+    kv_msg_t m;
+    kv_op_t op;
+    rdmx_status_t st;
 
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
-    if (kv->no_rma)
-        mr = NULL; /* a hint: inline is faster without real RMA */
     if (value == NULL && vlen != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv put: NULL value");
     if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
         return rdmx__error(RDMX_ERR_INVALID, "kv put: mode %d",
                            (int)opts->mode);
-    bulk = mr != NULL && vlen > kv->inline_max;
-    r.mode = (uint8_t)(opts ? opts->mode : RDMX_KV_PUT_SET);
-    if (bulk)
-        r.mode |= RDMX_KV_PUT_BULK;
-    r.klen = (uint16_t)klen;
-    r.key = key;
-    r.flags = opts ? opts->flags : 0;
-    r.ttl_ms = opts ? opts->ttl_ms : 0;
-    r.cas = opts ? opts->cas : 0;
-    r.vlen = vlen;
-    r.value = value;
-    inline_len = bulk ? 0 : vlen;
-    if (bulk) {
-        b.mr = mr;
-        b.offset = (uint64_t)((const char *)value -
-                              (const char *)rdmx_mr_addr(mr));
-        b.length = vlen;
-        b.access = RDMX_ACCESS_READ;
-    }
-    req = build_req(&r, inline_len, stack, sizeof(stack), &len);
-    if (req == NULL)
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv put: out of memory");
-    first = rdmx_kv_server_of(kv, key, klen);
+    msg_init(&m);
+    if ((st = put_msg(kv, &m, key, klen, value, vlen, mr, opts, &r,
+                      "kv put")) != RDMX_OK)
+        return st;
     /* Every replica gets the write; the first error is reported. Each
      * server has its own versions: the first copy decides a conditional
      * write (ADD, REPLACE, CAS), the others then store unconditionally. */
-    for (unsigned i = 0; i < kv->replicas; i++) {
-        kv_wait_t wt = {0};
-        if (i == 1 && (r.mode & 0x7f) != RDMX_KV_PUT_SET) {
-            if (st != RDMX_OK)
-                break;
-            req[0] = (unsigned char)((req[0] & RDMX_KV_PUT_BULK) |
-                                     RDMX_KV_PUT_SET);
-        }
-        st1 = kv_call(kv, (first + i) % kv->n, RDMX_KV_H_PUT, req, len, &b,
-                      bulk ? 1 : 0, &wt);
-        if (i == 0 && cas_p != NULL && st1 == RDMX_OK)
-            *cas_p = wt.meta.cas;
-        if (st == RDMX_OK && st1 != RDMX_OK)
-            st = st1;
+    op_init(&op, kv, RDMX_KV_H_PUT, &m, rdmx_kv_server_of(kv, key, klen),
+            kv->replicas);
+    if ((r.mode & RDMX_KV_MODE_MASK) != RDMX_KV_PUT_SET) {
+        later = r;
+        later.mode = (uint8_t)((r.mode & RDMX_KV_PUT_BULK) | RDMX_KV_PUT_SET);
+        op.later = &later;
     }
-    if (req != stack)
-        free(req);
+    st = op_wait(&op);
+    msg_free(&m);
+    if (cas_p != NULL && op.first_status == RDMX_OK)
+        *cas_p = op.first_meta.cas;
     return st;
 }
 
-/* Keyed operation without a value, sent to every replica (writes) or to
- * the read server (exists). */
+rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
+                             const void *value, size_t vlen, rdmx_mr_t *mr,
+                             const rdmx_kv_put_opts_t *opts, rdmx_kv_cb_t cb,
+                             void *arg)
+{
+    rdmx_kv_req_t r;
+    kv_msg_t m;
+    kv_op_t *op;
+    rdmx_status_t st;
+
+    if ((st = check_key(klen, key)) != RDMX_OK)
+        return st;
+    if (cb == NULL || (value == NULL && vlen != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "kv put_nb: NULL argument");
+    if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
+        return rdmx__error(RDMX_ERR_INVALID, "kv put: mode %d",
+                           (int)opts->mode);
+    if (kv->replicas > 1 && opts != NULL && opts->mode != RDMX_KV_PUT_SET)
+        return rdmx__error(RDMX_ERR_UNSUPPORTED,
+                           "kv put_nb: a conditional write needs its first "
+                           "copy's answer before the others; use rdmx_kv_put "
+                           "with replicas > 1");
+    msg_init(&m);
+    if ((st = put_msg(kv, &m, key, klen, value, vlen, mr, opts, &r,
+                      "kv put_nb")) != RDMX_OK)
+        return st;
+    if ((op = malloc(sizeof(*op))) == NULL) {
+        msg_free(&m);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv put_nb: out of memory");
+    }
+    op_init(op, kv, RDMX_KV_H_PUT, &m, rdmx_kv_server_of(kv, key, klen),
+            kv->replicas);
+    op->cb = cb;
+    op->arg = arg;
+    st = op_start(op);
+    msg_free(&m);
+    return st;
+}
+
+/* --- keyed commands ------------------------------------------------------- */
+
+/* A keyed request without a value: to every replica one after the other
+ * (@write; @later as in kv_op_t) or to the read server. @meta_p (may be
+ * NULL): the first copy's meta. */
 static rdmx_status_t keyed(rdmx_kv_t *kv, const char *method,
                            const rdmx_kv_req_t *r, int write,
-                           kv_wait_t *first_wt)
+                           const rdmx_kv_req_t *later, rdmx_kv_meta_t *meta_p)
 {
-    unsigned char stack[512], *req;
-    size_t len;
-    unsigned first;
-    rdmx_status_t st = RDMX_OK, st1;
+    kv_msg_t m;
+    kv_op_t op;
+    rdmx_status_t st;
 
     if ((st = check_key(r->klen, r->key)) != RDMX_OK)
         return st;
-    req = build_req(r, 0, stack, sizeof(stack), &len);
-    if (req == NULL)
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
-    if (!write) {
-        st = kv_call(kv, read_server(kv, r->key, r->klen), method, req, len,
-                     NULL, 0, first_wt);
-    } else {
-        first = rdmx_kv_server_of(kv, r->key, r->klen);
-        for (unsigned i = 0; i < kv->replicas; i++) {
-            kv_wait_t wt = {0};
-            if (i == 1 && r->cas != 0 && strcmp(method, RDMX_KV_H_DELETE) == 0) {
-                /* the first copy checked the version; the others follow */
-                if (st != RDMX_OK)
-                    break;
-                memset(req + 16, 0, 8);
-            }
-            st1 = kv_call(kv, (first + i) % kv->n, method, req, len, NULL, 0,
-                          i == 0 ? first_wt : &wt);
-            if (st == RDMX_OK && st1 != RDMX_OK)
-                st = st1;
-        }
-    }
-    if (req != stack)
-        free(req);
+    msg_init(&m);
+    if ((st = msg_encode(&m, r, 0, "kv")) != RDMX_OK)
+        return st;
+    if (write)
+        op_init(&op, kv, method, &m, rdmx_kv_server_of(kv, r->key, r->klen),
+                kv->replicas);
+    else
+        op_init(&op, kv, method, &m, read_server(kv, r->key, r->klen), 1);
+    op.later = later;
+    st = op_wait(&op);
+    msg_free(&m);
+    if (meta_p != NULL)
+        *meta_p = op.first_meta;
     return st;
 }
 
@@ -525,85 +735,83 @@ rdmx_status_t rdmx_kv_delete(rdmx_kv_t *kv, const void *key, size_t klen,
                              uint64_t cas)
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key, .cas = cas};
-    kv_wait_t wt = {0};
+    rdmx_kv_req_t later = r;
 
     if (klen > 65535)
         return check_key(klen, key);
-    return keyed(kv, RDMX_KV_H_DELETE, &r, 1, &wt);
+    /* at a version: the first copy checks it, the others follow */
+    later.cas = 0;
+    return keyed(kv, RDMX_KV_H_DELETE, &r, 1, cas != 0 ? &later : NULL,
+                 NULL);
 }
 
 rdmx_status_t rdmx_kv_touch(rdmx_kv_t *kv, const void *key, size_t klen,
                             uint32_t ttl_ms)
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key, .ttl_ms = ttl_ms};
-    kv_wait_t wt = {0};
 
     if (klen > 65535)
         return check_key(klen, key);
-    return keyed(kv, RDMX_KV_H_TOUCH, &r, 1, &wt);
+    return keyed(kv, RDMX_KV_H_TOUCH, &r, 1, NULL, NULL);
 }
 
 rdmx_status_t rdmx_kv_exists(rdmx_kv_t *kv, const void *key, size_t klen)
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key};
-    kv_wait_t wt = {0};
 
     if (klen > 65535)
         return check_key(klen, key);
-    return keyed(kv, RDMX_KV_H_EXISTS, &r, 0, &wt);
+    return keyed(kv, RDMX_KV_H_EXISTS, &r, 0, NULL, NULL);
 }
 
 rdmx_status_t rdmx_kv_incr(rdmx_kv_t *kv, const void *key, size_t klen,
                            uint64_t delta, int decr, uint64_t *value_p)
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key, .cas = delta,
-                       .mode = (uint8_t)(decr ? 1 : 0)};
-    kv_wait_t wt = {0};
+                       .mode = (uint8_t)(decr ? RDMX_KV_INCR_DECR : 0)};
+    rdmx_kv_meta_t meta;
     rdmx_status_t st;
 
     if (klen > 65535)
         return check_key(klen, key);
-    st = keyed(kv, RDMX_KV_H_INCR, &r, 1, &wt);
+    st = keyed(kv, RDMX_KV_H_INCR, &r, 1, NULL, &meta);
     /* the new value travels in the result's length field */
     if (st == RDMX_OK && value_p != NULL)
-        *value_p = wt.meta.length;
+        *value_p = meta.length;
     return st;
 }
 
-/* --- batches ---------------------------------------------------------------- */
+/* --- batches -------------------------------------------------------------- */
 
-/* Send the batch of @idx[0..n) items (keys only, or with inline values) to
- * @server; the response is n results (each followed by its inline value). */
+/* Send the batch of @reqs[0..n) (each with @inl[i] value bytes inline;
+ * @inl NULL: keys only) to @server as one call of @method. The raw answer
+ * (up to @resp_cap bytes) goes to *resp_p, for the caller to free (NULL
+ * when out of memory), its length to *resp_len_p. */
 static rdmx_status_t batch(rdmx_kv_t *kv, unsigned server, const char *method,
                            const rdmx_kv_req_t *reqs, const size_t *inl,
-                           size_t n, kv_wait_t *wt, size_t resp_cap)
+                           size_t n, size_t resp_cap, unsigned char **resp_p,
+                           size_t *resp_len_p)
 {
-    size_t len = RDMX_KV_BATCH_HDR, off;
-    unsigned char *req;
+    kv_msg_t m;
+    kv_op_t op;
     rdmx_status_t st;
 
-    for (size_t i = 0; i < n; i++)
-        len += rdmx__kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
-    req = malloc(len);
-    wt->resp = malloc(resp_cap);
-    wt->resp_cap = resp_cap;
-    if (req == NULL || wt->resp == NULL) {
-        free(req);
-        free(wt->resp);
+    msg_init(&m);
+    *resp_p = malloc(resp_cap);
+    *resp_len_p = 0;
+    if (*resp_p == NULL ||
+        msg_alloc(&m, rdmx__kv_batch_size(reqs, inl, n)) == NULL) {
+        free(*resp_p);
+        *resp_p = NULL;
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv batch: out of memory");
     }
-    req[0] = (unsigned char)n;
-    req[1] = (unsigned char)(n >> 8);
-    req[2] = (unsigned char)(n >> 16);
-    req[3] = (unsigned char)(n >> 24);
-    memset(req + 4, 0, 4);
-    off = RDMX_KV_BATCH_HDR;
-    for (size_t i = 0; i < n; i++) {
-        rdmx__kv_req_encode(&reqs[i], inl ? inl[i] : 0, req + off);
-        off += rdmx__kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
-    }
-    st = kv_call(kv, server, method, req, len, NULL, 0, wt);
-    free(req);
+    rdmx__kv_batch_encode(reqs, inl, n, m.data);
+    op_init(&op, kv, method, &m, server, 1);
+    op.resp = *resp_p;
+    op.resp_cap = resp_cap;
+    st = op_wait(&op);
+    msg_free(&m);
+    *resp_len_p = op.resp_len;
     return st;
 }
 
@@ -612,8 +820,8 @@ static rdmx_status_t mget_batch(rdmx_kv_t *kv, unsigned s,
                                 rdmx_kv_mget_t *items, const size_t *idx,
                                 size_t m, rdmx_kv_req_t *reqs)
 {
-    kv_wait_t wt = {0};
-    size_t cap = 64, off = 0;
+    unsigned char *resp;
+    size_t cap = 64, off = 0, resp_len;
     rdmx_status_t st;
 
     for (size_t k = 0; k < m; k++) {
@@ -624,7 +832,7 @@ static rdmx_status_t mget_batch(rdmx_kv_t *kv, unsigned s,
         reqs[k].vlen = it->capacity;
         cap += RDMX_KV_RESULT_SIZE + it->capacity;
     }
-    st = batch(kv, s, RDMX_KV_H_MGET, reqs, NULL, m, &wt, cap);
+    st = batch(kv, s, RDMX_KV_H_MGET, reqs, NULL, m, cap, &resp, &resp_len);
     for (size_t k = 0; k < m; k++) {
         rdmx_kv_mget_t *it = &items[idx[k]];
         rdmx_kv_result_t res;
@@ -632,7 +840,7 @@ static rdmx_status_t mget_batch(rdmx_kv_t *kv, unsigned s,
             it->status = st;
             continue;
         }
-        if (rdmx__kv_result_decode(wt.resp + off, wt.resp_len - off, &res) !=
+        if (rdmx__kv_result_decode(resp + off, resp_len - off, &res) !=
             RDMX_OK) {
             it->status = st = RDMX_ERR_PROTO;
             continue;
@@ -644,13 +852,13 @@ static rdmx_status_t mget_batch(rdmx_kv_t *kv, unsigned s,
         it->meta.cas = res.cas;
         if (res.where == RDMX_KV_WHERE_INLINE) {
             if (res.length <= it->capacity && res.length != 0)
-                memcpy(it->buf, wt.resp + off, (size_t)res.length);
+                memcpy(it->buf, resp + off, (size_t)res.length);
             else if (res.length > it->capacity)
                 it->status = RDMX_ERR_TOO_BIG;
             off += (size_t)res.length;
         }
     }
-    free(wt.resp);
+    free(resp);
     return st;
 }
 
@@ -706,14 +914,17 @@ rdmx_status_t rdmx_kv_mget(rdmx_kv_t *kv, rdmx_kv_mget_t *items, size_t n)
     return st;
 }
 
-/* Send the items of idx[0..m) to server @s as one kv.mput batch. @plain:
- * store unconditionally (the copies after the first of CAS/ADD/REPLACE). */
+/* Send the items of idx[0..m) to server @s as one kv.mput batch.
+ * @first_copy: the first copy decides conditional writes (CAS, ADD,
+ * REPLACE) and its versions are the items'; the others store
+ * unconditionally. */
 static rdmx_status_t mput_batch(rdmx_kv_t *kv, unsigned s,
                                 rdmx_kv_mput_t *items, const size_t *idx,
                                 size_t m, rdmx_kv_req_t *reqs, size_t *inl,
                                 int first_copy)
 {
-    kv_wait_t wt = {0};
+    unsigned char *resp;
+    size_t resp_len;
     rdmx_status_t st;
 
     for (size_t k = 0; k < m; k++) {
@@ -729,15 +940,15 @@ static rdmx_status_t mput_batch(rdmx_kv_t *kv, unsigned s,
         reqs[k].value = it->value;
         inl[k] = it->vlen;
     }
-    st = batch(kv, s, RDMX_KV_H_MPUT, reqs, inl, m,  &wt,
-               m * RDMX_KV_RESULT_SIZE + 64);
+    st = batch(kv, s, RDMX_KV_H_MPUT, reqs, inl, m,
+               m * RDMX_KV_RESULT_SIZE + 64, &resp, &resp_len);
     for (size_t k = 0; k < m; k++) {
         rdmx_kv_mput_t *it = &items[idx[k]];
         rdmx_kv_result_t res;
         rdmx_status_t ist = st;
         if (st == RDMX_OK &&
-            rdmx__kv_result_decode(wt.resp + k * RDMX_KV_RESULT_SIZE,
-                                   wt.resp_len - k * RDMX_KV_RESULT_SIZE,
+            rdmx__kv_result_decode(resp + k * RDMX_KV_RESULT_SIZE,
+                                   resp_len - k * RDMX_KV_RESULT_SIZE,
                                    &res) != RDMX_OK)
             ist = st = RDMX_ERR_PROTO;
         else if (st == RDMX_OK)
@@ -748,7 +959,7 @@ static rdmx_status_t mput_batch(rdmx_kv_t *kv, unsigned s,
         if (it->status >= 0)
             it->status = ist == RDMX_OK ? RDMX_OK : ist;
     }
-    free(wt.resp);
+    free(resp);
     return st;
 }
 
@@ -826,9 +1037,9 @@ rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
     /* Runs of consecutive keys on one server go in one round trip. */
     while (i < n) {
         unsigned s;
-        size_t m = 0, j;
+        size_t m = 0, j, resp_len;
         rdmx_kv_req_t *reqs;
-        kv_wait_t wt = {0};
+        unsigned char *resp;
         rdmx_status_t st;
         uint32_t got;
 
@@ -846,17 +1057,15 @@ rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
             reqs[k].klen = (uint16_t)klens[i + k];
             reqs[k].key = keys[i + k];
         }
-        st = batch(kv, s, RDMX_KV_H_PREFIX, reqs, NULL, m, &wt, 64);
+        st = batch(kv, s, RDMX_KV_H_PREFIX, reqs, NULL, m, 64, &resp,
+                   &resp_len);
         free(reqs);
-        if (st != RDMX_OK || wt.resp_len < 4) {
-            free(wt.resp);
-            return st != RDMX_OK ? st
-                                 : rdmx__error(RDMX_ERR_PROTO, "kv prefix: "
-                                                               "short answer");
-        }
-        got = (uint32_t)wt.resp[0] | (uint32_t)wt.resp[1] << 8 |
-              (uint32_t)wt.resp[2] << 16 | (uint32_t)wt.resp[3] << 24;
-        free(wt.resp);
+        if (st == RDMX_OK &&
+            rdmx__kv_prefix_decode(resp, resp_len, &got) != RDMX_OK)
+            st = rdmx__error(RDMX_ERR_PROTO, "kv prefix: short answer");
+        free(resp);
+        if (st != RDMX_OK)
+            return st;
         hits += got;
         if (got < m)
             break;
@@ -866,40 +1075,42 @@ rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
     return RDMX_OK;
 }
 
+/* --- every server, one server --------------------------------------------- */
+
 rdmx_status_t rdmx_kv_flush(rdmx_kv_t *kv)
 {
-    rdmx_status_t st = RDMX_OK;
+    unsigned char dummy[8];
+    kv_msg_t m;
+    kv_op_t op;
 
-    for (unsigned s = 0; s < kv->n; s++) {
-        kv_wait_t wt = {0};
-        unsigned char dummy[8];
-        wt.resp = dummy;
-        wt.resp_cap = sizeof(dummy);
-        rdmx_status_t st1 = kv_call(kv, s, RDMX_KV_H_FLUSH, NULL, 0, NULL, 0,
-                                    &wt);
-        if (st == RDMX_OK && st1 != RDMX_OK)
-            st = st1;
-    }
-    return st;
+    /* every server in turn (copies from server 0); the first error */
+    msg_init(&m);
+    op_init(&op, kv, RDMX_KV_H_FLUSH, &m, 0, kv->n);
+    op.resp = dummy;
+    op.resp_cap = sizeof(dummy);
+    return op_wait(&op);
 }
 
 rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,
                             size_t size)
 {
-    kv_wait_t wt = {0};
+    kv_msg_t m;
+    kv_op_t op;
     rdmx_status_t st;
 
     if (index >= kv->n || buf == NULL || size == 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv stats: server %u of %u",
                            index, kv->n);
-    wt.resp = (unsigned char *)buf;
-    wt.resp_cap = size - 1;
-    st = kv_call(kv, index, RDMX_KV_H_STATS, NULL, 0, NULL, 0, &wt);
-    buf[st == RDMX_OK || st == RDMX_ERR_TOO_BIG ? wt.resp_len : 0] = '\0';
+    msg_init(&m);
+    op_init(&op, kv, RDMX_KV_H_STATS, &m, index, 1);
+    op.resp = (unsigned char *)buf;
+    op.resp_cap = size - 1;
+    st = op_wait(&op);
+    buf[st == RDMX_OK || st == RDMX_ERR_TOO_BIG ? op.resp_len : 0] = '\0';
     return st;
 }
 
-/* --- lambda ------------------------------------------------------------------ */
+/* --- lambda --------------------------------------------------------------- */
 
 rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
                            const char *const *keys, unsigned nkeys,
@@ -936,138 +1147,4 @@ rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
         all[nkeys + i] = args[i];
     return rdmx__lambda_eval(kv->ch[s], source, length, NULL, 0, all,
                              nkeys + nargs, nkeys, out, capacity, out_len_p);
-}
-
-/* --- non-blocking forms ------------------------------------------------------ */
-
-rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             void *buf, size_t capacity, rdmx_mr_t *mr,
-                             rdmx_kv_cb_t cb, void *arg)
-{
-    rdmx_kv_req_t r = {0};
-    rdmx_rpc_bulk_t b;
-    unsigned char stack[512], *req;
-    kv_nb_t *nb;
-    size_t len;
-    rdmx_status_t st;
-
-    if ((st = check_key(klen, key)) != RDMX_OK)
-        return st;
-    if (kv->no_rma)
-        mr = NULL; /* a hint: inline is faster without real RMA */
-    if (cb == NULL || (buf == NULL && capacity != 0))
-        return rdmx__error(RDMX_ERR_INVALID, "kv get_nb: NULL argument");
-    r.klen = (uint16_t)klen;
-    r.key = key;
-    if (mr != NULL && capacity > 0) {
-        r.mode = RDMX_KV_GET_BUF;
-        r.vlen = capacity;
-        b.mr = mr;
-        b.offset = (uint64_t)((const char *)buf -
-                              (const char *)rdmx_mr_addr(mr));
-        b.length = capacity;
-        b.access = RDMX_ACCESS_WRITE;
-    }
-    nb = calloc(1, sizeof(*nb));
-    req = build_req(&r, 0, stack, sizeof(stack), &len);
-    if (nb == NULL || req == NULL) {
-        free(nb);
-        if (req != stack)
-            free(req);
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv get_nb: out of memory");
-    }
-    nb->cb = cb;
-    nb->arg = arg;
-    st = kv_call_nb(kv, read_server(kv, key, klen), RDMX_KV_H_GET, req, len,
-                    &b, r.mode ? 1 : 0, nb, 1, buf, capacity);
-    if (req != stack)
-        free(req);
-    if (st != RDMX_INPROGRESS)
-        free(nb);
-    return st;
-}
-
-rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             const void *value, size_t vlen, rdmx_mr_t *mr,
-                             const rdmx_kv_put_opts_t *opts, rdmx_kv_cb_t cb,
-                             void *arg)
-{
-    rdmx_kv_req_t r = {0};
-    rdmx_rpc_bulk_t b;
-    unsigned char stack[1024], *req;
-    size_t len;
-    unsigned first, started = 0;
-    kv_nb_t *nb;
-    int bulk;
-    rdmx_status_t st = RDMX_OK;
-
-    if ((st = check_key(klen, key)) != RDMX_OK)
-        return st;
-    if (kv->no_rma)
-        mr = NULL; /* a hint: inline is faster without real RMA */
-    if (cb == NULL || (value == NULL && vlen != 0))
-        return rdmx__error(RDMX_ERR_INVALID, "kv put_nb: NULL argument");
-    if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
-        return rdmx__error(RDMX_ERR_INVALID, "kv put: mode %d",
-                           (int)opts->mode);
-    if (kv->replicas > 1 && opts != NULL && opts->mode != RDMX_KV_PUT_SET)
-        return rdmx__error(RDMX_ERR_UNSUPPORTED,
-                           "kv put_nb: a conditional write needs its first "
-                           "copy's answer before the others; use rdmx_kv_put "
-                           "with replicas > 1");
-    bulk = mr != NULL && vlen > kv->inline_max;
-    r.mode = (uint8_t)(opts ? opts->mode : RDMX_KV_PUT_SET);
-    if (bulk)
-        r.mode |= RDMX_KV_PUT_BULK;
-    r.klen = (uint16_t)klen;
-    r.key = key;
-    r.flags = opts ? opts->flags : 0;
-    r.ttl_ms = opts ? opts->ttl_ms : 0;
-    r.cas = opts ? opts->cas : 0;
-    r.vlen = vlen;
-    r.value = value;
-    if (bulk) {
-        b.mr = mr;
-        b.offset = (uint64_t)((const char *)value -
-                              (const char *)rdmx_mr_addr(mr));
-        b.length = vlen;
-        b.access = RDMX_ACCESS_READ;
-    }
-    nb = calloc(1, sizeof(*nb));
-    req = build_req(&r, bulk ? 0 : vlen, stack, sizeof(stack), &len);
-    if (nb == NULL || req == NULL) {
-        free(nb);
-        if (req != stack)
-            free(req);
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv put_nb: out of memory");
-    }
-    nb->cb = cb;
-    nb->arg = arg;
-    nb->pending = 1; /* held until every replica call is started */
-    first = rdmx_kv_server_of(kv, key, klen);
-    for (unsigned i = 0; i < kv->replicas; i++) {
-        rdmx_status_t st1 = kv_call_nb(kv, (first + i) % kv->n,
-                                       RDMX_KV_H_PUT, req, len, &b,
-                                       bulk ? 1 : 0, nb, i == 0, NULL, 0);
-        if (st1 == RDMX_INPROGRESS)
-            started++;
-        else if (st == RDMX_OK)
-            st = st1;
-    }
-    if (req != stack)
-        free(req);
-    if (started == 0) {
-        free(nb);
-        return st != RDMX_OK ? st : rdmx__error(RDMX_ERR_INTERNAL, "kv put");
-    }
-    if (st != RDMX_OK && nb->status == RDMX_OK) {
-        nb->status = st; /* a replica could not even be asked */
-        snprintf(nb->message, sizeof(nb->message), "%s", rdmx_error_detail());
-    }
-    if (--nb->pending == 0) { /* all finished at once (cannot, but be safe) */
-        nb->meta.message = nb->message;
-        nb->cb(nb->status, &nb->meta, nb->arg);
-        free(nb);
-    }
-    return RDMX_INPROGRESS;
 }

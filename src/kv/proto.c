@@ -19,7 +19,7 @@ void rdmx__kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out)
 }
 
 rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
-                                    rdmx_kv_result_t *r)
+                                     rdmx_kv_result_t *r)
 {
     const unsigned char *p = buf;
 
@@ -40,8 +40,7 @@ rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
     return RDMX_OK;
 }
 
-void rdmx__kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
-                        unsigned char *out)
+void rdmx__kv_req_encode_header(const rdmx_kv_req_t *r, unsigned char *out)
 {
     out[0] = r->mode;
     out[1] = 0;
@@ -51,6 +50,12 @@ void rdmx__kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
     rdmx_put_le32(out + 12, 0);
     rdmx_put_le64(out + 16, r->cas);
     rdmx_put_le64(out + 24, r->vlen);
+}
+
+void rdmx__kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
+                         unsigned char *out)
+{
+    rdmx__kv_req_encode_header(r, out);
     if (r->klen != 0)
         memcpy(out + RDMX_KV_REQ_SIZE, r->key, r->klen);
     if (inline_len != 0)
@@ -58,8 +63,8 @@ void rdmx__kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
 }
 
 rdmx_status_t rdmx__kv_req_decode(const void *buf, size_t len,
-                                 int inline_value, rdmx_kv_req_t *r,
-                                 size_t *used_p, char *why, size_t why_size)
+                                  rdmx_kv_value_t value, rdmx_kv_req_t *r,
+                                  size_t *used_p, char *why, size_t why_size)
 {
     const unsigned char *p = buf;
     size_t need;
@@ -88,7 +93,8 @@ rdmx_status_t rdmx__kv_req_decode(const void *buf, size_t len,
         return RDMX_ERR_PROTO;
     }
     r->key = p + RDMX_KV_REQ_SIZE;
-    if (inline_value) {
+    if (value == RDMX_KV_VALUE_INLINE ||
+        (value == RDMX_KV_VALUE_PUT && !(r->mode & RDMX_KV_PUT_BULK))) {
         if (r->vlen > len - need) {
             snprintf(why, why_size, "value of %llu bytes, %zu present",
                      (unsigned long long)r->vlen, len - need);
@@ -98,5 +104,57 @@ rdmx_status_t rdmx__kv_req_decode(const void *buf, size_t len,
         need += (size_t)r->vlen;
     }
     *used_p = need;
+    return RDMX_OK;
+}
+
+size_t rdmx__kv_batch_size(const rdmx_kv_req_t *reqs, const size_t *inl,
+                           size_t n)
+{
+    size_t len = RDMX_KV_BATCH_HDR;
+
+    for (size_t i = 0; i < n; i++)
+        len += rdmx__kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
+    return len;
+}
+
+void rdmx__kv_batch_encode(const rdmx_kv_req_t *reqs, const size_t *inl,
+                           size_t n, unsigned char *out)
+{
+    size_t off = RDMX_KV_BATCH_HDR;
+
+    rdmx_put_le32(out, (uint32_t)n);
+    rdmx_put_le32(out + 4, 0);
+    for (size_t i = 0; i < n; i++) {
+        rdmx__kv_req_encode(&reqs[i], inl ? inl[i] : 0, out + off);
+        off += rdmx__kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
+    }
+}
+
+rdmx_status_t rdmx__kv_batch_decode(const void *buf, size_t len,
+                                    uint32_t *count_p)
+{
+    const unsigned char *p = buf;
+    uint32_t n;
+
+    if (p == NULL || len < RDMX_KV_BATCH_HDR)
+        return RDMX_ERR_PROTO;
+    n = rdmx_get_le32(p);
+    if (n == 0 || n > RDMX_KV_BATCH_MAX || rdmx_get_le32(p + 4) != 0)
+        return RDMX_ERR_PROTO;
+    *count_p = n;
+    return RDMX_OK;
+}
+
+void rdmx__kv_prefix_encode(uint32_t hits, unsigned char *out)
+{
+    rdmx_put_le32(out, hits);
+}
+
+rdmx_status_t rdmx__kv_prefix_decode(const void *buf, size_t len,
+                                     uint32_t *hits_p)
+{
+    if (buf == NULL || len < RDMX_KV_PREFIX_SIZE)
+        return RDMX_ERR_PROTO;
+    *hits_p = rdmx_get_le32(buf);
     return RDMX_OK;
 }

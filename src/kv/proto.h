@@ -1,5 +1,6 @@
 /*
- * KV wire format: the payloads of the kv.* RPC handlers of rdmx-kvd.
+ * KV wire format: the payloads of the kv.* RPC handlers of the KV server
+ * (server.c) and its client (client.c), encoded and decoded here only.
  * Fixed little-endian headers, then the key, then (inline) value bytes.
  * Decoders validate every length against the bytes present.
  * docs/KV.md has the tables.
@@ -55,19 +56,22 @@ typedef struct {
 
 void rdmx__kv_result_encode(const rdmx_kv_result_t *r, unsigned char *out);
 rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
-                                    rdmx_kv_result_t *r);
+                                     rdmx_kv_result_t *r);
 
 /* A key-carrying request, 32-byte header then the key then the value:
- * u8 op-mode, u8 reserved, u16 key length, u32 flags, u32 ttl_ms,
+ * u8 mode, u8 reserved, u16 key length, u32 flags, u32 ttl_ms,
  * u32 reserved, u64 cas (expected) / delta, u64 value length.
- * GET:    mode bit 0: the caller lent a buffer (RPC bulk descriptor 0).
- * PUT:    mode = rdmx_kv_mode_t; bit 7: the value is in the caller's
- *         buffer (bulk descriptor 0), not inline.
- * DELETE: cas (0 = any). TOUCH: ttl_ms. INCR: mode 0 incr / 1 decr, cas =
- *         delta. EXISTS: key only. */
-#define RDMX_KV_REQ_SIZE 32
-#define RDMX_KV_PUT_BULK 0x80u
-#define RDMX_KV_GET_BUF  0x01u
+ * GET:    mode RDMX_KV_GET_BUF: the caller lent a buffer of `value length`
+ *         bytes (RPC bulk descriptor 0).
+ * PUT:    mode & RDMX_KV_MODE_MASK = rdmx_kv_mode_t; RDMX_KV_PUT_BULK: the
+ *         value is in the caller's buffer (bulk descriptor 0), not inline.
+ * DELETE: cas (0 = any). TOUCH: ttl_ms. INCR: mode RDMX_KV_INCR_DECR
+ *         decrements, cas = delta. EXISTS: key only. */
+#define RDMX_KV_REQ_SIZE   32
+#define RDMX_KV_MODE_MASK  0x7fu /* the mode proper (PUT: rdmx_kv_mode_t) */
+#define RDMX_KV_PUT_BULK   0x80u /* PUT: the value is not inline */
+#define RDMX_KV_GET_BUF    0x01u /* GET: the caller lent a buffer */
+#define RDMX_KV_INCR_DECR  0x01u /* INCR: subtract the delta */
 typedef struct {
     uint8_t mode;
     uint16_t klen;
@@ -79,6 +83,14 @@ typedef struct {
     const unsigned char *value; /* inline value, or NULL */
 } rdmx_kv_req_t;
 
+/* Whether value bytes follow a request's key (what its handler expects). */
+typedef enum {
+    RDMX_KV_VALUE_NONE = 0,   /* key only; vlen is a number */
+    RDMX_KV_VALUE_INLINE = 1, /* vlen value bytes (kv.mput's items) */
+    RDMX_KV_VALUE_PUT = 2     /* kv.put: inline unless the mode has
+                                 RDMX_KV_PUT_BULK */
+} rdmx_kv_value_t;
+
 /* Bytes of an encoded request with @klen key bytes and @inline_len value
  * bytes. */
 static inline size_t rdmx__kv_req_size(size_t klen, size_t inline_len)
@@ -87,16 +99,40 @@ static inline size_t rdmx__kv_req_size(size_t klen, size_t inline_len)
 }
 /* Encode into @out (rdmx__kv_req_size bytes); copies key and inline value. */
 void rdmx__kv_req_encode(const rdmx_kv_req_t *r, size_t inline_len,
-                        unsigned char *out);
+                         unsigned char *out);
+/* Encode only the 32-byte header of @r over the one at @out: the same
+ * request (key and value unchanged) with other header fields. */
+void rdmx__kv_req_encode_header(const rdmx_kv_req_t *r, unsigned char *out);
 /* Decode one request from @buf; *used_p = its bytes (batches hold many).
- * @inline_value: whether value bytes follow the key (vlen of them). */
+ * @value: whether value bytes follow the key. RDMX_ERR_PROTO with the
+ * reason in @why when a length disagrees with the bytes present or a
+ * reserved field is set. */
 rdmx_status_t rdmx__kv_req_decode(const void *buf, size_t len,
-                                 int inline_value, rdmx_kv_req_t *r,
-                                 size_t *used_p, char *why, size_t why_size);
+                                  rdmx_kv_value_t value, rdmx_kv_req_t *r,
+                                  size_t *used_p, char *why, size_t why_size);
 
 /* Batches (kv.mget, kv.mput, kv.prefix): u32 count, u32 reserved, then
- * count requests back to back. */
+ * count requests back to back (single requests' layout). */
 #define RDMX_KV_BATCH_HDR 8
 #define RDMX_KV_BATCH_MAX 4096
+
+/* Bytes of a batch of @reqs[0..n), each with @inl[i] value bytes inline
+ * (@inl NULL: none). */
+size_t rdmx__kv_batch_size(const rdmx_kv_req_t *reqs, const size_t *inl,
+                           size_t n);
+/* Encode the batch into @out (rdmx__kv_batch_size bytes). */
+void rdmx__kv_batch_encode(const rdmx_kv_req_t *reqs, const size_t *inl,
+                           size_t n, unsigned char *out);
+/* Decode a batch's header: RDMX_OK and *count_p (1..RDMX_KV_BATCH_MAX), or
+ * RDMX_ERR_PROTO. Its requests follow at RDMX_KV_BATCH_HDR. */
+rdmx_status_t rdmx__kv_batch_decode(const void *buf, size_t len,
+                                    uint32_t *count_p);
+
+/* kv.prefix's answer: u32 keys present before the first miss. */
+#define RDMX_KV_PREFIX_SIZE 4
+void rdmx__kv_prefix_encode(uint32_t hits, unsigned char *out);
+/* RDMX_ERR_PROTO when shorter than RDMX_KV_PREFIX_SIZE. */
+rdmx_status_t rdmx__kv_prefix_decode(const void *buf, size_t len,
+                                     uint32_t *hits_p);
 
 #endif /* RDMX_KV_PROTO_H */

@@ -90,47 +90,64 @@ typedef enum {
                                   CAS version given (else RDMX_ERR_EXISTS) */
 } rdmx_kv_store_mode_t;
 
-/* Counters, memcached's names where memcached has one. */
+/*
+ * The store's counters as X(field, name): `field` of rdmx_kv_store_stats_t
+ * and `name`, its line in the KV server's stats answer ("name value", see
+ * server.h), memcached's name where memcached has one; "" for the ones that
+ * answer does not report. The reported ones come first, in its order.
+ */
+#define RDMX_KV_STORE_STATS(X)                                                 \
+    X(curr_items, "curr_items")         /* items linked in the index */        \
+    X(total_items, "total_items")       /* items ever linked (commits, incr    \
+                                           copies) */                          \
+    X(bytes, "bytes")                   /* value bytes of the linked items */  \
+    X(limit_maxbytes, "limit_maxbytes") /* size of the range given at create */\
+    X(cmd_get, "cmd_get")               /* == get_hits + get_misses */         \
+    X(cmd_set, "cmd_set")               /* reserve / set calls */              \
+    X(cmd_touch, "cmd_touch")                                                  \
+    X(cmd_flush, "cmd_flush")                                                  \
+    X(get_hits, "get_hits")                                                    \
+    X(get_misses, "get_misses")         /* includes get_expired */             \
+    X(get_expired, "get_expired")       /* gets that found the item expired */ \
+    X(delete_hits, "delete_hits")                                              \
+    X(delete_misses, "delete_misses")                                          \
+    X(incr_hits, "incr_hits")                                                  \
+    X(incr_misses, "incr_misses")                                              \
+    X(decr_hits, "decr_hits")                                                  \
+    X(decr_misses, "decr_misses")                                              \
+    X(cas_hits, "cas_hits")                                                    \
+    X(cas_misses, "cas_misses")                                                \
+    X(cas_badval, "cas_badval")                                                \
+    X(touch_hits, "touch_hits")                                                \
+    X(touch_misses, "touch_misses")                                            \
+    X(evictions, "evictions")           /* live items removed to make room */  \
+    X(evicted_unfetched, "evicted_unfetched") /* ... that had never been       \
+                                                 read */                       \
+    X(expired_unfetched, "expired_unfetched") /* expired items removed never   \
+                                                 read */                       \
+    X(reclaimed, "reclaimed")           /* expired items removed other than by \
+                                           a get: reclaim sweep, eviction,     \
+                                           other commands */                   \
+    X(alloc_free_bytes, "free_bytes")   /* allocator: spans of free blocks */  \
+    X(alloc_largest_free, "largest_free_block") /* usable bytes of the largest \
+                                                   free block */               \
+    X(reserved_items, "")    /* reserved, not yet committed or aborted */      \
+    X(pending_items, "")     /* replaced/deleted, freed at last release */     \
+    X(pending_bytes, "")     /* their value bytes */                           \
+    X(hash_power_level, "")  /* log2 of the index's buckets */                 \
+    X(hash_is_expanding, "")                                                   \
+    X(alloc_capacity, "")    /* allocator: bytes managed (range minus          \
+                                alignment) */                                  \
+    X(alloc_used_bytes, "")  /* spans of allocated blocks */                   \
+    X(alloc_blocks, "")      /* allocated blocks */                            \
+    X(alloc_free_blocks, "") /* free blocks */
+
+/* The counters, one uint64_t per entry of RDMX_KV_STORE_STATS. The
+ * store's mutex guards its copy; rdmx__kv_store_stats() gives a snapshot. */
 typedef struct {
-    uint64_t curr_items;     /* items linked in the index */
-    uint64_t total_items;    /* items ever linked (commits, incr copies) */
-    uint64_t bytes;          /* value bytes of the linked items */
-    uint64_t limit_maxbytes; /* size of the range given at create */
-    uint64_t get_hits;
-    uint64_t get_misses;        /* includes get_expired */
-    uint64_t get_expired;       /* gets that found the item expired */
-    uint64_t evictions;         /* live items removed to make room */
-    uint64_t evicted_unfetched; /* ... that had never been read */
-    uint64_t reclaimed;         /* expired items removed other than by a get:
-                                   reclaim sweep, eviction, other commands */
-    uint64_t expired_unfetched; /* expired items removed never read */
-    uint64_t cmd_get;           /* == get_hits + get_misses */
-    uint64_t cmd_set;           /* reserve / set calls */
-    uint64_t cmd_touch;
-    uint64_t touch_hits;
-    uint64_t touch_misses;
-    uint64_t cmd_flush;
-    uint64_t delete_hits;
-    uint64_t delete_misses;
-    uint64_t incr_hits;
-    uint64_t incr_misses;
-    uint64_t decr_hits;
-    uint64_t decr_misses;
-    uint64_t cas_hits;
-    uint64_t cas_misses;
-    uint64_t cas_badval;
-    uint64_t reserved_items;   /* reserved, not yet committed or aborted */
-    uint64_t pending_items;    /* replaced/deleted, freed at last release */
-    uint64_t pending_bytes;    /* their value bytes */
-    uint64_t hash_power_level; /* log2 of the index's buckets */
-    uint64_t hash_is_expanding;
-    /* allocator */
-    uint64_t alloc_capacity;   /* bytes managed (range minus alignment) */
-    uint64_t alloc_used_bytes; /* spans of allocated blocks */
-    uint64_t alloc_free_bytes;
-    uint64_t alloc_largest_free; /* usable bytes of the largest free block */
-    uint64_t alloc_blocks;       /* allocated blocks */
-    uint64_t alloc_free_blocks;
+#define RDMX_KV_STORE_STATS_FIELD(field, name) uint64_t field;
+    RDMX_KV_STORE_STATS(RDMX_KV_STORE_STATS_FIELD)
+#undef RDMX_KV_STORE_STATS_FIELD
 } rdmx_kv_store_stats_t;
 
 /*
