@@ -189,7 +189,7 @@ int main(int argc, char **argv)
             break;
         case 'N': no_lambda = 1; break;
         case 'P':
-            lp->field_mask |= RDMX_LAMBDA_FIELD_PLUGIN_DIR;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR;
             lp->plugin_dir = optarg;
             break;
         case 'i': {
@@ -199,7 +199,7 @@ int main(int argc, char **argv)
                                 "a number of at least 1000\n", optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS;
             lp->max_instructions = v;
             break;
         }
@@ -210,7 +210,7 @@ int main(int argc, char **argv)
                                 "of at least 256k\n", optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_MAX_MEMORY;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY;
             break;
         case 't': {
             size_t v;
@@ -219,8 +219,9 @@ int main(int argc, char **argv)
                                 "milliseconds, 0..3600000\n", optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_MAX_TIME;
-            lp->max_time_ms = (unsigned)v;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_TIME;
+            /* (0 on the command line: only the caller's deadline) */
+            lp->max_time_ms = v == 0 ? RDMX_TIMEOUT_INFINITE : (int)v;
             break;
         }
         case 'C': {
@@ -230,7 +231,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_CACHE_ENTRIES;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES;
             lp->cache_entries = (unsigned)v;
             break;
         }
