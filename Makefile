@@ -77,7 +77,7 @@ install: build
 	cmake --install build
 
 format:
-	clang-format -i include/rdmx/*.h src/*/*.[ch] tools/*.c tests/*.[ch]
+	clang-format -i include/rdmx/*.h src/*/*.[ch] tools/*.c tools/*/*.[ch] tests/*.[ch]
 
 clean:
 	rm -rf build build-debug build-release build-asan build-ucx

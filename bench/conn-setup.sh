@@ -66,6 +66,9 @@
 set -euo pipefail
 
 NAME=conn-setup
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
 ROUNDS=3
 CONNS=2000
 PROCS=1
@@ -75,32 +78,12 @@ PERF=0
 KEEP=0
 INSTALL=1
 
-usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
-}
-
-die() {
-    echo "$NAME: $*" >&2
-    exit 1
-}
-
-bad_arg() {
-    echo "$NAME: $*" >&2
-    exit 2
-}
-
 while [ $# -gt 0 ]; do
     case "$1" in
     --rounds) ROUNDS="${2:-}"; shift ;;
     --conns) CONNS="${2:-}"; shift ;;
     --procs) PROCS="${2:-}"; shift ;;
-    --transport)
-        case "${2:-}" in
-        shm | tcp) TRANSPORTS="$2" ;;
-        all) TRANSPORTS="tcp shm" ;;
-        *) bad_arg "--transport shm|tcp|all" ;;
-        esac
-        shift ;;
+    --transport) set_transports "${2:-}" "tcp shm"; shift ;;
     --settle) SETTLE="${2:-}"; shift ;;
     --perf) PERF=1 ;;
     --keep) KEEP=1 ;;
@@ -111,17 +94,14 @@ while [ $# -gt 0 ]; do
     shift
 done
 for v in "$ROUNDS" "$CONNS" "$PROCS"; do
-    case "$v" in '' | *[!0-9]* | 0) bad_arg "bad number '$v'" ;; esac
+    is_count "$v" || bad_arg "bad number '$v'"
 done
 [ "$PROCS" -le "$CONNS" ] || bad_arg "--procs larger than --conns"
 awk -v s="$SETTLE" 'BEGIN { exit !(s + 0 >= 0 && s ~ /^[0-9.]+$/) }' ||
     bad_arg "bad --settle"
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-RDMX_BUILD=${RDMX_BUILD:-$ROOT/build}
 RDMX_KVD=${RDMX_KVD:-$RDMX_BUILD/bin/rdmx-kvd}
 RDMX_LIB=${RDMX_LIB:-$RDMX_BUILD/lib/librdmx.a}
-CC=${CC:-cc}
 [ -x "$RDMX_KVD" ] || die "$RDMX_KVD not found; run make (or set RDMX_BUILD)"
 [ -f "$RDMX_LIB" ] || die "$RDMX_LIB not found; run make (or set RDMX_BUILD)"
 if [ "$PERF" = 1 ]; then
@@ -129,28 +109,6 @@ if [ "$PERF" = 1 ]; then
 fi
 
 # --- install memcached (Debian package) ----------------------------------------
-install_missing() {
-    local missing=() p sudo=""
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
-            grep -q "ok installed" || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    [ "$INSTALL" = 1 ] || die "missing packages: ${missing[*]} (--no-install)"
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null ||
-            die "need root or sudo to install: ${missing[*]}"
-        sudo=sudo
-    fi
-    echo "# installing ${missing[*]}" >&2
-    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends "${missing[@]}" >&2; then
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            --no-install-recommends "${missing[@]}" >&2 ||
-            die "cannot install ${missing[*]}"
-    fi
-}
 if [ -z "${MEMCACHED:-}" ] && ! command -v memcached >/dev/null; then
     install_missing memcached
 fi
@@ -158,40 +116,8 @@ MEMCACHED=${MEMCACHED:-$(command -v memcached || true)}
 [ -n "$MEMCACHED" ] || die "memcached not found"
 
 # --- work dir, processes, cleanup ----------------------------------------------
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/$NAME.XXXXXX")
-SERVER_PIDS=()
-CPIDS=()    # client processes running now
-PERF_PIDS=()
-cleanup() {
-    local p
-    for p in "${CPIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${PERF_PIDS[@]}"; do
-        kill -INT "$p" 2>/dev/null || true
-    done
-    for p in "${CPIDS[@]}" "${PERF_PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    for p in "${SERVER_PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${SERVER_PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    if [ "$KEEP" = 1 ]; then
-        echo "raw results kept in $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A clean, loopback-only UCX environment for rdmx.
-unset UCX_TLS UCX_MM_ERROR_HANDLING RDMX_TRANSPORT
-export UCX_NET_DEVICES=lo
-export UCX_WARN_UNUSED_ENV_VARS=n
+make_work_dir
+loopback_ucx
 
 # Open files: both servers are told 20000 connections (memcached refuses
 # to start if it cannot raise its limit that far).
@@ -208,45 +134,6 @@ fi
 CLK_TCK=$(getconf CLK_TCK)
 
 # --- helpers -------------------------------------------------------------------
-free_port() {
-    local p
-    for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 40000))
-        if [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then
-            echo "$p"
-            return
-        fi
-    done
-    die "no free port found"
-}
-
-wait_listen() { # port pid
-    for _ in $(seq 500); do
-        [ -n "$(ss -Htln "src 127.0.0.1 and sport = :$1" 2>/dev/null)" ] &&
-            return 0
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.02
-    done
-    return 1
-}
-
-median() { # values on stdin -> median
-    sort -g | awk '{v[NR] = $1} END {
-        if (NR == 0) { print "nan"; exit }
-        if (NR % 2) print v[(NR + 1) / 2];
-        else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-cpu_busy() { # share of CPU time used over one second (percent)
-    local a b
-    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    sleep 1
-    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
-        busy = y[1] - x[1]; idle = y[2] - x[2];
-        printf "%.0f\n", (busy + idle > 0) ? 100 * busy / (busy + idle) : 0 }'
-}
-
 load_note() { # when -> a line on the machine's load
     local busy la
     busy=$(cpu_busy)
@@ -262,26 +149,6 @@ load_note() { # when -> a line on the machine's load
     else
         echo "# CPU use by other processes ($1): ${busy}%; load average $la"
     fi
-}
-
-# The machine's busy ticks (all CPUs) and this script's (reaped clients,
-# live servers): "busy ours"; for the share other processes used.
-cpu_ticks() {
-    local ours p
-    ours=$(awk '{print $16 + $17}' "/proc/$$/stat")
-    for p in "${SERVER_PIDS[@]}"; do
-        [ -r "/proc/$p/stat" ] || continue
-        ours=$((ours + $(sed 's/^.*) //' "/proc/$p/stat" |
-            awk '{print $12 + $13}')))
-    done
-    awk -v o="$ours" '/^cpu /{ b = $2+$3+$4+$7+$8+$9;
-        print b + $5 + $6, b, o }' /proc/stat
-}
-others_pct() { # "total busy ours" before, after -> % of CPU others used
-    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
-        t = y[1] - x[1]; o = (y[2] - x[2]) - (y[3] - x[3]);
-        if (o < 0) o = 0;
-        printf "%.0f\n", (t > 0 ? 100 * o / t : 0) }'
 }
 
 # Server figures: "ticks sched_ns rss_kb fds threads" of process $1.
@@ -303,43 +170,6 @@ kv_field() { # name line -> value of name=value
 }
 
 # --- servers -------------------------------------------------------------------
-start_memcached() {
-    local user
-    user=$(id -un)
-    for _ in 1 2 3; do
-        MC_PORT=$(free_port)
-        "$MEMCACHED" -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 2 -c "$MAXCONN" \
-            -u "$user" >"$WORK/memcached.log" 2>&1 &
-        MC_PID=$!
-        SERVER_PIDS+=("$MC_PID")
-        wait_listen "$MC_PORT" "$MC_PID" && return 0
-        kill "$MC_PID" 2>/dev/null || true
-        wait "$MC_PID" 2>/dev/null || true
-    done
-    die "memcached did not start: $(cat "$WORK/memcached.log")"
-}
-
-start_kvd() { # transport -> PORT_<tr>, PID_<tr>
-    local tr=$1 pid port
-    : >"$WORK/kvd.$tr.out"
-    "$RDMX_KVD" --listen 127.0.0.1:0 --workers 2 --memory 64m \
-        --max-connections "$MAXCONN" --transport "$tr" \
-        >"$WORK/kvd.$tr.out" 2>"$WORK/kvd.$tr.err" &
-    pid=$!
-    SERVER_PIDS+=("$pid")
-    for _ in $(seq 1500); do
-        grep -q 'listening on' "$WORK/kvd.$tr.out" 2>/dev/null && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.02
-    done
-    port=$(sed -n 's/^rdmx-kvd: listening on [^ ]*:\([0-9]*\) .*/\1/p' \
-        "$WORK/kvd.$tr.out")
-    [ -n "$port" ] || die "rdmx-kvd ($tr) did not start:" \
-        "$(cat "$WORK/kvd.$tr.err" "$WORK/kvd.$tr.out")"
-    printf -v "PORT_$tr" '%s' "$port"
-    printf -v "PID_$tr" '%s' "$pid"
-}
-
 pid_of() { # system -> server pid
     case "$1" in memcached) echo "$MC_PID" ;; *) local v="PID_$1"; echo "${!v}" ;; esac
 }
@@ -434,15 +264,17 @@ if pkg-config --exists ucx libcrypto lua5.4 2>/dev/null; then
 else
     deplibs=(-lucp -luct -lucs -lucm -lcrypto -llua5.4)
 fi
-"$CC" -O2 -I "$ROOT/include" -o "$WORK/conn_setup_client" \
-    "$ROOT/bench/conn_setup_client.c" "$RDMX_LIB" "${deplibs[@]}" \
-    -lpthread -ldl -lm 2>"$WORK/client.cc" ||
-    die "cannot compile bench/conn_setup_client.c: $(cat "$WORK/client.cc")"
+bench_cc conn_setup_client "$RDMX_LIB" "${deplibs[@]}" -lpthread -ldl -lm ||
+    die "cannot compile bench/conn_setup_client.c:" \
+        "$(cat "$WORK/conn_setup_client.cc")"
 
 SYSTEMS=(memcached)
-start_memcached
+start_memcached -c "$MAXCONN"
 for tr in $TRANSPORTS; do
-    start_kvd "$tr"
+    start_kvd "$tr" --workers 2 --memory 64m --max-connections "$MAXCONN" \
+        --transport "$tr"
+    printf -v "PORT_$tr" '%s' "$KVD_PORT"
+    printf -v "PID_$tr" '%s' "$KVD_PID"
     SYSTEMS+=("$tr")
 done
 nsys=${#SYSTEMS[@]}
@@ -460,19 +292,13 @@ fi
 
 # --- header --------------------------------------------------------------------
 mc_version=$("$MEMCACHED" -V 2>/dev/null || true)
-ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' |
-    head -1 || true)
-extra_env=$(env | grep -E '^(UCX|RDMX)_' |
-    grep -v -E '^(UCX_NET_DEVICES|UCX_WARN_UNUSED_ENV_VARS|RDMX_KVD|RDMX_BUILD|RDMX_LIB)=' |
-    sort | tr '\n' ' ' || true)
+ucx_version=$(ucx_version)
+extra_env=$(extra_env RDMX_KVD RDMX_LIB)
 echo "# $NAME: server CPU per connection (connect, 1 request, close)," \
     "rdmx-kvd vs memcached; $ROUNDS round(s) x $CONNS connections per" \
     "server over $PROCS client process(es); $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# $(nproc) CPUs shared by clients and servers; ${mc_version:-memcached ?}," \
-    "${ucx_version:-UCX ?}; rdmx-kvd built $BIN_TIME, tree at" \
-    "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(
-        git -C "$ROOT" diff --quiet HEAD -- src include tools 2>/dev/null ||
-        echo ' (+ local changes)')"
+    "${ucx_version:-UCX ?}; rdmx-kvd built $BIN_TIME, tree at $(tree_at)"
 servers="memcached -t 2 -c $MAXCONN -U 0 on :$MC_PORT"
 for tr in $TRANSPORTS; do
     v="PORT_$tr"

@@ -29,8 +29,9 @@
  *     client_cpu_us_per_conn=..
  * Exit status 0 if every connection worked, 1 otherwise.
  *
- * Build (bench/conn-setup.sh does this):
- *   cc -O2 -I include -o conn_setup_client bench/conn_setup_client.c \
+ * Build (bench/conn-setup.sh does this, after make):
+ *   cc -O2 -I include -I tools/common -o conn_setup_client \
+ *      bench/conn_setup_client.c build/lib/librdmx_tools_common.a \
  *      build/lib/librdmx.a $(pkg-config --libs ucx libcrypto lua5.4) \
  *      -lpthread -ldl -lm
  */
@@ -38,7 +39,10 @@
 #include <rdmx/kv.h>
 #include <rdmx/rdmx.h>
 
+#include "options.h"
+
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -161,40 +165,22 @@ static int run_rdmx(const char *server, unsigned long n, int timeout_ms,
 
 /* --- memcached ------------------------------------------------------------ */
 
-static int split_hostport(const char *s, char *host, size_t hsize,
-                          char *port, size_t psize)
-{
-    const char *colon = strrchr(s, ':');
-    size_t hl;
-
-    if (colon == NULL || colon[1] == '\0')
-        return -1;
-    hl = (size_t)(colon - s);
-    if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') { /* [v6addr]:port */
-        s++;
-        hl -= 2;
-    }
-    if (hl == 0 || hl >= hsize || strlen(colon + 1) >= psize)
-        return -1;
-    memcpy(host, s, hl);
-    host[hl] = '\0';
-    strcpy(port, colon + 1);
-    return 0;
-}
-
 static int run_memcached(const char *server, unsigned long n, int timeout_ms,
                          results_t *r)
 {
     static const char req[] = "version\r\n";
-    char host[256], port[32], buf[256], msg[512];
+    char host[256], port[8], buf[256], msg[512];
     struct addrinfo hints = {0}, *ai;
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    uint16_t portnum;
     int rc;
 
-    if (split_hostport(server, host, sizeof(host), port, sizeof(port)) != 0) {
-        fprintf(stderr, "conn_setup_client: bad address '%s'\n", server);
+    if (opt_address(server, host, sizeof(host), &portnum) < 0) {
+        fprintf(stderr, "conn_setup_client: bad address '%s': %s\n", server,
+                opt_error());
         return -1;
     }
+    snprintf(port, sizeof(port), "%u", (unsigned)portnum);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     if ((rc = getaddrinfo(host, port, &hints, &ai)) != 0) {
@@ -275,9 +261,8 @@ int main(int argc, char **argv)
     int timeout_ms = 10000, rc;
     results_t r = {0};
     struct rusage ru;
-    uint64_t t0, t1;
+    uint64_t t0, t1, v;
     double wall, cpu_us;
-    char *end;
 
     if (argc >= 2 &&
         (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
@@ -290,17 +275,25 @@ int main(int argc, char **argv)
     }
     mode = argv[1];
     server = argv[2];
-    n = strtoul(argv[3], &end, 10);
-    if (*end != '\0' || n == 0 || n > 100000000ul) {
-        fprintf(stderr, "conn_setup_client: bad N '%s'\n", argv[3]);
+    if (opt_uint(argv[3], 1, 100000000, &v) < 0) {
+        fprintf(stderr, "conn_setup_client: bad N '%s': %s\n", argv[3],
+                opt_error());
         return 2;
     }
+    n = (unsigned long)v;
     if (argc == 6) {
-        timeout_ms = atoi(argv[5]);
-        if (timeout_ms <= 0) {
-            fprintf(stderr, "conn_setup_client: bad --timeout\n");
+        if (opt_duration(argv[5], OPT_MS, &v) < 0) {
+            fprintf(stderr, "conn_setup_client: bad --timeout '%s': %s\n",
+                    argv[5], opt_error());
             return 2;
         }
+        if (v == 0 || opt_ns_to_ms(v) > INT_MAX) {
+            fprintf(stderr, "conn_setup_client: bad --timeout '%s': 1 ms .. "
+                            "%d ms\n",
+                    argv[5], INT_MAX);
+            return 2;
+        }
+        timeout_ms = (int)opt_ns_to_ms(v);
     }
     r.open_ns = calloc(n, sizeof(uint64_t));
     r.total_ns = calloc(n, sizeof(uint64_t));

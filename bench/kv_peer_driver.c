@@ -22,13 +22,17 @@
  * memcached_set. Redis: hiredis redisCommand "GET %b" / "SET %b %b".
  * A GET must return exactly --size bytes, otherwise it counts as an error.
  *
- * Build: cc -O2 -o kv_peer_driver bench/kv_peer_driver.c -lmemcached \
- *            -lhiredis -lpthread   (-DNO_MEMCACHED / -DNO_HIREDIS to omit one)
+ * Build (after make; -DNO_MEMCACHED / -DNO_HIREDIS to omit a library):
+ *   cc -O2 -I tools/common -o kv_peer_driver bench/kv_peer_driver.c \
+ *      build/lib/librdmx_tools_common.a -lmemcached -lhiredis -lpthread
  */
 #define _GNU_SOURCE
+#include "options.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -380,25 +384,11 @@ static int run(const opts_t *o)
     return errors ? 2 : 0;
 }
 
-static int parse_size(const char *s, size_t *out)
+/* "kv_peer_driver: OPT 'ARG': why" after an opt_* parser failed; 2. */
+static int bad_option(const char *opt, const char *arg)
 {
-    char *end;
-    unsigned long long v;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s)
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end != '\0')
-        return -1;
-    *out = (size_t)v;
-    return 0;
+    fprintf(stderr, "kv_peer_driver: %s '%s': %s\n", opt, arg, opt_error());
+    return 2;
 }
 
 static void usage(FILE *f)
@@ -431,6 +421,8 @@ int main(int argc, char **argv)
     int ch;
 
     while ((ch = getopt_long(argc, argv, "s:h", lo, NULL)) != -1) {
+        uint64_t v;
+
         switch (ch) {
         case 'S':
             if (strcmp(optarg, "memcached") == 0)
@@ -455,15 +447,27 @@ int main(int argc, char **argv)
             o.op_name = optarg;
             break;
         case 'z':
-            if (parse_size(optarg, &o.size)) {
-                fprintf(stderr, "kv_peer_driver: --size '%s'\n", optarg);
-                return 2;
-            }
+            if (opt_size(optarg, &o.size) < 0)
+                return bad_option("--size", optarg);
             break;
-        case 'k': o.keys = strtoull(optarg, NULL, 10); break;
-        case 'n': o.threads = (unsigned)atoi(optarg); break;
-        case 'd': o.seconds = atof(optarg); break;
-        case 'N': o.ops = strtoull(optarg, NULL, 10); break;
+        case 'k':
+            if (opt_uint(optarg, 0, UINT64_MAX, &o.keys) < 0)
+                return bad_option("--keys", optarg);
+            break;
+        case 'n':
+            if (opt_uint(optarg, 0, UINT_MAX, &v) < 0)
+                return bad_option("--threads", optarg);
+            o.threads = (unsigned)v;
+            break;
+        case 'd':
+            if (opt_duration(optarg, OPT_S, &v) < 0)
+                return bad_option("--seconds", optarg);
+            o.seconds = (double)v / 1e9;
+            break;
+        case 'N':
+            if (opt_uint(optarg, 0, UINT64_MAX, &o.ops) < 0)
+                return bad_option("--ops", optarg);
+            break;
         case 'j': o.json = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -479,6 +483,8 @@ int main(int argc, char **argv)
         o.port = 0;
     } else {
         const char *colon = strrchr(o.server, ':');
+        uint64_t port;
+
         if (colon == NULL || colon == o.server ||
             (size_t)(colon - o.server) >= sizeof(o.host)) {
             fprintf(stderr, "kv_peer_driver: --server HOST:PORT\n");
@@ -486,11 +492,12 @@ int main(int argc, char **argv)
         }
         memcpy(o.host, o.server, (size_t)(colon - o.server));
         o.host[colon - o.server] = '\0';
-        o.port = atoi(colon + 1);
-        if (o.port <= 0 || o.port > 65535) {
-            fprintf(stderr, "kv_peer_driver: bad port in '%s'\n", o.server);
+        if (opt_uint(colon + 1, 1, 65535, &port) < 0) {
+            fprintf(stderr, "kv_peer_driver: bad port in '%s': %s\n",
+                    o.server, opt_error());
             return 2;
         }
+        o.port = (int)port;
     }
     return run(&o);
 }

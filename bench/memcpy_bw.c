@@ -4,7 +4,7 @@
  *
  * A put or get over shared memory ends in one memcpy between two processes'
  * mappings, so memcpy of the same size bounds what rdmx or ucx_perftest can
- * reach. For each size given (bytes; k/m suffixes are binary) this copies
+ * reach. For each size given (bytes; k/m/g suffixes are binary) this copies
  * between two page-aligned, pre-touched buffers repeatedly for about
  * 0.2 s per trial, runs 5 trials and prints the median and the best, in MB/s
  * (10^6 bytes of payload copied per second, the way a transfer is counted):
@@ -13,8 +13,14 @@
  *
  * Small sizes stay in cache (1 MiB source and destination fit in L2/L3);
  * 64 MiB measures DRAM. Usage: memcpy_bw [SIZE...] (default 1m 64m).
+ *
+ * Build (bench/vs-ucx.sh does this, after make):
+ *   cc -O2 -std=c11 -I tools/common -o memcpy_bw bench/memcpy_bw.c \
+ *      build/lib/librdmx_tools_common.a
  */
 #define _GNU_SOURCE
+#include "options.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,32 +43,6 @@ static int cmp_double(const void *a, const void *b)
     double x = *(const double *)a, y = *(const double *)b;
 
     return (x > y) - (x < y);
-}
-
-static size_t parse_size(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-
-    switch (*end) {
-    case 'k':
-    case 'K':
-        v <<= 10;
-        break;
-    case 'm':
-    case 'M':
-        v <<= 20;
-        break;
-    case 'g':
-    case 'G':
-        v <<= 30;
-        break;
-    case '\0':
-        break;
-    default:
-        return 0;
-    }
-    return (size_t)v;
 }
 
 /* Keep the compiler from dropping the copies. */
@@ -118,10 +98,16 @@ int main(int argc, char **argv)
         n = 2;
     }
     for (int i = 0; i < n; i++) {
-        size_t size = parse_size(sizes[i]);
+        size_t size;
 
+        if (opt_size(sizes[i], &size) < 0) {
+            fprintf(stderr, "memcpy_bw: bad size '%s': %s\n", sizes[i],
+                    opt_error());
+            return 2;
+        }
         if (size == 0) {
-            fprintf(stderr, "memcpy_bw: bad size '%s'\n", sizes[i]);
+            fprintf(stderr, "memcpy_bw: bad size '%s': must be at least 1\n",
+                    sizes[i]);
             return 2;
         }
         if (measure(size) < 0) {

@@ -26,6 +26,10 @@
 # Environment: RDMX_PERF (default build/bin/rdmx-perf).
 set -euo pipefail
 
+NAME=rpc-scale
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
 ROUNDS=3
 TR=shm
 THREADS="1 2 4"
@@ -34,20 +38,6 @@ PROCS=1
 ITERS=""
 SIZE=64
 WINDOW=32
-
-usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
-}
-
-bad_arg() {
-    echo "rpc-scale: $*" >&2
-    exit 2
-}
-
-die() {
-    echo "rpc-scale: $*" >&2
-    exit 1
-}
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -67,67 +57,24 @@ while [ $# -gt 0 ]; do
     shift
 done
 for v in "$ROUNDS" "$PROCS" "$WINDOW" $THREADS $WORKERS; do
-    case "$v" in '' | *[!0-9]* | 0) bad_arg "bad number '$v'" ;; esac
+    is_count "$v" || bad_arg "bad number '$v'"
 done
 if [ -z "$ITERS" ]; then
     ITERS=$([ "$TR" = shm ] && echo 300000 || echo 50000)
 fi
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-RDMX_PERF=${RDMX_PERF:-$ROOT/build/bin/rdmx-perf}
+RDMX_PERF=${RDMX_PERF:-$RDMX_BUILD/bin/rdmx-perf}
 [ -x "$RDMX_PERF" ] || die "$RDMX_PERF not found; run make"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/rpc-scale.XXXXXX")
-SERVER_PID=""
-CPIDS=() # client processes running now
-cleanup() {
-    for p in $SERVER_PID "${CPIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-unset UCX_TLS UCX_MM_ERROR_HANDLING RDMX_TRANSPORT
-export UCX_NET_DEVICES=lo
-export UCX_WARN_UNUSED_ENV_VARS=n
-
-json_field() { # name json-line -> value
-    sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" <<<"$2"
-}
-
-median() {
-    sort -g | awk '{v[NR] = $1} END {
-        if (NR == 0) { print "nan"; exit }
-        if (NR % 2) print v[(NR + 1) / 2];
-        else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-cpu_busy() { # share of CPU time used over one second (percent)
-    local a b
-    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    sleep 1
-    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
-        busy = y[1] - x[1]; idle = y[2] - x[2];
-        printf "%.0f\n", (busy + idle > 0) ? 100 * busy / (busy + idle) : 0 }'
-}
+make_work_dir
+loopback_ucx
 
 start_server() { # workers extra-args... -> PORT, SERVER_PID
     local w=$1
     shift
-    : >"$WORK/s.out"
-    "$RDMX_PERF" --listen 127.0.0.1:0 --once --transport "$TR" \
-        --server-workers "$w" "$@" >"$WORK/s.out" 2>"$WORK/s.err" &
-    SERVER_PID=$!
-    for _ in $(seq 500); do
-        grep -q '^listening on' "$WORK/s.out" 2>/dev/null && break
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.02
-    done
-    PORT=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$WORK/s.out")
+    start_listener s 's/^listening on .*:\([0-9]*\)$/\1/p' \
+        "$RDMX_PERF" --listen 127.0.0.1:0 --once --transport "$TR" \
+        --server-workers "$w" "$@"
     [ -n "$PORT" ] || die "server did not start: $(cat "$WORK/s.err")"
 }
 
@@ -174,10 +121,6 @@ run_cell() { # workers threads -> VAL (calls/s)
 echo "# rpc-scale: rdmx-perf rpc_rate, $SIZE B, $WINDOW calls in flight per" \
     "client thread, transport $TR, $ITERS calls per thread, $PROCS client" \
     "process(es), $ROUNDS round(s), $(date -u '+%Y-%m-%d %H:%M UTC')"
-psi() { # CPU pressure over the last 60 s (PSI "some"), or "?"
-    sed -n 's/^some avg10=[0-9.]* avg60=\([0-9.]*\).*/\1/p' \
-        /proc/pressure/cpu 2>/dev/null || echo "?"
-}
 echo "# $(nproc) CPUs; CPU use by other processes before: $(cpu_busy)%;" \
     "CPU pressure (PSI some avg60) $(psi)%"
 cells=()

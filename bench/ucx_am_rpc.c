@@ -21,10 +21,14 @@
  *   ucx_am_rpc test=lat size=64 hdr=0 iters=N p50_us=.. p99_us=.. avg_us=..
  *   calls_per_s=..
  *
- * Build: cc -O2 -o ucx_am_rpc bench/ucx_am_rpc.c -lucp -lucs
+ * Build (bench/vs-ucx.sh does this, after make):
+ *   cc -O2 -I tools/common -o ucx_am_rpc bench/ucx_am_rpc.c \
+ *      build/lib/librdmx_tools_common.a -lucp -lucs
  */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
+
+#include "options.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -399,30 +403,32 @@ int main(int argc, char **argv)
     const char *test = "lat", *address = NULL;
     size_t size = 64, hlen = 0;
     uint64_t iters = 100000, warmup = 10000, window = 32;
-    int port = -1, c, rc;
+    uint16_t lport = 0;
+    int port = -1, c, rc, bad = 0;
 
     while ((c = getopt(argc, argv, "l:t:s:H:n:w:W:eh")) != -1) {
         switch (c) {
         case 'l':
-            port = atoi(optarg);
+            bad = opt_port(optarg, &lport) < 0;
+            port = lport;
             break;
         case 't':
             test = optarg;
             break;
         case 's':
-            size = strtoull(optarg, NULL, 0);
+            bad = opt_size(optarg, &size) < 0;
             break;
         case 'H':
-            hlen = strtoull(optarg, NULL, 0);
+            bad = opt_size(optarg, &hlen) < 0;
             break;
         case 'n':
-            iters = strtoull(optarg, NULL, 0);
+            bad = opt_uint(optarg, 0, UINT64_MAX, &iters) < 0;
             break;
         case 'w':
-            warmup = strtoull(optarg, NULL, 0);
+            bad = opt_uint(optarg, 0, UINT64_MAX, &warmup) < 0;
             break;
         case 'W':
-            window = strtoull(optarg, NULL, 0);
+            bad = opt_uint(optarg, 0, UINT64_MAX, &window) < 0;
             break;
         case 'e':
             g_err_mode = 1;
@@ -431,6 +437,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: ucx_am_rpc -l PORT [-e] | HOST:PORT -t "
                             "lat|rate [-s SIZE] [-H HDR] [-n N] [-w WARMUP] "
                             "[-W WINDOW] [-e]\n");
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "ucx_am_rpc: -%c '%s': %s\n", c, optarg,
+                    opt_error());
             return 2;
         }
     }

@@ -59,6 +59,9 @@
 set -euo pipefail
 
 NAME=${VS_NAME:-vs-memcached}
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
 ROUNDS=""
 SECONDS_RUN=""
 QUICK=0
@@ -71,33 +74,13 @@ ZC=auto
 KEEP=0
 INSTALL=1
 
-usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
-}
-
-die() {
-    echo "$NAME: $*" >&2
-    exit 1
-}
-
-bad_arg() {
-    echo "$NAME: $*" >&2
-    exit 2
-}
-
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
     --rounds) ROUNDS="${2:-}"; shift ;;
     --seconds) SECONDS_RUN="${2:-}"; shift ;;
     --peers) PEERS="${2:-}"; shift ;;
-    --transport)
-        case "${2:-}" in
-        shm | tcp) TRANSPORTS="$2" ;;
-        all) TRANSPORTS="shm tcp" ;;
-        *) bad_arg "--transport shm|tcp|all" ;;
-        esac
-        shift ;;
+    --transport) set_transports "${2:-}" "shm tcp"; shift ;;
     --ops) OPS="${2:-}"; shift ;;
     --sizes) SIZES="${2:-}"; shift ;;
     --clients) CLIENTS="${2:-}"; shift ;;
@@ -114,7 +97,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$ROUNDS" ] || ROUNDS=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
 [ -n "$SECONDS_RUN" ] || SECONDS_RUN=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
-case "$ROUNDS" in '' | *[!0-9]* | 0) bad_arg "bad --rounds" ;; esac
+is_count "$ROUNDS" || bad_arg "bad --rounds"
 awk -v s="$SECONDS_RUN" 'BEGIN { exit !(s + 0 > 0) }' ||
     bad_arg "bad --seconds"
 HAVE_MC=0
@@ -130,7 +113,7 @@ for o in ${OPS//,/ }; do
     case "$o" in get | set) ;; *) bad_arg "--ops: get and/or set" ;; esac
 done
 for c in ${CLIENTS//,/ }; do
-    case "$c" in '' | *[!0-9]* | 0) bad_arg "bad --clients '$c'" ;; esac
+    is_count "$c" || bad_arg "bad --clients '$c'"
 done
 
 size_bytes() { # 100 | 4k | 1m -> bytes
@@ -156,36 +139,12 @@ for s in ${SIZES//,/ }; do
     SIZE_LIST="$SIZE_LIST $b"
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-RDMX_KV=${RDMX_KV:-$ROOT/build/bin/rdmx-kv}
-RDMX_KVD=${RDMX_KVD:-$ROOT/build/bin/rdmx-kvd}
-CC=${CC:-cc}
+RDMX_KV=${RDMX_KV:-$RDMX_BUILD/bin/rdmx-kv}
+RDMX_KVD=${RDMX_KVD:-$RDMX_BUILD/bin/rdmx-kvd}
 [ -x "$RDMX_KV" ] || die "$RDMX_KV not found; run make"
 [ -x "$RDMX_KVD" ] || die "$RDMX_KVD not found; run make"
 
 # --- install the peers (Debian packages) -------------------------------------
-install_missing() {
-    local missing=() p sudo=""
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
-            grep -q "ok installed" || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    [ "$INSTALL" = 1 ] || die "missing packages: ${missing[*]} (--no-install)"
-    if [ "$(id -u)" -ne 0 ]; then
-        command -v sudo >/dev/null ||
-            die "need root or sudo to install: ${missing[*]}"
-        sudo=sudo
-    fi
-    echo "# installing ${missing[*]}" >&2
-    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends "${missing[@]}" >&2; then
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            --no-install-recommends "${missing[@]}" >&2 ||
-            die "cannot install ${missing[*]}"
-    fi
-}
 pkgs=()
 [ "$HAVE_MC" = 1 ] && pkgs+=(memcached libmemcached-dev libmemcached-tools)
 [ "$HAVE_REDIS" = 1 ] && pkgs+=(redis-server redis-tools libhiredis-dev)
@@ -196,70 +155,10 @@ REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server || true)}
 [ "$HAVE_REDIS" = 0 ] || [ -n "$REDIS_SERVER" ] || die "redis-server not found"
 
 # --- work dir, processes, cleanup --------------------------------------------
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/$NAME.XXXXXX")
-SERVER_PIDS=()
-cleanup() {
-    local p
-    for p in "${SERVER_PIDS[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${SERVER_PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    if [ "$KEEP" = 1 ]; then
-        echo "raw results kept in $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A clean, loopback-only UCX environment for rdmx.
-unset UCX_TLS UCX_MM_ERROR_HANDLING RDMX_TRANSPORT
-export UCX_NET_DEVICES=lo
-export UCX_WARN_UNUSED_ENV_VARS=n
+make_work_dir
+loopback_ucx
 
 # --- helpers -----------------------------------------------------------------
-free_port() {
-    local p
-    for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 40000))
-        if [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then
-            echo "$p"
-            return
-        fi
-    done
-    die "no free port found"
-}
-
-wait_listen() { # port pid
-    for _ in $(seq 500); do
-        [ -n "$(ss -Htln "src 127.0.0.1 and sport = :$1" 2>/dev/null)" ] &&
-            return 0
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.02
-    done
-    return 1
-}
-
-median() { # values on stdin -> median
-    sort -g | awk '{v[NR] = $1} END {
-        if (NR == 0) { print "nan"; exit }
-        if (NR % 2) print v[(NR + 1) / 2];
-        else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-cpu_busy() { # share of CPU time used over one second (percent)
-    local a b
-    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    sleep 1
-    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
-        busy = y[1] - x[1]; idle = y[2] - x[2];
-        printf "%.0f\n", (busy + idle > 0) ? 100 * busy / (busy + idle) : 0 }'
-}
-
 load_note() { # when -> a line on the machine's load
     local busy la
     busy=$(cpu_busy)
@@ -273,82 +172,25 @@ load_note() { # when -> a line on the machine's load
     fi
 }
 
-# CPU ticks: "total busy ours" — all CPUs from /proc/stat, and what this
-# script's processes used (reaped children: clients; plus the live servers).
-cpu_ticks() {
-    local ours p
-    ours=$(awk '{print $16 + $17}' "/proc/$$/stat")
-    for p in "${SERVER_PIDS[@]}"; do
-        [ -r "/proc/$p/stat" ] || continue
-        ours=$((ours + $(sed 's/^.*) //' "/proc/$p/stat" |
-            awk '{print $12 + $13}')))
-    done
-    awk -v o="$ours" '/^cpu /{ b = $2+$3+$4+$7+$8+$9;
-        print b + $5 + $6, b, o }' /proc/stat
-}
-others_pct() { # "total busy ours" before, after -> % of CPU others used
-    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
-        t = y[1] - x[1]; o = (y[2] - x[2]) - (y[3] - x[3]);
-        if (o < 0) o = 0;
-        printf "%.0f\n", (t > 0 ? 100 * o / t : 0) }'
-}
-
-json_field() { # name json-line -> value
-    sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" <<<"$2"
-}
-
 # --- servers -----------------------------------------------------------------
-start_memcached() {
-    local attempt user
-    user=$(id -un)
-    for attempt in 1 2 3; do
-        MC_PORT=$(free_port)
-        "$MEMCACHED" -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 2 -m 2048 -I 2m \
-            -c 1024 -u "$user" >"$WORK/memcached.log" 2>&1 &
-        MC_PID=$!
-        SERVER_PIDS+=("$MC_PID")
-        wait_listen "$MC_PORT" "$MC_PID" && return 0
-        kill "$MC_PID" 2>/dev/null || true
-        wait "$MC_PID" 2>/dev/null || true
-    done
-    die "memcached did not start: $(cat "$WORK/memcached.log")"
-}
-
 start_redis() {
-    local attempt
-    for attempt in 1 2 3; do
+    for _ in 1 2 3; do
         REDIS_PORT=$(free_port)
         "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" \
             --protected-mode yes --save "" --appendonly no \
             --daemonize no --dir "$WORK" --logfile "$WORK/redis.log" \
             --maxmemory 0 >/dev/null 2>&1 &
-        REDIS_PID=$!
-        SERVER_PIDS+=("$REDIS_PID")
-        wait_listen "$REDIS_PORT" "$REDIS_PID" && return 0
-        kill "$REDIS_PID" 2>/dev/null || true
-        wait "$REDIS_PID" 2>/dev/null || true
+        SERVER_PID=$!
+        if wait_listen "$REDIS_PORT" "$SERVER_PID"; then
+            SERVER_PIDS+=("$SERVER_PID")
+            SERVER_PID=""
+            return 0
+        fi
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
     done
     die "redis-server did not start: $(cat "$WORK/redis.log")"
-}
-
-start_kvd() { # transport -> KVD_PORT_<tr>
-    local tr=$1 pid port
-    : >"$WORK/kvd.$tr.out"
-    RDMX_TRANSPORT=$tr "$RDMX_KVD" --listen 127.0.0.1:0 --workers 2 \
-        --memory 1g --max-value 1m \
-        >"$WORK/kvd.$tr.out" 2>"$WORK/kvd.$tr.err" &
-    pid=$!
-    SERVER_PIDS+=("$pid")
-    for _ in $(seq 1500); do # registering 1 GiB takes seconds when busy
-        grep -q 'listening on' "$WORK/kvd.$tr.out" 2>/dev/null && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.02
-    done
-    port=$(sed -n 's/^rdmx-kvd: listening on [^ ]*:\([0-9]*\) .*/\1/p' \
-        "$WORK/kvd.$tr.out")
-    [ -n "$port" ] || die "rdmx-kvd ($tr) did not start:" \
-        "$(cat "$WORK/kvd.$tr.err" "$WORK/kvd.$tr.out")"
-    printf -v "KVD_PORT_$tr" '%s' "$port"
 }
 
 # --- one run: leaves "ops_per_s mb_per_s p50_us p99_us" in RES ----------------
@@ -415,16 +257,20 @@ libs=()
 defs=()
 if [ "$HAVE_MC" = 1 ]; then libs+=(-lmemcached); else defs+=(-DNO_MEMCACHED); fi
 if [ "$HAVE_REDIS" = 1 ]; then libs+=(-lhiredis); else defs+=(-DNO_HIREDIS); fi
-"$CC" -O2 "${defs[@]}" -o "$WORK/kv_peer_driver" \
-    "$ROOT/bench/kv_peer_driver.c" "${libs[@]}" -lpthread \
-    2>"$WORK/driver.cc" ||
-    die "cannot compile bench/kv_peer_driver.c: $(cat "$WORK/driver.cc")"
+bench_cc kv_peer_driver "${defs[@]}" "${libs[@]}" -lpthread ||
+    die "cannot compile bench/kv_peer_driver.c:" \
+        "$(cat "$WORK/kv_peer_driver.cc")"
 
 SYSTEMS=()
-[ "$HAVE_MC" = 1 ] && { start_memcached; SYSTEMS+=(memcached); }
+if [ "$HAVE_MC" = 1 ]; then
+    start_memcached -m 2048 -I 2m -c 1024
+    SYSTEMS+=(memcached)
+fi
 [ "$HAVE_REDIS" = 1 ] && { start_redis; SYSTEMS+=(redis); }
 for tr in $TRANSPORTS; do
-    start_kvd "$tr"
+    # registering 1 GiB takes seconds when busy
+    RDMX_TRANSPORT=$tr start_kvd "$tr" --workers 2 --memory 1g --max-value 1m
+    printf -v "KVD_PORT_$tr" '%s' "$KVD_PORT"
     SYSTEMS+=("$tr")
 done
 
@@ -441,20 +287,14 @@ mc_version=$([ "$HAVE_MC" = 1 ] && "$MEMCACHED" -V 2>/dev/null || true)
 redis_version=""
 [ "$HAVE_REDIS" = 1 ] && redis_version=$("$REDIS_SERVER" --version \
     2>/dev/null | sed -n 's/.* v=\([^ ]*\).*/Redis \1/p' || true)
-ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' |
-    head -1 || true)
-extra_env=$(env | grep -E '^(UCX|RDMX)_' |
-    grep -v -E '^(UCX_NET_DEVICES|UCX_WARN_UNUSED_ENV_VARS|RDMX_KVD?)=' |
-    sort | tr '\n' ' ' || true)
+ucx_version=$(ucx_version)
+extra_env=$(extra_env RDMX_KV RDMX_KVD)
 echo "# $NAME: rdmx-kvd vs ${PEERS//,/ and }, $ROUNDS round(s) of" \
     "${SECONDS_RUN} s runs$([ "$QUICK" = 1 ] && echo " (quick)")," \
     "$(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# $(nproc) CPUs shared by clients and servers;" \
     "${mc_version:+$mc_version, }${redis_version:+$redis_version, }${ucx_version:-UCX ?};" \
-    "rdmx binaries built $BIN_TIME, tree at" \
-    "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(
-        git -C "$ROOT" diff --quiet HEAD -- src include tools 2>/dev/null ||
-        echo ' (+ local changes)')"
+    "rdmx binaries built $BIN_TIME, tree at $(tree_at)"
 servers=""
 [ "$HAVE_MC" = 1 ] &&
     servers="memcached -t 2 -m 2048 -I 2m on :$MC_PORT; "

@@ -18,8 +18,12 @@
 # Usage: bench/vs-redis.sh [options of bench/vs-memcached.sh]
 set -euo pipefail
 
+NAME=vs-redis
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+    usage
     exit 0
 fi
 VS_NAME=vs-redis exec "$(dirname "$0")/vs-memcached.sh" --peers redis "$@"

@@ -60,6 +60,10 @@
 # Environment: RDMX_PERF (default build/bin/rdmx-perf), UCX_PERFTEST, CC.
 set -euo pipefail
 
+NAME=vs-ucx
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
 ROUNDS=""
 QUICK=0
 TRANSPORTS="shm tcp"
@@ -67,31 +71,11 @@ ONLY=""
 KEEP=0
 FLUSH=end
 
-usage() {
-    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
-}
-
-die() {
-    echo "vs-ucx: $*" >&2
-    exit 1
-}
-
-bad_arg() {
-    echo "vs-ucx: $*" >&2
-    exit 2
-}
-
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
     --rounds) ROUNDS="${2:-}"; shift ;;
-    --transport)
-        case "${2:-}" in
-        shm | tcp) TRANSPORTS="$2" ;;
-        all) TRANSPORTS="shm tcp" ;;
-        *) bad_arg "--transport shm|tcp|all" ;;
-        esac
-        shift ;;
+    --transport) set_transports "${2:-}" "shm tcp"; shift ;;
     --only) ONLY="${2:-}"; shift ;;
     --flush)
         case "${2:-}" in
@@ -108,37 +92,15 @@ done
 if [ -z "$ROUNDS" ]; then
     ROUNDS=$([ "$QUICK" = 1 ] && echo 2 || echo 5)
 fi
-case "$ROUNDS" in
-'' | *[!0-9]* | 0) bad_arg "bad --rounds" ;;
-esac
+is_count "$ROUNDS" || bad_arg "bad --rounds"
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-RDMX_PERF=${RDMX_PERF:-$ROOT/build/bin/rdmx-perf}
+RDMX_PERF=${RDMX_PERF:-$RDMX_BUILD/bin/rdmx-perf}
 UCX_PERFTEST=${UCX_PERFTEST:-$(command -v ucx_perftest || true)}
-CC=${CC:-cc}
 [ -x "$RDMX_PERF" ] || die "$RDMX_PERF not found; run make"
 [ -n "$UCX_PERFTEST" ] || die "ucx_perftest not found (package ucx-utils)"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/vs-ucx.XXXXXX")
-SERVER_PID=""
-cleanup() {
-    if [ -n "$SERVER_PID" ]; then
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    if [ "$KEEP" = 1 ]; then
-        echo "raw results kept in $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A clean, loopback-only UCX environment for every process.
-unset UCX_TLS UCX_MM_ERROR_HANDLING RDMX_TRANSPORT
-export UCX_NET_DEVICES=lo
-export UCX_WARN_UNUSED_ENV_VARS=n
+make_work_dir
+loopback_ucx
 
 # --- what runs ---------------------------------------------------------------
 # rdmx test : size : ucx_perftest test : outstanding (-O, -W) : kind
@@ -192,47 +154,9 @@ selected() { # test -> 0 if selected by --only
 }
 
 # --- helpers -----------------------------------------------------------------
-free_port() {
-    local p
-    for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 40000))
-        if [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then
-            echo "$p"
-            return
-        fi
-    done
-    die "no free port found"
-}
-
-wait_listen() { # port pid
-    for _ in $(seq 200); do
-        [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ] && return 0
-        kill -0 "$2" 2>/dev/null || return 1
-        sleep 0.02
-    done
-    return 1
-}
-
-median() { # values on stdin -> median
-    sort -g | awk '{v[NR] = $1} END {
-        if (NR == 0) { print "nan"; exit }
-        if (NR % 2) print v[(NR + 1) / 2];
-        else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
-
-# Share of CPU time other processes used over one second (percent). Both
-# tools busy-poll on both of the machine's CPUs; anything else running
-# turns microseconds into scheduler time slices.
-cpu_busy() {
-    local a b
-    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    sleep 1
-    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
-        busy = y[1] - x[1]; idle = y[2] - x[2];
-        printf "%.0f\n", (busy + idle > 0) ? 100 * busy / (busy + idle) : 0 }'
-}
-
+# The machine's load: the share of CPU time other processes used over one
+# second. Both tools busy-poll on both of the machine's CPUs; anything else
+# running turns microseconds into scheduler time slices.
 load_note() { # when -> a line on the machine's load
     local busy
     busy=$(cpu_busy)
@@ -248,32 +172,19 @@ load_note() { # when -> a line on the machine's load
     # two CPUs, so anything above a few percent is someone else's work
     # taking turns with them.
     if [ -r /proc/pressure/cpu ]; then
-        echo "# CPU pressure ($1, PSI some avg60): $(sed -n \
-            's/^some avg10=[0-9.]* avg60=\([0-9.]*\).*/\1/p' /proc/pressure/cpu)%"
+        echo "# CPU pressure ($1, PSI some avg60): $(psi)%"
     fi
-}
-
-json_field() { # name json-line -> value
-    sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" <<<"$2"
 }
 
 # rdmx-perf pair half: leaves the metric (p50 us or MB/s) in VAL. No
 # command substitution: the server's pid must stay visible to cleanup.
 run_rdmx() { # transport test size iters warmup window kind
-    local tr=$1 test=$2 size=$3 n=$4 w=$5 win=$6 kind=$7 port line
-    : >"$WORK/rs.out"
-    "$RDMX_PERF" --listen 127.0.0.1:0 --once --transport "$tr" \
-        >"$WORK/rs.out" 2>"$WORK/rs.err" &
-    SERVER_PID=$!
-    for _ in $(seq 500); do
-        grep -q '^listening on' "$WORK/rs.out" 2>/dev/null && break
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.02
-    done
-    port=$(sed -n 's/^listening on .*:\([0-9]*\)$/\1/p' "$WORK/rs.out")
-    [ -n "$port" ] ||
+    local tr=$1 test=$2 size=$3 n=$4 w=$5 win=$6 kind=$7 line
+    start_listener rs 's/^listening on .*:\([0-9]*\)$/\1/p' \
+        "$RDMX_PERF" --listen 127.0.0.1:0 --once --transport "$tr"
+    [ -n "$PORT" ] ||
         die "rdmx-perf server did not start: $(cat "$WORK/rs.err")"
-    if ! "$RDMX_PERF" "127.0.0.1:$port" -t "$test" -s "$size" -n "$n" \
+    if ! "$RDMX_PERF" "127.0.0.1:$PORT" -t "$test" -s "$size" -n "$n" \
         -w "$w" -W "$win" --flush "$FLUSH" --transport "$tr" --json \
         >"$WORK/rc.out" 2>"$WORK/rc.err"; then
         die "rdmx-perf $test ($tr) failed: $(cat "$WORK/rc.err")"
@@ -302,7 +213,7 @@ run_ucx() { # transport errmode(0|1) test size iters warmup outstanding kind
         env "${env[@]}" "$UCX_PERFTEST" -p "$port" \
             >"$WORK/us.out" 2>"$WORK/us.err" &
         SERVER_PID=$!
-        wait_listen "$port" "$SERVER_PID" && break
+        wait_listen "$port" "$SERVER_PID" any && break
         kill "$SERVER_PID" 2>/dev/null || true
         wait "$SERVER_PID" 2>/dev/null || true
         SERVER_PID=""
@@ -347,7 +258,7 @@ run_amrpc() { # transport size iters warmup window kind
         env "${env[@]}" "$WORK/ucx_am_rpc" -l "$port" -e \
             >"$WORK/as.out" 2>"$WORK/as.err" &
         SERVER_PID=$!
-        wait_listen "$port" "$SERVER_PID" && break
+        wait_listen "$port" "$SERVER_PID" any && break
         kill "$SERVER_PID" 2>/dev/null || true
         wait "$SERVER_PID" 2>/dev/null || true
         SERVER_PID=""
@@ -371,22 +282,18 @@ run_amrpc() { # transport size iters warmup window kind
 }
 
 # --- run ---------------------------------------------------------------------
-"$CC" -O2 -std=c11 -o "$WORK/memcpy_bw" "$ROOT/bench/memcpy_bw.c" ||
-    die "cannot compile bench/memcpy_bw.c"
+bench_cc memcpy_bw -std=c11 ||
+    die "cannot compile bench/memcpy_bw.c: $(cat "$WORK/memcpy_bw.cc")"
 AMRPC=0
-if "$CC" -O2 -o "$WORK/ucx_am_rpc" "$ROOT/bench/ucx_am_rpc.c" -lucp -lucs \
-    2>"$WORK/amrpc.cc"; then
+if bench_cc ucx_am_rpc -lucp -lucs; then
     AMRPC=1
 else
     echo "# note: cannot compile bench/ucx_am_rpc.c (libucx-dev?); no am-rpc" \
         "reference" >&2
 fi
 
-ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' |
-    head -1)
-extra_env=$(env | grep -E '^(UCX|RDMX)_' |
-    grep -v -E '^(UCX_NET_DEVICES|UCX_WARN_UNUSED_ENV_VARS|RDMX_PERF)=' |
-    sort | tr '\n' ' ' || true)
+ucx_version=$(ucx_version)
+extra_env=$(extra_env RDMX_PERF)
 echo "# vs-ucx: rdmx-perf vs ucx_perftest, $ROUNDS round(s)" \
     "$([ "$QUICK" = 1 ] && echo "(quick) ")at $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# $(nproc) CPUs, $ucx_version"

@@ -38,6 +38,8 @@
 #include <rdmx/lambda.h>
 #include <rdmx/rdmx.h>
 
+#include "options.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -161,49 +163,6 @@ static int64_t pattern_check(const uint8_t *buf, size_t len, uint64_t seed)
         }
     }
     return -1;
-}
-
-/* "1M", "64k", "4096", "1GiB" -> bytes (binary suffixes). */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v, mul = 1;
-
-    if (!isdigit((unsigned char)*s))
-        return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno)
-        return -1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        mul = 1ull << 10;
-        end++;
-        break;
-    case 'M':
-        mul = 1ull << 20;
-        end++;
-        break;
-    case 'G':
-        mul = 1ull << 30;
-        end++;
-        break;
-    case 'T':
-        mul = 1ull << 40;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (mul > 1 && (*end == 'i' || *end == 'I'))
-        end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || (v && mul > UINT64_MAX / v) ||
-        v * mul > (unsigned long long)SIZE_MAX)
-        return -1;
-    *out = (size_t)(v * mul);
-    return 0;
 }
 
 static void usage(FILE *f)
@@ -1397,7 +1356,9 @@ static uint64_t parse_count(const char *opt, const char *val, uint64_t lo,
 {
     size_t v;
 
-    if (parse_size(val, &v) != 0 || v < lo || v > hi)
+    if (opt_size(val, &v) != 0)
+        usage_error("%s '%s': %s", opt, val, opt_error());
+    if (v < lo || v > hi)
         usage_error("%s '%s': a number from %" PRIu64 " to %" PRIu64, opt, val,
                     lo, hi);
     return v;
@@ -1455,8 +1416,9 @@ int main(int argc, char **argv)
         else if (strcmp(opt, "--transport") == 0)
             transport_name = val;
         else if (strcmp(opt, "--size") == 0) {
-            if (parse_size(val, &size) != 0)
-                usage_error("bad size '%s' (e.g. 4096, 64K, 1M, 1G)", val);
+            if (opt_size(val, &size) != 0)
+                usage_error("bad size '%s': %s (e.g. 4096, 64K, 1M, 1G)", val,
+                            opt_error());
             size_set = 1;
         } else if (strcmp(opt, "--function") == 0) {
             lo.function = val;
@@ -1477,7 +1439,7 @@ int main(int argc, char **argv)
                 parse_count(opt, val, 1000, UINT64_MAX);
             lambda_opt = a;
         } else if (strcmp(opt, "--max-memory") == 0) {
-            if (parse_size(val, &lo.engine.max_memory) != 0 ||
+            if (opt_size(val, &lo.engine.max_memory) != 0 ||
                 lo.engine.max_memory < (256u << 10))
                 usage_error("--max-memory '%s': a size of at least 256K",
                             val);
@@ -1531,11 +1493,10 @@ int main(int argc, char **argv)
                     transport_name);
 
     if (listen) {
-        char *end;
-        unsigned long port = strtoul(listen, &end, 10);
+        uint16_t port;
 
-        if (*listen == '\0' || *end != '\0' || port > 65535)
-            usage_error("bad port '%s'", listen);
+        if (opt_port(listen, &port) != 0)
+            usage_error("bad port '%s': %s", listen, opt_error());
         if (g_mode == MODE_LAMBDA)
             return run_lambda_server(host, (unsigned)port, transport, &lo);
         return run_server(host, (unsigned)port, transport);
@@ -1543,9 +1504,12 @@ int main(int argc, char **argv)
         char thost[256];
         uint16_t port;
 
-        if (rdmx_addr_parse(target, thost, sizeof(thost), &port) != RDMX_OK ||
-            port == 0)
-            usage_error("bad address '%s' (HOST:PORT or [V6]:PORT)", target);
+        if (opt_address(target, thost, sizeof(thost), &port) != 0)
+            usage_error("bad address '%s': %s (HOST:PORT or [V6]:PORT)",
+                        target, opt_error());
+        if (port == 0)
+            usage_error("bad address '%s': port 0 (HOST:PORT or [V6]:PORT)",
+                        target);
         if (g_mode == MODE_LAMBDA)
             return run_lambda_client(target, thost, size, transport, &lo);
         return run_client(target, thost, size, transport);

@@ -12,7 +12,10 @@
 #include <rdmx/kv.h>
 #include <rdmx/rdmx.h>
 
+#include "options.h"
+
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -70,25 +73,12 @@ static void die(const char *what, rdmx_status_t st)
     _exit(2);
 }
 
-static int parse_size(const char *s, size_t *out)
+/* "rdmx-kv: OPT 'ARG': why" after an opt_* parser failed; returns the exit
+ * status of a bad command line, 2. */
+static int bad_option(const char *opt, const char *arg)
 {
-    char *end;
-    unsigned long long v;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s)
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end != '\0')
-        return -1;
-    *out = (size_t)v;
-    return 0;
+    fprintf(stderr, "rdmx-kv: %s '%s': %s\n", opt, arg, opt_error());
+    return 2;
 }
 
 typedef struct {
@@ -915,34 +905,81 @@ int main(int argc, char **argv)
         }
     }
     while ((ch = getopt_long(argc, argv, "s:r:t:f:h", lo, NULL)) != -1) {
+        uint64_t v;
+
         switch (ch) {
         case 's': o.servers = optarg; break;
-        case 'r': o.replicas = (unsigned)atoi(optarg); break;
-        case 't': o.timeout_ms = atoi(optarg); break;
+        case 'r':
+            if (opt_uint(optarg, 0, UINT_MAX, &v) < 0)
+                return bad_option("--replicas", optarg);
+            o.replicas = (unsigned)v;
+            break;
+        case 't':
+            if (opt_duration(optarg, OPT_MS, &v) < 0)
+                return bad_option("--timeout", optarg);
+            if (opt_ns_to_ms(v) > INT_MAX) {
+                fprintf(stderr, "rdmx-kv: --timeout '%s': too long\n", optarg);
+                return 2;
+            }
+            o.timeout_ms = (int)opt_ns_to_ms(v);
+            break;
         case 'f': o.file = optarg; break;
-        case 'T': o.ttl_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'T':
+            if (opt_duration(optarg, OPT_MS, &v) < 0)
+                return bad_option("--ttl", optarg);
+            if (opt_ns_to_ms(v) > UINT32_MAX) {
+                fprintf(stderr, "rdmx-kv: --ttl '%s': too long\n", optarg);
+                return 2;
+            }
+            o.ttl_ms = (uint32_t)opt_ns_to_ms(v);
+            break;
         case 'F': o.flags = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 'a': o.mode = RDMX_KV_PUT_ADD; break;
         case 'R': o.mode = RDMX_KV_PUT_REPLACE; break;
         case 'c':
-            o.cas = strtoull(optarg, NULL, 10);
+            if (opt_uint(optarg, 0, UINT64_MAX, &o.cas) < 0)
+                return bad_option("--cas", optarg);
             o.mode = RDMX_KV_PUT_CAS;
             break;
-        case 'S': o.server = atoi(optarg); break;
+        case 'S':
+            if (opt_uint(optarg, 0, INT_MAX, &v) < 0)
+                return bad_option("--server", optarg);
+            o.server = (int)v;
+            break;
         case 'o': o.op = optarg; break;
         case 'z':
-            if (parse_size(optarg, &o.size)) {
-                fprintf(stderr, "rdmx-kv: --size '%s'\n", optarg);
-                return 2;
-            }
+            if (opt_size(optarg, &o.size) < 0)
+                return bad_option("--size", optarg);
             break;
-        case 'k': o.keys = strtoull(optarg, NULL, 10); break;
-        case 'n': o.threads = (unsigned)atoi(optarg); break;
-        case 'P': o.procs = (unsigned)atoi(optarg); break;
-        case 'W': o.window = (unsigned)atoi(optarg); break;
+        case 'k':
+            if (opt_uint(optarg, 0, UINT64_MAX, &o.keys) < 0)
+                return bad_option("--keys", optarg);
+            break;
+        case 'n':
+            if (opt_uint(optarg, 0, UINT_MAX, &v) < 0)
+                return bad_option("--threads", optarg);
+            o.threads = (unsigned)v;
+            break;
+        case 'P':
+            if (opt_uint(optarg, 0, UINT_MAX, &v) < 0)
+                return bad_option("--procs", optarg);
+            o.procs = (unsigned)v;
+            break;
+        case 'W':
+            if (opt_uint(optarg, 0, UINT_MAX, &v) < 0)
+                return bad_option("--window", optarg);
+            o.window = (unsigned)v;
+            break;
         case 'x': o.read_ratio = atof(optarg); break;
-        case 'd': o.seconds = atof(optarg); break;
-        case 'N': o.ops = strtoull(optarg, NULL, 10); break;
+        case 'd':
+            if (opt_duration(optarg, OPT_S, &v) < 0)
+                return bad_option("--seconds", optarg);
+            o.seconds = (double)v / 1e9;
+            break;
+        case 'N':
+            if (opt_uint(optarg, 0, UINT64_MAX, &o.ops) < 0)
+                return bad_option("--ops", optarg);
+            break;
         case 'j': o.json = 1; break;
         case 'Z': o.zero_copy = 1; break;
         case 'A': {

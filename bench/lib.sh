@@ -1,0 +1,302 @@
+# bench/lib.sh — what the bench scripts share. Each script sets NAME (its
+# name in messages and in its work directory's name) and sources this file
+# right after `set -euo pipefail`:
+#
+#   NAME=vs-ucx
+#   . "$(dirname "$0")/lib.sh"
+#
+# Then, in order of use:
+#   usage                   the script's header comment, as --help prints it
+#   die, bad_arg            "NAME: message" on stderr, exit 1 (failure) or
+#                           2 (bad command line)
+#   is_count, set_transports   checks of option values
+#   ROOT, RDMX_BUILD, CC    the tree, the build directory (environment
+#                           RDMX_BUILD, default build/), the C compiler
+#   bench_cc SRC FLAG...    compile bench/SRC.c with the tools' option
+#                           parsers (build/lib/librdmx_tools_common.a)
+#   install_missing PKG...  Debian packages, with apt-get (INSTALL=0: only
+#                           check)
+#   make_work_dir           WORK, and the exit trap that stops every
+#                           process this script started and removes WORK
+#                           (KEEP=1: keeps it)
+#   loopback_ucx            a clean, loopback-only UCX environment
+#   free_port, wait_listen, start_listener, start_memcached, start_kvd
+#                           servers on 127.0.0.1
+#   median, cpu_busy, psi, cpu_ticks, others_pct, json_field
+#                           figures
+#   ucx_version, extra_env, tree_at   what the report's header says
+#
+# Processes: the exit trap stops the clients in CPIDS, the perf recorders
+# in PERF_PIDS (SIGINT), then the servers in SERVER_PID (the one being
+# started, or a script's only server) and SERVER_PIDS (servers kept for
+# the whole run). A script removes a pid from these once it has waited for
+# that process, so that no pid is signalled after it was reaped.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+RDMX_BUILD=${RDMX_BUILD:-$ROOT/build}
+CC=${CC:-cc}
+
+# --- messages and options -----------------------------------------------------
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+die() {
+    echo "$NAME: $*" >&2
+    exit 1
+}
+
+bad_arg() {
+    echo "$NAME: $*" >&2
+    exit 2
+}
+
+is_count() { # value -> 0 if a whole number above 0
+    case "${1:-}" in '' | *[!0-9]* | 0) return 1 ;; esac
+    return 0
+}
+
+set_transports() { # value "transports for all" -> TRANSPORTS
+    case "${1:-}" in
+    shm | tcp) TRANSPORTS=$1 ;;
+    all) TRANSPORTS=$2 ;;
+    *) bad_arg "--transport shm|tcp|all" ;;
+    esac
+}
+
+# --- building ------------------------------------------------------------------
+# bench/SRC.c into $WORK/SRC with $CC -O2 and FLAG... (more flags and
+# libraries), linked with the tools' option parsers (tools/common); the
+# compiler's messages in $WORK/SRC.cc. Needs make first.
+bench_cc() { # src flag...
+    local src=$1 lib=$RDMX_BUILD/lib/librdmx_tools_common.a
+    shift
+    [ -f "$lib" ] || die "$lib not found; run make (or set RDMX_BUILD)"
+    "$CC" -O2 -I "$ROOT/include" -I "$ROOT/tools/common" -o "$WORK/$src" \
+        "$ROOT/bench/$src.c" "$lib" "$@" 2>"$WORK/$src.cc"
+}
+
+# --- Debian packages -------------------------------------------------------------
+install_missing() {
+    local missing=() p sudo=""
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+            grep -q "ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$INSTALL" = 1 ] || die "missing packages: ${missing[*]} (--no-install)"
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null ||
+            die "need root or sudo to install: ${missing[*]}"
+        sudo=sudo
+    fi
+    echo "# installing ${missing[*]}" >&2
+    if ! $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >&2; then
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends "${missing[@]}" >&2 ||
+            die "cannot install ${missing[*]}"
+    fi
+}
+
+# --- work dir, processes, cleanup ----------------------------------------------
+make_work_dir() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/$NAME.XXXXXX")
+    SERVER_PID=""
+    SERVER_PIDS=()
+    CPIDS=()
+    PERF_PIDS=()
+    trap cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+
+cleanup() {
+    local p
+    for p in "${CPIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${PERF_PIDS[@]}"; do
+        kill -INT "$p" 2>/dev/null || true
+    done
+    for p in "${CPIDS[@]}" "${PERF_PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    for p in $SERVER_PID "${SERVER_PIDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in $SERVER_PID "${SERVER_PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    if [ "${KEEP:-0}" = 1 ]; then
+        echo "raw results kept in $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+
+# A clean, loopback-only UCX environment for every process.
+loopback_ucx() {
+    unset UCX_TLS UCX_MM_ERROR_HANDLING RDMX_TRANSPORT
+    export UCX_NET_DEVICES=lo
+    export UCX_WARN_UNUSED_ENV_VARS=n
+}
+
+# --- servers ---------------------------------------------------------------------
+free_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 40000))
+        if [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then
+            echo "$p"
+            return
+        fi
+    done
+    die "no free port found"
+}
+
+# 0 once something listens on 127.0.0.1:PORT ("any": on any address of
+# this machine), 1 if PID exits first or after 10 s.
+wait_listen() { # port pid [any]
+    local filter="src 127.0.0.1 and sport = :$1"
+    [ "${3:-}" = any ] && filter="sport = :$1"
+    for _ in $(seq 500); do
+        [ -n "$(ss -Htln "$filter" 2>/dev/null)" ] && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.02
+    done
+    return 1
+}
+
+# Start CMD... in the background, its stdout in $WORK/OUT.out and stderr in
+# $WORK/OUT.err, and wait until the sed script PORT_SED (run with -n) finds
+# the port it listens on in its stdout: PORT, empty if CMD exited first or
+# said nothing within 30 s (registering memory takes seconds on a busy
+# machine). The process is SERVER_PID. No command substitution: the pid
+# must stay visible to the exit trap.
+start_listener() { # out port_sed cmd...
+    local out=$1 port_sed=$2
+    shift 2
+    : >"$WORK/$out.out"
+    "$@" >"$WORK/$out.out" 2>"$WORK/$out.err" &
+    SERVER_PID=$!
+    PORT=""
+    for _ in $(seq 1500); do
+        PORT=$(sed -n "$port_sed" "$WORK/$out.out" 2>/dev/null)
+        [ -n "$PORT" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.02
+    done
+    PORT=$(sed -n "$port_sed" "$WORK/$out.out" 2>/dev/null)
+}
+
+# memcached on 127.0.0.1 and a free port, with ARG... after "-U 0 -t 2",
+# kept for the whole run (SERVER_PIDS): MC_PORT, MC_PID. Three tries.
+start_memcached() { # arg...
+    local user
+    user=$(id -un)
+    for _ in 1 2 3; do
+        MC_PORT=$(free_port)
+        "$MEMCACHED" -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 2 "$@" \
+            -u "$user" >"$WORK/memcached.log" 2>&1 &
+        SERVER_PID=$!
+        if wait_listen "$MC_PORT" "$SERVER_PID"; then
+            MC_PID=$SERVER_PID
+            SERVER_PIDS+=("$MC_PID")
+            SERVER_PID=""
+            return 0
+        fi
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+    done
+    die "memcached did not start: $(cat "$WORK/memcached.log")"
+}
+
+# rdmx-kvd ($RDMX_KVD) on 127.0.0.1, a free port, with ARG..., kept for the
+# whole run (SERVER_PIDS); its output in $WORK/kvd.TR.out and .err. Leaves
+# KVD_PORT and KVD_PID.
+start_kvd() { # tr arg...
+    local tr=$1
+    shift
+    start_listener "kvd.$tr" \
+        's/^rdmx-kvd: listening on [^ ]*:\([0-9]*\) .*/\1/p' \
+        "$RDMX_KVD" --listen 127.0.0.1:0 "$@"
+    KVD_PID=$SERVER_PID
+    SERVER_PIDS+=("$KVD_PID")
+    SERVER_PID=""
+    KVD_PORT=$PORT
+    [ -n "$KVD_PORT" ] || die "rdmx-kvd ($tr) did not start:" \
+        "$(cat "$WORK/kvd.$tr.err" "$WORK/kvd.$tr.out")"
+}
+
+# --- figures -------------------------------------------------------------------
+median() { # values on stdin -> median
+    sort -g | awk '{v[NR] = $1} END {
+        if (NR == 0) { print "nan"; exit }
+        if (NR % 2) print v[(NR + 1) / 2];
+        else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+cpu_busy() { # share of CPU time used over one second (percent)
+    local a b
+    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+    sleep 1
+    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        busy = y[1] - x[1]; idle = y[2] - x[2];
+        printf "%.0f\n", (busy + idle > 0) ? 100 * busy / (busy + idle) : 0 }'
+}
+
+psi() { # CPU pressure over the last 60 s (PSI "some"), or "?"
+    sed -n 's/^some avg10=[0-9.]* avg60=\([0-9.]*\).*/\1/p' \
+        /proc/pressure/cpu 2>/dev/null || echo "?"
+}
+
+# CPU ticks: "total busy ours" — all CPUs from /proc/stat, and what this
+# script's processes used (reaped children: clients; plus the live servers
+# of SERVER_PIDS).
+cpu_ticks() {
+    local ours p
+    ours=$(awk '{print $16 + $17}' "/proc/$$/stat")
+    for p in "${SERVER_PIDS[@]}"; do
+        [ -r "/proc/$p/stat" ] || continue
+        ours=$((ours + $(sed 's/^.*) //' "/proc/$p/stat" |
+            awk '{print $12 + $13}')))
+    done
+    awk -v o="$ours" '/^cpu /{ b = $2+$3+$4+$7+$8+$9;
+        print b + $5 + $6, b, o }' /proc/stat
+}
+others_pct() { # "total busy ours" before, after -> % of CPU others used
+    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        t = y[1] - x[1]; o = (y[2] - x[2]) - (y[3] - x[3]);
+        if (o < 0) o = 0;
+        printf "%.0f\n", (t > 0 ? 100 * o / t : 0) }'
+}
+
+json_field() { # name json-line -> value
+    sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" <<<"$2"
+}
+
+# --- the report's header ---------------------------------------------------------
+ucx_version() { # "UCX x.y.z", or nothing
+    ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' | head -1 || true
+}
+
+# The UCX_* and RDMX_* variables of the environment but the loopback ones,
+# RDMX_BUILD and NAME...: what reaches the processes besides the script's
+# own settings.
+extra_env() { # name...
+    local skip="UCX_NET_DEVICES|UCX_WARN_UNUSED_ENV_VARS|RDMX_BUILD" n
+    for n in "$@"; do
+        skip="$skip|$n"
+    done
+    env | grep -E '^(UCX|RDMX)_' | grep -v -E "^($skip)=" |
+        sort | tr '\n' ' ' || true
+}
+
+tree_at() { # the tree's commit, "(+ local changes)" if src/include/tools differ
+    echo "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(
+        git -C "$ROOT" diff --quiet HEAD -- src include tools 2>/dev/null ||
+            echo ' (+ local changes)')"
+}
