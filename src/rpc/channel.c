@@ -1005,13 +1005,14 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
         ch->state_arg = p->state_arg;
     }
     if (ch->hb_ms < 0) {
+        int hb_ms = ch->hb_ms;
         free(ch->secret);
         rdmx_ptrmap_cleanup(&ch->calls);
         free(ch);
         return rdmx__error(RDMX_ERR_INVALID,
                            "channel: negative heartbeat_ms %d (0 turns "
                            "heartbeats off)",
-                           ch->hb_ms);
+                           hb_ms);
     }
     ch->credits = 1;
     ch->max_message = 64ull << 20;
