@@ -6,12 +6,12 @@
  * servers and a read to the first of them that is up. A server that fails
  * is skipped while its channel is down (it reconnects by itself).
  *
- * Zero-copy: a GET into a buffer inside a registered region (pass its
- * rdmx_mr_t) lets the server RDMA-write a large value straight into it; a
- * PUT from a registered buffer lets the server RDMA-read the value. Without
- * a region, values travel inside the RPC messages. The region is a hint:
- * on a tcp context (no RDMA: one-sided access is carried as messages there)
- * values travel inline regardless.
+ * Zero-copy: a GET into a buffer inside a registered region (its
+ * rdmx_mr_t in rdmx_kv_op_params_t.mr) lets the server RDMA-write a large
+ * value straight into it; a PUT from a registered buffer lets the server
+ * RDMA-read the value. Without a region, values travel inside the RPC
+ * messages. The region is a hint: on a tcp context (no RDMA: one-sided
+ * access is carried as messages there) values travel inline regardless.
  *
  * Lent buffers: a GET's buffer is yours again the moment the call returns
  * (its callback runs), whatever the status: the server checks right before
@@ -26,11 +26,17 @@
  * the worker with RDMX_WORKER_FLAG_PROGRESS_THREAD. For rate, use one
  * worker and client per thread.
  *
- * Errors: RDMX_ERR_NOT_FOUND (miss), RDMX_ERR_EXISTS (ADD on a present key,
- * CAS conflict), RDMX_ERR_TOO_BIG (value larger than the buffer: *len_p
- * says the size needed; or over the server's limit), RDMX_ERR_NO_MEMORY
- * (server full with eviction off), RDMX_ERR_INVALID (bad key, INCR on a
- * non-number), transport errors; rdmx_error_detail() says more.
+ * Limits: rdmx-kvd takes keys up to 250 bytes and values up to 1 MiB by
+ * default (its --max-key and --max-value); larger ones get
+ * RDMX_ERR_TOO_BIG.
+ *
+ * Errors: RDMX_ERR_NOT_FOUND (miss; also CAS, REPLACE and DELETE on a
+ * missing key), RDMX_ERR_EXISTS (ADD on a present key, CAS conflict),
+ * RDMX_ERR_TOO_BIG (value larger than the buffer: meta->length says the
+ * size needed; or over the server's limit), RDMX_ERR_NO_MEMORY (server
+ * full with eviction off), RDMX_ERR_INVALID (bad key, INCR on a
+ * non-number), RDMX_ERR_UNREACHABLE (no replica up, fail fast),
+ * RDMX_ERR_TIMEOUT, transport errors; rdmx_error_detail() says more.
  */
 #ifndef RDMX_KV_H
 #define RDMX_KV_H
