@@ -37,8 +37,12 @@
  *   what is stored (an overwrite with another size included).
  * - limits: key over --max-key for every operation, value over --max-value
  *   (inline and RDMA read), a request over the message limit: TOO_BIG with a
- *   detail; empty and 64 KiB keys: INVALID; a buffer outside the region
+ *   detail (for the last, naming the server's max_value); empty and 64 KiB keys: INVALID; a buffer outside the region
  *   passed: refused; an ordinary miss afterwards carries no stale detail.
+ * - channel_options: rdmx_kv_params_t.channel reaches every server's
+ *   channel (credits 1 and queue 0 refuse a second GET with NO_RESOURCE,
+ *   the state callback reports READY) while the client's timeout wins over
+ *   the channel's; the default client queues the second GET.
  * - malformed: hand-made kv.* requests through rdmx_call on a raw channel
  *   (empty or truncated header, key beyond the data, trailing bytes,
  *   reserved bytes, unknown put mode, inline value beyond the data, empty
@@ -103,7 +107,7 @@
 
 #define BIG_VALUE  (64 * TH_MIB)
 #define MAX_KEY    512
-#define BUF_SIZE   (BIG_VALUE + 64 * TH_KIB)
+#define BUF_SIZE   (BIG_VALUE + 128 * TH_KIB)
 #define REG_OFFSET 77 /* values in the registered regions start here */
 #define CANARY     0xA5
 
@@ -978,12 +982,15 @@ static void part_limits(void)
            "registered value over --max-value: %s (%s)", rdmx_status_name(st),
            rdmx_error_detail());
     th_log("  registered put over --max-value: %s", rdmx_error_detail());
-    /* a request over the server's message limit */
-    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 32 * TH_KIB, NULL,
+    /* a request over the server's message limit: the message names the
+     * server's max_value, not its raw message limit */
+    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 96 * TH_KIB, NULL,
                      NULL);
-    EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
-           "request over the message limit: %s (%s)", rdmx_status_name(st),
-           rdmx_error_detail());
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)BIG_VALUE);
+    EXPECT(st == RDMX_ERR_TOO_BIG && strstr(rdmx_error_detail(), buf) &&
+               strstr(rdmx_error_detail(), "max_value"),
+           "request over the message limit: %s (%s; want the max_value %s)",
+           rdmx_status_name(st), rdmx_error_detail(), buf);
     th_log("  put over the message limit: %s", rdmx_error_detail());
     EXPECT_ST(rdmx_kv_exists(kv, "limits:v", 8), RDMX_ERR_NOT_FOUND);
 
@@ -1017,6 +1024,93 @@ static void part_limits(void)
            "a NOT_FOUND get carries the detail of an earlier error: '%s' "
            "(earlier: '%s')",
            stale, detail);
+}
+
+/* ------------------------------------------------------------------------ */
+/* channel options                                                          */
+/* ------------------------------------------------------------------------ */
+
+static int kv_states_ready;
+
+static void kv_state_cb(rdmx_channel_t *ch, rdmx_channel_state_t state,
+                        rdmx_breaker_state_t breaker, rdmx_status_t status,
+                        void *arg)
+{
+    (void)ch, (void)breaker, (void)status;
+    if (state == RDMX_CHANNEL_READY && arg == &kv_states_ready)
+        kv_states_ready++;
+}
+
+/* rdmx_kv_params_t.channel reaches the channels: one call in flight and no
+ * queue refuse a second GET at once; the state callback runs; the client's
+ * own members win over the channel's. */
+static void part_channel_options(void)
+{
+    rdmx_channel_params_t chp = {
+        .field_mask = RDMX_CHANNEL_PARAM_FIELD_CREDITS |
+                      RDMX_CHANNEL_PARAM_FIELD_QUEUE |
+                      RDMX_CHANNEL_PARAM_FIELD_STATE_CB |
+                      RDMX_CHANNEL_PARAM_FIELD_TIMEOUT,
+        .credits = 1,
+        .queue = 0,
+        .state_cb = kv_state_cb,
+        .state_arg = &kv_states_ready,
+        .timeout_ms = 1, /* replaced by the client's timeout_ms */
+    };
+    rdmx_kv_params_t p = {
+        .field_mask = RDMX_KV_PARAM_FIELD_CHANNEL | RDMX_KV_PARAM_FIELD_TIMEOUT,
+        .channel = &chp,
+        .timeout_ms = 60000 * TH_SLOW,
+    };
+    nb_seen_t a = {0}, b = {0};
+    rdmx_kv_op_params_t oa = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB,
+                              .cb = nb_seen_cb,
+                              .arg = &a},
+                        ob = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB,
+                              .cb = nb_seen_cb,
+                              .arg = &b};
+    rdmx_kv_t *c = NULL;
+    char buf[16];
+    rdmx_kv_meta_t m;
+    rdmx_status_t st;
+
+    CHECK_OK(rdmx_kv_create(worker, big.addr, &p, &c));
+    CHECK_OK(rdmx_kv_wait_ready(c, 20000 * TH_SLOW));
+    EXPECT(kv_states_ready >= 1, "state_cb: %d READY reports",
+           kv_states_ready);
+    /* a 32 MiB PUT (copied at least three times on its way) takes far
+     * longer than the channel's 1 ms: the client's 60 s applies */
+    th_fill(src, 32 * TH_MIB, 7);
+    EXPECT_OK(rdmx_kv_put(c, "chopt:big", 9, src, 32 * TH_MIB, NULL, NULL));
+    EXPECT_OK(rdmx_kv_delete(c, "chopt:big", 9, 0));
+    EXPECT_OK(rdmx_kv_put(c, "chopt:a", 7, "1", 1, NULL, NULL));
+    EXPECT_ST(rdmx_kv_get_nb(c, "chopt:a", 7, buf, sizeof(buf), &oa),
+              RDMX_INPROGRESS);
+    st = rdmx_kv_get_nb(c, "chopt:a", 7, buf, sizeof(buf), &ob);
+    EXPECT(st == RDMX_ERR_NO_RESOURCE,
+           "second get_nb with credits 1, queue 0: %s (want NO_RESOURCE; "
+           "%s)",
+           rdmx_status_name(st), rdmx_error_detail());
+    while (!a.done || (st == RDMX_INPROGRESS && !b.done))
+        rdmx_worker_wait(worker, 10);
+    EXPECT(a.status == RDMX_OK && a.length == 1, "first get_nb: %s",
+           rdmx_status_name(a.status));
+    /* free again */
+    EXPECT_OK(rdmx_kv_get(c, "chopt:a", 7, buf, sizeof(buf), NULL, &m));
+    rdmx_kv_destroy(c);
+
+    /* the default client takes the second call too */
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    EXPECT_ST(rdmx_kv_get_nb(kv, "chopt:a", 7, buf, sizeof(buf), &oa),
+              RDMX_INPROGRESS);
+    EXPECT_ST(rdmx_kv_get_nb(kv, "chopt:a", 7, buf + 8, 8, &ob),
+              RDMX_INPROGRESS);
+    while (!a.done || !b.done)
+        rdmx_worker_wait(worker, 10);
+    EXPECT(a.status == RDMX_OK && b.status == RDMX_OK,
+           "default client, two get_nb: %s, %s", rdmx_status_name(a.status),
+           rdmx_status_name(b.status));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1840,6 +1934,7 @@ int main(void)
     run_part("batches", part_batches);
     run_part("stats", part_stats);
     run_part("limits", part_limits);
+    run_part("channel_options", part_channel_options);
     run_part("malformed", part_malformed);
     run_part("cli", part_cli);
     run_part("lru", part_lru);

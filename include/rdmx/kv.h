@@ -55,6 +55,7 @@ enum {
     RDMX_KV_PARAM_FIELD_INLINE_MAX = 1u << 2,
     RDMX_KV_PARAM_FIELD_AUTH_SECRET = 1u << 3,
     RDMX_KV_PARAM_FIELD_WAIT_FOR_READY = 1u << 4,
+    RDMX_KV_PARAM_FIELD_CHANNEL = 1u << 5,
 };
 
 /* Earlier names, kept for one release. */
@@ -88,6 +89,14 @@ typedef struct {
      *  that is up. Non-zero: operations wait for the server up to their
      *  timeout (rdmx_channel_params_t.wait_for_ready). */
     int wait_for_ready;
+    /** Options of each server's channel (copied), e.g. credits, queue,
+     *  retries, breaker, backoff, state_cb (called for every server's
+     *  channel). The members above take precedence: the channels always
+     *  get this client's timeout_ms, wait_for_ready and auth_secret. Unless
+     *  set here, heartbeats ping after 250 ms of silence and give up after
+     *  max(timeout_ms, 1000) ms: a server pulling a large value is silent
+     *  until done. Default: the channels' defaults with those. */
+    const rdmx_channel_params_t *channel;
 } rdmx_kv_params_t;
 
 /**

@@ -12,6 +12,7 @@
 #include "core/upper.h"
 #include "kv/proto.h"
 #include "lambda/lambda_int.h"
+#include "rpc/internal.h"
 #include "util/hash.h"
 
 #include <stdio.h>
@@ -121,21 +122,30 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
         goto err;
     }
-    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT | RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT | RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
-    cp.timeout_ms = kv->timeout_ms;
+    if ((f & RDMX_KV_PARAM_FIELD_CHANNEL) && p->channel != NULL)
+        cp = *p->channel;
     /* A server pulling a large value is silent until done: a dead one is
      * found by the transport or the operation's own timeout. */
-    cp.heartbeat_ms = 250;
-    cp.heartbeat_timeout_ms = kv->timeout_ms > 1000 ? kv->timeout_ms : 1000;
-    if ((f & RDMX_KV_PARAM_FIELD_WAIT_FOR_READY) && p->wait_for_ready) {
-        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY;
-        cp.wait_for_ready = 1;
+    if (!(cp.field_mask & RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT)) {
+        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT;
+        cp.heartbeat_ms = 250;
     }
-    if ((f & RDMX_KV_PARAM_FIELD_AUTH_SECRET) && p->auth_secret != NULL) {
-        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET;
-        cp.auth_secret = p->auth_secret;
-        cp.auth_secret_len = p->auth_secret_len;
+    if (!(cp.field_mask & RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT)) {
+        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
+        cp.heartbeat_timeout_ms = kv->timeout_ms > 1000 ? kv->timeout_ms
+                                                        : 1000;
     }
+    /* this client's own members */
+    cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                     RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY |
+                     RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET;
+    cp.timeout_ms = kv->timeout_ms;
+    cp.wait_for_ready =
+        (f & RDMX_KV_PARAM_FIELD_WAIT_FOR_READY) && p->wait_for_ready;
+    cp.auth_secret = (f & RDMX_KV_PARAM_FIELD_AUTH_SECRET) ? p->auth_secret
+                                                             : NULL;
+    cp.auth_secret_len =
+        (f & RDMX_KV_PARAM_FIELD_AUTH_SECRET) ? p->auth_secret_len : 0;
     for (tok = strtok_r(list, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
         while (*tok == ' ')
@@ -378,6 +388,7 @@ typedef struct {
 struct kv_op {
     rdmx_kv_t *kv;
     const char *method;         /* RDMX_KV_H_* */
+    size_t length;              /* the request's bytes */
     kv_msg_t *msg;              /* the request; a blocking op's until its
                                    end (`later` is encoded into it) */
     const rdmx_kv_req_t *later; /* blocking, conditional: the header of the
@@ -421,6 +432,7 @@ static void op_init(kv_op_t *op, rdmx_kv_t *kv, const char *method,
     op->kv = kv;
     op->method = method;
     op->msg = msg;
+    op->length = msg->len;
     op->server = server;
     op->copies = copies;
     op->first_status = RDMX_INPROGRESS;
@@ -462,6 +474,30 @@ static void op_end(kv_op_t *op)
 }
 
 /*
+ * The RPC layer refused @op's request as over its server's message limit:
+ * say so in the KV's terms (the server's max_value, rdmx-kvd --max-value)
+ * into @msg, unless the limit is not known (then @rpc_msg stays).
+ */
+static void too_big_message(const kv_op_t *op, const char *rpc_msg,
+                            char *msg, size_t size)
+{
+    uint64_t max = rdmx__channel_max_message(op->kv->ch[op->server]);
+    int batch = strcmp(op->method, RDMX_KV_H_MPUT) == 0;
+
+    if (max <= RDMX_KV_MESSAGE_SLACK) {
+        snprintf(msg, size, "%s", rpc_msg);
+        return;
+    }
+    snprintf(msg, size,
+             "%s: a request of %zu bytes; the server takes values of up to "
+             "%llu bytes (its max_value)%s",
+             op->method, op->length,
+             (unsigned long long)(max - RDMX_KV_MESSAGE_SLACK),
+             batch ? " in a batch that size in all: send fewer items at once"
+                   : "");
+}
+
+/*
  * What a call's end says: its status, the meta of a kv result, a message
  * for an error (@msg, @size bytes). A GET's inline value is copied into
  * op->buf, a raw answer into op->resp.
@@ -472,6 +508,10 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
     rdmx_kv_result_t res;
     size_t n;
 
+    if (r->status == RDMX_ERR_TOO_BIG) {
+        too_big_message(op, r->message, msg, size);
+        return r->status;
+    }
     if (r->status != RDMX_OK) {
         snprintf(msg, size, "%s", r->message);
         return r->status;
@@ -562,9 +602,15 @@ static rdmx_status_t op_call(kv_op_t *op)
     st = rdmx_call_nb(kv->ch[(op->server + i) % kv->n], op->method,
                       op->msg->data, op->msg->len, &cp, NULL);
     if (st != RDMX_INPROGRESS) {
+        char msg[256];
+
         op->pending--;
         if (i == 0)
             op->first_status = st;
+        if (st == RDMX_ERR_TOO_BIG) {
+            too_big_message(op, rdmx_error_detail(), msg, sizeof(msg));
+            rdmx__error(st, "%s", msg);
+        }
         op_error(op, st, rdmx_error_detail(), 0, NULL);
     }
     return st;

@@ -795,7 +795,7 @@ rdmx_status_t rdmx__kv_server_create(const rdmx_kv_server_config_t *cfg,
     sp.address = cfg->listen;
     sp.workers = cfg->workers;
     sp.max_connections = cfg->max_connections;
-    sp.max_message = cfg->max_value + cfg->max_key + 4096;
+    sp.max_message = cfg->max_value + RDMX_KV_MESSAGE_SLACK;
     if (cfg->auth_secret != NULL && cfg->auth_secret_len > 0) {
         sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_AUTH_SECRET;
         sp.auth_secret = cfg->auth_secret;

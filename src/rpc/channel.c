@@ -1090,6 +1090,11 @@ rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *ch)
     return ch->breaker;
 }
 
+uint64_t rdmx__channel_max_message(const rdmx_channel_t *ch)
+{
+    return ch->state == RDMX_CHANNEL_READY ? ch->max_message : 0;
+}
+
 rdmx_ep_t *rdmx_channel_ep(const rdmx_channel_t *ch)
 {
     return ch->state == RDMX_CHANNEL_READY ? ch->ep : NULL;
