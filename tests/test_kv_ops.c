@@ -57,7 +57,8 @@
  *   writes the raw value (binary; 2 MiB, more than its first 1 MiB buffer;
  *   empty) to stdout; exists, incr, delete, stats, --add/--replace; exit
  *   codes 0 found, 1 not found, 2 error (unreachable server, unknown
- *   command, missing key, ADD of a present key). The CLI runs from the
+ *   command, missing key, ADD of a present key, a delta or TTL that is not
+ *   a number). The CLI runs from the
  *   launcher child.
  * - eviction (lru): 40 x 64 KiB, read the first 10, 40 more: exactly the
  *   least recently used (the early unread keys, oldest first) are gone,
@@ -1532,6 +1533,12 @@ static void part_cli(void)
     rc = cli(NULL, "-s", A, "incr", "cli:n", NULL);
     EXPECT(rc == 0, "incr: exit %d", rc);
     expect_stdout("42\n", 3, "incr cli:n");
+    /* a delta or TTL that is not a number: refused, nothing changed */
+    rc = cli(NULL, "-s", A, "incr", "cli:n", "5x", NULL);
+    EXPECT(rc == 2, "incr by '5x': exit %d", rc);
+    rc = cli(NULL, "-s", A, "touch", "cli:n", "-1", NULL);
+    EXPECT(rc == 2, "touch for '-1' ms: exit %d", rc);
+    expect_text("cli:n", "42");
     rc = cli(NULL, "-s", A, "delete", "cli:arg", NULL);
     EXPECT(rc == 0, "delete: exit %d", rc);
     EXPECT_ST(rdmx_kv_exists(kv, "cli:arg", 7), RDMX_ERR_NOT_FOUND);

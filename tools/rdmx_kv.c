@@ -802,20 +802,24 @@ static int run(const opts_t *o, client_t *c, int argc, char **argv)
                                             o->cas));
     }
     if (strcmp(cmd, "touch") == 0) {
+        uint64_t ttl;
         NEED(2);
+        if (opt_uint(argv[2], 0, UINT32_MAX, &ttl) < 0)
+            return bad_option("touch TTL_MS", argv[2]);
         return code(argv[1], rdmx_kv_touch(c->kv, argv[1], strlen(argv[1]),
-                                           (uint32_t)strtoul(argv[2], NULL,
-                                                             10)));
+                                           (uint32_t)ttl));
     }
     if (strcmp(cmd, "exists") == 0) {
         NEED(1);
         return code(argv[1], rdmx_kv_exists(c->kv, argv[1], strlen(argv[1])));
     }
     if (strcmp(cmd, "incr") == 0 || strcmp(cmd, "decr") == 0) {
-        uint64_t v = 0;
+        uint64_t v = 0, delta = 1;
         NEED(1);
-        st = rdmx_kv_incr(c->kv, argv[1], strlen(argv[1]),
-                          argc > 2 ? strtoull(argv[2], NULL, 10) : 1,
+        if (argc > 2 && opt_uint(argv[2], 0, UINT64_MAX, &delta) < 0)
+            return bad_option(cmd[0] == 'd' ? "decr DELTA" : "incr DELTA",
+                              argv[2]);
+        st = rdmx_kv_incr(c->kv, argv[1], strlen(argv[1]), delta,
                           cmd[0] == 'd', &v);
         if (st == RDMX_OK)
             printf("%" PRIu64 "\n", v);

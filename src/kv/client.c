@@ -489,9 +489,9 @@ static void too_big_message(const kv_op_t *op, const char *rpc_msg,
         return;
     }
     snprintf(msg, size,
-             "%s: a request of %zu bytes; the server takes values of up to "
-             "%llu bytes (its max_value)%s",
-             op->method, op->length,
+             "%s on %s: a request of %zu bytes; the server takes values of "
+             "up to %llu bytes (its max_value)%s",
+             op->method, op->kv->addr[op->server], op->length,
              (unsigned long long)(max - RDMX_KV_MESSAGE_SLACK),
              batch ? " in a batch that size in all: send fewer items at once"
                    : "");
