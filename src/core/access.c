@@ -233,7 +233,7 @@ rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                   const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "atomic_fadd_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "atomic_fadd_nb", &a);
 
     return st != RDMX_OK ? st
                          : amo_issue(ep, rmem, offset, RDMX_ACC_FADD, value, 0,
@@ -246,7 +246,7 @@ rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                    const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "atomic_cswap_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "atomic_cswap_nb", &a);
 
     return st != RDMX_OK ? st
                          : amo_issue(ep, rmem, offset, RDMX_ACC_CSWAP, compare,

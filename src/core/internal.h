@@ -582,6 +582,27 @@ typedef struct {
 rdmx_status_t rdmx__op_args(const rdmx_op_params_t *p, int nb,
                             const char *what, rdmx__op_args_t *a);
 
+/* rdmx__op_args for a _nb form, the usual params (a callback, no timeout)
+ * taken inline; anything else through the full check. */
+static inline rdmx_status_t rdmx__op_nb_args(const rdmx_op_params_t *p,
+                                             const char *what,
+                                             rdmx__op_args_t *a)
+{
+    if (__builtin_expect(p != NULL &&
+                             (p->field_mask & (RDMX_OP_PARAM_FIELD_CB |
+                                               RDMX_OP_PARAM_FIELD_TIMEOUT)) ==
+                                 RDMX_OP_PARAM_FIELD_CB &&
+                             p->cb != NULL,
+                         1)) {
+        a->cb = p->cb;
+        a->arg = p->arg;
+        a->mr = (p->field_mask & RDMX_OP_PARAM_FIELD_MR) ? p->mr : NULL;
+        a->timeout_ms = RDMX_TIMEOUT_INFINITE;
+        return RDMX_OK;
+    }
+    return rdmx__op_args(p, 1, what, a);
+}
+
 rdmx_status_t rdmx__send(rdmx_ep_t *ep, const void *buf, size_t length,
                          rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
 rdmx_status_t rdmx__put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,

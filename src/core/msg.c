@@ -227,7 +227,7 @@ rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
                            const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "send_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "send_nb", &a);
 
     return st != RDMX_OK ? st : rdmx__send(ep, buf, length, a.mr, a.cb, a.arg);
 }
@@ -236,7 +236,7 @@ rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
                            const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "recv_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "recv_nb", &a);
 
     if (st != RDMX_OK)
         return st;

@@ -125,7 +125,7 @@ rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
                           const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "put_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "put_nb", &a);
 
     return st != RDMX_OK ? st
                          : rdmx__put(ep, rmem, offset, buf, length, a.mr, a.cb,
@@ -137,7 +137,7 @@ rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
                           const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "get_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "get_nb", &a);
 
     return st != RDMX_OK ? st
                          : rdmx__get(ep, rmem, offset, buf, length, a.mr, a.cb,
@@ -193,7 +193,7 @@ rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                  const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "put_notify_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "put_notify_nb", &a);
 
     return st != RDMX_OK ? st
                          : rdmx__put_notify(ep, rmem, offset, buf, length, imm,
@@ -299,7 +299,7 @@ rdmx_status_t rdmx__am_notify(rdmx_worker_t *w, rdmx_tep_t *tep,
 rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, const rdmx_op_params_t *params)
 {
     rdmx__op_args_t a;
-    rdmx_status_t st = rdmx__op_args(params, 1, "ep_flush_nb", &a);
+    rdmx_status_t st = rdmx__op_nb_args(params, "ep_flush_nb", &a);
 
     return st != RDMX_OK ? st : rdmx__flush(ep, a.cb, a.arg);
 }
