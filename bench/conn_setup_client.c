@@ -122,7 +122,7 @@ static int run_rdmx(const char *server, unsigned long n, int timeout_ms,
         rdmx_context_destroy(ctx);
         return -1;
     }
-    p.field_mask = RDMX_KV_FIELD_TIMEOUT;
+    p.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT;
     p.timeout_ms = timeout_ms;
 
     for (unsigned long i = 0; i < n && r->errors < MAX_ERRORS; i++) {

@@ -28,8 +28,10 @@ int main(int argc, char **argv)
     /* The server's handler checksums or fills the whole buffer on its
      * worker thread (seconds for 1 GiB): give calls time, and do not take
      * the silence meanwhile for a dead server. */
-    rdmx_channel_params_t cp = {.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT |
-                                              RDMX_CHANNEL_FIELD_HEARTBEAT,
+    rdmx_channel_params_t cp = {.field_mask =
+                                    RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                                    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                                    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT,
                                 .timeout_ms = 120000,
                                 .heartbeat_ms = 1000,
                                 .heartbeat_timeout_ms = 60000};
@@ -61,10 +63,10 @@ int main(int argc, char **argv)
 
     /* upload: the server reads our buffer (READ right only) */
     rdmx_rpc_bulk_t up = {mr, 0, size, RDMX_ACCESS_READ};
-    rdmx_call_params_t p = {.field_mask = RDMX_CALL_FIELD_BULK, .bulk = &up,
-                            .nbulk = 1};
+    rdmx_call_params_t p = {
+        .field_mask = RDMX_CALL_PARAM_FIELD_BULK, .bulk = &up, .nbulk = 1};
     t0 = now();
-    st = rdmx_call(ch, "checksum", NULL, 0, &p, &got, sizeof(got), &len);
+    st = rdmx_call(ch, "checksum", NULL, 0, &got, sizeof(got), &p, &len);
     if (st != RDMX_OK || len != sizeof(got) || got != want) {
         fprintf(stderr, "upload: %s %s (checksum %llx, want %llx)\n",
                 rdmx_strerror(st), rdmx_error_detail(),
@@ -79,7 +81,7 @@ int main(int argc, char **argv)
     p.bulk = &down;
     memset(buf, 0, size);
     t0 = now();
-    st = rdmx_call(ch, "fill", NULL, 0, &p, NULL, 0, &len);
+    st = rdmx_call(ch, "fill", NULL, 0, NULL, 0, &p, &len);
     if (st != RDMX_OK) {
         fprintf(stderr, "download: %s %s\n", rdmx_strerror(st),
                 rdmx_error_detail());

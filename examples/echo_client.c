@@ -36,7 +36,7 @@ int main(int argc, char **argv)
                 rdmx_error_detail());
         return 2;
     }
-    st = rdmx_call(ch, "echo", msg, len, NULL, resp, sizeof(resp), &got);
+    st = rdmx_call(ch, "echo", msg, len, resp, sizeof(resp), NULL, &got);
     if (st != RDMX_OK || got != len || memcmp(resp, msg, len) != 0) {
         fprintf(stderr, "echo: %s: %s\n", rdmx_strerror(st),
                 rdmx_error_detail());
@@ -46,7 +46,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < len; i++)
         want[i] = (char)toupper((unsigned char)msg[i]);
-    st = rdmx_call(ch, "upper", msg, len, NULL, resp, sizeof(resp), &got);
+    st = rdmx_call(ch, "upper", msg, len, resp, sizeof(resp), NULL, &got);
     if (st != RDMX_OK || got != len || memcmp(resp, want, len) != 0) {
         fprintf(stderr, "upper: %s: %s\n", rdmx_strerror(st),
                 rdmx_error_detail());
@@ -54,7 +54,7 @@ int main(int argc, char **argv)
     } else {
         printf("upper: %.*s\n", (int)got, resp);
     }
-    st = rdmx_call(ch, "no-such-handler", msg, len, NULL, resp, sizeof(resp),
+    st = rdmx_call(ch, "no-such-handler", msg, len, resp, sizeof(resp), NULL,
                    &got);
     if (st != RDMX_ERR_NOT_FOUND) {
         fprintf(stderr, "unknown handler: got %s\n", rdmx_status_name(st));
@@ -63,7 +63,7 @@ int main(int argc, char **argv)
         printf("no-such-handler: %s (%s)\n", rdmx_status_name(st),
                rdmx_error_detail());
     }
-    st = rdmx_call(ch, "rdmx.stats", NULL, 0, NULL, resp, sizeof(resp) - 1,
+    st = rdmx_call(ch, "rdmx.stats", NULL, 0, resp, sizeof(resp) - 1, NULL,
                    &got);
     if (st != RDMX_OK) {
         fprintf(stderr, "rdmx.stats: %s: %s\n", rdmx_strerror(st),

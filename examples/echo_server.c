@@ -55,6 +55,7 @@ static void bulk_done(rdmx_status_t st, size_t length, void *arg)
 static void bulk(rdmx_rpc_req_t *req, void *arg)
 {
     rdmx_rmem_t *rmem;
+    rdmx_op_params_t op;
     rdmx_status_t st;
     bulk_t *b;
 
@@ -81,10 +82,15 @@ static void bulk(rdmx_rpc_req_t *req, void *arg)
     if (b->fill)
         for (size_t i = 0; i < b->len; i++)
             b->buf[i] = (unsigned char)(i * 7);
-    st = b->fill ? rdmx_put_nb(rdmx_rpc_req_ep(req), b->buf, b->len, b->mr,
-                               rmem, 0, bulk_done, b)
-                 : rdmx_get_nb(rdmx_rpc_req_ep(req), b->buf, b->len, b->mr,
-                               rmem, 0, bulk_done, b);
+    /* bulk_done(b) runs when the transfer completes */
+    op = (rdmx_op_params_t){.field_mask =
+                                RDMX_OP_PARAM_FIELD_CB | RDMX_OP_PARAM_FIELD_MR,
+                            .cb = bulk_done,
+                            .arg = b,
+                            .mr = b->mr};
+    st = b->fill
+             ? rdmx_put_nb(rdmx_rpc_req_ep(req), rmem, 0, b->buf, b->len, &op)
+             : rdmx_get_nb(rdmx_rpc_req_ep(req), rmem, 0, b->buf, b->len, &op);
     if (st != RDMX_INPROGRESS)
         bulk_done(st, b->len, b);
 }
@@ -125,8 +131,8 @@ int main(int argc, char **argv)
 {
     const char *address = argc > 1 ? argv[1] : "127.0.0.1:13370";
     rdmx_rpc_server_params_t sp = {
-        .field_mask = RDMX_RPC_SERVER_FIELD_ADDRESS |
-                      RDMX_RPC_SERVER_FIELD_WORKERS,
+        .field_mask = RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
+                      RDMX_RPC_SERVER_PARAM_FIELD_WORKERS,
         .address = address,
         .workers = argc > 2 ? (unsigned)atoi(argv[2]) : 1,
     };

@@ -68,18 +68,18 @@ int cu_server_main(int argc, char **argv)
 
     th_init("conn-rpc-server", 1800);
     memset(&sp, 0, sizeof(sp));
-    sp.field_mask =
-        RDMX_RPC_SERVER_FIELD_ADDRESS | RDMX_RPC_SERVER_FIELD_WORKERS;
+    sp.field_mask = RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
+                    RDMX_RPC_SERVER_PARAM_FIELD_WORKERS;
     sp.address = "127.0.0.1:0";
     sp.workers = 2;
     for (i = 0; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--workers") == 0) {
             sp.workers = (unsigned)atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--max-connections") == 0) {
-            sp.field_mask |= RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS;
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_MAX_CONNECTIONS;
             sp.max_connections = (unsigned)atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--poll") == 0) {
-            sp.field_mask |= RDMX_RPC_SERVER_FIELD_POLL;
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_POLL;
             sp.poll = (rdmx_rpc_poll_t)atoi(argv[i + 1]);
         } else {
             th_log("unknown option %s", argv[i]);
@@ -312,10 +312,11 @@ rdmx_channel_t *cu_channel(rdmx_worker_t *w, const char *addr,
     rdmx_channel_t *ch = NULL;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT;
     p.connect_timeout_ms = connect_timeout_ms * TH_SLOW;
     if (heartbeat_ms >= 0) {
-        p.field_mask |= RDMX_CHANNEL_FIELD_HEARTBEAT;
+        p.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                        RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
         p.heartbeat_ms = heartbeat_ms;
         p.heartbeat_timeout_ms = heartbeat_ms * 4;
     }
@@ -329,7 +330,7 @@ void cu_stats_text(rdmx_channel_t *ch, char *buf, size_t size)
 {
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, NULL, buf, size - 1, &len));
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, buf, size - 1, NULL, &len));
     CHECK(len < size);
     buf[len] = '\0';
 }
@@ -378,7 +379,7 @@ void cu_worker_stats(rdmx_worker_t *w, const char *addr, unsigned nworkers,
         CHECKF(n < 32, "32 connections did not reach all %u workers", nworkers);
         chs[n] = cu_channel(w, addr, 5000, -1);
         CHECK_OK(
-            rdmx_call(chs[n], "wstats", NULL, 0, NULL, &r, sizeof(r), &len));
+            rdmx_call(chs[n], "wstats", NULL, 0, &r, sizeof(r), NULL, &len));
         n++;
         CHECK(len == sizeof(r) && r.index < nworkers);
         if (seen[r.index])

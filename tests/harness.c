@@ -535,9 +535,11 @@ void ts_post(rdmx_ep_t *ep, uint32_t cmd, uint64_t a, uint64_t b, uint64_t c,
 
 void ts_reply(rdmx_ep_t *ep, ts_reply_t *reply)
 {
+    rdmx_op_params_t op = {.field_mask = RDMX_OP_PARAM_FIELD_TIMEOUT,
+                           .timeout_ms = 60000 * TH_SLOW};
     size_t len = 0;
 
-    CHECK_OK(rdmx_recv(ep, reply, sizeof(*reply), NULL, 60000 * TH_SLOW, &len));
+    CHECK_OK(rdmx_recv(ep, reply, sizeof(*reply), &op, &len));
     CHECKF(len >= TS_REPLY_HDR && reply->magic == TS_MAGIC &&
                len == TS_REPLY_HDR + reply->blob_len,
            "malformed reply from the test server (%zu bytes)", len);
@@ -643,9 +645,16 @@ void ts_quit(rdmx_ep_t *ep)
 rdmx_ep_t *th_connect(rdmx_worker_t *worker, const th_proc_t *server,
                       const rdmx_ep_params_t *params)
 {
+    rdmx_ep_params_t p;
     rdmx_ep_t *ep = NULL;
 
-    CHECK_OK(rdmx_connect(worker, server->addr, params, 10000 * TH_SLOW, &ep));
+    if (params != NULL)
+        p = *params;
+    else
+        memset(&p, 0, sizeof(p));
+    p.field_mask |= RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT;
+    p.connect_timeout_ms = 10000 * TH_SLOW;
+    CHECK_OK(rdmx_connect(worker, server->addr, &p, &ep));
     CHECK(ep != NULL);
     CHECK_OK(rdmx_ep_status(ep));
     return ep;

@@ -130,6 +130,7 @@ static void h_bulk(rdmx_rpc_req_t *req, void *arg)
     int push = arg != NULL;
     rdmx_rmem_t *rmem;
     bulk_op_t *op;
+    rdmx_op_params_t opp = {0};
     rdmx_status_t st;
     uint64_t seed = 0;
     size_t plen;
@@ -164,10 +165,14 @@ static void h_bulk(rdmx_rpc_req_t *req, void *arg)
         free(op);
         return;
     }
-    st = push ? rdmx_put_nb(rdmx_rpc_req_ep(req), op->buf, op->len, op->mr,
-                            rmem, 0, bulk_done, op)
-              : rdmx_get_nb(rdmx_rpc_req_ep(req), op->buf, op->len, op->mr,
-                            rmem, 0, bulk_done, op);
+    opp.field_mask = RDMX_OP_PARAM_FIELD_CB | RDMX_OP_PARAM_FIELD_MR;
+    opp.cb = bulk_done;
+    opp.arg = op;
+    opp.mr = op->mr;
+    st = push ? rdmx_put_nb(rdmx_rpc_req_ep(req), rmem, 0, op->buf, op->len,
+                            &opp)
+              : rdmx_get_nb(rdmx_rpc_req_ep(req), rmem, 0, op->buf, op->len,
+                            &opp);
     if (st == RDMX_OK)
         bulk_done(RDMX_OK, op->len, op);
     else if (st != RDMX_INPROGRESS)
@@ -181,8 +186,8 @@ int trs_main(int argc, char **argv)
     const char *secret = NULL;
     int i;
 
-    sp.field_mask = RDMX_RPC_SERVER_FIELD_ADDRESS |
-                    RDMX_RPC_SERVER_FIELD_WORKERS;
+    sp.field_mask = RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
+                    RDMX_RPC_SERVER_PARAM_FIELD_WORKERS;
     sp.address = "127.0.0.1:0";
     sp.workers = 2;
     for (i = 0; i + 1 < argc; i += 2) {
@@ -191,18 +196,18 @@ int trs_main(int argc, char **argv)
         } else if (strcmp(argv[i], "--workers") == 0) {
             sp.workers = (unsigned)atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--credits") == 0) {
-            sp.field_mask |= RDMX_RPC_SERVER_FIELD_CREDITS;
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_CREDITS;
             sp.credits = (unsigned)atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--max-message") == 0) {
-            sp.field_mask |= RDMX_RPC_SERVER_FIELD_MAX_MESSAGE;
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_MAX_MESSAGE;
             sp.max_message = strtoull(argv[i + 1], NULL, 0);
         } else if (strcmp(argv[i], "--max-connections") == 0) {
-            sp.field_mask |= RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS;
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_MAX_CONNECTIONS;
             sp.max_connections = (unsigned)atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--secret") == 0) {
             secret = argv[i + 1];
         } else if (strcmp(argv[i], "--poll") == 0) {
-            sp.field_mask |= RDMX_RPC_SERVER_FIELD_POLL;
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_POLL;
             sp.poll = (rdmx_rpc_poll_t)atoi(argv[i + 1]);
         } else {
             fprintf(stderr, "rpc test server: unknown option %s\n", argv[i]);
@@ -210,7 +215,7 @@ int trs_main(int argc, char **argv)
         }
     }
     if (secret != NULL) {
-        sp.field_mask |= RDMX_RPC_SERVER_FIELD_AUTH_SECRET;
+        sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_AUTH_SECRET;
         sp.auth_secret = secret;
         sp.auth_secret_len = strlen(secret);
     }

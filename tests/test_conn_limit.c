@@ -71,7 +71,7 @@ static void echo_ok(rdmx_channel_t *ch, const char *msg)
     char back[64];
     size_t len = 0, n = strlen(msg);
 
-    CHECK_OK(rdmx_call(ch, "echo", msg, n, NULL, back, sizeof(back), &len));
+    CHECK_OK(rdmx_call(ch, "echo", msg, n, back, sizeof(back), NULL, &len));
     CHECK(len == n && memcmp(back, msg, n) == 0);
 }
 
@@ -88,7 +88,7 @@ static rdmx_worker_stats_t listener_stats(void)
         if (held[i] == NULL)
             continue;
         CHECK_OK(
-            rdmx_call(held[i], "wstats", NULL, 0, NULL, &r, sizeof(r), &len));
+            rdmx_call(held[i], "wstats", NULL, 0, &r, sizeof(r), NULL, &len));
         CHECK(len == sizeof(r));
         if (r.index == 0)
             return r.st;
@@ -106,9 +106,11 @@ static char bad_detail[256];
 /* One core connect that must be refused at once. Returns its time. */
 static double refused_connect(void)
 {
+    rdmx_ep_params_t p = {.field_mask = RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT,
+                          .connect_timeout_ms = 5000};
     rdmx_ep_t *ep = NULL;
     double t0 = th_now_ms(), dt;
-    rdmx_status_t st = rdmx_connect(w, server.addr, NULL, 5000, &ep);
+    rdmx_status_t st = rdmx_connect(w, server.addr, &p, &ep);
     char detail[256];
 
     dt = th_now_ms() - t0;
@@ -165,6 +167,13 @@ int main(int argc, char **argv)
     rdmx_worker_stats_t s0, s1, s2;
     rdmx_channel_t *sixth, *late;
     rdmx_channel_params_t cp;
+    rdmx_ep_params_t nb_params = {.field_mask =
+                                      RDMX_EP_PARAM_FIELD_CONNECT_CB |
+                                      RDMX_EP_PARAM_FIELD_USER_DATA |
+                                      RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT,
+                                  .connect_cb = nb_cb,
+                                  .user_data = NULL,
+                                  .connect_timeout_ms = 5000};
     rdmx_ep_t *ep = NULL;
     static char text[65536];
     double t0, dt, t_first, sum = 0;
@@ -206,7 +215,7 @@ int main(int argc, char **argv)
                i + 1, dt, rdmx_error_detail());
     }
     t0 = th_now_ms();
-    st = rdmx_connect_nb(w, server.addr, NULL, 5000, nb_cb, NULL, &ep);
+    st = rdmx_connect_nb(w, server.addr, &nb_params, &ep);
     CHECKF(st == RDMX_INPROGRESS, "rdmx_connect_nb: %s", rdmx_status_name(st));
     while (!nb_done && th_now_ms() - t0 < 5000.0 * TH_SLOW)
         rdmx_worker_wait(w, 10);
@@ -225,8 +234,9 @@ int main(int argc, char **argv)
 
     /* the 6th, RPC channel */
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask =
-        RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT | RDMX_CHANNEL_FIELD_BACKOFF;
+    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
+                    RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                    RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
     cp.connect_timeout_ms = 5000;
     cp.backoff_min_ms = 50;
     cp.backoff_max_ms = 400;

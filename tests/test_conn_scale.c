@@ -131,12 +131,14 @@ static void h_call(hconn_t *c, const char *phase)
     rdmx_status_t st;
 
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT | RDMX_CALL_PARAM_FIELD_CB;
     cp.timeout_ms = 60000 * TH_SLOW;
+    cp.cb = h_call_cb;
+    cp.arg = c;
     c->len = (size_t)snprintf(c->msg, sizeof(c->msg), "%s %ld/%ld", phase, h_id,
                               (long)(c - hc));
     c->call_done = 0;
-    st = rdmx_call_nb(c->ch, "echo", c->msg, c->len, &cp, h_call_cb, c, NULL);
+    st = rdmx_call_nb(c->ch, "echo", c->msg, c->len, &cp, NULL);
     CHECKF(st == RDMX_INPROGRESS, "holder %ld: rdmx_call_nb: %s (%s)", h_id,
            rdmx_status_name(st), rdmx_error_detail());
 }
@@ -151,8 +153,10 @@ static void h_open(rdmx_worker_t *w, const holder_arg_t *a,
     double t0 = th_now_ms();
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT |
-                   RDMX_CHANNEL_FIELD_HEARTBEAT | RDMX_CHANNEL_FIELD_STATE_CB;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_STATE_CB;
     p.connect_timeout_ms = 60000 * TH_SLOW;
     p.heartbeat_ms = 0;
     p.state_cb = h_state;
@@ -341,8 +345,8 @@ static void latency_once(rdmx_channel_t *ch, double *p50, double *p99,
         double t0 = th_now_ms();
 
         memcpy(msg, &i, sizeof(i));
-        CHECK_OK(rdmx_call(ch, "echo", msg, sizeof(msg), NULL, back,
-                           sizeof(back), &len));
+        CHECK_OK(rdmx_call(ch, "echo", msg, sizeof(msg), back, sizeof(back),
+                           NULL, &len));
         v[i] = (th_now_ms() - t0) * 1000.0;
         CHECK(len == sizeof(msg) && memcmp(msg, back, len) == 0);
     }

@@ -191,8 +191,15 @@ static void pend_step(rdmx_worker_t *w, pend_t *pend, int restart)
         }
         p->done = 0;
         if (restart) {
-            rdmx_status_t st = rdmx_connect_nb(
-                w, server.addr, NULL, deadline_ms(), pend_cb, p, &p->ep);
+            rdmx_ep_params_t ep_params = {
+                .field_mask = RDMX_EP_PARAM_FIELD_CONNECT_CB |
+                              RDMX_EP_PARAM_FIELD_USER_DATA |
+                              RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT,
+                .connect_cb = pend_cb,
+                .user_data = p,
+                .connect_timeout_ms = deadline_ms()};
+            rdmx_status_t st =
+                rdmx_connect_nb(w, server.addr, &ep_params, &p->ep);
 
             if (st != RDMX_OK && st != RDMX_INPROGRESS) {
                 note(st, "rdmx_connect_nb", -1);
@@ -238,11 +245,11 @@ static int echo(rdmx_channel_t *ch, const char *what, unsigned n)
     rdmx_status_t st;
 
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     cp.timeout_ms = deadline_ms();
     /* not idempotent: a call the SIGTERM cut off fails now instead of
      * being resent until its deadline */
-    st = rdmx_call(ch, "echo_once", msg, (size_t)m, &cp, back, sizeof(back),
+    st = rdmx_call(ch, "echo_once", msg, (size_t)m, back, sizeof(back), &cp,
                    &len);
     if (st == RDMX_OK) {
         if (len != (size_t)m || memcmp(back, msg, len) != 0) {
@@ -279,7 +286,7 @@ static int churn_client(void *arg)
 
     memset(pend, 0, sizeof(pend));
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT;
     ctl_fd = a->ctl;
     fcntl(ctl_fd, F_SETFL, O_NONBLOCK);
     for (;;) {

@@ -70,7 +70,7 @@ static int storm_client(void *arg)
                          a->round, a->client, i);
 
         ch = cu_channel(w, server.addr, 5000, -1);
-        CHECK_OK(rdmx_call(ch, "echo", msg, (size_t)n, NULL, back, sizeof(back),
+        CHECK_OK(rdmx_call(ch, "echo", msg, (size_t)n, back, sizeof(back), NULL,
                            &len));
         CHECKF(len == (size_t)n && memcmp(back, msg, len) == 0,
                "cycle %ld: echo answered %zu bytes '%.*s'", i, len, (int)len,
@@ -125,8 +125,8 @@ static int final_client(void *arg)
     size_t len = 0;
 
     (void)arg;
-    CHECK_OK(rdmx_call(ch, "rdmx.ping", "still here", 10, NULL, back,
-                       sizeof(back), &len));
+    CHECK_OK(rdmx_call(ch, "rdmx.ping", "still here", 10, back, sizeof(back),
+                       NULL, &len));
     CHECK(len == 10 && memcmp(back, "still here", 10) == 0);
     cu_stats_text(ch, text, sizeof(text));
     th_log("server stats: connections %llu, connections_total %llu, "

@@ -59,12 +59,12 @@ static slot_t *slot_of(rdmx_ep_t *ep)
 
 static void post_recv(slot_t *s)
 {
+    rdmx_op_params_t op = {
+        .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = th_req_cb, .arg = &s->req};
+
     th_req_init(&s->req);
     s->posted = 1;
-    th_req_start(
-        &s->req,
-        rdmx_recv_nb(s->ep, s->buf, sizeof(s->buf), NULL, th_req_cb, &s->req),
-        0);
+    th_req_start(&s->req, rdmx_recv_nb(s->ep, s->buf, sizeof(s->buf), &op), 0);
 }
 
 static void srv_accept(rdmx_ep_t *ep, void *arg)
@@ -195,11 +195,17 @@ typedef struct {
 
 static uint64_t closed; /* connections the client has closed */
 
+/* Limit of the client's blocking receives. */
+static const rdmx_op_params_t recv_limit = {
+    .field_mask = RDMX_OP_PARAM_FIELD_TIMEOUT, .timeout_ms = 10000 * TH_SLOW};
+
 static rdmx_ep_t *cconnect(void)
 {
+    rdmx_ep_params_t p = {.field_mask = RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT,
+                          .connect_timeout_ms = 10000 * TH_SLOW};
     rdmx_ep_t *ep = NULL;
 
-    CHECK_OK(rdmx_connect(worker, server.addr, NULL, 10000 * TH_SLOW, &ep));
+    CHECK_OK(rdmx_connect(worker, server.addr, &p, &ep));
     return ep;
 }
 
@@ -211,7 +217,7 @@ static void one_cycle(int i)
     int n = snprintf(msg, sizeof(msg), "ping %d", i);
 
     CHECK_OK(rdmx_send(ep, msg, (size_t)n, NULL));
-    CHECK_OK(rdmx_recv(ep, back, sizeof(back), NULL, 10000 * TH_SLOW, &len));
+    CHECK_OK(rdmx_recv(ep, back, sizeof(back), &recv_limit, &len));
     CHECK(len == (size_t)n && memcmp(back, msg, len) == 0);
     rdmx_ep_close(ep);
     closed++;
@@ -253,8 +259,7 @@ static void take_sample(sample_t *s)
         size_t len = 0;
 
         CHECK_OK(rdmx_send(ep, "STATS", 5, NULL));
-        CHECK_OK(
-            rdmx_recv(ep, &s->st, sizeof(s->st), NULL, 10000 * TH_SLOW, &len));
+        CHECK_OK(rdmx_recv(ep, &s->st, sizeof(s->st), &recv_limit, &len));
         CHECK(len == sizeof(s->st));
         if (s->st.closed_ok + s->st.closed_err == closed &&
             s->st.open_eps == 1) {
@@ -327,7 +332,7 @@ int main(int argc, char **argv)
 
     ep = cconnect();
     CHECK_OK(rdmx_send(ep, "QUIT", 4, NULL));
-    CHECK_OK(rdmx_recv(ep, bye, sizeof(bye), NULL, 10000 * TH_SLOW, &len));
+    CHECK_OK(rdmx_recv(ep, bye, sizeof(bye), &recv_limit, &len));
     CHECK(len == 3 && memcmp(bye, "BYE", 3) == 0);
     rdmx_ep_close(ep);
     th_check_exit_ok("server", th_wait_exit(&server, 20000));

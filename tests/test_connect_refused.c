@@ -41,6 +41,25 @@ static void connect_cb(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
     t_connect_cb = th_now_ms();
 }
 
+/* Endpoint params of a connect limited to @p timeout_ms; with @p cb (for
+ * rdmx_connect_nb), that connect callback with @p arg. */
+static rdmx_ep_params_t conn_params(int timeout_ms, rdmx_connect_cb_t cb,
+                                    void *arg)
+{
+    rdmx_ep_params_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT;
+    p.connect_timeout_ms = timeout_ms;
+    if (cb != NULL) {
+        p.field_mask |=
+            RDMX_EP_PARAM_FIELD_CONNECT_CB | RDMX_EP_PARAM_FIELD_USER_DATA;
+        p.connect_cb = cb;
+        p.user_data = arg;
+    }
+    return p;
+}
+
 /* A TCP socket bound to a free loopback port; listening if @p listening. */
 static int loopback_socket(int listening, uint16_t *port)
 {
@@ -62,9 +81,10 @@ static int loopback_socket(int listening, uint16_t *port)
 
 static void refused_blocking(rdmx_worker_t *worker, const char *addr)
 {
+    rdmx_ep_params_t p = conn_params(5000, NULL, NULL);
     rdmx_ep_t *ep = NULL;
     double t0 = th_now_ms(), dt;
-    rdmx_status_t st = rdmx_connect(worker, addr, NULL, 5000, &ep);
+    rdmx_status_t st = rdmx_connect(worker, addr, &p, &ep);
 
     dt = th_now_ms() - t0;
     CHECKF(st == RDMX_ERR_CONN_REFUSED || st == RDMX_ERR_UNREACHABLE,
@@ -76,14 +96,14 @@ static void refused_blocking(rdmx_worker_t *worker, const char *addr)
 
 static void refused_nb(rdmx_worker_t *worker, const char *addr)
 {
+    rdmx_ep_params_t p = conn_params(5000, connect_cb, &connect_calls);
     rdmx_ep_t *ep = NULL;
     double t0 = th_now_ms();
     rdmx_status_t st;
 
     connect_calls = 0;
     connect_status = RDMX_INPROGRESS;
-    st = rdmx_connect_nb(worker, addr, NULL, 5000, connect_cb, &connect_calls,
-                         &ep);
+    st = rdmx_connect_nb(worker, addr, &p, &ep);
     CHECKF(st == RDMX_OK || st == RDMX_INPROGRESS,
            "rdmx_connect_nb returned %s", rdmx_status_name(st));
     CHECK(ep != NULL);
@@ -110,6 +130,7 @@ static void blackhole(rdmx_worker_t *worker)
     uint16_t port;
     int fd = loopback_socket(1, &port);
     char addr[64];
+    rdmx_ep_params_t p = conn_params(300, NULL, NULL);
     rdmx_ep_t *ep = NULL;
     double t0, dt;
     rdmx_status_t st;
@@ -117,7 +138,7 @@ static void blackhole(rdmx_worker_t *worker)
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
 
     t0 = th_now_ms();
-    st = rdmx_connect(worker, addr, NULL, 300, &ep);
+    st = rdmx_connect(worker, addr, &p, &ep);
     dt = th_now_ms() - t0;
     CHECKF(st == RDMX_ERR_TIMEOUT,
            "rdmx_connect to a silent listener returned %s (%s)",
@@ -128,9 +149,9 @@ static void blackhole(rdmx_worker_t *worker)
            dt);
 
     connect_calls = 0;
+    p = conn_params(300, connect_cb, &connect_calls);
     t0 = th_now_ms();
-    st = rdmx_connect_nb(worker, addr, NULL, 300, connect_cb, &connect_calls,
-                         &ep);
+    st = rdmx_connect_nb(worker, addr, &p, &ep);
     CHECK(st == RDMX_OK || st == RDMX_INPROGRESS);
     while (connect_calls == 0) {
         CHECKF(th_now_ms() - t0 < 5000.0 * TH_SLOW,
@@ -152,6 +173,7 @@ int main(int argc, char **argv)
     th_proc_t server;
     rdmx_context_t *ctx;
     rdmx_worker_t *worker;
+    rdmx_ep_params_t p = conn_params(1000, NULL, NULL);
     rdmx_ep_t *ep = NULL;
     ts_reply_t rep;
     uint16_t port;
@@ -176,9 +198,8 @@ int main(int argc, char **argv)
     for (i = 0; i < 3; i++)
         refused_nb(worker, addr);
 
-    CHECK_ST(rdmx_connect(worker, "127.0.0.1", NULL, 1000, &ep),
-             RDMX_ERR_INVALID);
-    CHECK_ST(rdmx_connect(worker, "127.0.0.1:99999", NULL, 1000, &ep),
+    CHECK_ST(rdmx_connect(worker, "127.0.0.1", &p, &ep), RDMX_ERR_INVALID);
+    CHECK_ST(rdmx_connect(worker, "127.0.0.1:99999", &p, &ep),
              RDMX_ERR_INVALID);
 
     blackhole(worker);
@@ -194,10 +215,11 @@ int main(int argc, char **argv)
     {
         th_req_t req;
         char buf[16];
+        rdmx_op_params_t op = {
+            .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = th_req_cb, .arg = &req};
 
         th_req_init(&req);
-        CHECK_ST(rdmx_recv_nb(ep, buf, sizeof(buf), NULL, th_req_cb, &req),
-                 RDMX_INPROGRESS);
+        CHECK_ST(rdmx_recv_nb(ep, buf, sizeof(buf), &op), RDMX_INPROGRESS);
         rdmx_ep_close(ep);
         th_req_wait(worker, &req, 1, 5000);
         CHECK_ST(req.status, RDMX_ERR_CANCELED);

@@ -46,28 +46,25 @@ static rdmx_status_t issue(int op, int blocking, rdmx_rmem_t *rmem,
                            uint64_t off, size_t len, th_req_t *req)
 {
     static uint64_t old;
+    const rdmx_op_params_t p = {
+        .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = th_req_cb, .arg = req};
 
     switch (op) {
     case OP_PUT:
-        return blocking ? rdmx_put(ep, local, len, NULL, rmem, off)
-                        : rdmx_put_nb(ep, local, len, NULL, rmem, off,
-                                      th_req_cb, req);
+        return blocking ? rdmx_put(ep, rmem, off, local, len, NULL)
+                        : rdmx_put_nb(ep, rmem, off, local, len, &p);
     case OP_PUTN:
-        return blocking ? rdmx_put_notify(ep, local, len, NULL, rmem, off, 77)
-                        : rdmx_put_notify_nb(ep, local, len, NULL, rmem, off,
-                                             77, th_req_cb, req);
+        return blocking ? rdmx_put_notify(ep, rmem, off, local, len, 77, NULL)
+                        : rdmx_put_notify_nb(ep, rmem, off, local, len, 77, &p);
     case OP_GET:
-        return blocking ? rdmx_get(ep, local, len, NULL, rmem, off)
-                        : rdmx_get_nb(ep, local, len, NULL, rmem, off,
-                                      th_req_cb, req);
+        return blocking ? rdmx_get(ep, rmem, off, local, len, NULL)
+                        : rdmx_get_nb(ep, rmem, off, local, len, &p);
     case OP_FADD:
-        return blocking ? rdmx_atomic_fadd(ep, rmem, off, 1, &old)
-                        : rdmx_atomic_fadd_nb(ep, rmem, off, 1, &old, th_req_cb,
-                                              req);
+        return blocking ? rdmx_atomic_fadd(ep, rmem, off, 1, &old, NULL)
+                        : rdmx_atomic_fadd_nb(ep, rmem, off, 1, &old, &p);
     default:
-        return blocking ? rdmx_atomic_cswap(ep, rmem, off, 0, 1, &old)
-                        : rdmx_atomic_cswap_nb(ep, rmem, off, 0, 1, &old,
-                                               th_req_cb, req);
+        return blocking ? rdmx_atomic_cswap(ep, rmem, off, 0, 1, &old, NULL)
+                        : rdmx_atomic_cswap_nb(ep, rmem, off, 0, 1, &old, &p);
     }
 }
 
@@ -258,18 +255,18 @@ static void remote_refusals(const ts_region_t *r, uint64_t seed)
     REFUSED(OP_CSWAP, na, 0, 8, RDMX_ERR_DENIED);
 
     /* Nothing reached the server. */
-    CHECK_OK(rdmx_ep_flush(ep));
+    CHECK_OK(rdmx_ep_flush(ep, NULL));
     TS_VERIFY_REMOTE(ep, r, 0, REGION, seed);
     ts_call(ep, TS_STATS, 0, 0, 0, 0, &rep);
     CHECKF(rep.v[2] == notifies_before, "%llu notifications reached the server",
            (unsigned long long)(rep.v[2] - notifies_before));
 
     /* What the rights do allow works, relative to the described range. */
-    CHECK_OK(rdmx_get(ep, local, 16, NULL, ro, 8));
+    CHECK_OK(rdmx_get(ep, ro, 8, local, 16, NULL));
     CHECK_PATTERN(local, 16, seed, 8);
     th_fill(local, 8, seed ^ 1);
-    CHECK_OK(rdmx_put(ep, local, 8, NULL, sub, L - 8));
-    CHECK_OK(rdmx_ep_flush(ep));
+    CHECK_OK(rdmx_put(ep, sub, L - 8, local, 8, NULL));
+    CHECK_OK(rdmx_ep_flush(ep, NULL));
     TS_VERIFY_REMOTE(ep, r, SUB_OFF + L - 8, 8, seed ^ 1);
     TS_VERIFY_REMOTE_POS(ep, r, 0, SUB_OFF + L - 8, seed, 0);
     TS_VERIFY_REMOTE_POS(ep, r, SUB_OFF + L, REGION - SUB_OFF - L, seed,
@@ -277,7 +274,7 @@ static void remote_refusals(const ts_region_t *r, uint64_t seed)
     /* A notification names the offset from the start of the region, not
      * from the start of the descriptor. */
     th_fill(local, 32, seed ^ 3);
-    CHECK_OK(rdmx_put_notify(ep, local, 32, NULL, sub, 64, seed ^ 3));
+    CHECK_OK(rdmx_put_notify(ep, sub, 64, local, 32, seed ^ 3, NULL));
     ts_call(ep, TS_NOTIFY_WAIT, seed ^ 3, 10000, 0, 0, &rep);
     CHECK(rep.status == RDMX_OK);
     CHECKF(rep.v[0] == SUB_OFF + 64 && rep.v[1] == 32 && rep.v[2] == 1 &&
@@ -393,10 +390,10 @@ static void garbage(const ts_region_t *r, uint64_t seed)
     /* The endpoint still works with the valid descriptor. */
     CHECK_OK(rdmx_rmem_unpack(ep, blob, n, &rmem));
     th_fill(local, 64, seed ^ 2);
-    CHECK_OK(rdmx_put(ep, local, 64, NULL, rmem, 0));
-    CHECK_OK(rdmx_ep_flush(ep));
+    CHECK_OK(rdmx_put(ep, rmem, 0, local, 64, NULL));
+    CHECK_OK(rdmx_ep_flush(ep, NULL));
     TS_VERIFY_REMOTE(ep, r, SUB_OFF, 64, seed ^ 2);
-    CHECK_OK(rdmx_get(ep, local, 64, NULL, rmem, 64));
+    CHECK_OK(rdmx_get(ep, rmem, 64, local, 64, NULL));
     CHECK_PATTERN(local, 64, seed, SUB_OFF + 64);
     rdmx_rmem_destroy(rmem);
 }

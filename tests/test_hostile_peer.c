@@ -77,23 +77,24 @@ static void refresh_fnv(uint8_t *d, size_t len)
 static rdmx_status_t run(int kind, rdmx_rmem_t *rm, uint64_t off, size_t len)
 {
     th_req_t req;
+    rdmx_op_params_t op = {
+        .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = th_req_cb, .arg = &req};
     static uint64_t old;
     rdmx_status_t st;
 
     th_req_init(&req);
     switch (kind) {
     case 0:
-        st = rdmx_get_nb(ep, local, len, NULL, rm, off, th_req_cb, &req);
+        st = rdmx_get_nb(ep, rm, off, local, len, &op);
         break;
     case 1:
-        st = rdmx_put_nb(ep, local, len, NULL, rm, off, th_req_cb, &req);
+        st = rdmx_put_nb(ep, rm, off, local, len, &op);
         break;
     case 2:
-        st = rdmx_put_notify_nb(ep, local, len, NULL, rm, off, 5, th_req_cb,
-                                &req);
+        st = rdmx_put_notify_nb(ep, rm, off, local, len, 5, &op);
         break;
     default:
-        st = rdmx_atomic_fadd_nb(ep, rm, off, 1, &old, th_req_cb, &req);
+        st = rdmx_atomic_fadd_nb(ep, rm, off, 1, &old, &op);
         break;
     }
     if (th_req_start(&req, st, len) != RDMX_INPROGRESS)
@@ -435,7 +436,7 @@ int main(int argc, char **argv)
     CHECK_OK(run(0, rm, 0, K4));
     CHECKF(th_check_at(local, K4, seed_big, K4) < 0,
            "the exposed range does not read back as the server's pattern");
-    CHECK_ST(rdmx_put(ep, local, 8, NULL, rm, 0), RDMX_ERR_DENIED);
+    CHECK_ST(rdmx_put(ep, rm, 0, local, 8, NULL), RDMX_ERR_DENIED);
     th_log("honest: get of the exposed 4 KiB ok; put refused by the library");
 
     /* Forgeries with a recomputed checksum. */

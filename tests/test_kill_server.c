@@ -38,6 +38,12 @@
 #define RMA_SIZE  (8 * TH_MIB)
 #define REG_SIZE  (64 * TH_MIB)
 
+/* Operation params that complete into the th_req_t @p req (th_req_cb); valid
+ * in the enclosing block. */
+#define REQ_OP(req)                                                            \
+    (&(rdmx_op_params_t){                                                      \
+        .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = th_req_cb, .arg = (req)})
+
 static th_req_t reqs[N_OPS];
 static const char *kinds[N_OPS];
 static int err_calls;
@@ -73,16 +79,18 @@ static void use_server_b(rdmx_worker_t *worker, const th_proc_t *b,
     rdmx_ep_t *ep = th_connect(worker, b, NULL);
     ts_region_t r;
     ts_reply_t rep;
+    rdmx_op_params_t recv_limit = {.field_mask = RDMX_OP_PARAM_FIELD_TIMEOUT,
+                                   .timeout_ms = 30000 * TH_SLOW};
     uint64_t seed = th_seed(7, 7, 7);
     size_t len = 0;
 
     ts_alloc(ep, &r, RMA_SIZE, RDMX_ACCESS_ALL, TS_KIND_REGISTER, 0);
     th_fill(src, RMA_SIZE, seed);
-    CHECK_OK(rdmx_put(ep, src, RMA_SIZE, NULL, r.rmem, 0));
-    CHECK_OK(rdmx_ep_flush(ep));
+    CHECK_OK(rdmx_put(ep, r.rmem, 0, src, RMA_SIZE, NULL));
+    CHECK_OK(rdmx_ep_flush(ep, NULL));
     TS_VERIFY_REMOTE(ep, &r, 0, RMA_SIZE, seed);
     memset(dst, 0, RMA_SIZE);
-    CHECK_OK(rdmx_get(ep, dst, RMA_SIZE, NULL, r.rmem, 0));
+    CHECK_OK(rdmx_get(ep, r.rmem, 0, dst, RMA_SIZE, NULL));
     CHECK_PATTERN(dst, RMA_SIZE, seed, 0);
 
     seed = th_seed(8, 8, 8);
@@ -94,7 +102,7 @@ static void use_server_b(rdmx_worker_t *worker, const th_proc_t *b,
 
     seed = th_seed(9, 9, 9);
     ts_post(ep, TS_SEND, SEND_SIZE, seed, 0, 0);
-    CHECK_OK(rdmx_recv(ep, dst, SEND_SIZE, NULL, 30000 * TH_SLOW, &len));
+    CHECK_OK(rdmx_recv(ep, dst, SEND_SIZE, &recv_limit, &len));
     CHECK_EQ_U64(len, SEND_SIZE);
     CHECK_PATTERN(dst, SEND_SIZE, seed, 0);
 
@@ -154,32 +162,30 @@ int main(int argc, char **argv)
     t_post0 = th_now_ms();
     for (i = 0; i < N_SEND; i++, n++)
         start(n, "send",
-              rdmx_send_nb(ep, src + (i % 4) * SEND_SIZE, SEND_SIZE, NULL,
-                           th_req_cb, &reqs[n]),
+              rdmx_send_nb(ep, src + (i % 4) * SEND_SIZE, SEND_SIZE,
+                           REQ_OP(&reqs[n])),
               SEND_SIZE);
     for (i = 0; i < N_PUT; i++, n++)
         start(n, "put",
-              rdmx_put_nb(ep, src + i * RMA_SIZE, RMA_SIZE, NULL, r2.rmem,
-                          i * RMA_SIZE, th_req_cb, &reqs[n]),
+              rdmx_put_nb(ep, r2.rmem, i * RMA_SIZE, src + i * RMA_SIZE,
+                          RMA_SIZE, REQ_OP(&reqs[n])),
               RMA_SIZE);
     for (i = 0; i < N_GET; i++, n++)
         start(n, "get",
-              rdmx_get_nb(ep, dst + i * RMA_SIZE, RMA_SIZE, NULL,
-                          i % 2 ? r1.rmem : r2.rmem, i * RMA_SIZE, th_req_cb,
-                          &reqs[n]),
+              rdmx_get_nb(ep, i % 2 ? r1.rmem : r2.rmem, i * RMA_SIZE,
+                          dst + i * RMA_SIZE, RMA_SIZE, REQ_OP(&reqs[n])),
               RMA_SIZE);
     for (i = 0; i < N_PUTN; i++, n++)
         start(n, "put_notify",
-              rdmx_put_notify_nb(ep, src + i * RMA_SIZE, RMA_SIZE, NULL,
-                                 r1.rmem, i * RMA_SIZE, i, th_req_cb, &reqs[n]),
+              rdmx_put_notify_nb(ep, r1.rmem, i * RMA_SIZE, src + i * RMA_SIZE,
+                                 RMA_SIZE, i, REQ_OP(&reqs[n])),
               RMA_SIZE);
     for (i = 0; i < N_RECV; i++, n++) {
         kinds[n] = "recv";
-        CHECK_ST(rdmx_recv_nb(ep, rbuf + i * TH_MIB, TH_MIB, NULL, th_req_cb,
-                              &reqs[n]),
+        CHECK_ST(rdmx_recv_nb(ep, rbuf + i * TH_MIB, TH_MIB, REQ_OP(&reqs[n])),
                  RDMX_INPROGRESS);
     }
-    start(n, "flush", rdmx_ep_flush_nb(ep, th_req_cb, &reqs[n]), 0);
+    start(n, "flush", rdmx_ep_flush_nb(ep, REQ_OP(&reqs[n])), 0);
     n++;
     CHECK(n == N_OPS);
 
@@ -274,13 +280,12 @@ int main(int argc, char **argv)
         rdmx_status_t st;
 
         th_req_init(&req);
-        st = th_req_start(&req,
-                          rdmx_send_nb(ep, src, 64, NULL, th_req_cb, &req), 64);
+        st = th_req_start(&req, rdmx_send_nb(ep, src, 64, REQ_OP(&req)), 64);
         th_req_wait(worker, &req, 1, 2000);
         CHECKF(req.status < 0, "send on a dead endpoint: %s",
                rdmx_status_name(st));
-        CHECK(rdmx_atomic_fadd(ep, r1.rmem, 0, 1, &old) < 0);
-        CHECK(rdmx_put(ep, src, 64, NULL, r1.rmem, 0) < 0);
+        CHECK(rdmx_atomic_fadd(ep, r1.rmem, 0, 1, &old, NULL) < 0);
+        CHECK(rdmx_put(ep, r1.rmem, 0, src, 64, NULL) < 0);
     }
 
     rdmx_rmem_destroy(r1.rmem);

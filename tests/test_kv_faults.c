@@ -57,6 +57,23 @@ static void got_cb(rdmx_status_t st, const rdmx_kv_meta_t *meta, void *arg)
     g->done = 1;
 }
 
+/* The params of a GET into a buffer in @p mr: non-blocking, completing
+ * into @p g, unless @p g is NULL. */
+static rdmx_kv_op_params_t get_params(rdmx_mr_t *mr, got_t *g)
+{
+    rdmx_kv_op_params_t op;
+
+    memset(&op, 0, sizeof(op));
+    op.field_mask = RDMX_KV_OP_PARAM_FIELD_MR;
+    op.mr = mr;
+    if (g != NULL) {
+        op.field_mask |= RDMX_KV_OP_PARAM_FIELD_CB;
+        op.cb = got_cb;
+        op.arg = g;
+    }
+    return op;
+}
+
 static void sleep_us(unsigned us)
 {
     struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)us * 1000};
@@ -99,6 +116,7 @@ int main(void)
     rdmx_kv_params_t p;
     rdmx_kv_t *kv;
     rdmx_mr_t *mr;
+    rdmx_kv_op_params_t op;
     rdmx_kv_meta_t meta;
     uint8_t *val, *buf;
     uint64_t seed = th_seed(11, 0, 0);
@@ -112,22 +130,24 @@ int main(void)
     ctx = th_context();
     w = th_worker(ctx, 0);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_KV_FIELD_TIMEOUT;
+    p.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT;
     p.timeout_ms = TIMEOUT * TH_SLOW;
     CHECK_OK(rdmx_kv_create(w, k.addr, &p, &kv));
     CHECK_OK(rdmx_kv_wait_ready(kv, 20000 * TH_SLOW));
 
     val = th_alloc(VLEN);
     th_fill(val, VLEN, seed);
-    CHECK_OK(rdmx_kv_put(kv, "big", 3, val, VLEN, NULL, NULL, NULL));
+    CHECK_OK(rdmx_kv_put(kv, "big", 3, val, VLEN, NULL, NULL));
     CHECK_OK(rdmx_mem_alloc(ctx, VLEN, RDMX_ACCESS_ALL, &mr));
     buf = rdmx_mr_addr(mr);
-    CHECK_OK(rdmx_kv_get(kv, "big", 3, buf, VLEN, mr, &meta));
+    op = get_params(mr, NULL);
+    CHECK_OK(rdmx_kv_get(kv, "big", 3, buf, VLEN, &op, &meta));
     CHECK(meta.length == VLEN && th_check(buf, VLEN, seed) < 0);
 
     for (unsigned run = 0; run < RUNS; run++) {
         uint64_t canary_a = th_seed(12, run, 1), canary_b = th_seed(12, run, 2);
         got_t g = {0};
+        rdmx_kv_op_params_t op_nb = get_params(mr, &g);
         double t0, took;
         int64_t bad;
         rdmx_status_t st;
@@ -136,7 +156,7 @@ int main(void)
         if (run % 2 == 0)
             stop_server(&k);
         t0 = th_now_ms();
-        st = rdmx_kv_get_nb(kv, "big", 3, buf, VLEN, mr, got_cb, &g);
+        st = rdmx_kv_get_nb(kv, "big", 3, buf, VLEN, &op_nb);
         CHECKF(st == RDMX_INPROGRESS, "run %u: get_nb: %s", run,
                rdmx_status_name(st));
         if (run % 2 == 1) {
@@ -173,7 +193,7 @@ int main(void)
         /* The value is still served, after a reconnect if there was one. */
         CHECK_OK(rdmx_kv_wait_ready(kv, 10000 * TH_SLOW));
         memset(buf, 0, VLEN);
-        CHECK_OK(rdmx_kv_get(kv, "big", 3, buf, VLEN, mr, &meta));
+        CHECK_OK(rdmx_kv_get(kv, "big", 3, buf, VLEN, &op, &meta));
         CHECKF(th_check(buf, VLEN, seed) < 0, "run %u: value corrupt", run);
     }
     th_log("%u runs (transport %s): %u TIMEOUT, %u OK, slowest return "
@@ -192,7 +212,7 @@ int main(void)
         p.timeout_ms = 2000;
         CHECK_OK(rdmx_kv_create(w, k.addr, &p, &slow));
         CHECK_OK(rdmx_kv_wait_ready(slow, 10000 * TH_SLOW));
-        CHECK_OK(rdmx_kv_put(slow, "small", 5, "x", 1, NULL, NULL, NULL));
+        CHECK_OK(rdmx_kv_put(slow, "small", 5, "x", 1, NULL, NULL));
         stop_server(&k);
         getrusage(RUSAGE_SELF, &r0);
         t0 = th_now_ms();
@@ -219,13 +239,14 @@ int main(void)
     /* C. kill -9 with a GET in flight. */
     {
         got_t g = {0};
+        rdmx_kv_op_params_t op_nb = get_params(mr, &g);
         double t_kill, t;
         rdmx_status_t st;
         char small[64];
 
         CHECK_OK(rdmx_kv_wait_ready(kv, 10000 * TH_SLOW));
         stop_server(&k);
-        CHECK(rdmx_kv_get_nb(kv, "big", 3, buf, VLEN, mr, got_cb, &g) ==
+        CHECK(rdmx_kv_get_nb(kv, "big", 3, buf, VLEN, &op_nb) ==
               RDMX_INPROGRESS);
         th_progress_for(w, 20);
         CHECK(!g.done);
@@ -250,7 +271,7 @@ int main(void)
         th_log("C: the next GET failed in %.2f ms: %s", t,
                rdmx_error_detail());
         t = th_now_ms();
-        st = rdmx_kv_put(kv, "k", 1, "v", 1, NULL, NULL, NULL);
+        st = rdmx_kv_put(kv, "k", 1, "v", 1, NULL, NULL);
         t = th_now_ms() - t;
         CHECKF(st == RDMX_ERR_UNREACHABLE && t < 100.0 * TH_SLOW,
                "C: the next PUT: %s after %.0f ms (%s)", rdmx_status_name(st),

@@ -37,8 +37,12 @@
  *   what is stored (an overwrite with another size included).
  * - limits: key over --max-key for every operation, value over --max-value
  *   (inline and RDMA read), a request over the message limit: TOO_BIG with a
- *   detail; empty and 64 KiB keys: INVALID; a buffer outside the region
+ *   detail (for the last, naming the server's max_value); empty and 64 KiB keys: INVALID; a buffer outside the region
  *   passed: refused; an ordinary miss afterwards carries no stale detail.
+ * - channel_options: rdmx_kv_params_t.channel reaches every server's
+ *   channel (credits 1 and queue 0 refuse a second GET with NO_RESOURCE,
+ *   the state callback reports READY) while the client's timeout wins over
+ *   the channel's; the default client queues the second GET.
  * - malformed: hand-made kv.* requests through rdmx_call on a raw channel
  *   (empty or truncated header, key beyond the data, trailing bytes,
  *   reserved bytes, unknown put mode, inline value beyond the data, empty
@@ -53,7 +57,8 @@
  *   writes the raw value (binary; 2 MiB, more than its first 1 MiB buffer;
  *   empty) to stdout; exists, incr, delete, stats, --add/--replace; exit
  *   codes 0 found, 1 not found, 2 error (unreachable server, unknown
- *   command, missing key, ADD of a present key). The CLI runs from the
+ *   command, missing key, ADD of a present key, a delta or TTL that is not
+ *   a number). The CLI runs from the
  *   launcher child.
  * - eviction (lru): 40 x 64 KiB, read the first 10, 40 more: exactly the
  *   least recently used (the early unread keys, oldest first) are gone,
@@ -103,7 +108,7 @@
 
 #define BIG_VALUE  (64 * TH_MIB)
 #define MAX_KEY    512
-#define BUF_SIZE   (BIG_VALUE + 64 * TH_KIB)
+#define BUF_SIZE   (BIG_VALUE + 128 * TH_KIB)
 #define REG_OFFSET 77 /* values in the registered regions start here */
 #define CANARY     0xA5
 
@@ -119,13 +124,34 @@ static uint8_t key_all[256];     /* every byte value once */
 static uint8_t key_max[MAX_KEY]; /* the longest key, binary */
 static const uint8_t key_nul[1] = {0};
 
+/* The params of a GET or PUT whose buffer lies in the region @p mr_. */
+#define KV_MR(mr_)                                                             \
+    (&(rdmx_kv_op_params_t){.field_mask = RDMX_KV_OP_PARAM_FIELD_MR,           \
+                            .mr = (mr_)})
+
+/* The params of a PUT with its mode, flags, TTL and version, each given. */
+static rdmx_kv_op_params_t put_opts(rdmx_kv_put_mode_t mode, uint32_t flags,
+                                    uint32_t ttl_ms, uint64_t cas)
+{
+    rdmx_kv_op_params_t o;
+
+    memset(&o, 0, sizeof(o));
+    o.field_mask = RDMX_KV_OP_PARAM_FIELD_MODE | RDMX_KV_OP_PARAM_FIELD_FLAGS |
+                   RDMX_KV_OP_PARAM_FIELD_TTL | RDMX_KV_OP_PARAM_FIELD_CAS;
+    o.mode = mode;
+    o.flags = flags;
+    o.ttl_ms = ttl_ms;
+    o.cas = cas;
+    return o;
+}
+
 static rdmx_kv_t *client(const char *servers, size_t inline_max, int timeout)
 {
     rdmx_kv_params_t p;
     rdmx_kv_t *c = NULL;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_KV_FIELD_INLINE_MAX | RDMX_KV_FIELD_TIMEOUT;
+    p.field_mask = RDMX_KV_PARAM_FIELD_INLINE_MAX | RDMX_KV_PARAM_FIELD_TIMEOUT;
     p.inline_max = inline_max;
     p.timeout_ms = timeout;
     CHECK_OK(rdmx_kv_create(worker, servers, &p, &c));
@@ -178,7 +204,7 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
     /* registered memory at an unaligned offset: RDMA write above 4 KiB */
     memset(rbuf - 1, CANARY, cap + 1);
     memset(&m, 0, sizeof(m));
-    EXPECT_OK(rdmx_kv_get(kv, key, klen, rbuf, cap, dst_mr, &m));
+    EXPECT_OK(rdmx_kv_get(kv, key, klen, rbuf, cap, KV_MR(dst_mr), &m));
     EXPECT(m.length == len && m.flags == flags && m.cas == cas,
            "%s: registered get of %zu bytes: meta length %zu flags %u cas "
            "%" PRIu64 " (want %u, %" PRIu64 ")",
@@ -220,15 +246,17 @@ static void part_sizes(void)
 
                 snprintf(what, sizeof(what), "%s put, key %zu (%zu B)",
                          reg ? "registered" : "plain", k, keys[k].klen);
-                rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, flags, 0, 0};
+                rdmx_kv_op_params_t o = put_opts(RDMX_KV_PUT_SET, flags, 0, 0);
                 if (reg) {
                     th_fill(rsrc, len, seed);
+                    o.field_mask |= RDMX_KV_OP_PARAM_FIELD_MR;
+                    o.mr = src_mr;
                     EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, rsrc,
-                                          len, src_mr, &o, &cas));
+                                          len, &o, &cas));
                 } else {
                     th_fill(src, len, seed);
                     EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, src,
-                                          len, NULL, &o, &cas));
+                                          len, &o, &cas));
                 }
                 EXPECT(cas != 0, "%s: put returned cas 0", what);
                 read_back(keys[k].key, keys[k].klen, len, seed, flags, cas,
@@ -256,7 +284,7 @@ static void too_small_one(const char *key, size_t len)
     long c;
 
     th_fill(src, len, seed);
-    EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, len, NULL, NULL, &cas));
+    EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, len, NULL, &cas));
 
     /* plain buffer one byte short */
     memset(dst, CANARY, len + 64);
@@ -275,8 +303,9 @@ static void too_small_one(const char *key, size_t len)
     /* registered buffer one byte short */
     memset(rbuf, CANARY, len + 64);
     memset(&m, 0, sizeof(m));
-    EXPECT_ST(rdmx_kv_get(kv, key, strlen(key), rbuf, len - 1, dst_mr, &m),
-              RDMX_ERR_TOO_BIG);
+    EXPECT_ST(
+        rdmx_kv_get(kv, key, strlen(key), rbuf, len - 1, KV_MR(dst_mr), &m),
+        RDMX_ERR_TOO_BIG);
     EXPECT(m.length == len, "registered, %zu-byte value: meta.length %zu", len,
            m.length);
     c = not_byte(rbuf, 0, len + 64, CANARY);
@@ -286,7 +315,7 @@ static void too_small_one(const char *key, size_t len)
     /* the exact size works both ways */
     EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, len, NULL, &m));
     EXPECT(th_check(dst, len, seed) < 0, "plain exact-size get differs");
-    EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len, dst_mr, &m));
+    EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len, KV_MR(dst_mr), &m));
     EXPECT(th_check(rbuf, len, seed) < 0, "registered exact-size get differs");
 }
 
@@ -320,7 +349,7 @@ static void part_too_small(void)
     too_small_one("small:2m", 2 * TH_MIB);
 
     /* capacity 0: the size is still reported, nothing written */
-    EXPECT_OK(rdmx_kv_put(kv, "small:100", 9, src, 100, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "small:100", 9, src, 100, NULL, NULL));
     memset(&m, 0, sizeof(m));
     EXPECT_ST(rdmx_kv_get(kv, "small:100", 9, &one, 0, NULL, &m),
               RDMX_ERR_TOO_BIG);
@@ -335,8 +364,10 @@ static void part_too_small(void)
      * message in meta (the thread's detail is not the callback's) */
     {
         nb_seen_t seen = {0};
-        EXPECT_ST(rdmx_kv_get_nb(kv, "small:100", 9, &one, 1, NULL, nb_seen_cb,
-                                 &seen),
+        rdmx_kv_op_params_t o = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB,
+                                 .cb = nb_seen_cb,
+                                 .arg = &seen};
+        EXPECT_ST(rdmx_kv_get_nb(kv, "small:100", 9, &one, 1, &o),
                   RDMX_INPROGRESS);
         while (!seen.done)
             rdmx_worker_wait(worker, 10);
@@ -350,7 +381,7 @@ static void part_too_small(void)
     }
 
     /* a 0-byte value fits a 0-byte buffer */
-    EXPECT_OK(rdmx_kv_put(kv, "small:0", 7, NULL, 0, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "small:0", 7, NULL, 0, NULL, NULL));
     memset(&m, 0xff, sizeof(m));
     EXPECT_OK(rdmx_kv_get(kv, "small:0", 7, NULL, 0, NULL, &m));
     EXPECT(m.length == 0, "0-byte value: meta.length %zu", m.length);
@@ -369,7 +400,7 @@ static void part_too_small(void)
 static int ttl_pass(int pass)
 {
     const unsigned ttl = 200 * TH_SLOW;
-    rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 0, ttl, 0};
+    rdmx_kv_op_params_t o = put_opts(RDMX_KV_PUT_SET, 0, ttl, 0);
     rdmx_kv_meta_t m;
     char buf[16], k[4][16];
     rdmx_status_t st;
@@ -380,7 +411,7 @@ static int ttl_pass(int pass)
 
     /* expires */
     t0 = th_now_ms();
-    EXPECT_OK(rdmx_kv_put(kv, k[0], strlen(k[0]), "abc", 3, NULL, &o, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, k[0], strlen(k[0]), "abc", 3, &o, NULL));
     st = rdmx_kv_get(kv, k[0], strlen(k[0]), buf, sizeof(buf), NULL, &m);
     if (th_now_ms() - t0 >= ttl)
         return 1;
@@ -396,8 +427,7 @@ static int ttl_pass(int pass)
     {
         uint64_t cas = 0;
         t0 = th_now_ms();
-        EXPECT_OK(
-            rdmx_kv_put(kv, k[1], strlen(k[1]), "abc", 3, NULL, &o, &cas));
+        EXPECT_OK(rdmx_kv_put(kv, k[1], strlen(k[1]), "abc", 3, &o, &cas));
         st = rdmx_kv_touch(kv, k[1], strlen(k[1]), 0);
         if (th_now_ms() - t0 >= ttl)
             return 1;
@@ -414,7 +444,7 @@ static int ttl_pass(int pass)
 
     /* touch extends: TTL -> 5 x TTL */
     t0 = th_now_ms();
-    EXPECT_OK(rdmx_kv_put(kv, k[2], strlen(k[2]), "abc", 3, NULL, &o, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, k[2], strlen(k[2]), "abc", 3, &o, NULL));
     t1 = th_now_ms();
     st = rdmx_kv_touch(kv, k[2], strlen(k[2]), 5 * ttl);
     if (th_now_ms() - t0 >= ttl)
@@ -432,7 +462,7 @@ static int ttl_pass(int pass)
     EXPECT_ST(rdmx_kv_exists(kv, k[2], strlen(k[2])), RDMX_ERR_NOT_FOUND);
 
     /* touch sets a TTL on a key that had none */
-    EXPECT_OK(rdmx_kv_put(kv, k[3], strlen(k[3]), "abc", 3, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, k[3], strlen(k[3]), "abc", 3, NULL, NULL));
     EXPECT_OK(rdmx_kv_touch(kv, k[3], strlen(k[3]), ttl));
     th_sleep_ms(2 * ttl);
     EXPECT_ST(rdmx_kv_get(kv, k[3], strlen(k[3]), buf, sizeof(buf), NULL, &m),
@@ -459,50 +489,49 @@ static void part_ttl(void)
 
 static void part_cas(void)
 {
-    rdmx_kv_put_opts_t o;
+    rdmx_kv_op_params_t o;
     uint64_t c1 = 0, c2 = 0, c3 = 0;
     rdmx_kv_meta_t m;
     char buf[16];
 
-    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "one", 3, NULL, NULL, &c1));
-    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "two", 3, NULL, NULL, &c2));
+    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "one", 3, NULL, &c1));
+    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "two", 3, NULL, &c2));
     EXPECT(c1 != 0 && c2 != 0 && c1 != c2, "versions %" PRIu64 ", %" PRIu64, c1,
            c2);
     EXPECT_OK(rdmx_kv_get(kv, "cas:k", 5, buf, sizeof(buf), NULL, &m));
     EXPECT_EQ(m.cas, c2);
 
-    o = (rdmx_kv_put_opts_t){RDMX_KV_PUT_CAS, 0, 0, c1};
-    EXPECT_ST(rdmx_kv_put(kv, "cas:k", 5, "three", 5, NULL, &o, NULL),
+    o = put_opts(RDMX_KV_PUT_CAS, 0, 0, c1);
+    EXPECT_ST(rdmx_kv_put(kv, "cas:k", 5, "three", 5, &o, NULL),
               RDMX_ERR_EXISTS);
     EXPECT_OK(rdmx_kv_get(kv, "cas:k", 5, buf, sizeof(buf), NULL, &m));
     EXPECT(m.length == 3 && memcmp(buf, "two", 3) == 0 && m.cas == c2,
            "a refused CAS write changed the value");
     o.cas = c2;
-    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "three", 5, NULL, &o, &c3));
+    EXPECT_OK(rdmx_kv_put(kv, "cas:k", 5, "three", 5, &o, &c3));
     EXPECT(c3 != c2 && c3 != 0, "CAS write returned version %" PRIu64, c3);
     EXPECT_OK(rdmx_kv_get(kv, "cas:k", 5, buf, sizeof(buf), NULL, &m));
     EXPECT(m.length == 5 && memcmp(buf, "three", 5) == 0 && m.cas == c3,
            "CAS write not stored");
     o.cas = c3;
-    EXPECT_ST(rdmx_kv_put(kv, "cas:absent", 10, "x", 1, NULL, &o, NULL),
+    EXPECT_ST(rdmx_kv_put(kv, "cas:absent", 10, "x", 1, &o, NULL),
               RDMX_ERR_NOT_FOUND);
     EXPECT_ST(rdmx_kv_exists(kv, "cas:absent", 10), RDMX_ERR_NOT_FOUND);
 
     /* ADD: only if absent */
-    o = (rdmx_kv_put_opts_t){RDMX_KV_PUT_ADD, 7, 0, 0};
-    EXPECT_ST(rdmx_kv_put(kv, "cas:k", 5, "add", 3, NULL, &o, NULL),
-              RDMX_ERR_EXISTS);
-    EXPECT_OK(rdmx_kv_put(kv, "cas:add", 7, "add", 3, NULL, &o, NULL));
+    o = put_opts(RDMX_KV_PUT_ADD, 7, 0, 0);
+    EXPECT_ST(rdmx_kv_put(kv, "cas:k", 5, "add", 3, &o, NULL), RDMX_ERR_EXISTS);
+    EXPECT_OK(rdmx_kv_put(kv, "cas:add", 7, "add", 3, &o, NULL));
     EXPECT_OK(rdmx_kv_get(kv, "cas:add", 7, buf, sizeof(buf), NULL, &m));
     EXPECT(m.length == 3 && memcmp(buf, "add", 3) == 0 && m.flags == 7,
            "ADD not stored");
 
     /* REPLACE: only if present */
-    o = (rdmx_kv_put_opts_t){RDMX_KV_PUT_REPLACE, 0, 0, 0};
-    EXPECT_ST(rdmx_kv_put(kv, "cas:rep", 7, "rep", 3, NULL, &o, NULL),
+    o = put_opts(RDMX_KV_PUT_REPLACE, 0, 0, 0);
+    EXPECT_ST(rdmx_kv_put(kv, "cas:rep", 7, "rep", 3, &o, NULL),
               RDMX_ERR_NOT_FOUND);
     EXPECT_ST(rdmx_kv_exists(kv, "cas:rep", 7), RDMX_ERR_NOT_FOUND);
-    EXPECT_OK(rdmx_kv_put(kv, "cas:add", 7, "rep", 3, NULL, &o, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "cas:add", 7, "rep", 3, &o, NULL));
     EXPECT_OK(rdmx_kv_get(kv, "cas:add", 7, buf, sizeof(buf), NULL, &m));
     EXPECT(memcmp(buf, "rep", 3) == 0 && m.flags == 0, "REPLACE not stored");
 
@@ -535,7 +564,7 @@ static void part_incr(void)
 {
     uint64_t v = 0;
 
-    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "10", 2, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "10", 2, NULL, NULL));
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 5, 0, &v));
     EXPECT_EQ(v, 15);
     expect_text("n", "15");
@@ -547,34 +576,30 @@ static void part_incr(void)
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 1000, 1, &v));
     EXPECT_EQ(v, 0);
     expect_text("n", "0");
-    EXPECT_OK(
-        rdmx_kv_put(kv, "n", 1, "18446744073709551615", 20, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "18446744073709551615", 20, NULL, NULL));
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 2, 0, &v));
     EXPECT_EQ(v, 1);
     expect_text("n", "1");
-    EXPECT_OK(
-        rdmx_kv_put(kv, "n", 1, "18446744073709551610", 20, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "n", 1, "18446744073709551610", 20, NULL, NULL));
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, 5, 0, &v));
     EXPECT_EQ(v, UINT64_MAX);
     expect_text("n", "18446744073709551615");
     EXPECT_OK(rdmx_kv_incr(kv, "n", 1, UINT64_MAX, 1, &v));
     EXPECT_EQ(v, 0);
 
-    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "abc", 3, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "abc", 3, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 1, &v), RDMX_ERR_INVALID);
     expect_text("s", "abc");
-    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "12a", 3, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "12a", 3, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
-    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "", 0, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "", 0, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
-    EXPECT_OK(
-        rdmx_kv_put(kv, "s", 1, "99999999999999999999", 20, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "99999999999999999999", 20, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
-    EXPECT_OK(
-        rdmx_kv_put(kv, "s", 1, "000000000000000000001", 21, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "000000000000000000001", 21, NULL, NULL));
     EXPECT_ST(rdmx_kv_incr(kv, "s", 1, 1, 0, &v), RDMX_ERR_INVALID);
-    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "007", 3, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "s", 1, "007", 3, NULL, NULL));
     EXPECT_OK(rdmx_kv_incr(kv, "s", 1, 1, 0, &v));
     EXPECT_EQ(v, 8);
     expect_text("s", "8");
@@ -587,12 +612,12 @@ static void part_incr(void)
     {
         char s0[4096], s1[4096];
         uint64_t c0 = 0;
-        rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 77, 0, 0};
+        rdmx_kv_op_params_t o = put_opts(RDMX_KV_PUT_SET, 77, 0, 0);
         rdmx_kv_meta_t m;
         char buf[32];
 
         stats_of(kv, s0, sizeof(s0));
-        EXPECT_OK(rdmx_kv_put(kv, "incr:b", 6, "10", 2, NULL, &o, &c0));
+        EXPECT_OK(rdmx_kv_put(kv, "incr:b", 6, "10", 2, &o, &c0));
         EXPECT_OK(rdmx_kv_incr(kv, "incr:b", 6, 90, 0, &v));
         EXPECT_EQ(v, 100);
         EXPECT_OK(rdmx_kv_get(kv, "incr:b", 6, buf, sizeof(buf), NULL, &m));
@@ -633,15 +658,16 @@ static void part_batches(void)
         p[i].klen = strlen(keys[i]);
         p[i].value = bufs[i];
         p[i].vlen = vlen[i];
-        p[i].opts.flags = (uint32_t)i + 100;
+        p[i].flags = (uint32_t)i + 100;
     }
     EXPECT_OK(rdmx_kv_mput(kv, p, 6));
     for (int i = 0; i < 6; i++)
         EXPECT(p[i].status == RDMX_OK && p[i].cas != 0,
                "mput item %d: %s, cas %" PRIu64, i,
                rdmx_status_name(p[i].status), p[i].cas);
-    p[0].opts.mode = RDMX_KV_PUT_ADD;
-    p[1].opts.mode = RDMX_KV_PUT_REPLACE;
+    p[0].mode = RDMX_KV_PUT_ADD;
+    p[1].mode = RDMX_KV_PUT_REPLACE;
+    p[0].cas = p[1].cas = 0; /* an input too (as before: none) */
     p[1].value = "r";
     p[1].vlen = 1;
     EXPECT_ST(rdmx_kv_mput(kv, p, 2), RDMX_ERR_EXISTS);
@@ -747,7 +773,7 @@ static void part_batches(void)
         for (int i = 0; i < L; i++)
             if (rdmx_kv_exists(kv, lk[i], strlen(lk[i])) != RDMX_OK)
                 EXPECT_OK(rdmx_kv_put(kv, lk[i], strlen(lk[i]), &lv[i],
-                                      sizeof(lv[i]), NULL, NULL, NULL));
+                                      sizeof(lv[i]), NULL, NULL));
         for (int i = 0; i < L; i++) {
             lg[i].key = lk[i];
             lg[i].klen = strlen(lk[i]);
@@ -817,15 +843,15 @@ static void part_stats(void)
         size_t len = (size_t)i * 211 + 1;
         snprintf(key, sizeof(key), "stat:%d", i);
         th_fill(src, len, th_seed(31, (uint64_t)i, 0));
-        EXPECT_OK(
-            rdmx_kv_put(kv, key, strlen(key), src, len, NULL, NULL, NULL));
+        EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, len, NULL, NULL));
         total += len;
     }
     for (int i = 0; i < GETS; i++, hits++) {
         size_t len = (size_t)i * 211 + 1;
         snprintf(key, sizeof(key), "stat:%d", i);
         if (i % 2)
-            EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len, dst_mr, &m));
+            EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), rbuf, len,
+                                  KV_MR(dst_mr), &m));
         else
             EXPECT_OK(rdmx_kv_get(kv, key, strlen(key), dst, len, NULL, &m));
     }
@@ -854,7 +880,7 @@ static void part_stats(void)
     }
     EXPECT_OK(rdmx_kv_exists(kv, "stat:1", 6)); /* counts nothing */
     /* an overwrite with another size */
-    EXPECT_OK(rdmx_kv_put(kv, "stat:0", 6, src, 5000, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "stat:0", 6, src, 5000, NULL, NULL));
     total += 5000 - 1;
     for (int i = N - DELS; i < N; i++) {
         snprintf(key, sizeof(key), "stat:%d", i);
@@ -913,7 +939,7 @@ static void part_limits(void)
 
     th_fill(k, sizeof(k), 41);
     /* key one byte over --max-key */
-    expect_refused(rdmx_kv_put(kv, k, MAX_KEY + 1, "v", 1, NULL, NULL, NULL),
+    expect_refused(rdmx_kv_put(kv, k, MAX_KEY + 1, "v", 1, NULL, NULL),
                    "put, key over --max-key");
     snprintf(detail, sizeof(detail), "%s", rdmx_error_detail());
     expect_refused(rdmx_kv_get(kv, k, MAX_KEY + 1, buf, sizeof(buf), NULL, &m),
@@ -932,53 +958,55 @@ static void part_limits(void)
               RDMX_ERR_NOT_FOUND);
     /* (checked at the end of the part) */
     snprintf(stale, sizeof(stale), "%s", rdmx_error_detail());
-    EXPECT_OK(rdmx_kv_put(kv, k, MAX_KEY, "v", 1, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, k, MAX_KEY, "v", 1, NULL, NULL));
     EXPECT_OK(rdmx_kv_get(kv, k, MAX_KEY, buf, sizeof(buf), NULL, &m));
 
     /* keys the client refuses */
-    expect_refused(rdmx_kv_put(kv, k, 0, "v", 1, NULL, NULL, NULL),
-                   "put, empty key");
+    expect_refused(rdmx_kv_put(kv, k, 0, "v", 1, NULL, NULL), "put, empty key");
     expect_refused(rdmx_kv_get(kv, k, 0, buf, sizeof(buf), NULL, &m),
                    "get, empty key");
-    expect_refused(rdmx_kv_put(kv, k, 65536, "v", 1, NULL, NULL, NULL),
+    expect_refused(rdmx_kv_put(kv, k, 65536, "v", 1, NULL, NULL),
                    "put, 64 KiB key");
     expect_refused(rdmx_kv_exists(kv, k, 65536), "exists, 64 KiB key");
 
     /* value one byte over --max-value: inline and by RDMA read */
     th_fill(src, BIG_VALUE + 1, 42);
-    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 1, NULL, NULL, NULL);
+    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 1, NULL, NULL);
     EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
            "inline value over --max-value: %s (%s)", rdmx_status_name(st),
            rdmx_error_detail());
     th_log("  inline put over --max-value: %s", rdmx_error_detail());
     th_fill(rsrc, BIG_VALUE + 1, 42);
-    st =
-        rdmx_kv_put(kv, "limits:v", 8, rsrc, BIG_VALUE + 1, src_mr, NULL, NULL);
+    st = rdmx_kv_put(kv, "limits:v", 8, rsrc, BIG_VALUE + 1, KV_MR(src_mr),
+                     NULL);
     EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
            "registered value over --max-value: %s (%s)", rdmx_status_name(st),
            rdmx_error_detail());
     th_log("  registered put over --max-value: %s", rdmx_error_detail());
-    /* a request over the server's message limit */
-    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 32 * TH_KIB, NULL,
-                     NULL, NULL);
-    EXPECT(st == RDMX_ERR_TOO_BIG && rdmx_error_detail()[0],
-           "request over the message limit: %s (%s)", rdmx_status_name(st),
-           rdmx_error_detail());
+    /* a request over the server's message limit: the message names the
+     * server's max_value, not its raw message limit */
+    st = rdmx_kv_put(kv, "limits:v", 8, src, BIG_VALUE + 96 * TH_KIB, NULL,
+                     NULL);
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)BIG_VALUE);
+    EXPECT(st == RDMX_ERR_TOO_BIG && strstr(rdmx_error_detail(), buf) &&
+               strstr(rdmx_error_detail(), "max_value"),
+           "request over the message limit: %s (%s; want the max_value %s)",
+           rdmx_status_name(st), rdmx_error_detail(), buf);
     th_log("  put over the message limit: %s", rdmx_error_detail());
     EXPECT_ST(rdmx_kv_exists(kv, "limits:v", 8), RDMX_ERR_NOT_FOUND);
 
     /* a buffer that is not inside the region given */
     th_fill(src, 10000, 43);
-    EXPECT_OK(rdmx_kv_put(kv, "limits:r", 8, src, 10000, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "limits:r", 8, src, 10000, NULL, NULL));
     memset(dst, CANARY, 10000);
-    st = rdmx_kv_get(kv, "limits:r", 8, dst, 10000, dst_mr, &m);
+    st = rdmx_kv_get(kv, "limits:r", 8, dst, 10000, KV_MR(dst_mr), &m);
     th_log("  get into memory outside the region given: %s (%s)",
            rdmx_status_name(st), rdmx_error_detail());
     EXPECT(st == RDMX_ERR_INVALID || st == RDMX_ERR_OUT_OF_RANGE ||
                (st == RDMX_OK && th_check(dst, 10000, 43) < 0),
            "get into memory outside the region given: %s",
            rdmx_status_name(st));
-    st = rdmx_kv_put(kv, "limits:r", 8, src, 10000, dst_mr, NULL, NULL);
+    st = rdmx_kv_put(kv, "limits:r", 8, src, 10000, KV_MR(dst_mr), NULL);
     th_log("  put from memory outside the region given: %s (%s)",
            rdmx_status_name(st), rdmx_error_detail());
     EXPECT(
@@ -990,13 +1018,100 @@ static void part_limits(void)
 
     /* and the server still works */
     EXPECT(kvd_alive(&big), "rdmx-kvd died");
-    EXPECT_OK(rdmx_kv_put(kv, "limits:ok", 9, "fine", 4, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "limits:ok", 9, "fine", 4, NULL, NULL));
     expect_text("limits:ok", "fine");
 
     EXPECT(strstr(stale, "max_key") == NULL,
            "a NOT_FOUND get carries the detail of an earlier error: '%s' "
            "(earlier: '%s')",
            stale, detail);
+}
+
+/* ------------------------------------------------------------------------ */
+/* channel options                                                          */
+/* ------------------------------------------------------------------------ */
+
+static int kv_states_ready;
+
+static void kv_state_cb(rdmx_channel_t *ch, rdmx_channel_state_t state,
+                        rdmx_breaker_state_t breaker, rdmx_status_t status,
+                        void *arg)
+{
+    (void)ch, (void)breaker, (void)status;
+    if (state == RDMX_CHANNEL_READY && arg == &kv_states_ready)
+        kv_states_ready++;
+}
+
+/* rdmx_kv_params_t.channel reaches the channels: one call in flight and no
+ * queue refuse a second GET at once; the state callback runs; the client's
+ * own members win over the channel's. */
+static void part_channel_options(void)
+{
+    rdmx_channel_params_t chp = {
+        .field_mask = RDMX_CHANNEL_PARAM_FIELD_CREDITS |
+                      RDMX_CHANNEL_PARAM_FIELD_QUEUE |
+                      RDMX_CHANNEL_PARAM_FIELD_STATE_CB |
+                      RDMX_CHANNEL_PARAM_FIELD_TIMEOUT,
+        .credits = 1,
+        .queue = 0,
+        .state_cb = kv_state_cb,
+        .state_arg = &kv_states_ready,
+        .timeout_ms = 1, /* replaced by the client's timeout_ms */
+    };
+    rdmx_kv_params_t p = {
+        .field_mask = RDMX_KV_PARAM_FIELD_CHANNEL | RDMX_KV_PARAM_FIELD_TIMEOUT,
+        .channel = &chp,
+        .timeout_ms = 60000 * TH_SLOW,
+    };
+    nb_seen_t a = {0}, b = {0};
+    rdmx_kv_op_params_t oa = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB,
+                              .cb = nb_seen_cb,
+                              .arg = &a},
+                        ob = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB,
+                              .cb = nb_seen_cb,
+                              .arg = &b};
+    rdmx_kv_t *c = NULL;
+    char buf[16];
+    rdmx_kv_meta_t m;
+    rdmx_status_t st;
+
+    CHECK_OK(rdmx_kv_create(worker, big.addr, &p, &c));
+    CHECK_OK(rdmx_kv_wait_ready(c, 20000 * TH_SLOW));
+    EXPECT(kv_states_ready >= 1, "state_cb: %d READY reports",
+           kv_states_ready);
+    /* a 32 MiB PUT (copied at least three times on its way) takes far
+     * longer than the channel's 1 ms: the client's 60 s applies */
+    th_fill(src, 32 * TH_MIB, 7);
+    EXPECT_OK(rdmx_kv_put(c, "chopt:big", 9, src, 32 * TH_MIB, NULL, NULL));
+    EXPECT_OK(rdmx_kv_delete(c, "chopt:big", 9, 0));
+    EXPECT_OK(rdmx_kv_put(c, "chopt:a", 7, "1", 1, NULL, NULL));
+    EXPECT_ST(rdmx_kv_get_nb(c, "chopt:a", 7, buf, sizeof(buf), &oa),
+              RDMX_INPROGRESS);
+    st = rdmx_kv_get_nb(c, "chopt:a", 7, buf, sizeof(buf), &ob);
+    EXPECT(st == RDMX_ERR_NO_RESOURCE,
+           "second get_nb with credits 1, queue 0: %s (want NO_RESOURCE; "
+           "%s)",
+           rdmx_status_name(st), rdmx_error_detail());
+    while (!a.done || (st == RDMX_INPROGRESS && !b.done))
+        rdmx_worker_wait(worker, 10);
+    EXPECT(a.status == RDMX_OK && a.length == 1, "first get_nb: %s",
+           rdmx_status_name(a.status));
+    /* free again */
+    EXPECT_OK(rdmx_kv_get(c, "chopt:a", 7, buf, sizeof(buf), NULL, &m));
+    rdmx_kv_destroy(c);
+
+    /* the default client takes the second call too */
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    EXPECT_ST(rdmx_kv_get_nb(kv, "chopt:a", 7, buf, sizeof(buf), &oa),
+              RDMX_INPROGRESS);
+    EXPECT_ST(rdmx_kv_get_nb(kv, "chopt:a", 7, buf + 8, 8, &ob),
+              RDMX_INPROGRESS);
+    while (!a.done || !b.done)
+        rdmx_worker_wait(worker, 10);
+    EXPECT(a.status == RDMX_OK && b.status == RDMX_OK,
+           "default client, two get_nb: %s, %s", rdmx_status_name(a.status),
+           rdmx_status_name(b.status));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1033,7 +1148,7 @@ static uint64_t bad_requests(rdmx_channel_t *ch)
     char s[4096];
     size_t len = 0;
 
-    EXPECT_OK(rdmx_call(ch, "kv.stats", NULL, 0, NULL, s, sizeof(s) - 1, &len));
+    EXPECT_OK(rdmx_call(ch, "kv.stats", NULL, 0, s, sizeof(s) - 1, NULL, &len));
     s[len] = '\0';
     return stat_of(s, "bad_requests");
 }
@@ -1051,7 +1166,7 @@ static void bad(rdmx_channel_t *ch, const char *method, const void *data,
     size_t rl = 0;
     uint64_t before = bad_requests(ch), after;
     rdmx_status_t st =
-        rdmx_call(ch, method, data, len, cp, resp, sizeof(resp), &rl);
+        rdmx_call(ch, method, data, len, resp, sizeof(resp), cp, &rl);
     char d[512];
 
     snprintf(d, sizeof(d), "%s", rdmx_error_detail());
@@ -1086,7 +1201,7 @@ static void refused(rdmx_channel_t *ch, const char *method, const void *data,
     int32_t item = 0;
 
     memset(resp, 0, sizeof(resp));
-    st = rdmx_call(ch, method, data, len, cp, resp, sizeof(resp) - 1, &rl);
+    st = rdmx_call(ch, method, data, len, resp, sizeof(resp) - 1, cp, &rl);
 
     snprintf(d, sizeof(d), "%s", rdmx_error_detail());
     if (st == RDMX_OK && rl >= 4) /* an answer carrying a kv status */
@@ -1115,7 +1230,7 @@ static void part_malformed(void)
         snprintf(key, sizeof(key), "intact:%d", i);
         th_fill(src, (size_t)i * 500, th_seed(51, (uint64_t)i, 0));
         EXPECT_OK(rdmx_kv_put(kv, key, strlen(key), src, (size_t)i * 500, NULL,
-                              NULL, NULL));
+                              NULL));
     }
     CHECK_OK(rdmx_channel_create(worker, big.addr, NULL, &ch));
     CHECK_OK(rdmx_channel_wait_ready(ch, 20000 * TH_SLOW));
@@ -1158,7 +1273,7 @@ static void part_malformed(void)
     b.offset = REG_OFFSET;
     b.length = 50;
     b.access = RDMX_ACCESS_READ;
-    cp.field_mask = RDMX_CALL_FIELD_BULK;
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_BULK;
     cp.bulk = &b;
     cp.nbulk = 1;
     bad(ch, "kv.put", p, n, &cp, 0, "put: bulk, descriptor 50 < value 100");
@@ -1207,7 +1322,7 @@ static void part_malformed(void)
         n = batch_hdr(p, 1);
         n += hdr(p + n, 9, 3, 1);
         p[n++] = 'x';
-        st = rdmx_call(ch, "kv.mput", p, n, NULL, resp, sizeof(resp), &rl);
+        st = rdmx_call(ch, "kv.mput", p, n, resp, sizeof(resp), NULL, &rl);
         n_bad++;
         if (st == RDMX_OK) {
             EXPECT(rl == 32, "mput answer of %zu bytes", rl);
@@ -1232,7 +1347,7 @@ static void part_malformed(void)
         uint8_t *rb = (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET;
         memset(rb, CANARY, 20000);
         memset(&cp, 0, sizeof(cp));
-        cp.field_mask = RDMX_CALL_FIELD_BULK;
+        cp.field_mask = RDMX_CALL_PARAM_FIELD_BULK;
         cp.bulk = &b;
         cp.nbulk = 1;
         n = hdr(p, 0x01, 9, 20000);     /* GET into a lent buffer */
@@ -1272,7 +1387,7 @@ static void part_malformed(void)
         size_t rl = 0;
         n = hdr(p, 0, 8, 0);
         memcpy(p + 32, "intact:1", 8);
-        EXPECT_OK(rdmx_call(ch, "kv.get", p, n, NULL, resp, sizeof(resp), &rl));
+        EXPECT_OK(rdmx_call(ch, "kv.get", p, n, resp, sizeof(resp), NULL, &rl));
         EXPECT(rl == 32 + 500, "raw get answer of %zu bytes", rl);
     }
     rdmx_channel_destroy(ch);
@@ -1398,11 +1513,11 @@ static void part_cli(void)
     EXPECT(rc == 0, "get: exit %d", rc);
     expect_stdout("hello world", 11, "get cli:arg");
     th_fill(src, big_len, 63);
-    EXPECT_OK(rdmx_kv_put(kv, "cli:big", 7, src, big_len, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "cli:big", 7, src, big_len, NULL, NULL));
     rc = cli(NULL, "-s", A, "get", "cli:big", NULL);
     EXPECT(rc == 0, "get of a 2 MiB value: exit %d", rc);
     expect_stdout(src, big_len, "get cli:big");
-    EXPECT_OK(rdmx_kv_put(kv, "cli:empty", 9, NULL, 0, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "cli:empty", 9, NULL, 0, NULL, NULL));
     rc = cli(NULL, "-s", A, "get", "cli:empty", NULL);
     EXPECT(rc == 0, "get of an empty value: exit %d", rc);
     expect_stdout("", 0, "get cli:empty");
@@ -1414,10 +1529,16 @@ static void part_cli(void)
     EXPECT(rc == 0, "exists: exit %d", rc);
     rc = cli(NULL, "-s", A, "exists", "cli:absent", NULL);
     EXPECT(rc == 1, "exists of an absent key: exit %d", rc);
-    EXPECT_OK(rdmx_kv_put(kv, "cli:n", 5, "41", 2, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "cli:n", 5, "41", 2, NULL, NULL));
     rc = cli(NULL, "-s", A, "incr", "cli:n", NULL);
     EXPECT(rc == 0, "incr: exit %d", rc);
     expect_stdout("42\n", 3, "incr cli:n");
+    /* a delta or TTL that is not a number: refused, nothing changed */
+    rc = cli(NULL, "-s", A, "incr", "cli:n", "5x", NULL);
+    EXPECT(rc == 2, "incr by '5x': exit %d", rc);
+    rc = cli(NULL, "-s", A, "touch", "cli:n", "-1", NULL);
+    EXPECT(rc == 2, "touch for '-1' ms: exit %d", rc);
+    expect_text("cli:n", "42");
     rc = cli(NULL, "-s", A, "delete", "cli:arg", NULL);
     EXPECT(rc == 0, "delete: exit %d", rc);
     EXPECT_ST(rdmx_kv_exists(kv, "cli:arg", 7), RDMX_ERR_NOT_FOUND);
@@ -1462,7 +1583,7 @@ static void ev_put(rdmx_kv_t *c, const char *fmt, int i, rdmx_status_t want)
 
     snprintf(key, sizeof(key), fmt, i);
     th_fill(src, EV_VALUE, th_seed(71, (uint64_t)key[0], (uint64_t)i));
-    EXPECT_ST(rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL, NULL),
+    EXPECT_ST(rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL),
               want);
 }
 
@@ -1553,7 +1674,7 @@ static void part_no_eviction(void)
     for (n = 0; n < 64; n++) {
         snprintf(key, sizeof(key), "n:%d", n);
         th_fill(src, EV_VALUE, th_seed(71, 'n', (uint64_t)n));
-        st = rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL, NULL);
+        st = rdmx_kv_put(c, key, strlen(key), src, EV_VALUE, NULL, NULL);
         if (st != RDMX_OK)
             break;
     }
@@ -1658,6 +1779,13 @@ static void churn_step(const char *addr)
 {
     for (int i = 0; i < CHURN_SLOTS; i++) {
         churn_slot_t *c = &churn[i];
+        rdmx_ep_params_t ep_params = {.field_mask =
+                                          RDMX_EP_PARAM_FIELD_CONNECT_CB |
+                                          RDMX_EP_PARAM_FIELD_USER_DATA |
+                                          RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT,
+                                      .connect_cb = churn_cb,
+                                      .user_data = c,
+                                      .connect_timeout_ms = 2000};
 
         if (c->ep != NULL && !c->done && addr != NULL)
             continue;
@@ -1667,8 +1795,8 @@ static void churn_step(const char *addr)
             c->ep = NULL;
         }
         c->done = 0;
-        if (addr != NULL && rdmx_connect_nb(churn_w, addr, NULL, 2000,
-                                            churn_cb, c, &c->ep) >= 0)
+        if (addr != NULL &&
+            rdmx_connect_nb(churn_w, addr, &ep_params, &c->ep) >= 0)
             churn_started++;
         else
             c->ep = NULL;
@@ -1742,7 +1870,7 @@ static void part_sigterm(void)
     rdmx_status_t st;
     double t0;
 
-    EXPECT_OK(rdmx_kv_put(kv, "term", 4, "x", 1, NULL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(kv, "term", 4, "x", 1, NULL, NULL));
     stop_one(&big, "big");
     t0 = th_now_ms();
     st = rdmx_kv_get(kv_short, "term", 4, buf, sizeof(buf), NULL, &m);
@@ -1813,6 +1941,7 @@ int main(void)
     run_part("batches", part_batches);
     run_part("stats", part_stats);
     run_part("limits", part_limits);
+    run_part("channel_options", part_channel_options);
     run_part("malformed", part_malformed);
     run_part("cli", part_cli);
     run_part("lru", part_lru);

@@ -95,7 +95,7 @@ static rdmx_kv_t *client(const char *servers, unsigned replicas, int timeout_ms)
     rdmx_kv_t *kv = NULL;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_KV_FIELD_TIMEOUT | RDMX_KV_FIELD_REPLICAS;
+    p.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT | RDMX_KV_PARAM_FIELD_REPLICAS;
     p.timeout_ms = timeout_ms;
     p.replicas = replicas;
     CHECK_OK(rdmx_kv_create(worker, servers, &p, &kv));
@@ -132,7 +132,7 @@ static void put_value(rdmx_kv_t *kv, const char *prefix, int i, int gen)
     size_t len = make_value(v, prefix, i, gen);
 
     key_of(key, sizeof(key), prefix, i);
-    CHECK_OK(rdmx_kv_put(kv, key, strlen(key), v, len, NULL, NULL, NULL));
+    CHECK_OK(rdmx_kv_put(kv, key, strlen(key), v, len, NULL, NULL));
 }
 
 /* Run @st's operation, check it failed with a transport error in time. */
@@ -233,9 +233,9 @@ int main(void)
         key_of(k0, sizeof(k0), "k", vkeys[0]);
         EXPECT_DEAD("get", rdmx_kv_get(kvq, k0, strlen(k0), buf, sizeof(buf),
                                        NULL, &m));
-        EXPECT_DEAD("put", rdmx_kv_put(kvq, k0, strlen(k0), v,
-                                       make_value(v, "k", vkeys[0], 1), NULL,
-                                       NULL, NULL));
+        EXPECT_DEAD("put",
+                    rdmx_kv_put(kvq, k0, strlen(k0), v,
+                                make_value(v, "k", vkeys[0], 1), NULL, NULL));
         key_of(k0, sizeof(k0), "k", vkeys[1]);
         EXPECT_DEAD("exists", rdmx_kv_exists(kvq, k0, strlen(k0)));
         EXPECT_DEAD("delete", rdmx_kv_delete(kvq, k0, strlen(k0), 0));
@@ -387,7 +387,15 @@ int main(void)
     {
         char buf[64], v[64];
         rdmx_kv_meta_t m;
-        rdmx_kv_put_opts_t o = {RDMX_KV_PUT_CAS, 0, 0, 0};
+        rdmx_kv_op_params_t o = {.field_mask = RDMX_KV_OP_PARAM_FIELD_MODE |
+                                               RDMX_KV_OP_PARAM_FIELD_FLAGS |
+                                               RDMX_KV_OP_PARAM_FIELD_TTL |
+                                               RDMX_KV_OP_PARAM_FIELD_CAS,
+                                 .mode = RDMX_KV_PUT_CAS,
+                                 .flags = 0,
+                                 .ttl_ms = 0,
+                                 .cas = 0};
+        rdmx_kv_op_params_t onb;
         rdmx_status_t st;
         size_t len = make_value(v, "r", kcas, 1);
         uint64_t cas = 0;
@@ -396,10 +404,10 @@ int main(void)
         CHECK_OK(
             rdmx_kv_get(kv2, key, strlen(key), buf, sizeof(buf), NULL, &m));
         o.cas = m.cas + 1000; /* stale: refused, nothing changes */
-        CHECK_ST(rdmx_kv_put(kv2, key, strlen(key), v, len, NULL, &o, NULL),
+        CHECK_ST(rdmx_kv_put(kv2, key, strlen(key), v, len, &o, NULL),
                  RDMX_ERR_EXISTS);
         o.cas = m.cas;
-        st = rdmx_kv_put(kv2, key, strlen(key), v, len, NULL, &o, &cas);
+        st = rdmx_kv_put(kv2, key, strlen(key), v, len, &o, &cas);
         th_log("  CAS put with the version read (%" PRIu64 "), replicas 2: "
                "%s",
                m.cas, rdmx_status_name(st));
@@ -412,8 +420,11 @@ int main(void)
         }
         expect_value(kv2, "r", kcas, 1);
         /* the non-blocking form refuses conditional writes with copies */
-        st = rdmx_kv_put_nb(kv2, key, strlen(key), v, len, NULL, &o, nb_cb,
-                            &nb_calls);
+        onb = o;
+        onb.field_mask |= RDMX_KV_OP_PARAM_FIELD_CB;
+        onb.cb = nb_cb;
+        onb.arg = &nb_calls;
+        st = rdmx_kv_put_nb(kv2, key, strlen(key), v, len, &onb);
         CHECKF(st == RDMX_ERR_UNSUPPORTED,
                "rdmx_kv_put_nb CAS with replicas 2: %s", rdmx_status_name(st));
         /* a delete with the version read */
@@ -501,9 +512,8 @@ int main(void)
         char v[64];
         size_t len = make_value(v, "r", i, 1);
         key_of(key, sizeof(key), "r", i);
-        EXPECT_DEAD(
-            "put, first replica dead",
-            rdmx_kv_put(kv2q, key, strlen(key), v, len, NULL, NULL, NULL));
+        EXPECT_DEAD("put, first replica dead",
+                    rdmx_kv_put(kv2q, key, strlen(key), v, len, NULL, NULL));
         expect_value(kv2, "r", i, 1);
         break;
     }

@@ -65,6 +65,11 @@
 #define N_WRITERS 3
 #define N_READERS 3
 
+/* The bits of a PUT's mode, flags, TTL and version: each is given. */
+#define PUT_OPTS                                                               \
+    (RDMX_KV_OP_PARAM_FIELD_MODE | RDMX_KV_OP_PARAM_FIELD_FLAGS |              \
+     RDMX_KV_OP_PARAM_FIELD_TTL | RDMX_KV_OP_PARAM_FIELD_CAS)
+
 typedef struct {
     uint64_t cas, seed;
     uint64_t len;
@@ -257,7 +262,10 @@ static void *writer_main(void *arg)
         uint64_t seed = th_seed(100 + (uint64_t)t->index, t->ops, 3);
         int use_reg = (t->ops & 1) != 0;
         uint8_t *p = use_reg ? reg + (t->ops % 64) : t->plain;
-        rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 0, 0, 0};
+        rdmx_kv_op_params_t o = {.field_mask =
+                                     PUT_OPTS | RDMX_KV_OP_PARAM_FIELD_MR,
+                                 .mr = use_reg ? t->mr : NULL,
+                                 .mode = RDMX_KV_PUT_SET};
         uint64_t cas = 0;
         rdmx_status_t st;
 
@@ -285,8 +293,7 @@ static void *writer_main(void *arg)
         if (t->index == 2 && t->ops % 16 == 0)
             o.ttl_ms = 1 + (uint32_t)(t->ops % 5); /* expires while read */
         o.flags = make_value(p, len, seed);
-        st = rdmx_kv_put(t->kv, KEY, KLEN, p, len, use_reg ? t->mr : NULL, &o,
-                         &cas);
+        st = rdmx_kv_put(t->kv, KEY, KLEN, p, len, &o, &cas);
         if (st != RDMX_OK) {
             tfail(t, "put of %zu bytes (%s): %s: %s", len,
                   use_reg ? "registered" : "plain", rdmx_status_name(st),
@@ -313,6 +320,8 @@ static void *reader_main(void *arg)
     uint8_t *bufs[2] = {rdmx_mr_addr(t->mr), t->plain};
     size_t dirty[2] = {0, 0}; /* bytes from the start not 0xEE */
     uint64_t last_cas = 0, rng = th_seed(8, (uint64_t)t->index, 1);
+    const rdmx_kv_op_params_t in_reg = {.field_mask = RDMX_KV_OP_PARAM_FIELD_MR,
+                                        .mr = t->mr};
     char why[512];
 
     memset(bufs[0], 0xEE, MAX_VALUE + SLACK);
@@ -333,8 +342,8 @@ static void *reader_main(void *arg)
         dirty[mode] = 0;
         memset(&m, 0, sizeof(m));
         t->ops++;
-        st =
-            rdmx_kv_get(t->kv, KEY, KLEN, p, cap, mode == 0 ? t->mr : NULL, &m);
+        st = rdmx_kv_get(t->kv, KEY, KLEN, p, cap, mode == 0 ? &in_reg : NULL,
+                         &m);
         if (st == RDMX_ERR_NOT_FOUND) {
             t->misses++;
             continue;
@@ -434,7 +443,8 @@ int main(void)
     ctx = th_context();
 
     memset(&kp, 0, sizeof(kp));
-    kp.field_mask = RDMX_KV_FIELD_INLINE_MAX | RDMX_KV_FIELD_TIMEOUT;
+    kp.field_mask =
+        RDMX_KV_PARAM_FIELD_INLINE_MAX | RDMX_KV_PARAM_FIELD_TIMEOUT;
     kp.inline_max = 1024;
     kp.timeout_ms = 30000 * TH_SLOW;
     mw = th_worker(ctx, 0);
@@ -444,10 +454,11 @@ int main(void)
     {
         /* a first value, so readers find one */
         uint8_t *v = th_alloc(100);
-        rdmx_kv_put_opts_t o = {RDMX_KV_PUT_SET, 0, 0, 0};
+        rdmx_kv_op_params_t o = {.field_mask = PUT_OPTS,
+                                 .mode = RDMX_KV_PUT_SET};
         uint64_t cas = 0;
         o.flags = make_value(v, 100, 12345);
-        CHECK_OK(rdmx_kv_put(mkv, KEY, KLEN, v, 100, NULL, &o, &cas));
+        CHECK_OK(rdmx_kv_put(mkv, KEY, KLEN, v, 100, &o, &cas));
         obs_add(&all, cas, 12345, 100);
         free(v);
     }

@@ -119,13 +119,33 @@ static rdmx_channel_t *channel_on(rdmx_worker_t *w, const char *addr)
     rdmx_channel_t *c = NULL;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT | RDMX_CHANNEL_FIELD_HEARTBEAT;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
     p.timeout_ms = CALL_MS;
     p.heartbeat_ms = 250;
     p.heartbeat_timeout_ms = CALL_MS;
     CHECK_OK(rdmx_channel_create(w, addr, &p, &c));
     CHECK_OK(rdmx_channel_wait_ready(c, 20000 * TH_SLOW));
     return c;
+}
+
+/* The params of rdmx_lambda_eval: @p input (@p ilen bytes) and @p nargs
+ * @p args, both given (the channel's deadline). */
+static rdmx_lambda_eval_params_t eval_params(const void *input, size_t ilen,
+                                             const char *const *args,
+                                             unsigned nargs)
+{
+    rdmx_lambda_eval_params_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask =
+        RDMX_LAMBDA_EVAL_PARAM_FIELD_INPUT | RDMX_LAMBDA_EVAL_PARAM_FIELD_ARGS;
+    p.input = input;
+    p.input_len = ilen;
+    p.args = args;
+    p.nargs = nargs;
+    return p;
 }
 
 static void keep_detail(rdmx_status_t st)
@@ -140,11 +160,12 @@ static void keep_detail(rdmx_status_t st)
 static rdmx_status_t eval_on(rdmx_channel_t *c, const char *src,
                              const char *input)
 {
+    rdmx_lambda_eval_params_t ep =
+        eval_params(input, input ? strlen(input) : 0, NULL, 0);
     rdmx_status_t st;
 
     out_len = 0;
-    st = rdmx_lambda_eval(c, src, strlen(src), input, input ? strlen(input) : 0,
-                          NULL, 0, out, OUT_CAP - 1, &out_len);
+    st = rdmx_lambda_eval(c, src, strlen(src), &ep, out, OUT_CAP - 1, &out_len);
     keep_detail(st);
     out[st == RDMX_OK ? out_len : 0] = '\0';
     return st;
@@ -172,7 +193,7 @@ static rdmx_status_t raw_call(rdmx_channel_t *c, const char *method,
     rdmx_status_t st;
 
     out_len = 0;
-    st = rdmx_call(c, method, req, len, NULL, out, OUT_CAP - 1, &out_len);
+    st = rdmx_call(c, method, req, len, out, OUT_CAP - 1, NULL, &out_len);
     keep_detail(st);
     out[st == RDMX_OK ? out_len : 0] = '\0';
     return st;
@@ -185,7 +206,7 @@ static void stats_text(rdmx_channel_t *c, const char *method, char *buf,
 {
     size_t len = 0;
 
-    EXPECT_OK(rdmx_call(c, method, NULL, 0, NULL, buf, size - 1, &len));
+    EXPECT_OK(rdmx_call(c, method, NULL, 0, buf, size - 1, NULL, &len));
     buf[len] = '\0';
 }
 
@@ -537,8 +558,9 @@ static void part_sandbox(void)
     make_bytecode("return 'bytecode ran'", &bc);
     out_len = 0;
     {
-        rdmx_status_t st = rdmx_lambda_eval(ch_a, bc.buf, bc.n, NULL, 0, NULL,
-                                            0, out, OUT_CAP - 1, &out_len);
+        rdmx_lambda_eval_params_t ep = eval_params(NULL, 0, NULL, 0);
+        rdmx_status_t st = rdmx_lambda_eval(ch_a, bc.buf, bc.n, &ep, out,
+                                            OUT_CAP - 1, &out_len);
         keep_detail(st);
         EXPECT(st == RDMX_ERR_INVALID,
                "bytecode as the source: %s (output %zu bytes)",
@@ -548,9 +570,9 @@ static void part_sandbox(void)
     }
     {
         static const char via_load[] = "return assert(load(input, 'x', 'b'))()";
-        rdmx_status_t st =
-            rdmx_lambda_eval(ch_a, via_load, strlen(via_load), bc.buf, bc.n,
-                             NULL, 0, out, OUT_CAP - 1, &out_len);
+        rdmx_lambda_eval_params_t ep = eval_params(bc.buf, bc.n, NULL, 0);
+        rdmx_status_t st = rdmx_lambda_eval(ch_a, via_load, strlen(via_load),
+                                            &ep, out, OUT_CAP - 1, &out_len);
         keep_detail(st);
         EXPECT(st == RDMX_ERR_INVALID, "load of bytecode: %s",
                rdmx_status_name(st));
@@ -711,14 +733,16 @@ static void *cthread_main(void *arg)
              t->index);
     for (unsigned i = 0; i < N_CALLS; i++) {
         size_t ilen = (size_t)(th_seed(t->index, i, 7) % 200);
+        rdmx_lambda_eval_params_t ep;
         rdmx_status_t st;
 
         th_fill(input, ilen, th_seed(t->index, i, 1));
         for (size_t k = 0; k < ilen; k++) /* printable: native and sub */
             input[k] = (uint8_t)('a' + input[k] % 26);
         if (i % BOMB_EVERY == BOMB_EVERY - 1) {
-            st = rdmx_lambda_eval(c, loop_src, strlen(loop_src), NULL, 0, NULL,
-                                  0, o, OUT_CAP, &olen);
+            ep = eval_params(NULL, 0, NULL, 0);
+            st = rdmx_lambda_eval(c, loop_src, strlen(loop_src), &ep, o,
+                                  OUT_CAP, &olen);
             if (st == RDMX_ERR_NO_RESOURCE)
                 t->stopped++;
             else
@@ -728,16 +752,17 @@ static void *cthread_main(void *arg)
         }
         switch (i % 3) {
         case 0: /* the shared function */
-            st = rdmx_lambda_eval(c, sum_src, strlen(sum_src), input, ilen,
-                                  NULL, 0, o, OUT_CAP, &olen);
+            ep = eval_params(input, ilen, NULL, 0);
+            st = rdmx_lambda_eval(c, sum_src, strlen(sum_src), &ep, o, OUT_CAP,
+                                  &olen);
             snprintf(want, sizeof(want), "%" PRIu64, sum_of(input, ilen));
             break;
         case 1: { /* this thread's function, with an argument */
             const char *args[1] = {argbuf};
 
             snprintf(argbuf, sizeof(argbuf), "%u", i * 7919u);
-            st = rdmx_lambda_eval(c, own, strlen(own), input, ilen, args, 1, o,
-                                  OUT_CAP, &olen);
+            ep = eval_params(input, ilen, args, 1);
+            st = rdmx_lambda_eval(c, own, strlen(own), &ep, o, OUT_CAP, &olen);
             snprintf(want, sizeof(want), "T%d:%s:%zu:%.*s", t->index, argbuf,
                      ilen, (int)(ilen < 3 ? ilen : 3), (const char *)input);
             break;
@@ -876,6 +901,25 @@ static void part_demo(void)
     exit_code(kl_run(NULL, (o_path), (e_path), 30000 * TH_SLOW, NULL,          \
                      "rdmx-kv", __VA_ARGS__))
 
+/* The params of rdmx_kv_eval: @p nkeys @p keys and @p nargs @p args, both
+ * given (the client's deadline). */
+static rdmx_kv_eval_params_t kv_eval_params(const char *const *keys,
+                                            unsigned nkeys,
+                                            const char *const *args,
+                                            unsigned nargs)
+{
+    rdmx_kv_eval_params_t p;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask =
+        RDMX_KV_EVAL_PARAM_FIELD_KEYS | RDMX_KV_EVAL_PARAM_FIELD_ARGS;
+    p.keys = keys;
+    p.nkeys = nkeys;
+    p.args = args;
+    p.nargs = nargs;
+    return p;
+}
+
 static int exit_code(int ws)
 {
     return ws >= 0 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
@@ -895,12 +939,13 @@ static void part_kvd(void)
     rdmx_channel_t *ch_k = NULL;
     char buf[4096], o_path[128], e_path[128], f_path[128], g_path[128];
     const char *keys[1], *args[1];
+    rdmx_kv_eval_params_t ep;
     rdmx_kv_meta_t meta;
     uint64_t calls0;
     int rc;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_KV_FIELD_TIMEOUT;
+    p.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT;
     p.timeout_ms = CALL_MS;
     CHECK_OK(rdmx_kv_create(worker, kvd.addr, &p, &kv));
     CHECK_OK(rdmx_kv_wait_ready(kv, 20000 * TH_SLOW));
@@ -911,8 +956,9 @@ static void part_kvd(void)
     /* kv.put / kv.get inside the function, then a plain GET */
     keys[0] = "lam:k1";
     args[0] = "value-from-lua";
-    EXPECT_OK(rdmx_kv_eval(kv, put_get, strlen(put_get), keys, 1, args, 1, out,
-                           OUT_CAP - 1, &out_len));
+    ep = kv_eval_params(keys, 1, args, 1);
+    EXPECT_OK(rdmx_kv_eval(kv, put_get, strlen(put_get), &ep, out, OUT_CAP - 1,
+                           &out_len));
     out[out_len] = '\0';
     EXPECT(strcmp(out, "value-from-lua:true") == 0, "put/get: '%s'", out);
     EXPECT_OK(rdmx_kv_get(kv, "lam:k1", 6, buf, sizeof(buf), NULL, &meta));
@@ -923,8 +969,11 @@ static void part_kvd(void)
     /* a value over --max-value 1k */
     keys[0] = "lam:big";
     {
-        rdmx_status_t st = rdmx_kv_eval(kv, too_big, strlen(too_big), keys, 1,
-                                        NULL, 0, out, OUT_CAP - 1, &out_len);
+        rdmx_status_t st;
+
+        ep = kv_eval_params(keys, 1, NULL, 0);
+        st = rdmx_kv_eval(kv, too_big, strlen(too_big), &ep, out, OUT_CAP - 1,
+                          &out_len);
         keep_detail(st);
         EXPECT(st == RDMX_ERR_INVALID, "oversized kv.put: %s",
                rdmx_status_name(st));
@@ -933,8 +982,9 @@ static void part_kvd(void)
                "oversized kv.put: '%s'", detail);
         th_log("  kv.put of 2000 bytes: %s", detail);
     }
-    EXPECT_OK(rdmx_kv_eval(kv, too_big_caught, strlen(too_big_caught), keys, 1,
-                           NULL, 0, out, OUT_CAP - 1, &out_len));
+    ep = kv_eval_params(keys, 1, NULL, 0);
+    EXPECT_OK(rdmx_kv_eval(kv, too_big_caught, strlen(too_big_caught), &ep, out,
+                           OUT_CAP - 1, &out_len));
     out[out_len] = '\0';
     EXPECT(strncmp(out, "false ", 6) == 0 &&
                strstr(out, "exceeds max_value 1024") != NULL,
@@ -944,8 +994,11 @@ static void part_kvd(void)
 
     /* budgets and the plugin on the kvd */
     {
-        rdmx_status_t st = rdmx_kv_eval(kv, loop_src, strlen(loop_src), NULL, 0,
-                                        NULL, 0, out, OUT_CAP - 1, &out_len);
+        rdmx_status_t st;
+
+        ep = kv_eval_params(NULL, 0, NULL, 0);
+        st = rdmx_kv_eval(kv, loop_src, strlen(loop_src), &ep, out, OUT_CAP - 1,
+                          &out_len);
         keep_detail(st);
         EXPECT(st == RDMX_ERR_NO_RESOURCE &&
                    strstr(detail, "instruction budget of 2000000 exceeded"),

@@ -51,14 +51,15 @@ static rdmx_lambda_engine_t *mk_engine(const rdmx_lambda_params_t *p)
 }
 
 static rdmx_status_t ev(rdmx_lambda_engine_t *e, const char *src,
-                        const rdmx_lambda_call_t *c, rdmx_lambda_result_t *r)
+                        const rdmx_lambda_call_params_t *c,
+                        rdmx_lambda_result_t *r)
 {
     return rdmx_lambda_engine_eval(e, src, strlen(src), c, r);
 }
 
 /* eval must succeed with exactly @p want as output */
 static void expect_out_(const char *file, int line, rdmx_lambda_engine_t *e,
-                        const char *src, const rdmx_lambda_call_t *c,
+                        const char *src, const rdmx_lambda_call_params_t *c,
                         const char *want)
 {
     rdmx_lambda_result_t r;
@@ -78,7 +79,7 @@ static void expect_out_(const char *file, int line, rdmx_lambda_engine_t *e,
 static rdmx_lambda_result_t expect_err_(const char *file, int line,
                                         rdmx_lambda_engine_t *e,
                                         const char *src,
-                                        const rdmx_lambda_call_t *c,
+                                        const rdmx_lambda_call_params_t *c,
                                         rdmx_status_t want, const char *sub)
 {
     rdmx_lambda_result_t r;
@@ -136,17 +137,17 @@ static void still_works(rdmx_lambda_engine_t *e)
 static void test_budgets(void)
 {
     rdmx_lambda_params_t p = {
-        .field_mask = RDMX_LAMBDA_FIELD_MAX_MEMORY,
+        .field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY,
         .max_memory = 8 * TH_MIB,
     };
     /* no time limit: the instruction budget must be what stops these,
      * however slow the build */
-    rdmx_lambda_params_t np = {.field_mask = RDMX_LAMBDA_FIELD_MAX_TIME,
-                               .max_time_ms = 0};
+    rdmx_lambda_params_t np = {.field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_TIME,
+                               .max_time_ms = RDMX_TIMEOUT_INFINITE};
     rdmx_lambda_engine_t *e = mk_engine(&np);
     rdmx_lambda_engine_t *small = mk_engine(&p); /* 8 MiB */
     rdmx_lambda_result_t r;
-    rdmx_lambda_call_t call = {0};
+    rdmx_lambda_call_params_t call = {0};
     rdmx_lambda_stats_t s;
     double t;
     static const char *work_bombs[] = {
@@ -245,6 +246,7 @@ static void test_budgets(void)
             still_works(small);
         }
         /* a big input counts against the memory budget */
+        call.field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT;
         call.input = th_alloc(9 * TH_MIB);
         memset((void *)call.input, 'a', 9 * TH_MIB);
         call.input_len = 9 * TH_MIB;
@@ -285,8 +287,8 @@ static void test_budgets(void)
     th_log("budgets: time and deadline");
     {
         rdmx_lambda_params_t tp = {
-            .field_mask = RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS |
-                          RDMX_LAMBDA_FIELD_MAX_TIME,
+            .field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS |
+                          RDMX_LAMBDA_PARAM_FIELD_MAX_TIME,
             .max_instructions = UINT64_MAX / 2,
             .max_time_ms = 100,
         };
@@ -300,6 +302,7 @@ static void test_budgets(void)
                t);
         th_log("  max_time 100 ms: stopped after %.1f ms", t);
 
+        call.field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_DEADLINE;
         call.deadline_ns = rdmx_now_ns() + 30 * 1000000ull;
         t = th_now_ms();
         r = expect_err_(__FILE__, __LINE__, te, "while true do end", &call,
@@ -337,7 +340,8 @@ static void test_budgets(void)
 
     th_log("budgets: output");
     {
-        rdmx_lambda_params_t op = {.field_mask = RDMX_LAMBDA_FIELD_MAX_OUTPUT,
+        rdmx_lambda_params_t op = {.field_mask =
+                                       RDMX_LAMBDA_PARAM_FIELD_MAX_OUTPUT,
                                    .max_output = 1000};
         rdmx_lambda_engine_t *oe = mk_engine(&op);
         r = EXPECT_ERR(oe, "while true do print('spam') end",
@@ -358,7 +362,8 @@ static void test_budgets(void)
 
     th_log("budgets: source");
     {
-        rdmx_lambda_params_t sp = {.field_mask = RDMX_LAMBDA_FIELD_MAX_SOURCE,
+        rdmx_lambda_params_t sp = {.field_mask =
+                                       RDMX_LAMBDA_PARAM_FIELD_MAX_SOURCE,
                                    .max_source = 100};
         rdmx_lambda_engine_t *se = mk_engine(&sp);
         char src[128];
@@ -371,11 +376,12 @@ static void test_budgets(void)
 
     /* bad parameters */
     {
-        rdmx_lambda_params_t bp = {
-            .field_mask = RDMX_LAMBDA_FIELD_MAX_MEMORY, .max_memory = 1000};
+        rdmx_lambda_params_t bp = {.field_mask =
+                                       RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY,
+                                   .max_memory = 1000};
         rdmx_lambda_engine_t *be;
         CHECK_ST(rdmx_lambda_engine_create(&bp, &be), RDMX_ERR_INVALID);
-        bp.field_mask = RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS;
+        bp.field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS;
         bp.max_instructions = 10;
         CHECK_ST(rdmx_lambda_engine_create(&bp, &be), RDMX_ERR_INVALID);
     }
@@ -392,7 +398,7 @@ static void test_budgets(void)
 static void test_sandbox(void)
 {
     rdmx_lambda_engine_t *e = mk_engine(NULL);
-    rdmx_lambda_call_t call = {0};
+    rdmx_lambda_call_params_t call = {0};
     rdmx_lambda_result_t r;
     const char *keys =
         "local function keys(t) local n = {} for k in pairs(t) do "
@@ -475,6 +481,7 @@ static void test_sandbox(void)
         CHECKF(strstr(r.message, "attempt to load a binary chunk"), "%s",
                r.message);
         /* through load(), whatever mode is asked for, also from a reader */
+        call.field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT;
         call.input = d.buf;
         call.input_len = d.n;
         expect_out_(__FILE__, __LINE__, e,
@@ -510,8 +517,13 @@ static void test_contract(void)
 {
     rdmx_lambda_engine_t *e = mk_engine(NULL);
     rdmx_lambda_arg_t args[3] = {{"one", 3}, {"t\0o", 3}, {"", 0}};
-    rdmx_lambda_call_t call = {.input = "in\0put", .input_len = 6,
-                               .args = args, .nargs = 3};
+    rdmx_lambda_call_params_t call = {.field_mask =
+                                          RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT |
+                                          RDMX_LAMBDA_CALL_PARAM_FIELD_ARGS,
+                                      .input = "in\0put",
+                                      .input_len = 6,
+                                      .args = args,
+                                      .nargs = 3};
     rdmx_lambda_result_t r;
 
     th_log("contract: errors");
@@ -625,14 +637,18 @@ static void test_contract(void)
 
 static void test_cache(void)
 {
-    rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_FIELD_CACHE_ENTRIES,
+    rdmx_lambda_params_t p = {.field_mask =
+                                  RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES,
                               .cache_entries = 4};
     rdmx_lambda_engine_t *e = mk_engine(&p);
     rdmx_lambda_result_t r;
     rdmx_lambda_stats_t s;
     uint8_t ids[6][RDMX_LAMBDA_ID_LEN], zero[RDMX_LAMBDA_ID_LEN] = {0};
     char src[64], hex[65];
-    rdmx_lambda_call_t call = {.input = "abc", .input_len = 3};
+    rdmx_lambda_call_params_t call = {.field_mask =
+                                          RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT,
+                                      .input = "abc",
+                                      .input_len = 3};
     unsigned i;
 
     th_log("cache: by id after eval, NOT_FOUND, eviction");
@@ -695,7 +711,7 @@ static void test_cache(void)
     rdmx_lambda_engine_destroy(e);
 
     /* a byte bound: only what fits stays */
-    p.field_mask = RDMX_LAMBDA_FIELD_CACHE_BYTES;
+    p.field_mask = RDMX_LAMBDA_PARAM_FIELD_CACHE_BYTES;
     p.cache_bytes = 1;
     e = mk_engine(&p);
     CHECK_OK(ev(e, "return 1", NULL, &r));
@@ -704,7 +720,7 @@ static void test_cache(void)
     CHECK_ST(rdmx_lambda_engine_call(e, ids[0], NULL, &r), RDMX_ERR_NOT_FOUND);
     rdmx_lambda_engine_destroy(e);
     /* no cache */
-    p.field_mask = RDMX_LAMBDA_FIELD_CACHE_ENTRIES;
+    p.field_mask = RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES;
     p.cache_entries = 0;
     e = mk_engine(&p);
     CHECK_OK(ev(e, "return 1", NULL, &r));
@@ -736,7 +752,12 @@ static void *thread_main(void *arg)
     for (i = 0; i < (unsigned)thread_calls; i++) {
         rdmx_lambda_result_t r;
         rdmx_lambda_arg_t a = {in, 0};
-        rdmx_lambda_call_t c = {.input = in, .args = &a, .nargs = 1};
+        rdmx_lambda_call_params_t c = {.field_mask =
+                                           RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT |
+                                           RDMX_LAMBDA_CALL_PARAM_FIELD_ARGS,
+                                       .input = in,
+                                       .args = &a,
+                                       .nargs = 1};
         unsigned k = i % 8; /* 8 sources shared by all threads */
         rdmx_status_t st;
         snprintf(in, sizeof(in), "t%u-i%u", t->idx, i);
@@ -772,8 +793,8 @@ static void test_threads(void)
 {
     /* no time limit: on a loaded machine the budget stops must still be
      * instruction stops */
-    rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_FIELD_MAX_TIME,
-                              .max_time_ms = 0};
+    rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_TIME,
+                              .max_time_ms = RDMX_TIMEOUT_INFINITE};
     rdmx_lambda_engine_t *e = mk_engine(&p);
     pthread_t th[NTHREADS];
     thr_t t[NTHREADS];
@@ -915,11 +936,12 @@ static void test_kv(void)
     static fakekv_t f;
     rdmx_lambda_env_t env = {&f, fk_get, fk_put, fk_delete, fk_exists};
     rdmx_lambda_env_t get_only = {&f, fk_get, NULL, NULL, NULL};
-    rdmx_lambda_call_t call = {.env = &env};
+    rdmx_lambda_call_params_t call = {
+        .field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_ENV, .env = &env};
     /* no time limit: the instruction budget must be what stops the kv loop
      * below, however slow the build or busy the machine */
-    rdmx_lambda_params_t np = {.field_mask = RDMX_LAMBDA_FIELD_MAX_TIME,
-                               .max_time_ms = 0};
+    rdmx_lambda_params_t np = {.field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_TIME,
+                               .max_time_ms = RDMX_TIMEOUT_INFINITE};
     rdmx_lambda_engine_t *e = mk_engine(&np);
     int i;
 
@@ -966,7 +988,8 @@ static void test_kv(void)
     CHECK(fk_find(&f, "ro", 2) < 0 && fk_find(&f, "k", 1) < 0);
     /* a value larger than the memory budget cannot be read into it */
     {
-        rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_FIELD_MAX_MEMORY,
+        rdmx_lambda_params_t p = {.field_mask =
+                                      RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY,
                                   .max_memory = 256 * 1024};
         rdmx_lambda_engine_t *se = mk_engine(&p);
         char *v = th_alloc(512 * 1024);
@@ -1045,8 +1068,8 @@ static void write_file(const char *path, const char *text)
 static rdmx_status_t plugin_dir_engine(const char *dir,
                                        rdmx_lambda_engine_t **e)
 {
-    rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_FIELD_PLUGIN_DIR |
-                                            RDMX_LAMBDA_FIELD_MAX_OUTPUT,
+    rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR |
+                                            RDMX_LAMBDA_PARAM_FIELD_MAX_OUTPUT,
                               .plugin_dir = dir,
                               .max_output = 64 * 1024};
     return rdmx_lambda_engine_create(&p, e);
@@ -1213,8 +1236,15 @@ static void test_wire(void)
     rdmx_lambda_id(src, strlen(src), id);
     {
         rdmx_lambda_arg_t a[3] = {{"x", 1}, {"", 0}, {"zz", 2}};
-        rdmx_lambda_call_t c = {.input = "in", .input_len = 2, .args = a,
-                                .nargs = 3, .nkeys = 1};
+        rdmx_lambda_call_params_t c = {.field_mask =
+                                           RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT |
+                                           RDMX_LAMBDA_CALL_PARAM_FIELD_ARGS |
+                                           RDMX_LAMBDA_CALL_PARAM_FIELD_NKEYS,
+                                       .input = "in",
+                                       .input_len = 2,
+                                       .args = a,
+                                       .nargs = 3,
+                                       .nkeys = 1};
         CHECK_OK(ev(e, src, &c, &r)); /* cached for the CALL */
         rdmx_lambda_result_free(&r);
     }
@@ -1333,7 +1363,10 @@ static double rate(rdmx_lambda_engine_t *e, const char *src, int by_id,
 {
     rdmx_lambda_result_t r;
     uint8_t id[RDMX_LAMBDA_ID_LEN];
-    rdmx_lambda_call_t c = {.input = "x", .input_len = 1};
+    rdmx_lambda_call_params_t c = {.field_mask =
+                                       RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT,
+                                   .input = "x",
+                                   .input_len = 1};
     double t;
     unsigned i;
     rdmx_lambda_id(src, strlen(src), id);
@@ -1352,7 +1385,8 @@ static double rate(rdmx_lambda_engine_t *e, const char *src, int by_id,
 
 static void test_perf(void)
 {
-    rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_FIELD_CACHE_ENTRIES,
+    rdmx_lambda_params_t p = {.field_mask =
+                                  RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES,
                               .cache_entries = 0};
     rdmx_lambda_engine_t *nocache = mk_engine(&p), *e = mk_engine(NULL);
     unsigned n = TH_SANITIZED ? 2000 : 20000;

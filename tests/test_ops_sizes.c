@@ -53,6 +53,26 @@ static rdmx_worker_t *worker;
 static rdmx_ep_t *ep;
 static uint64_t n_notifies;
 
+/* Params of an operation: a non-blocking one tracked by @p req (OP_CB: no
+ * local region); a blocking one; a blocking receive that waits up to @p ms.
+ * @p mr_ is the local region holding the buffer (NULL: none). */
+#define OP_CB(req)                                                             \
+    (&(rdmx_op_params_t){                                                      \
+        .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = th_req_cb, .arg = (req)})
+#define OP_NB(req, mr_)                                                        \
+    (&(rdmx_op_params_t){.field_mask =                                         \
+                             RDMX_OP_PARAM_FIELD_CB | RDMX_OP_PARAM_FIELD_MR,  \
+                         .cb = th_req_cb,                                      \
+                         .arg = (req),                                         \
+                         .mr = (mr_)})
+#define OP_MR(mr_)                                                             \
+    (&(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_MR, .mr = (mr_)})
+#define OP_RECV(mr_, ms)                                                       \
+    (&(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_MR |                \
+                                       RDMX_OP_PARAM_FIELD_TIMEOUT,            \
+                         .mr = (mr_),                                          \
+                         .timeout_ms = (ms)})
+
 static void check_reply_ok(const ts_reply_t *rep, const char *what)
 {
     CHECKF(rep->status == RDMX_OK, "%s: server says %s", what,
@@ -121,7 +141,7 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     seed = th_seed(1, size, vi);
     th_fill(v->src, size, seed);
     ts_post(ep, TS_RECV, size, size, seed, v->flags);
-    CHECK_OK(rdmx_send(ep, v->src, size, v->smr));
+    CHECK_OK(rdmx_send(ep, v->src, size, OP_MR(v->smr)));
     ts_reply(ep, &rep);
     check_reply_ok(&rep, "recv of a sent message");
     CHECKF(rep.v[0] == size && rep.v[1] == 1,
@@ -132,7 +152,7 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     seed = th_seed(2, size, vi);
     memset(v->dst, 0xee, size + 8);
     ts_post(ep, TS_SEND, size, seed, v->flags, 0);
-    CHECK_OK(rdmx_recv(ep, v->dst, size, v->dmr, OP_TIMEOUT_MS, &len));
+    CHECK_OK(rdmx_recv(ep, v->dst, size, OP_RECV(v->dmr, OP_TIMEOUT_MS), &len));
     CHECK_EQ_U64(len, size);
     CHECK_PATTERN(v->dst, size, seed, 0);
     for (len = size; len < size + 8; len++)
@@ -146,8 +166,8 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     seed = th_seed(3, size, vi);
     th_fill(v->src, size, seed);
     remote_guards_set(v, off, size, gseed);
-    CHECK_OK(rdmx_put(ep, v->src, size, v->smr, v->remote->rmem, off));
-    CHECK_OK(rdmx_ep_flush(ep));
+    CHECK_OK(rdmx_put(ep, v->remote->rmem, off, v->src, size, OP_MR(v->smr)));
+    CHECK_OK(rdmx_ep_flush(ep, NULL));
     TS_VERIFY_REMOTE(ep, v->remote, off, size, seed);
     remote_guards_check(v, off, size, gseed);
 
@@ -156,8 +176,8 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     seed = th_seed(4, size, vi);
     th_fill(v->src, size, seed);
     remote_guards_set(v, off, size, gseed);
-    CHECK_OK(
-        rdmx_put_notify(ep, v->src, size, v->smr, v->remote->rmem, off, seed));
+    CHECK_OK(rdmx_put_notify(ep, v->remote->rmem, off, v->src, size, seed,
+                             OP_MR(v->smr)));
     n_notifies++;
     check_notify(seed, v, off, size);
     remote_guards_check(v, off, size, gseed);
@@ -167,7 +187,7 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     seed = th_seed(5, size, vi);
     ts_fill(ep, v->remote, off, size, seed);
     memset(v->dst, 0xee, size + 8);
-    CHECK_OK(rdmx_get(ep, v->dst, size, v->dmr, v->remote->rmem, off));
+    CHECK_OK(rdmx_get(ep, v->remote->rmem, off, v->dst, size, OP_MR(v->dmr)));
     CHECK_PATTERN(v->dst, size, seed, 0);
     for (len = size; len < size + 8; len++)
         CHECKF(v->dst[len] == 0xee, "get wrote past its buffer");
@@ -219,18 +239,17 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
     for (i = 0; i < k; i++) {
         th_req_t *r = &reqs[2 * k + i];
 
-        CHECK_ST(
-            rdmx_recv_nb(ep, &reps[i], sizeof(reps[i]), NULL, th_req_cb, r),
-            RDMX_INPROGRESS);
+        CHECK_ST(rdmx_recv_nb(ep, &reps[i], sizeof(reps[i]), OP_CB(r)),
+                 RDMX_INPROGRESS);
     }
     for (i = 0; i < k; i++) {
-        start_ok(&reqs[2 * i],
-                 rdmx_send_nb(ep, &cmds[i], sizeof(cmds[i]), NULL, th_req_cb,
-                              &reqs[2 * i]),
-                 sizeof(cmds[i]));
+        start_ok(
+            &reqs[2 * i],
+            rdmx_send_nb(ep, &cmds[i], sizeof(cmds[i]), OP_CB(&reqs[2 * i])),
+            sizeof(cmds[i]));
         start_ok(&reqs[2 * i + 1],
-                 rdmx_send_nb(ep, v->src + i * size, size, v->smr, th_req_cb,
-                              &reqs[2 * i + 1]),
+                 rdmx_send_nb(ep, v->src + i * size, size,
+                              OP_NB(&reqs[2 * i + 1], v->smr)),
                  size);
     }
     wait_all_ok(reqs, 3 * k, "nb send/recv", size);
@@ -247,9 +266,9 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
         seeds[i] = th_seed(20 + i, size, vi);
         th_req_init(&reqs[i]);
         memset(v->dst + i * size, 0, size);
-        CHECK_ST(rdmx_recv_nb(ep, v->dst + i * size, size, v->dmr, th_req_cb,
-                              &reqs[i]),
-                 RDMX_INPROGRESS);
+        CHECK_ST(
+            rdmx_recv_nb(ep, v->dst + i * size, size, OP_NB(&reqs[i], v->dmr)),
+            RDMX_INPROGRESS);
     }
     for (i = 0; i < k; i++)
         ts_post(ep, TS_SEND, size, seeds[i], v->flags, 0);
@@ -273,12 +292,11 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
     }
     for (i = 0; i < k; i++)
         start_ok(&reqs[i],
-                 rdmx_put_nb(ep, v->src + i * size, size, v->smr,
-                             v->remote->rmem, off + i * size, th_req_cb,
-                             &reqs[i]),
+                 rdmx_put_nb(ep, v->remote->rmem, off + i * size,
+                             v->src + i * size, size, OP_NB(&reqs[i], v->smr)),
                  size);
     th_req_init(&reqs[k]);
-    start_ok(&reqs[k], rdmx_ep_flush_nb(ep, th_req_cb, &reqs[k]), 0);
+    start_ok(&reqs[k], rdmx_ep_flush_nb(ep, OP_CB(&reqs[k])), 0);
     wait_all_ok(reqs, k + 1, "nb put", size);
     for (i = 0; i < k; i++)
         TS_VERIFY_REMOTE(ep, v->remote, off + i * size, size, seeds[i]);
@@ -291,9 +309,9 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
     }
     for (i = 0; i < k; i++)
         start_ok(&reqs[i],
-                 rdmx_put_notify_nb(ep, v->src + i * size, size, v->smr,
-                                    v->remote->rmem, off + i * size, seeds[i],
-                                    th_req_cb, &reqs[i]),
+                 rdmx_put_notify_nb(ep, v->remote->rmem, off + i * size,
+                                    v->src + i * size, size, seeds[i],
+                                    OP_NB(&reqs[i], v->smr)),
                  size);
     wait_all_ok(reqs, k, "nb put_notify", size);
     n_notifies += k;
@@ -309,9 +327,8 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
     }
     for (i = 0; i < k; i++)
         start_ok(&reqs[i],
-                 rdmx_get_nb(ep, v->dst + i * size, size, v->dmr,
-                             v->remote->rmem, off + i * size, th_req_cb,
-                             &reqs[i]),
+                 rdmx_get_nb(ep, v->remote->rmem, off + i * size,
+                             v->dst + i * size, size, OP_NB(&reqs[i], v->dmr)),
                  size);
     wait_all_ok(reqs, k, "nb get", size);
     for (i = 0; i < k; i++)
@@ -338,33 +355,30 @@ static void nb_ops(size_t size, const variant_t *v, int vi)
         ts_msg_init(&cmds[0], TS_RECV, mlen, mlen, mseed, 0);
         for (i = 0; i < 2 * h + 3; i++)
             th_req_init(&reqs[i]);
-        CHECK_ST(rdmx_recv_nb(ep, &reps[0], sizeof(reps[0]), NULL, th_req_cb,
-                              &reqs[n++]),
+        CHECK_ST(rdmx_recv_nb(ep, &reps[0], sizeof(reps[0]), OP_CB(&reqs[n++])),
                  RDMX_INPROGRESS);
         for (i = 0; i < h; i++) {
             start_ok(&reqs[n],
-                     rdmx_put_nb(ep, v->src + i * size, size, v->smr,
-                                 v->remote->rmem, off + i * size, th_req_cb,
-                                 &reqs[n]),
+                     rdmx_put_nb(ep, v->remote->rmem, off + i * size,
+                                 v->src + i * size, size,
+                                 OP_NB(&reqs[n], v->smr)),
                      size);
             n++;
             start_ok(&reqs[n],
-                     rdmx_get_nb(ep, v->dst + (h + i) * size, size, v->dmr,
-                                 v->remote->rmem, off + (h + i) * size,
-                                 th_req_cb, &reqs[n]),
+                     rdmx_get_nb(ep, v->remote->rmem, off + (h + i) * size,
+                                 v->dst + (h + i) * size, size,
+                                 OP_NB(&reqs[n], v->dmr)),
                      size);
             n++;
         }
         start_ok(&reqs[n],
-                 rdmx_send_nb(ep, &cmds[0], sizeof(cmds[0]), NULL, th_req_cb,
-                              &reqs[n]),
+                 rdmx_send_nb(ep, &cmds[0], sizeof(cmds[0]), OP_CB(&reqs[n])),
                  sizeof(cmds[0]));
         n++;
-        start_ok(&reqs[n],
-                 rdmx_send_nb(ep, mbuf, mlen, NULL, th_req_cb, &reqs[n]), mlen);
+        start_ok(&reqs[n], rdmx_send_nb(ep, mbuf, mlen, OP_CB(&reqs[n])), mlen);
         n++;
         wait_all_ok(reqs, n, "mixed", size);
-        CHECK_OK(rdmx_ep_flush(ep));
+        CHECK_OK(rdmx_ep_flush(ep, NULL));
         check_reply_ok(&reps[0], "mixed recv");
         CHECK(reps[0].v[0] == mlen && reps[0].v[1] == 1);
         for (i = 0; i < h; i++)
@@ -398,24 +412,25 @@ static void atomics(const ts_region_t *r)
     ts_set64(ep, r, off + 8, 222);
     ts_set64(ep, r, off, 1000);
 
-    CHECK_OK(rdmx_atomic_fadd(ep, r->rmem, off, 5, &old));
+    CHECK_OK(rdmx_atomic_fadd(ep, r->rmem, off, 5, &old, NULL));
     CHECK_EQ_U64(old, 1000);
-    CHECK_OK(rdmx_atomic_fadd(ep, r->rmem, off, UINT64_MAX, &old)); /* -1 */
+    CHECK_OK(
+        rdmx_atomic_fadd(ep, r->rmem, off, UINT64_MAX, &old, NULL)); /* -1 */
     CHECK_EQ_U64(old, 1005);
     CHECK_EQ_U64(ts_read64(ep, r, off), 1004);
 
     /* compare-and-swap that swaps */
-    CHECK_OK(rdmx_atomic_cswap(ep, r->rmem, off, 1004, big, &old));
+    CHECK_OK(rdmx_atomic_cswap(ep, r->rmem, off, 1004, big, &old, NULL));
     CHECK_EQ_U64(old, 1004);
     CHECK_EQ_U64(ts_read64(ep, r, off), big);
     /* ... and one that does not */
     old = 0;
-    CHECK_OK(rdmx_atomic_cswap(ep, r->rmem, off, 1004, 7, &old));
+    CHECK_OK(rdmx_atomic_cswap(ep, r->rmem, off, 1004, 7, &old, NULL));
     CHECK_EQ_U64(old, big);
     CHECK_EQ_U64(ts_read64(ep, r, off), big);
     /* fetch-add wraps around 2^64 */
     ts_set64(ep, r, off, UINT64_MAX - 1);
-    CHECK_OK(rdmx_atomic_fadd(ep, r->rmem, off, 3, &old));
+    CHECK_OK(rdmx_atomic_fadd(ep, r->rmem, off, 3, &old, NULL));
     CHECK_EQ_U64(old, UINT64_MAX - 1);
     CHECK_EQ_U64(ts_read64(ep, r, off), 1);
     /* neighbours untouched */
@@ -424,7 +439,7 @@ static void atomics(const ts_region_t *r)
 
     /* the last word of the region */
     ts_set64(ep, r, REG_SIZE - 8, 40);
-    CHECK_OK(rdmx_atomic_fadd(ep, r->rmem, REG_SIZE - 8, 2, &old));
+    CHECK_OK(rdmx_atomic_fadd(ep, r->rmem, REG_SIZE - 8, 2, &old, NULL));
     CHECK_EQ_U64(old, 40);
     CHECK_EQ_U64(ts_read64(ep, r, REG_SIZE - 8), 42);
 
@@ -436,10 +451,10 @@ static void atomics(const ts_region_t *r)
         olds[i] = 0;
     }
     for (i = 0; i < 16; i++)
-        start_ok(&reqs[i],
-                 rdmx_atomic_fadd_nb(ep, r->rmem, off, 1, &olds[i], th_req_cb,
-                                     &reqs[i]),
-                 8);
+        start_ok(
+            &reqs[i],
+            rdmx_atomic_fadd_nb(ep, r->rmem, off, 1, &olds[i], OP_CB(&reqs[i])),
+            8);
     wait_all_ok(reqs, 16, "nb fadd", 8);
     qsort(olds, 16, sizeof(olds[0]), cmp_u64);
     for (i = 0; i < 16; i++)
@@ -458,7 +473,7 @@ static void atomics(const ts_region_t *r)
     for (i = 0; i < 8; i++)
         start_ok(&reqs[i],
                  rdmx_atomic_cswap_nb(ep, r->rmem, off, init, 6000 + i,
-                                      &olds[i], th_req_cb, &reqs[i]),
+                                      &olds[i], OP_CB(&reqs[i])),
                  8);
     wait_all_ok(reqs, 8, "nb cswap", 8);
     {
@@ -504,7 +519,8 @@ static void unexpected(uint8_t *dst)
         CHECK_EQ_U64(s1.msgs_unexpected, s0.msgs_unexpected + 1);
         th_progress_for(worker, 20);
         memset(dst, 0, lens[i]);
-        CHECK_OK(rdmx_recv(ep, dst, lens[i], NULL, OP_TIMEOUT_MS, &len));
+        CHECK_OK(
+            rdmx_recv(ep, dst, lens[i], OP_RECV(NULL, OP_TIMEOUT_MS), &len));
         CHECK_EQ_U64(len, lens[i]);
         CHECK_PATTERN(dst, len, seed, 0);
         rdmx_worker_stats(worker, &s1);
@@ -523,8 +539,7 @@ static void too_small_nb(uint8_t *dst, size_t msg, size_t cap)
     memset(dst, 0xee, msg + 8);
     ts_post(ep, TS_SEND, msg, seed, 0, 0);
     th_req_init(&req);
-    CHECK_ST(rdmx_recv_nb(ep, dst, cap, NULL, th_req_cb, &req),
-             RDMX_INPROGRESS);
+    CHECK_ST(rdmx_recv_nb(ep, dst, cap, OP_CB(&req)), RDMX_INPROGRESS);
     th_req_wait(worker, &req, 1, OP_TIMEOUT_MS);
     CHECK_ST(req.status, RDMX_ERR_TOO_BIG);
     CHECKF(req.length == msg,
@@ -538,7 +553,7 @@ static void too_small_nb(uint8_t *dst, size_t msg, size_t cap)
     CHECK_EQ_U64(s1.recv_too_small, s0.recv_too_small + 1);
 
     /* The message waits for the next receive. */
-    CHECK_OK(rdmx_recv(ep, dst, msg + 8, NULL, OP_TIMEOUT_MS, &len));
+    CHECK_OK(rdmx_recv(ep, dst, msg + 8, OP_RECV(NULL, OP_TIMEOUT_MS), &len));
     CHECK_EQ_U64(len, msg);
     CHECK_PATTERN(dst, msg, seed, 0);
 }
@@ -549,11 +564,11 @@ static void too_small_blocking(uint8_t *dst)
     size_t len = 0;
 
     ts_post(ep, TS_SEND, 5000, seed, 0, 0);
-    CHECK_ST(rdmx_recv(ep, dst, 10, NULL, OP_TIMEOUT_MS, &len),
+    CHECK_ST(rdmx_recv(ep, dst, 10, OP_RECV(NULL, OP_TIMEOUT_MS), &len),
              RDMX_ERR_TOO_BIG);
     CHECKF(len == 5000, "blocking too-small receive: length %zu, not 5000",
            len);
-    CHECK_OK(rdmx_recv(ep, dst, 8192, NULL, OP_TIMEOUT_MS, &len));
+    CHECK_OK(rdmx_recv(ep, dst, 8192, OP_RECV(NULL, OP_TIMEOUT_MS), &len));
     CHECK_EQ_U64(len, 5000);
     CHECK_PATTERN(dst, 5000, seed, 0);
 }
@@ -566,12 +581,13 @@ static void recv_timeout(uint8_t *dst)
     size_t len = 12345;
     double t0 = th_now_ms(), dt;
 
-    CHECK_ST(rdmx_recv(ep, dst, 4096, NULL, 100, &len), RDMX_ERR_TIMEOUT);
+    CHECK_ST(rdmx_recv(ep, dst, 4096, OP_RECV(NULL, 100), &len),
+             RDMX_ERR_TIMEOUT);
     dt = th_now_ms() - t0;
     CHECKF(dt >= 90.0 && dt < 2000.0 * TH_SLOW,
            "a receive with a 100 ms timeout returned after %.0f ms", dt);
     ts_post(ep, TS_SEND, 333, seed, 0, 0);
-    CHECK_OK(rdmx_recv(ep, dst, 4096, NULL, OP_TIMEOUT_MS, &len));
+    CHECK_OK(rdmx_recv(ep, dst, 4096, OP_RECV(NULL, OP_TIMEOUT_MS), &len));
     CHECK_EQ_U64(len, 333);
     CHECK_PATTERN(dst, 333, seed, 0);
 }

@@ -58,6 +58,9 @@ static uint64_t next_rnd(uint64_t *s)
 static void *thread_main(void *arg)
 {
     worker_thread_t *t = arg;
+    rdmx_op_params_t sp = {.field_mask = RDMX_OP_PARAM_FIELD_MR, .mr = t->smr};
+    rdmx_op_params_t dp = {.field_mask = RDMX_OP_PARAM_FIELD_MR, .mr = t->dmr};
+    rdmx_op_params_t mp = {.field_mask = RDMX_OP_PARAM_FIELD_MR, .mr = t->mmr};
     int i;
 
     for (i = 0; i < ITERS; i++) {
@@ -69,26 +72,26 @@ static void *thread_main(void *arg)
 
         /* put, flush, get back */
         th_fill(t->src, size, seed);
-        CHECK_OK(rdmx_put(ep, t->src, size, t->smr, rput.rmem, off));
-        CHECK_OK(rdmx_ep_flush(ep));
+        CHECK_OK(rdmx_put(ep, rput.rmem, off, t->src, size, &sp));
+        CHECK_OK(rdmx_ep_flush(ep, NULL));
         memset(t->dst, 0, size);
-        CHECK_OK(rdmx_get(ep, t->dst, size, t->dmr, rput.rmem, off));
+        CHECK_OK(rdmx_get(ep, rput.rmem, off, t->dst, size, &dp));
         CHECK_PATTERN(t->dst, size, seed, 0);
         t->last_seed = seed;
         t->last_size = size;
 
         /* get from the server-filled region */
         goff = next_rnd(&t->rng) % (GET_REGION - size);
-        CHECK_OK(rdmx_get(ep, t->dst, size, t->dmr, rget.rmem, goff));
+        CHECK_OK(rdmx_get(ep, rget.rmem, goff, t->dst, size, &dp));
         CHECK_PATTERN(t->dst, size, get_seed, goff);
 
         /* a self-describing message */
         ts_msg_init(hdr, TS_DATA, seed ^ 1, size, 0, 0);
         th_fill(t->msg + sizeof(*hdr), size, seed ^ 1);
-        CHECK_OK(rdmx_send(ep, t->msg, sizeof(*hdr) + size, t->mmr));
+        CHECK_OK(rdmx_send(ep, t->msg, sizeof(*hdr) + size, &mp));
 
         /* the shared counter */
-        CHECK_OK(rdmx_atomic_fadd(ep, rctr.rmem, 0, 1, &t->olds[i]));
+        CHECK_OK(rdmx_atomic_fadd(ep, rctr.rmem, 0, 1, &t->olds[i], NULL));
     }
     return NULL;
 }

@@ -84,7 +84,7 @@ static int caller_main(void *arg)
 
     memset(&rep, 0, sizeof(rep));
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     cp.timeout_ms = 1000 * TH_SLOW;
     fcntl(a->ctl, F_SETFL, O_NONBLOCK);
     for (;;) {
@@ -95,8 +95,8 @@ static int caller_main(void *arg)
 
         if (read(a->ctl, &c, 1) == 1 && c == 'S')
             break;
-        CHECK_OK(rdmx_call(held, "echo", msg, (size_t)m, &cp, back,
-                           sizeof(back), &len));
+        CHECK_OK(rdmx_call(held, "echo", msg, (size_t)m, back, sizeof(back),
+                           &cp, &len));
         CHECKF(len == (size_t)m && memcmp(msg, back, len) == 0,
                "echo '%s' answered '%.*s'", msg, (int)len, back);
         dt = th_now_ms() - t0;
@@ -109,8 +109,8 @@ static int caller_main(void *arg)
             rdmx_channel_t *ch = cu_channel(w, server.addr, 5000, -1);
 
             m = snprintf(msg, sizeof(msg), "fresh %u", n);
-            CHECK_OK(rdmx_call(ch, "echo", msg, (size_t)m, &cp, back,
-                               sizeof(back), &len));
+            CHECK_OK(rdmx_call(ch, "echo", msg, (size_t)m, back, sizeof(back),
+                               &cp, &len));
             CHECK(len == (size_t)m && memcmp(msg, back, len) == 0);
             rdmx_channel_destroy(ch);
             rep.fresh++;

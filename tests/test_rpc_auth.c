@@ -261,11 +261,11 @@ static rdmx_channel_t *channel(rdmx_worker_t *w, const th_proc_t *srv,
     rdmx_channel_t *ch = NULL;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_STATE_CB;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_STATE_CB;
     p.state_cb = state_cb;
     p.state_arg = log;
     if (secret != NULL) {
-        p.field_mask |= RDMX_CHANNEL_FIELD_AUTH_SECRET;
+        p.field_mask |= RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET;
         p.auth_secret = secret;
         p.auth_secret_len = strlen(secret);
     }
@@ -279,6 +279,8 @@ static void refused_channel(rdmx_worker_t *w, const th_proc_t *srv,
 {
     state_log_t log;
     res_t res;
+    rdmx_call_params_t cp = {
+        .field_mask = RDMX_CALL_PARAM_FIELD_CB, .cb = res_cb, .arg = &res};
     rdmx_channel_t *ch;
     double t0 = th_now_ms(), took;
     char buf[16];
@@ -289,8 +291,7 @@ static void refused_channel(rdmx_worker_t *w, const th_proc_t *srv,
     memset(&res, 0, sizeof(res));
     ch = channel(w, srv, secret, &log);
     /* queued while connecting */
-    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, NULL, res_cb, &res, NULL),
-             RDMX_INPROGRESS);
+    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, &cp, NULL), RDMX_INPROGRESS);
     st = rdmx_channel_wait_ready(ch, 10000 * TH_SLOW);
     took = th_now_ms() - t0;
     CHECKF(st == RDMX_ERR_DENIED, "%s: wait_ready returned %s (%s)", what,
@@ -308,9 +309,8 @@ static void refused_channel(rdmx_worker_t *w, const th_proc_t *srv,
            rdmx_status_name(res.status));
     /* Later calls fail at once. */
     t0 = th_now_ms();
-    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, NULL, res_cb, &res, NULL),
-             RDMX_ERR_DENIED);
-    CHECK_ST(rdmx_call(ch, "echo", "q", 1, NULL, buf, sizeof(buf), &len),
+    CHECK_ST(rdmx_call_nb(ch, "echo", "q", 1, &cp, NULL), RDMX_ERR_DENIED);
+    CHECK_ST(rdmx_call(ch, "echo", "q", 1, buf, sizeof(buf), NULL, &len),
              RDMX_ERR_DENIED);
     CHECK(rdmx_call_oneway(ch, "oneway", "q", 1) < 0);
     CHECK_ST(rdmx_channel_wait_ready(ch, 1000), RDMX_ERR_DENIED);
@@ -330,8 +330,8 @@ static const char *server_text(rdmx_channel_t *ch)
     static char text[65536];
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, NULL, text,
-                       sizeof(text) - 1, &len));
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL,
+                       &len));
     text[len] = '\0';
     return text;
 }
@@ -383,8 +383,8 @@ int main(int argc, char **argv)
     good = channel(w, &a, SECRET, &glog);
     CHECK_OK(rdmx_channel_wait_ready(good, 10000 * TH_SLOW));
     CHECK(glog.last == RDMX_CHANNEL_READY);
-    CHECK_OK(rdmx_call(good, "echo", "authenticated", 13, NULL, buf,
-                       sizeof(buf), &len));
+    CHECK_OK(rdmx_call(good, "echo", "authenticated", 13, buf, sizeof(buf),
+                       NULL, &len));
     CHECK(len == 13 && memcmp(buf, "authenticated", 13) == 0);
     auth_failed0 = stat_of(good, "auth_failed");
     th_log("right secret: READY, echo served");
@@ -507,8 +507,7 @@ int main(int argc, char **argv)
         th_log("server A: auth_failed +%llu, as predicted",
                (unsigned long long)af);
     }
-    CHECK_OK(rdmx_call(good, "echo", "still", 5, NULL, buf, sizeof(buf),
-                       &len));
+    CHECK_OK(rdmx_call(good, "echo", "still", 5, buf, sizeof(buf), NULL, &len));
     CHECK(len == 5);
 
     rdmx_worker_destroy(rw); /* (after the server dropped R2's endpoint) */

@@ -45,7 +45,7 @@ static rdmx_call_params_t bulk_params(rdmx_rpc_bulk_t *b, unsigned n,
     rdmx_call_params_t p;
 
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CALL_FIELD_BULK | RDMX_CALL_FIELD_TIMEOUT;
+    p.field_mask = RDMX_CALL_PARAM_FIELD_BULK | RDMX_CALL_PARAM_FIELD_TIMEOUT;
     p.bulk = b;
     p.nbulk = n;
     p.timeout_ms = timeout_ms;
@@ -74,7 +74,7 @@ static uint64_t pull(rdmx_mr_t *mr, uint64_t off, uint64_t len,
     uint64_t sum = 0;
     size_t rlen = 0;
 
-    CHECK_OK(rdmx_call(ch, "bulk_pull", NULL, 0, &p, &sum, sizeof(sum), &rlen));
+    CHECK_OK(rdmx_call(ch, "bulk_pull", NULL, 0, &sum, sizeof(sum), &p, &rlen));
     CHECK_EQ_U64(rlen, sizeof(sum));
     return sum;
 }
@@ -87,8 +87,8 @@ static void push(rdmx_mr_t *mr, uint64_t off, uint64_t len, uint64_t seed,
     rdmx_call_params_t p = bulk_params(&b, 1, timeout_ms * TH_SLOW);
     size_t rlen = 99;
 
-    CHECK_OK(rdmx_call(ch, "bulk_push", &seed, sizeof(seed), &p, NULL, 0,
-                       &rlen));
+    CHECK_OK(
+        rdmx_call(ch, "bulk_push", &seed, sizeof(seed), NULL, 0, &p, &rlen));
     CHECK_EQ_U64(rlen, 0);
 }
 
@@ -211,6 +211,19 @@ static void res_cb(const rdmx_call_result_t *r, void *arg)
         memcpy(&res->sum, r->data, 8);
 }
 
+/* rdmx_call_nb of @method on the channel with @p's fields and res_cb
+ * reporting into @res. */
+static rdmx_status_t call_res(const char *method, const void *data, size_t len,
+                              const rdmx_call_params_t *p, res_t *res)
+{
+    rdmx_call_params_t cp = *p;
+
+    cp.field_mask |= RDMX_CALL_PARAM_FIELD_CB;
+    cp.cb = res_cb;
+    cp.arg = res;
+    return rdmx_call_nb(ch, method, data, len, &cp, NULL);
+}
+
 static void wait_res(res_t *res, int n, int timeout_ms)
 {
     double deadline = th_now_ms() + (double)timeout_ms * TH_SLOW;
@@ -246,8 +259,7 @@ static void test_concurrent(void)
         CHECK_OK(rdmx_mem_register(ctx, buf[i], len, RDMX_ACCESS_READ, &mr[i]));
         b[i] = bulk_of(mr[i], 0, len - (size_t)i, RDMX_ACCESS_READ);
         p[i] = bulk_params(&b[i], 1, 30000 * TH_SLOW);
-        CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p[i], res_cb, &res[i],
-                              NULL),
+        CHECK_ST(call_res("bulk_pull", NULL, 0, &p[i], &res[i]),
                  RDMX_INPROGRESS);
     }
     wait_res(res, N, 30000);
@@ -285,8 +297,7 @@ static void test_refusals(void)
     memset(&res, 0, sizeof(res));
     b[0] = bulk_of(mr, 0, len, RDMX_ACCESS_READ);
     p = bulk_params(b, 1, 30000 * TH_SLOW);
-    CHECK_ST(rdmx_call_nb(ch, "bulk_push", &seed, sizeof(seed), &p, res_cb,
-                          &res, NULL),
+    CHECK_ST(call_res("bulk_push", &seed, sizeof(seed), &p, &res),
              RDMX_INPROGRESS);
     wait_res(&res, 1, 30000);
     CHECKF(res.status == RDMX_ERR_DENIED,
@@ -302,8 +313,7 @@ static void test_refusals(void)
     /* WRITE-only descriptor to bulk_pull: the get is refused. */
     memset(&res, 0, sizeof(res));
     b[0] = bulk_of(mr, 0, len, RDMX_ACCESS_WRITE);
-    CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p, res_cb, &res, NULL),
-             RDMX_INPROGRESS);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_INPROGRESS);
     wait_res(&res, 1, 30000);
     CHECKF(res.status == RDMX_ERR_DENIED,
            "bulk_pull through a WRITE-only descriptor: %s (%s)",
@@ -316,22 +326,18 @@ static void test_refusals(void)
     for (int i = 0; i < 9; i++)
         b[i] = bulk_of(mr, 0, len, RDMX_ACCESS_READ);
     p = bulk_params(b, 9, 30000);
-    CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p, res_cb, &res, NULL),
-             RDMX_ERR_INVALID);
-    CHECK_ST(rdmx_call(ch, "bulk_pull", NULL, 0, &p, NULL, 0, &rlen),
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_INVALID);
+    CHECK_ST(rdmx_call(ch, "bulk_pull", NULL, 0, NULL, 0, &p, &rlen),
              RDMX_ERR_INVALID);
     p = bulk_params(b, 1, 30000);
     b[0].mr = NULL;
-    CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p, res_cb, &res, NULL),
-             RDMX_ERR_INVALID);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_INVALID);
     p = bulk_params(NULL, 1, 30000);
-    CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p, res_cb, &res, NULL),
-             RDMX_ERR_INVALID);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_INVALID);
     /* A range outside the region cannot be described. */
     b[0] = bulk_of(mr, 1, len, RDMX_ACCESS_READ);
     p = bulk_params(b, 1, 30000);
-    CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p, res_cb, &res, NULL),
-             RDMX_ERR_OUT_OF_RANGE);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_ERR_OUT_OF_RANGE);
     th_progress_for(wk, 20);
     CHECK(atomic_load(&res.calls) == 0);
     rdmx_channel_stats(ch, &s1);
@@ -342,8 +348,7 @@ static void test_refusals(void)
     b[0] = bulk_of(mr, 0, len, RDMX_ACCESS_READ);
     b[1] = bulk_of(mr, 0, len / 2, RDMX_ACCESS_READ);
     p = bulk_params(b, 2, 30000 * TH_SLOW);
-    CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p, res_cb, &res, NULL),
-             RDMX_INPROGRESS);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_INPROGRESS);
     wait_res(&res, 1, 30000);
     CHECKF(res.status == RDMX_ERR_INVALID && strstr(res.msg, "got 2") != NULL,
            "2 descriptors: %s (%s)", rdmx_status_name(res.status), res.msg);
@@ -353,8 +358,7 @@ static void test_refusals(void)
     for (int i = 0; i < 8; i++)
         b[i] = bulk_of(mr, (uint64_t)i, len - (uint64_t)i, RDMX_ACCESS_READ);
     p = bulk_params(b, 8, 30000 * TH_SLOW);
-    CHECK_ST(rdmx_call_nb(ch, "bulk_pull", NULL, 0, &p, res_cb, &res, NULL),
-             RDMX_INPROGRESS);
+    CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_INPROGRESS);
     wait_res(&res, 1, 30000);
     CHECKF(res.status == RDMX_ERR_INVALID && strstr(res.msg, "got 8") != NULL,
            "8 descriptors: %s (%s)", rdmx_status_name(res.status), res.msg);
@@ -388,7 +392,8 @@ int main(int argc, char **argv)
     /* The server's handlers checksum or fill 1 GiB on their worker thread
      * (seconds under ASan) and answer nothing meanwhile: heartbeats must
      * not declare it dead. */
-    cp.field_mask = RDMX_CHANNEL_FIELD_HEARTBEAT;
+    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
     cp.heartbeat_ms = 1000;
     cp.heartbeat_timeout_ms = 120000 * TH_SLOW;
     CHECK_OK(rdmx_channel_create(wk, srv.addr, &cp, &ch));

@@ -18,7 +18,8 @@
  *    responses; a response larger than the buffer fails with
  *    RDMX_ERR_TOO_BIG, the needed length, nothing written past the buffer;
  *    bad arguments (name of 0 or 64 bytes, NULL data, NULL response buffer,
- *    negative timeout) fail locally with RDMX_ERR_INVALID.
+ *    a callback given to the blocking form, none to the non-blocking one)
+ *    fail locally with RDMX_ERR_INVALID.
  *  - handler errors reach their own call: 200 interleaved "fail" and "echo"
  *    calls with distinct payloads, each "fail" gets RDMX_ERR_INVALID and the
  *    message "fail: <its payload>", each "echo" its payload.
@@ -164,6 +165,22 @@ static void wait_recs(rdmx_worker_t *w, rec_t *recs, size_t n, int timeout_ms)
     }
 }
 
+/* rdmx_call_nb of @method with @p's fields (@p may be NULL) and rec_cb
+ * reporting into @r (its id in r->id). */
+static rdmx_status_t rec_call(rdmx_channel_t *ch, rec_t *r, const char *method,
+                              const void *data, size_t len,
+                              const rdmx_call_params_t *p)
+{
+    rdmx_call_params_t cp = {0};
+
+    if (p != NULL)
+        cp = *p;
+    cp.field_mask |= RDMX_CALL_PARAM_FIELD_CB;
+    cp.cb = rec_cb;
+    cp.arg = r;
+    return rdmx_call_nb(ch, method, data, len, &cp, &r->id);
+}
+
 /* Start a call of @r (payload from its seed/len or text). */
 static rdmx_status_t rec_start(rdmx_channel_t *ch, rec_t *r,
                                const rdmx_call_params_t *p)
@@ -182,7 +199,7 @@ static rdmx_status_t rec_start(rdmx_channel_t *ch, rec_t *r,
         len = r->len;
     }
     r->t_start = th_now_ms();
-    return rdmx_call_nb(ch, r->method, data, len, p, rec_cb, r, &r->id);
+    return rec_call(ch, r, r->method, data, len, p);
 }
 
 static rdmx_channel_t *open_channel(rdmx_worker_t *w, const th_proc_t *srv,
@@ -213,8 +230,8 @@ static const char *server_text(rdmx_channel_t *ch)
     static char text[65536];
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, NULL, text,
-                       sizeof(text) - 1, &len));
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL,
+                       &len));
     CHECK(len < sizeof(text));
     text[len] = '\0';
     return text;
@@ -324,7 +341,7 @@ static void *load_thread(void *arg)
 
     CHECK(recs != NULL);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT;
     p.timeout_ms = 120000 * TH_SLOW; /* correctness, not speed, is tested */
     ch = open_channel(w, L->srv, &p);
 
@@ -416,12 +433,12 @@ static void test_blocking(rdmx_channel_t *ch)
     uint64_t seed = th_seed(2, 0, 0);
 
     /* 0 bytes */
-    CHECK_OK(rdmx_call(ch, "echo", NULL, 0, NULL, resp, 16, &len));
+    CHECK_OK(rdmx_call(ch, "echo", NULL, 0, resp, 16, NULL, &len));
     CHECK_EQ_U64(len, 0);
 
     /* small */
     th_fill(req, 1000, seed);
-    CHECK_OK(rdmx_call(ch, "echo", req, 1000, NULL, resp, 1000, &len));
+    CHECK_OK(rdmx_call(ch, "echo", req, 1000, resp, 1000, NULL, &len));
     CHECK_EQ_U64(len, 1000);
     CHECK_PATTERN(resp, 1000, seed, 0);
 
@@ -429,7 +446,7 @@ static void test_blocking(rdmx_channel_t *ch)
     seed = th_seed(2, 1, 0);
     th_fill(req, big, seed);
     memset(resp, 0, big);
-    CHECK_OK(rdmx_call(ch, "echo", req, big, NULL, resp, big, &len));
+    CHECK_OK(rdmx_call(ch, "echo", req, big, resp, big, NULL, &len));
     CHECK_EQ_U64(len, big);
     CHECK_PATTERN(resp, big, seed, 0);
 
@@ -438,14 +455,14 @@ static void test_blocking(rdmx_channel_t *ch)
     th_fill(req, 1000, seed);
     memset(resp, 0xa5, 200);
     len = 0;
-    CHECK_ST(rdmx_call(ch, "echo", req, 1000, NULL, resp, 100, &len),
+    CHECK_ST(rdmx_call(ch, "echo", req, 1000, resp, 100, NULL, &len),
              RDMX_ERR_TOO_BIG);
     CHECK_EQ_U64(len, 1000);
     CHECK(rdmx_error_detail() != NULL && rdmx_error_detail()[0] != '\0');
     for (int i = 100; i < 200; i++)
         CHECKF(resp[i] == 0xa5, "byte %d past the 100-byte buffer written", i);
     /* the channel is fine afterwards */
-    CHECK_OK(rdmx_call(ch, "echo", req, 1000, NULL, resp, 1000, &len));
+    CHECK_OK(rdmx_call(ch, "echo", req, 1000, resp, 1000, NULL, &len));
     CHECK_EQ_U64(len, 1000);
     CHECK_PATTERN(resp, 1000, seed, 0);
 
@@ -457,17 +474,19 @@ static void test_blocking(rdmx_channel_t *ch)
 
         memset(name, 'n', sizeof(name) - 1);
         name[sizeof(name) - 1] = '\0'; /* 64 bytes: one too many */
-        CHECK_ST(rdmx_call(ch, name, "x", 1, NULL, resp, 16, &len),
+        CHECK_ST(rdmx_call(ch, name, "x", 1, resp, 16, NULL, &len),
                  RDMX_ERR_INVALID);
-        CHECK_ST(rdmx_call(ch, "", "x", 1, NULL, resp, 16, &len),
+        CHECK_ST(rdmx_call(ch, "", "x", 1, resp, 16, NULL, &len),
                  RDMX_ERR_INVALID);
-        CHECK_ST(rdmx_call(ch, "echo", NULL, 5, NULL, resp, 16, &len),
+        CHECK_ST(rdmx_call(ch, "echo", NULL, 5, resp, 16, NULL, &len),
                  RDMX_ERR_INVALID);
-        CHECK_ST(rdmx_call(ch, "echo", "x", 1, NULL, NULL, 16, &len),
+        CHECK_ST(rdmx_call(ch, "echo", "x", 1, NULL, 16, NULL, &len),
                  RDMX_ERR_INVALID);
-        p.field_mask = RDMX_CALL_FIELD_TIMEOUT;
-        p.timeout_ms = -1;
-        CHECK_ST(rdmx_call(ch, "echo", "x", 1, &p, resp, 16, &len),
+        p.field_mask = RDMX_CALL_PARAM_FIELD_CB; /* (the _nb form's) */
+        p.cb = NULL;
+        CHECK_ST(rdmx_call(ch, "echo", "x", 1, resp, 16, &p, &len),
+                 RDMX_ERR_INVALID);
+        CHECK_ST(rdmx_call_nb(ch, "echo", "x", 1, NULL, NULL),
                  RDMX_ERR_INVALID);
         CHECK_EQ_U64(ch_stats(ch).calls, calls0);
     }
@@ -535,8 +554,8 @@ static void test_errors(rdmx_worker_t *w, rdmx_channel_t *ch)
     {
         char buf[64];
         size_t len = 0;
-        CHECK_ST(rdmx_call(ch, "no_such_handler", "x", 1, NULL, buf,
-                           sizeof(buf), &len),
+        CHECK_ST(rdmx_call(ch, "no_such_handler", "x", 1, buf, sizeof(buf),
+                           NULL, &len),
                  RDMX_ERR_NOT_FOUND);
         CHECK(rdmx_error_detail()[0] != '\0');
     }
@@ -564,12 +583,11 @@ static void test_deadline(rdmx_worker_t *w, rdmx_channel_t *ch)
     rec_t r;
     double took;
 
-    p.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    p.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     p.timeout_ms = 50;
     rec_init(&r, "spin", 0, 4);
     r.t_start = th_now_ms();
-    CHECK_ST(rdmx_call_nb(ch, "spin", &ms, 4, &p, rec_cb, &r, &r.id),
-             RDMX_INPROGRESS);
+    CHECK_ST(rec_call(ch, &r, "spin", &ms, 4, &p), RDMX_INPROGRESS);
     wait_recs(w, &r, 1, 5000);
     took = r.t_done - r.t_start;
     CHECKF(r.status == RDMX_ERR_TIMEOUT, "spin 300 ms with a 50 ms deadline: "
@@ -605,14 +623,13 @@ static void test_queued_deadline(rdmx_worker_t *w, rdmx_channel_t *ch2)
     uint32_t ms = 300;
     int i;
 
-    plong.field_mask = pshort.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    plong.field_mask = pshort.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     plong.timeout_ms = 10000 * TH_SLOW;
     pshort.timeout_ms = 50;
     for (i = 0; i < 4; i++) {
         rec_init(&spins[i], "spin", 0, 4);
         spins[i].t_start = th_now_ms();
-        CHECK_ST(rdmx_call_nb(ch2, "spin", &ms, 4, &plong, rec_cb, &spins[i],
-                              &spins[i].id),
+        CHECK_ST(rec_call(ch2, &spins[i], "spin", &ms, 4, &plong),
                  RDMX_INPROGRESS);
     }
     for (i = 0; i < 3; i++) {
@@ -681,13 +698,12 @@ static void test_queued_deadline_idle(rdmx_worker_t *w, rdmx_channel_t *ch2)
     uint32_t ms = 50;
     int i;
 
-    plong.field_mask = pshort.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    plong.field_mask = pshort.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     plong.timeout_ms = 10000 * TH_SLOW;
     pshort.timeout_ms = 20;
     for (i = 0; i < 4; i++) {
         rec_init(&spins[i], "spin", 0, 4);
-        CHECK_ST(rdmx_call_nb(ch2, "spin", &ms, 4, &plong, rec_cb, &spins[i],
-                              &spins[i].id),
+        CHECK_ST(rec_call(ch2, &spins[i], "spin", &ms, 4, &plong),
                  RDMX_INPROGRESS);
     }
     rec_init(&q, "echo", th_seed(4, 20, 0), 64);
@@ -725,8 +741,7 @@ static void test_cancel(rdmx_worker_t *w, rdmx_channel_t *ch)
     rec_t r, after;
 
     rec_init(&r, "spin", 0, 4);
-    CHECK_ST(rdmx_call_nb(ch, "spin", &ms, 4, NULL, rec_cb, &r, &r.id),
-             RDMX_INPROGRESS);
+    CHECK_ST(rec_call(ch, &r, "spin", &ms, 4, NULL), RDMX_INPROGRESS);
     th_progress_for(w, 30); /* on the wire, the handler spinning */
     CHECK(atomic_load(&r.cb_calls) == 0);
     CHECK_OK(rdmx_call_cancel(ch, r.id));
@@ -781,7 +796,7 @@ static uint64_t oneway_count(rdmx_channel_t *ch)
     uint64_t n = 0;
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "count", NULL, 0, NULL, &n, sizeof(n), &len));
+    CHECK_OK(rdmx_call(ch, "count", NULL, 0, &n, sizeof(n), NULL, &len));
     CHECK_EQ_U64(len, sizeof(n));
     return n;
 }
@@ -832,22 +847,20 @@ static void test_credits(rdmx_worker_t *w, const th_proc_t *s2)
     int i;
 
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CHANNEL_FIELD_QUEUE;
+    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_QUEUE;
     cp.queue = 0;
     ch = open_channel(w, s2, &cp);
     no_credit0 = server_stat(ch, "no_credit");
 
-    p.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    p.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     p.timeout_ms = 10000 * TH_SLOW;
     for (i = 0; i < 4; i++) {
         rec_init(&spins[i], "spin", 0, 4);
-        CHECK_ST(rdmx_call_nb(ch, "spin", &ms, 4, &p, rec_cb, &spins[i],
-                              &spins[i].id),
-                 RDMX_INPROGRESS);
+        CHECK_ST(rec_call(ch, &spins[i], "spin", &ms, 4, &p), RDMX_INPROGRESS);
     }
     rec_init(&extra, "echo", th_seed(7, 0, 0), 8);
     CHECK_ST(rec_start(ch, &extra, &p), RDMX_ERR_NO_RESOURCE);
-    CHECK_ST(rdmx_call(ch, "echo", "x", 1, &p, buf, sizeof(buf), &len),
+    CHECK_ST(rdmx_call(ch, "echo", "x", 1, buf, sizeof(buf), &p, &len),
              RDMX_ERR_NO_RESOURCE);
     wait_recs(w, spins, 4, 20000);
     for (i = 0; i < 4; i++)
@@ -858,19 +871,18 @@ static void test_credits(rdmx_worker_t *w, const th_proc_t *s2)
            "callback of a refused call ran %d times",
            atomic_load(&extra.cb_calls));
     /* Credits back: calls go out again. */
-    CHECK_OK(rdmx_call(ch, "echo", "again", 5, &p, buf, sizeof(buf), &len));
+    CHECK_OK(rdmx_call(ch, "echo", "again", 5, buf, sizeof(buf), &p, &len));
     CHECK(len == 5 && memcmp(buf, "again", 5) == 0);
     CHECK_EQ_U64(ch_stats(ch).queued, 0);
 
     /* A channel's own credits option caps it below the server's. */
-    cp.field_mask = RDMX_CHANNEL_FIELD_QUEUE | RDMX_CHANNEL_FIELD_CREDITS;
+    cp.field_mask =
+        RDMX_CHANNEL_PARAM_FIELD_QUEUE | RDMX_CHANNEL_PARAM_FIELD_CREDITS;
     cp.credits = 2;
     ch2 = open_channel(w, s2, &cp);
     for (i = 0; i < 2; i++) {
         rec_init(&spins[i], "spin", 0, 4);
-        CHECK_ST(rdmx_call_nb(ch2, "spin", &ms, 4, &p, rec_cb, &spins[i],
-                              &spins[i].id),
-                 RDMX_INPROGRESS);
+        CHECK_ST(rec_call(ch2, &spins[i], "spin", &ms, 4, &p), RDMX_INPROGRESS);
     }
     CHECK_ST(rec_start(ch2, &extra, &p), RDMX_ERR_NO_RESOURCE);
     wait_recs(w, spins, 2, 20000);
@@ -903,12 +915,12 @@ static void test_workers(const th_proc_t *s1)
     for (i = 0; i < N; i++) {
         uint32_t idx = 99, again = 98;
         size_t len = 0;
-        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, NULL, &idx, sizeof(idx),
+        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, &idx, sizeof(idx), NULL,
                            &len));
         CHECK_EQ_U64(len, sizeof(idx));
         CHECKF(idx < 2, "worker index %u from a 2-worker server", idx);
-        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, NULL, &again,
-                           sizeof(again), &len));
+        CHECK_OK(rdmx_call(chs[i], "worker", NULL, 0, &again, sizeof(again),
+                           NULL, &len));
         CHECKF(again == idx, "connection moved from worker %u to %u", idx,
                again);
         seen[idx]++;
@@ -951,8 +963,8 @@ static void *mt_thread(void *arg)
         /* one blocking call ... */
         th_fill(req, len, seed);
         got = 0;
-        CHECK_OK(rdmx_call(m->ch, "echo", req, len, NULL, resp, sizeof(resp),
-                           &got));
+        CHECK_OK(
+            rdmx_call(m->ch, "echo", req, len, resp, sizeof(resp), NULL, &got));
         CHECKF(got == len && th_check(resp, len, seed) < 0,
                "thread %d call %d: wrong echo of %zu bytes", m->t, i, len);
         /* ... and one left in flight */
@@ -1024,8 +1036,7 @@ static void test_destroy_pending(rdmx_worker_t *w, const th_proc_t *s2)
         rec_init(&r[i], i < 4 ? "spin" : "echo", th_seed(12, (uint64_t)i, 0),
                  16);
         if (i < 4)
-            CHECK_ST(rdmx_call_nb(ch, "spin", &ms, 4, NULL, rec_cb, &r[i],
-                                  &r[i].id),
+            CHECK_ST(rec_call(ch, &r[i], "spin", &ms, 4, NULL),
                      RDMX_INPROGRESS);
         else
             CHECK_ST(rec_start(ch, &r[i], NULL), RDMX_INPROGRESS);
@@ -1086,20 +1097,20 @@ static void test_metrics(rdmx_worker_t *w, const th_proc_t *s3)
     for (i = 0; i < 20; i++) {
         size_t sz = i * 100;
         th_fill(buf, sz, th_seed(9, i, 0));
-        CHECK_OK(rdmx_call(ch, "echo", buf, sz, NULL, resp, sizeof(resp),
-                           &len));
+        CHECK_OK(
+            rdmx_call(ch, "echo", buf, sz, resp, sizeof(resp), NULL, &len));
         CHECK(len == sz);
         CHECK_PATTERN(resp, sz, th_seed(9, i, 0), 0);
         echo_bytes += sz;
     }
     for (i = 0; i < 5; i++) {
-        CHECK_ST(rdmx_call(ch, "fail", "oops", 4, NULL, resp, sizeof(resp),
-                           &len),
-                 RDMX_ERR_INVALID);
+        CHECK_ST(
+            rdmx_call(ch, "fail", "oops", 4, resp, sizeof(resp), NULL, &len),
+            RDMX_ERR_INVALID);
         fail_bytes += 4;
     }
     for (i = 0; i < 2; i++)
-        CHECK_ST(rdmx_call(ch, "nope", "?", 1, NULL, resp, sizeof(resp), &len),
+        CHECK_ST(rdmx_call(ch, "nope", "?", 1, resp, sizeof(resp), NULL, &len),
                  RDMX_ERR_NOT_FOUND);
 
     n = rdmx_channel_metrics(ch, m, 16);
@@ -1169,13 +1180,12 @@ static void test_too_big(rdmx_worker_t *w, rdmx_channel_t *ch2)
 
     rec_init(&r, "echo", th_seed(10, 0, 0), max + 1);
     th_fill(buf, max + 1, r.seed);
-    CHECK_ST(rdmx_call_nb(ch2, "echo", buf, max + 1, NULL, rec_cb, &r, &r.id),
-             RDMX_ERR_TOO_BIG);
-    CHECK_ST(rdmx_call(ch2, "echo", buf, max + 1, NULL, resp, max + 1, &len),
+    CHECK_ST(rec_call(ch2, &r, "echo", buf, max + 1, NULL), RDMX_ERR_TOO_BIG);
+    CHECK_ST(rdmx_call(ch2, "echo", buf, max + 1, resp, max + 1, NULL, &len),
              RDMX_ERR_TOO_BIG);
     CHECK_ST(rdmx_call_oneway(ch2, "oneway", buf, max + 1), RDMX_ERR_TOO_BIG);
     /* exactly the limit passes */
-    CHECK_OK(rdmx_call(ch2, "echo", buf, max, NULL, resp, max + 1, &len));
+    CHECK_OK(rdmx_call(ch2, "echo", buf, max, resp, max + 1, NULL, &len));
     CHECK_EQ_U64(len, max);
     CHECK_PATTERN(resp, max, r.seed, 0);
     th_progress_for(w, 20);

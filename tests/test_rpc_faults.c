@@ -525,7 +525,7 @@ static rdmx_channel_t *channel_new(rdmx_worker_t *w, evlog_t *lg,
     memset(lg, 0, sizeof(*lg));
     lg->state = RDMX_CHANNEL_CONNECTING;
     lg->breaker = RDMX_BREAKER_CLOSED;
-    p->field_mask |= RDMX_CHANNEL_FIELD_STATE_CB;
+    p->field_mask |= RDMX_CHANNEL_PARAM_FIELD_STATE_CB;
     p->state_cb = state_cb;
     p->state_arg = lg;
     CHECK_OK(rdmx_channel_create(w, server.addr, p, &ch));
@@ -616,14 +616,17 @@ static rdmx_status_t rec_start(rdmx_channel_t *ch, rec_t *c, const char *method,
         len = arg;
     }
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    p.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
     p.timeout_ms = timeout_ms;
     if (flags) {
-        p.field_mask |= RDMX_CALL_FIELD_FLAGS;
+        p.field_mask |= RDMX_CALL_PARAM_FIELD_FLAGS;
         p.flags = flags;
     }
+    p.field_mask |= RDMX_CALL_PARAM_FIELD_CB;
+    p.cb = rec_cb;
+    p.arg = c;
     c->t_start = th_now_ms();
-    st = rdmx_call_nb(ch, method, data, len, &p, rec_cb, c, NULL);
+    st = rdmx_call_nb(ch, method, data, len, &p, NULL);
     /* The buffer is free at once: scribble over it to prove it. */
     memset(scratch, 0xee, len);
     return st;
@@ -672,8 +675,8 @@ static void echo_round(rdmx_channel_t *ch, int n, const char *what)
         rdmx_status_t st;
 
         th_fill(scratch, len, seed);
-        st = rdmx_call(ch, i % 2 ? "echo_once" : "echo", scratch, len, NULL,
-                       resp, SCRATCH, &got);
+        st = rdmx_call(ch, i % 2 ? "echo_once" : "echo", scratch, len, resp,
+                       SCRATCH, NULL, &got);
         CHECKF(st == RDMX_OK, "%s: echo %d of %zu B: %s: %s", what, i, len,
                rdmx_status_name(st), rdmx_error_detail());
         CHECK_EQ_U64(got, len);
@@ -716,7 +719,7 @@ static void phase_kill_restart(rdmx_worker_t *w)
     th_log("A: kill the server with %d calls in flight, restart it", A_N);
     memset(&p, 0, sizeof(p)); /* defaults: heartbeats 250/1000, backoff
                                  50..2000, 3 retries */
-    p.field_mask = RDMX_CHANNEL_FIELD_WAIT_FOR_READY; /* (E: without) */
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY; /* (E: without) */
     p.wait_for_ready = 1;
     ch = channel_new(w, &lg, &p);
     CHECK(rdmx_channel_state(ch) == RDMX_CHANNEL_CONNECTING);
@@ -935,7 +938,8 @@ static void phase_backoff(rdmx_worker_t *w)
     th_log("B: backoff %d..%d ms against a dead port", B_MIN, B_MAX);
     CHECK(server.pid < 0);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_BACKOFF;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
     p.backoff_min_ms = B_MIN;
     p.backoff_max_ms = B_MAX;
     ch = channel_new(w, &lg, &p);
@@ -1034,10 +1038,12 @@ static void phase_stop_cont(rdmx_worker_t *w)
 
     th_log("C: SIGSTOP the server (heartbeat 100 ms, timeout 500 ms)");
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_HEARTBEAT |
-                   RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT |
-                   RDMX_CHANNEL_FIELD_BACKOFF;
-    p.field_mask |= RDMX_CHANNEL_FIELD_WAIT_FOR_READY;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX;
+    p.field_mask |= RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY;
     p.wait_for_ready = 1; /* idempotent calls ride through the stop */
     p.heartbeat_ms = 100;
     p.heartbeat_timeout_ms = 500;
@@ -1186,8 +1192,11 @@ static void phase_breaker(rdmx_worker_t *w)
     th_log("D: circuit breaker, threshold %d, open %d ms", D_THRESHOLD,
            D_OPEN_MS);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_FIELD_BREAKER | RDMX_CHANNEL_FIELD_BACKOFF |
-                   RDMX_CHANNEL_FIELD_WAIT_FOR_READY;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD |
+                   RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX |
+                   RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY;
     p.wait_for_ready = 1; /* calls reach the breaker while the server is
                              down, instead of failing at the channel */
     p.breaker_threshold = D_THRESHOLD;
@@ -1200,7 +1209,7 @@ static void phase_breaker(rdmx_worker_t *w)
 
     /* A handler's error is an answer: it never trips the breaker. */
     for (i = 0; i < 2 * D_THRESHOLD; i++) {
-        st = rdmx_call(ch, "fail", "no", 2, NULL, resp, sizeof(resp), &got);
+        st = rdmx_call(ch, "fail", "no", 2, resp, sizeof(resp), NULL, &got);
         CHECK_ST(st, RDMX_ERR_INVALID);
         CHECKF(strstr(rdmx_error_detail(), "fail: no") != NULL,
                "fail's message: %s", rdmx_error_detail());
@@ -1244,7 +1253,7 @@ static void phase_breaker(rdmx_worker_t *w)
             CHECKF(strstr(rdmx_error_detail(), "breaker") != NULL, "detail: %s",
                    rdmx_error_detail());
         }
-        st = rdmx_call(ch, "echo", "x", 1, NULL, resp, sizeof(resp), &got);
+        st = rdmx_call(ch, "echo", "x", 1, resp, sizeof(resp), NULL, &got);
         CHECK_ST(st, RDMX_ERR_BUSY);
         CHECKF(th_now_ms() - ts < 50.0 * TH_SLOW,
                "6 refused calls took %.1f ms", th_now_ms() - ts);

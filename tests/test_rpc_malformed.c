@@ -451,8 +451,8 @@ static const char *server_text(rdmx_channel_t *ch)
     static char text[65536];
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, NULL, text,
-                       sizeof(text) - 1, &len));
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL,
+                       &len));
     text[len] = '\0';
     return text;
 }
@@ -493,7 +493,7 @@ static uint64_t oneway_count(rdmx_channel_t *ch)
     uint64_t n = 0;
     size_t len = 0;
 
-    CHECK_OK(rdmx_call(ch, "count", NULL, 0, NULL, &n, sizeof(n), &len));
+    CHECK_OK(rdmx_call(ch, "count", NULL, 0, &n, sizeof(n), NULL, &len));
     CHECK_EQ_U64(len, 8);
     return n;
 }
@@ -1093,7 +1093,8 @@ int main(int argc, char **argv)
      * raw connection is driven). */
     cw = th_worker(ctx, 0);
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CHANNEL_FIELD_HEARTBEAT;
+    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
     cp.heartbeat_ms = 0;
     CHECK_OK(rdmx_channel_create(cw, srv.addr, &cp, &sch));
     CHECK_OK(rdmx_channel_wait_ready(sch, 10000 * TH_SLOW));
@@ -1154,8 +1155,8 @@ int main(int argc, char **argv)
         unsigned char buf[300], back[300];
         size_t len = 0;
         th_fill(buf, sizeof(buf), 5);
-        CHECK_OK(rdmx_call(sch, "echo", buf, sizeof(buf), NULL, back,
-                           sizeof(back), &len));
+        CHECK_OK(rdmx_call(sch, "echo", buf, sizeof(buf), back, sizeof(back),
+                           NULL, &len));
         CHECK(len == sizeof(buf) && memcmp(buf, back, len) == 0);
     }
 

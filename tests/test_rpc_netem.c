@@ -167,8 +167,10 @@ static int client_main(int argc, char **argv)
     /* Lost SYNs are retransmitted after 1 s, 3 s, ...; a lost segment
      * after >= 200 ms: give the connect and the heartbeat room so that
      * loss alone never takes the channel down (checked: no reconnect). */
-    p.field_mask = RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT |
-                   RDMX_CHANNEL_FIELD_HEARTBEAT | RDMX_CHANNEL_FIELD_TIMEOUT;
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_TIMEOUT;
     p.connect_timeout_ms = 10000;
     p.heartbeat_ms = 500;
     p.heartbeat_timeout_ms = 8000;
@@ -204,8 +206,8 @@ static int client_main(int argc, char **argv)
 
         th_fill(buf, len, seed);
         t = th_now_ms();
-        s = rdmx_call(ch, i % 2 ? "echo_once" : "echo", buf, len, NULL, resp,
-                      MAX_LEN, &got);
+        s = rdmx_call(ch, i % 2 ? "echo_once" : "echo", buf, len, resp, MAX_LEN,
+                      NULL, &got);
         seq_ms[i] = th_now_ms() - t;
         CHECKF(s == RDMX_OK, "sequential call %d: %s: %s", i,
                rdmx_status_name(s), rdmx_error_detail());
@@ -227,8 +229,9 @@ static int client_main(int argc, char **argv)
 
     /* 2: windowed calls of assorted sizes. */
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CALL_FIELD_TIMEOUT;
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT | RDMX_CALL_PARAM_FIELD_CB;
     cp.timeout_ms = 30000 * TH_SLOW;
+    cp.cb = on_done;
     t_win = th_now_ms();
     for (i = 0; i < WINDOW; i++)
         slots[i].cb_calls = 1; /* free */
@@ -253,8 +256,9 @@ static int client_main(int argc, char **argv)
             s->seed = th_seed(2, (uint64_t)started, s->len);
             th_fill(buf, s->len, s->seed);
             s->t_start = th_now_ms();
+            cp.arg = s;
             r = rdmx_call_nb(ch, started % 2 ? "echo_once" : "echo", buf,
-                             s->len, &cp, on_done, s, NULL);
+                             s->len, &cp, NULL);
             CHECKF(r == RDMX_INPROGRESS, "call %d: %s: %s", started,
                    rdmx_status_name(r), rdmx_error_detail());
             req_bytes += s->len;

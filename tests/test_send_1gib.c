@@ -55,7 +55,11 @@ int main(int argc, char **argv)
     memset(buf, 0, SIZE);
     t0 = th_now_ms();
     ts_post(ep, TS_SEND, SIZE, seed, 0, 0);
-    CHECK_OK(rdmx_recv(ep, buf, SIZE, NULL, 120000 * TH_SLOW, &len));
+    CHECK_OK(
+        rdmx_recv(ep, buf, SIZE,
+                  &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_TIMEOUT,
+                                      .timeout_ms = 120000 * TH_SLOW},
+                  &len));
     CHECK_EQ_U64(len, SIZE);
     CHECK_PATTERN(buf, SIZE, seed, 0);
     th_log("server -> client 1 GiB ok (%.0f ms incl. fill, verify)",

@@ -205,14 +205,19 @@ static void srv_recv(const ts_msg_t *m)
     uint8_t *buf = th_alloc(m->a);
     rdmx_mr_t *mr = NULL;
     th_req_t req;
+    rdmx_op_params_t op = {.field_mask =
+                               RDMX_OP_PARAM_FIELD_CB | RDMX_OP_PARAM_FIELD_MR,
+                           .cb = th_req_cb,
+                           .arg = &req};
     rdmx_status_t st;
     int ok;
 
     if ((m->d & TS_FLAG_REGISTERED) && m->a > 0)
         CHECK_OK(rdmx_mem_register(S.ctx, buf, m->a,
                                    RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &mr));
+    op.mr = mr;
     th_req_init(&req);
-    st = rdmx_recv_nb(S.ep, buf, m->a, mr, th_req_cb, &req);
+    st = rdmx_recv_nb(S.ep, buf, m->a, &op);
     CHECK_ST(st, RDMX_INPROGRESS);
     srv_wait(&req);
     ok = req.status == RDMX_OK && req.length == m->b &&
@@ -228,14 +233,18 @@ static void srv_send(const ts_msg_t *m)
     uint8_t *buf = th_alloc(m->a);
     rdmx_mr_t *mr = NULL;
     th_req_t req;
+    rdmx_op_params_t op = {.field_mask =
+                               RDMX_OP_PARAM_FIELD_CB | RDMX_OP_PARAM_FIELD_MR,
+                           .cb = th_req_cb,
+                           .arg = &req};
 
     th_fill(buf, m->a, m->b);
     if ((m->c & TS_FLAG_REGISTERED) && m->a > 0)
         CHECK_OK(rdmx_mem_register(S.ctx, buf, m->a,
                                    RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &mr));
+    op.mr = mr;
     th_req_init(&req);
-    th_req_start(&req, rdmx_send_nb(S.ep, buf, m->a, mr, th_req_cb, &req),
-                 m->a);
+    th_req_start(&req, rdmx_send_nb(S.ep, buf, m->a, &op), m->a);
     srv_wait(&req);
     CHECK_ST(req.status, RDMX_OK);
     if (mr)
@@ -423,10 +432,12 @@ int ts_server_main(int argc, char **argv)
     buf = th_alloc(cap);
     for (;;) {
         th_req_t req;
+        rdmx_op_params_t op = {
+            .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = th_req_cb, .arg = &req};
         rdmx_status_t st;
 
         th_req_init(&req);
-        st = rdmx_recv_nb(S.ep, buf, cap, NULL, th_req_cb, &req);
+        st = rdmx_recv_nb(S.ep, buf, cap, &op);
         if (st == RDMX_INPROGRESS)
             srv_wait(&req);
         else

@@ -390,7 +390,8 @@ static void recv_msg(demo_msg_t *m, uint32_t type)
     req_t r = {0, RDMX_OK, 0};
     rdmx_status_t st;
 
-    st = rdmx_recv_nb(g.ep, m, sizeof(*m), NULL, req_cb, &r);
+    st = rdmx_recv_nb(g.ep, m, sizeof(*m), &(rdmx_op_params_t){
+        .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = req_cb, .arg = &r});
     if (st != RDMX_INPROGRESS)
         die_st("posting a receive", st);
     wait_for(&r.done, STEP_TIMEOUT_MS, "the peer's message");
@@ -485,7 +486,8 @@ static int run_server(const char *host, unsigned port,
         buf = malloc(size ? size : 1);
         if (buf == NULL)
             die("out of memory for %zu bytes", size);
-        st = rdmx_recv_nb(g.ep, buf, size, NULL, req_cb, &r);
+        st = rdmx_recv_nb(g.ep, buf, size, &(rdmx_op_params_t){
+            .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = req_cb, .arg = &r});
         if (st != RDMX_INPROGRESS)
             die_st("posting the data receive", st);
         wait_for(&r.done, STEP_TIMEOUT_MS, "the data");
@@ -643,6 +645,7 @@ static int run_client(const char *address, const char *host, size_t size,
     demo_msg_t *m = calloc(1, sizeof(*m));
     rdmx_rmem_t *rmem = NULL;
     rdmx_mr_t *mr = NULL;
+    rdmx_op_params_t mp = {0}; /* the operations' region */
     uint8_t *buf = NULL;
     uint64_t seed;
     int ok = 0;
@@ -654,9 +657,11 @@ static int run_client(const char *address, const char *host, size_t size,
         die("out of memory");
     create_context(transport, host, 1);
     memset(&ep_params, 0, sizeof(ep_params));
-    ep_params.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB;
+    ep_params.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB |
+                           RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT;
     ep_params.error_cb = ep_error_cb;
-    st = rdmx_connect(g.worker, address, &ep_params, CONNECT_TIMEOUT_MS, &g.ep);
+    ep_params.connect_timeout_ms = CONNECT_TIMEOUT_MS;
+    st = rdmx_connect(g.worker, address, &ep_params, &g.ep);
     if (st != RDMX_OK) {
         char what[300];
 
@@ -693,6 +698,8 @@ static int run_client(const char *address, const char *host, size_t size,
             die_st("allocating the local buffer", st);
         buf = rdmx_mr_addr(mr);
     }
+    mp.field_mask = RDMX_OP_PARAM_FIELD_MR;
+    mp.mr = mr;
 
     memset(m, 0, DEMO_HDR);
     m->size = size;
@@ -702,7 +709,7 @@ static int run_client(const char *address, const char *host, size_t size,
     if (g_mode == MODE_SEND) {
         pattern_fill(buf, size, seed);
         t0 = now_ms();
-        run_op(rdmx_send(g.ep, buf, size, mr), "sending the data");
+        run_op(rdmx_send(g.ep, buf, size, &mp), "sending the data");
         dt = now_ms() - t0;
         ok = 1;
     } else {
@@ -715,7 +722,7 @@ static int run_client(const char *address, const char *host, size_t size,
         if (g_mode == MODE_WRITE) {
             pattern_fill(buf, size, seed);
             t0 = now_ms();
-            run_op(rdmx_put_notify(g.ep, buf, size, mr, rmem, 0, seed),
+            run_op(rdmx_put_notify(g.ep, rmem, 0, buf, size, seed, &mp),
                    "put-with-notify");
             dt = now_ms() - t0;
             ok = 1;
@@ -724,7 +731,7 @@ static int run_client(const char *address, const char *host, size_t size,
 
             memset(buf, 0, size);
             t0 = now_ms();
-            run_op(rdmx_get(g.ep, buf, size, mr, rmem, 0), "get");
+            run_op(rdmx_get(g.ep, rmem, 0, buf, size, &mp), "get");
             dt = now_ms() - t0;
             bad = pattern_check(buf, size, seed);
             if (bad >= 0)
@@ -740,14 +747,14 @@ static int run_client(const char *address, const char *host, size_t size,
                 snprintf(result, sizeof(result),
                          "server's initial words are not the agreed ones");
             } else {
-                run_op(rdmx_atomic_fadd(g.ep, rmem, 0, ATOMIC_ADD, &old),
+                run_op(rdmx_atomic_fadd(g.ep, rmem, 0, ATOMIC_ADD, &old, NULL),
                        "fetch-add");
                 if (old != w0)
                     snprintf(result, sizeof(result),
                              "fetch-add returned %" PRIx64
                              ", expected %" PRIx64,
                              old, w0);
-                run_op(rdmx_atomic_cswap(g.ep, rmem, 8, w1, swap, &old),
+                run_op(rdmx_atomic_cswap(g.ep, rmem, 8, w1, swap, &old, NULL),
                        "compare-and-swap");
                 if (!result[0] && old != w1)
                     snprintf(result, sizeof(result),
@@ -755,14 +762,15 @@ static int run_client(const char *address, const char *host, size_t size,
                              ", expected %" PRIx64 " (swap)",
                              old, w1);
                 /* Compares against the old value again: must not swap. */
-                run_op(rdmx_atomic_cswap(g.ep, rmem, 8, w1, other, &old),
+                run_op(rdmx_atomic_cswap(g.ep, rmem, 8, w1, other, &old,
+                                         NULL),
                        "compare-and-swap");
                 if (!result[0] && old != swap)
                     snprintf(result, sizeof(result),
                              "second compare-and-swap returned %" PRIx64
                              ", expected %" PRIx64 " (no swap)",
                              old, swap);
-                run_op(rdmx_ep_flush(g.ep), "flush");
+                run_op(rdmx_ep_flush(g.ep, NULL), "flush");
                 ok = !result[0];
             }
         }
@@ -989,7 +997,7 @@ static int run_lambda_server(const char *host, unsigned port,
              port);
     memset(&sp, 0, sizeof(sp));
     sp.field_mask =
-        RDMX_RPC_SERVER_FIELD_ADDRESS | RDMX_RPC_SERVER_FIELD_WORKERS;
+        RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS | RDMX_RPC_SERVER_PARAM_FIELD_WORKERS;
     sp.address = addr;
     sp.workers = lo->workers;
     st = rdmx_rpc_server_create(g.ctx, &sp, &srv);
@@ -1021,13 +1029,16 @@ static int run_lambda_server(const char *host, unsigned port,
            "bytes of memory, %u ms; cache of %u functions; %" PRIu64
            " native(s)%s\n",
            rdmx_rpc_server_workers(srv),
-           ep->field_mask & RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS
+           ep->field_mask & RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS
                ? ep->max_instructions
                : (uint64_t)10000000,
-           ep->field_mask & RDMX_LAMBDA_FIELD_MAX_MEMORY ? ep->max_memory
+           ep->field_mask & RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY ? ep->max_memory
                                                          : (size_t)64 << 20,
-           ep->field_mask & RDMX_LAMBDA_FIELD_MAX_TIME ? ep->max_time_ms : 1000,
-           ep->field_mask & RDMX_LAMBDA_FIELD_CACHE_ENTRIES ? ep->cache_entries
+           /* (0: no limit but the caller's deadline) */
+           ep->field_mask & RDMX_LAMBDA_PARAM_FIELD_MAX_TIME
+               ? (unsigned)(ep->max_time_ms < 0 ? 0 : ep->max_time_ms)
+               : 1000u,
+           ep->field_mask & RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES ? ep->cache_entries
                                                             : 256,
            ls.natives, lo->serve ? "; until SIGTERM" : "");
     fflush(stdout);
@@ -1084,7 +1095,7 @@ static int lambda_remote_stats(rdmx_channel_t *ch, rdmx_lambda_stats_t *s)
     char text[1024], *p;
     size_t len = 0;
 
-    if (rdmx_call(ch, "demo.stats", NULL, 0, NULL, text, sizeof(text) - 1,
+    if (rdmx_call(ch, "demo.stats", NULL, 0, text, sizeof(text) - 1, NULL,
                   &len) != RDMX_OK)
         return -1;
     text[len] = '\0';
@@ -1130,6 +1141,7 @@ static int run_lambda_client(const char *address, const char *host,
     char expect[64], hex[65], done[1 + DEMO_TEXT], reply[DEMO_TEXT];
     const char *detail;
     uint8_t id[RDMX_LAMBDA_ID_LEN], *input;
+    rdmx_lambda_eval_params_t ep;
     size_t slen, ilen, olen = 0, flen = 0;
     double t0, t_first = 0, t_second = 0, times[LAMBDA_REPEAT];
     int ok = 0, have_stats, builtin = lo->function == NULL;
@@ -1137,9 +1149,10 @@ static int run_lambda_client(const char *address, const char *host,
 
     create_context(transport, host, 1);
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT |
-                    RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT |
-                    RDMX_CHANNEL_FIELD_HEARTBEAT;
+    cp.field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                    RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
+                    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
     cp.timeout_ms = LAMBDA_TIMEOUT_MS;
     cp.connect_timeout_ms = CONNECT_TIMEOUT_MS;
     /* A function holds the server's worker for up to its time budget, and
@@ -1203,6 +1216,10 @@ static int run_lambda_client(const char *address, const char *host,
     } else {
         src = read_file(lo->function, &slen);
     }
+    ep = (rdmx_lambda_eval_params_t){
+        .field_mask = RDMX_LAMBDA_EVAL_PARAM_FIELD_INPUT,
+        .input = input,
+        .input_len = ilen};
     rdmx_lambda_id(src, slen, id);
     rdmx_lambda_id_hex(id, hex);
     printf("lambda: ships %s (%zu bytes of Lua, id %.16s...) with %zu bytes "
@@ -1213,8 +1230,7 @@ static int run_lambda_client(const char *address, const char *host,
 
     /* Call 1: by hash, and with the source if the server lacks it. */
     t0 = now_ms();
-    st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
-                          LAMBDA_OUT_MAX, &olen);
+    st = rdmx_lambda_eval(ch, src, slen, &ep, out, LAMBDA_OUT_MAX, &olen);
     t_first = now_ms() - t0;
     if (st != RDMX_OK) {
         detail = rdmx_error_detail();
@@ -1237,8 +1253,7 @@ static int run_lambda_client(const char *address, const char *host,
 
     /* Call 2: by hash, from the server's cache. */
     t0 = now_ms();
-    st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
-                          LAMBDA_OUT_MAX, &olen);
+    st = rdmx_lambda_eval(ch, src, slen, &ep, out, LAMBDA_OUT_MAX, &olen);
     t_second = now_ms() - t0;
     if (st != RDMX_OK) {
         detail = rdmx_error_detail();
@@ -1259,8 +1274,7 @@ static int run_lambda_client(const char *address, const char *host,
     }
     for (int i = 0; i < LAMBDA_REPEAT; i++) {
         t0 = now_ms();
-        st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
-                              LAMBDA_OUT_MAX, &olen);
+        st = rdmx_lambda_eval(ch, src, slen, &ep, out, LAMBDA_OUT_MAX, &olen);
         times[i] = now_ms() - t0;
         if (st != RDMX_OK) {
             detail = rdmx_error_detail();
@@ -1288,7 +1302,7 @@ static int run_lambda_client(const char *address, const char *host,
     /* The sandbox: an endless loop is stopped by the server's budget, and
      * the server goes on serving. */
     t0 = now_ms();
-    st = rdmx_lambda_eval(ch, "while true do end", 17, NULL, 0, NULL, 0, out,
+    st = rdmx_lambda_eval(ch, "while true do end", 17, NULL, out,
                           LAMBDA_OUT_MAX, &olen);
     detail = rdmx_error_detail();
     if (st != RDMX_ERR_NO_RESOURCE && st != RDMX_ERR_TIMEOUT) {
@@ -1300,8 +1314,7 @@ static int run_lambda_client(const char *address, const char *host,
     printf("lambda: sandbox: an endless loop was stopped by the server after "
            "%.0f ms: %s\n",
            now_ms() - t0, detail ? detail : rdmx_strerror(st));
-    st = rdmx_lambda_eval(ch, src, slen, input, ilen, NULL, 0, out,
-                          LAMBDA_OUT_MAX, &olen);
+    st = rdmx_lambda_eval(ch, src, slen, &ep, out, LAMBDA_OUT_MAX, &olen);
     if (st != RDMX_OK || (builtin && (olen != flen ||
                                       memcmp(out, first, olen) != 0))) {
         snprintf(result, sizeof(result),
@@ -1317,8 +1330,8 @@ report:
     if (have_stats) {
         size_t rlen = 0;
 
-        st = rdmx_call(ch, "demo.done", done, 1 + strlen(result), NULL, reply,
-                       sizeof(reply) - 1, &rlen);
+        st = rdmx_call(ch, "demo.done", done, 1 + strlen(result), reply,
+                       sizeof(reply) - 1, NULL, &rlen);
         if (st == RDMX_OK) {
             reply[rlen] = '\0';
             printf("lambda: server: %s\n", reply);
@@ -1430,11 +1443,11 @@ int main(int argc, char **argv)
             lo.native = val;
             lambda_opt = a;
         } else if (strcmp(opt, "--plugin-dir") == 0) {
-            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_PLUGIN_DIR;
+            lo.engine.field_mask |= RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR;
             lo.engine.plugin_dir = val;
             lambda_opt = a;
         } else if (strcmp(opt, "--max-instructions") == 0) {
-            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS;
+            lo.engine.field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS;
             lo.engine.max_instructions =
                 parse_count(opt, val, 1000, UINT64_MAX);
             lambda_opt = a;
@@ -1443,15 +1456,18 @@ int main(int argc, char **argv)
                 lo.engine.max_memory < (256u << 10))
                 usage_error("--max-memory '%s': a size of at least 256K",
                             val);
-            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_MAX_MEMORY;
+            lo.engine.field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY;
             lambda_opt = a;
         } else if (strcmp(opt, "--max-time-ms") == 0) {
-            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_MAX_TIME;
+            lo.engine.field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_TIME;
+            /* (0 on the command line: only the caller's deadline) */
             lo.engine.max_time_ms =
-                (unsigned)parse_count(opt, val, 0, 3600000);
+                (int)parse_count(opt, val, 0, 3600000);
+            if (lo.engine.max_time_ms == 0)
+                lo.engine.max_time_ms = RDMX_TIMEOUT_INFINITE;
             lambda_opt = a;
         } else if (strcmp(opt, "--cache") == 0) {
-            lo.engine.field_mask |= RDMX_LAMBDA_FIELD_CACHE_ENTRIES;
+            lo.engine.field_mask |= RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES;
             lo.engine.cache_entries = (unsigned)parse_count(opt, val, 0,
                                                             1000000);
             lambda_opt = a;

@@ -93,11 +93,11 @@ static void client_open(const opts_t *o, rdmx_context_t *ctx, client_t *c)
     rdmx_status_t st;
 
     c->ctx = ctx;
-    p.field_mask = RDMX_KV_FIELD_REPLICAS | RDMX_KV_FIELD_TIMEOUT;
+    p.field_mask = RDMX_KV_PARAM_FIELD_REPLICAS | RDMX_KV_PARAM_FIELD_TIMEOUT;
     p.replicas = o->replicas;
     p.timeout_ms = o->timeout_ms;
     if (o->secret_len > 0) {
-        p.field_mask |= RDMX_KV_FIELD_AUTH_SECRET;
+        p.field_mask |= RDMX_KV_PARAM_FIELD_AUTH_SECRET;
         p.auth_secret = o->secret;
         p.auth_secret_len = o->secret_len;
     }
@@ -174,7 +174,13 @@ static int cmd_get(client_t *c, const char *key)
 static int cmd_put(const opts_t *o, client_t *c, const char *key,
                    const char *value)
 {
-    rdmx_kv_put_opts_t po = {o->mode, o->flags, o->ttl_ms, o->cas};
+    rdmx_kv_op_params_t po = {
+        .field_mask = RDMX_KV_OP_PARAM_FIELD_MODE | RDMX_KV_OP_PARAM_FIELD_FLAGS |
+                      RDMX_KV_OP_PARAM_FIELD_TTL | RDMX_KV_OP_PARAM_FIELD_CAS,
+        .mode = o->mode,
+        .flags = o->flags,
+        .ttl_ms = o->ttl_ms,
+        .cas = o->cas};
     char *data;
     size_t len;
     uint64_t cas = 0;
@@ -198,7 +204,7 @@ static int cmd_put(const opts_t *o, client_t *c, const char *key,
         fprintf(stderr, "rdmx-kv: out of memory\n");
         return 2;
     }
-    st = rdmx_kv_put(c->kv, key, strlen(key), data, len, NULL, &po, &cas);
+    st = rdmx_kv_put(c->kv, key, strlen(key), data, len, &po, &cas);
     free(data);
     if (st == RDMX_OK)
         fprintf(stderr, "stored %zu bytes, cas %" PRIu64 "\n", len, cas);
@@ -227,9 +233,15 @@ static int cmd_eval(const opts_t *o, client_t *c, int argc, char **argv)
         fprintf(stderr, "rdmx-kv: out of memory\n");
         return 2;
     }
-    st = rdmx_kv_eval(c->kv, src, slen, (const char *const *)argv + 2,
-                      (unsigned)(argc - 2), (const char *const *)o->tail,
-                      (unsigned)o->ntail, out, cap, &olen);
+    st = rdmx_kv_eval(c->kv, src, slen,
+                      &(rdmx_kv_eval_params_t){
+                          .field_mask = RDMX_KV_EVAL_PARAM_FIELD_KEYS |
+                                        RDMX_KV_EVAL_PARAM_FIELD_ARGS,
+                          .keys = (const char *const *)argv + 2,
+                          .nkeys = (unsigned)(argc - 2),
+                          .args = (const char *const *)o->tail,
+                          .nargs = (unsigned)o->ntail},
+                      out, cap, &olen);
     if (st == RDMX_OK && fwrite(out, 1, olen, stdout) != olen)
         st = RDMX_ERR_IO;
     free(src);
@@ -348,8 +360,8 @@ static void bench_load(const opts_t *o, rdmx_context_t *ctx)
     client_open(o, ctx, &c);
     for (uint64_t k = 0; k < o->keys; k++) {
         bench_key(o, k, key, &klen);
-        if ((st = rdmx_kv_put(c.kv, key, klen, buf, o->size, NULL, NULL,
-                              NULL)) != RDMX_OK)
+        if ((st = rdmx_kv_put(c.kv, key, klen, buf, o->size, NULL, NULL)) !=
+            RDMX_OK)
             die("bench load", st);
     }
     client_close(&c);
@@ -401,6 +413,7 @@ static void bench_slot_done(rdmx_status_t st, const rdmx_kv_meta_t *meta,
 static int bench_issue(bench_thread_t *t, client_t *c, bench_slot_t *s)
 {
     const opts_t *o = t->o;
+    rdmx_kv_op_params_t kp;
     rdmx_status_t st;
 
     bench_key(o, xorshift(&t->rng), s->key, &s->klen);
@@ -408,12 +421,14 @@ static int bench_issue(bench_thread_t *t, client_t *c, bench_slot_t *s)
     clock_gettime(CLOCK_MONOTONIC, &s->start);
     t->inflight++;
     s->busy = 1;
+    kp.field_mask = RDMX_KV_OP_PARAM_FIELD_MR | RDMX_KV_OP_PARAM_FIELD_CB;
+    kp.mr = t->mr;
+    kp.cb = bench_slot_done;
+    kp.arg = s;
     if (s->get)
-        st = rdmx_kv_get_nb(c->kv, s->key, s->klen, s->buf, o->size, t->mr,
-                            bench_slot_done, s);
+        st = rdmx_kv_get_nb(c->kv, s->key, s->klen, s->buf, o->size, &kp);
     else
-        st = rdmx_kv_put_nb(c->kv, s->key, s->klen, s->buf, o->size, t->mr,
-                            NULL, bench_slot_done, s);
+        st = rdmx_kv_put_nb(c->kv, s->key, s->klen, s->buf, o->size, &kp);
     if (st != RDMX_INPROGRESS) {
         t->inflight--;
         s->busy = 0;
@@ -459,6 +474,8 @@ static void *bench_main(void *arg)
     deadline = t->start + o->seconds;
     if (o->window == 1) {
         bench_slot_t *s = &slots[0];
+        rdmx_kv_op_params_t kp = {.field_mask = RDMX_KV_OP_PARAM_FIELD_MR,
+                                  .mr = t->mr};
         for (uint64_t i = 0;; i++) {
             rdmx_kv_meta_t m;
             if (o->ops ? i >= o->ops : ((i & 15) == 0 && now_s() >= deadline))
@@ -467,11 +484,11 @@ static void *bench_main(void *arg)
             s->get = bench_pick_get(t);
             clock_gettime(CLOCK_MONOTONIC, &s->start);
             if (s->get)
-                st = rdmx_kv_get(c.kv, s->key, s->klen, s->buf, o->size,
-                                 t->mr, &m);
+                st = rdmx_kv_get(c.kv, s->key, s->klen, s->buf, o->size, &kp,
+                                 &m);
             else
-                st = rdmx_kv_put(c.kv, s->key, s->klen, s->buf, o->size,
-                                 t->mr, NULL, NULL);
+                st = rdmx_kv_put(c.kv, s->key, s->klen, s->buf, o->size, &kp,
+                                 NULL);
             bench_record(t, st, &s->start);
         }
     } else {
@@ -785,20 +802,24 @@ static int run(const opts_t *o, client_t *c, int argc, char **argv)
                                             o->cas));
     }
     if (strcmp(cmd, "touch") == 0) {
+        uint64_t ttl;
         NEED(2);
+        if (opt_uint(argv[2], 0, UINT32_MAX, &ttl) < 0)
+            return bad_option("touch TTL_MS", argv[2]);
         return code(argv[1], rdmx_kv_touch(c->kv, argv[1], strlen(argv[1]),
-                                           (uint32_t)strtoul(argv[2], NULL,
-                                                             10)));
+                                           (uint32_t)ttl));
     }
     if (strcmp(cmd, "exists") == 0) {
         NEED(1);
         return code(argv[1], rdmx_kv_exists(c->kv, argv[1], strlen(argv[1])));
     }
     if (strcmp(cmd, "incr") == 0 || strcmp(cmd, "decr") == 0) {
-        uint64_t v = 0;
+        uint64_t v = 0, delta = 1;
         NEED(1);
-        st = rdmx_kv_incr(c->kv, argv[1], strlen(argv[1]),
-                          argc > 2 ? strtoull(argv[2], NULL, 10) : 1,
+        if (argc > 2 && opt_uint(argv[2], 0, UINT64_MAX, &delta) < 0)
+            return bad_option(cmd[0] == 'd' ? "decr DELTA" : "incr DELTA",
+                              argv[2]);
+        st = rdmx_kv_incr(c->kv, argv[1], strlen(argv[1]), delta,
                           cmd[0] == 'd', &v);
         if (st == RDMX_OK)
             printf("%" PRIu64 "\n", v);

@@ -10,6 +10,7 @@
 #include <rdmx/rdmx.h>
 
 #include "kv/server.h"
+#include "options.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -19,29 +20,6 @@
 #include <string.h>
 
 #define KVD_DEFAULT_LISTEN "127.0.0.1:11311"
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    unsigned long long v;
-
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s)
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end == 'b' || *end == 'B')
-        end++;
-    if (*end != '\0')
-        return -1;
-    *out = (size_t)v;
-    return 0;
-}
 
 static void usage(FILE *f)
 {
@@ -128,7 +106,7 @@ int main(int argc, char **argv)
         switch (c) {
         case 'l': cfg.listen = optarg; break;
         case 'm':
-            if (parse_size(optarg, &cfg.memory) || cfg.memory < (1u << 20)) {
+            if (opt_size(optarg, &cfg.memory) || cfg.memory < (1u << 20)) {
                 fprintf(stderr, "rdmx-kvd: --memory '%s': a size of at "
                                 "least 1m\n", optarg);
                 return 2;
@@ -147,7 +125,7 @@ int main(int argc, char **argv)
             break;
         }
         case 'K':
-            if (parse_size(optarg, &cfg.max_key) || cfg.max_key == 0 ||
+            if (opt_size(optarg, &cfg.max_key) || cfg.max_key == 0 ||
                 cfg.max_key > 65535) {
                 fprintf(stderr, "rdmx-kvd: --max-key '%s': 1..65535\n",
                         optarg);
@@ -155,14 +133,14 @@ int main(int argc, char **argv)
             }
             break;
         case 'V':
-            if (parse_size(optarg, &cfg.max_value) || cfg.max_value == 0) {
+            if (opt_size(optarg, &cfg.max_value) || cfg.max_value == 0) {
                 fprintf(stderr, "rdmx-kvd: --max-value '%s': a size\n",
                         optarg);
                 return 2;
             }
             break;
         case 'I':
-            if (parse_size(optarg, &cfg.inline_threshold)) {
+            if (opt_size(optarg, &cfg.inline_threshold)) {
                 fprintf(stderr, "rdmx-kvd: --inline-threshold '%s': a size\n",
                         optarg);
                 return 2;
@@ -189,48 +167,49 @@ int main(int argc, char **argv)
             break;
         case 'N': no_lambda = 1; break;
         case 'P':
-            lp->field_mask |= RDMX_LAMBDA_FIELD_PLUGIN_DIR;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR;
             lp->plugin_dir = optarg;
             break;
         case 'i': {
             size_t v;
-            if (parse_size(optarg, &v) || v < 1000) {
+            if (opt_size(optarg, &v) || v < 1000) {
                 fprintf(stderr, "rdmx-kvd: --lambda-max-instructions '%s': "
                                 "a number of at least 1000\n", optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS;
             lp->max_instructions = v;
             break;
         }
         case 'M':
-            if (parse_size(optarg, &lp->max_memory) ||
+            if (opt_size(optarg, &lp->max_memory) ||
                 lp->max_memory < (256u << 10)) {
                 fprintf(stderr, "rdmx-kvd: --lambda-max-memory '%s': a size "
                                 "of at least 256k\n", optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_MAX_MEMORY;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY;
             break;
         case 't': {
             size_t v;
-            if (parse_size(optarg, &v) || v > 3600000) {
+            if (opt_size(optarg, &v) || v > 3600000) {
                 fprintf(stderr, "rdmx-kvd: --lambda-max-time '%s': "
                                 "milliseconds, 0..3600000\n", optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_MAX_TIME;
-            lp->max_time_ms = (unsigned)v;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_MAX_TIME;
+            /* (0 on the command line: only the caller's deadline) */
+            lp->max_time_ms = v == 0 ? RDMX_TIMEOUT_INFINITE : (int)v;
             break;
         }
         case 'C': {
             size_t v;
-            if (parse_size(optarg, &v) || v > 1000000) {
+            if (opt_size(optarg, &v) || v > 1000000) {
                 fprintf(stderr, "rdmx-kvd: --lambda-cache '%s': 0..1000000\n",
                         optarg);
                 return 2;
             }
-            lp->field_mask |= RDMX_LAMBDA_FIELD_CACHE_ENTRIES;
+            lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES;
             lp->cache_entries = (unsigned)v;
             break;
         }

@@ -42,6 +42,17 @@ typedef struct rdmx_rmem rdmx_rmem_t;         /**< a peer's memory, unpacked */
  */
 typedef void (*rdmx_cb_t)(rdmx_status_t status, size_t length, void *arg);
 
+/** A timeout of no limit (docs/API.md, "Timeouts": every timeout is in
+ *  ms; > 0 a limit, 0 no waiting, any negative value no limit). */
+#define RDMX_TIMEOUT_INFINITE (-1)
+
+/* Marks names kept for one release after they were renamed. */
+#if defined(__GNUC__) || defined(__clang__)
+#define RDMX_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define RDMX_DEPRECATED(msg)
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Context                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -75,10 +86,11 @@ typedef struct {
 
 /**
  * Create a context. It reads UCX's configuration, turns on what rdmx relies
- * on (shared memory with peer failure detection, listener port reuse after
- * a crash) and selects the transport.
- * @return RDMX_ERR_UNSUPPORTED for RDMX_TRANSPORT_RDMA without an RDMA
- *         device; RDMX_ERR_IO if UCX cannot start.
+ * on (shared memory with peer failure detection, listener ports that can be
+ * bound again at once) and selects the transport.
+ * @return RDMX_ERR_INVALID (unknown transport, or a bad RDMX_TRANSPORT in
+ *         the environment), RDMX_ERR_UNSUPPORTED for RDMX_TRANSPORT_RDMA
+ *         without an RDMA device, RDMX_ERR_IO if UCX cannot start.
  */
 rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
                                   rdmx_context_t **context_p);
@@ -87,7 +99,13 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
  *  registered are released (their handles become invalid). */
 void rdmx_context_destroy(rdmx_context_t *context);
 
-/** The transport the context was created for. */
+/**
+ * The transport the context uses: the one it was created for, with
+ * RDMX_TRANSPORT_AUTO resolved — RDMX_TRANSPORT_RDMA when the host has an
+ * RDMA device, else RDMX_TRANSPORT_TCP (UCX still reaches peers on this
+ * host through shared memory then; rdmx_ep_transport() says what one
+ * connection uses).
+ */
 rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context);
 
 /** "auto", "shm", "tcp", "rdma"; NULL for an unknown value. */
@@ -179,6 +197,48 @@ void rdmx_worker_signal(rdmx_worker_t *worker);
 /** Copy the worker's counters into @p stats_p. */
 void rdmx_worker_stats(rdmx_worker_t *worker, rdmx_worker_stats_t *stats_p);
 
+/**
+ * A function run on a worker's thread (rdmx_worker_post, timers). Runs
+ * exactly once: with RDMX_OK when it is due, or with RDMX_ERR_CANCELED when
+ * its timer was canceled or its worker is destroyed first — then it must
+ * only release what @p arg holds.
+ */
+typedef void (*rdmx_task_cb_t)(rdmx_status_t status, void *arg);
+
+/**
+ * Run @p cb(RDMX_OK, @p arg) on the worker's thread, from its next
+ * progress, and wake the worker if it sleeps. May be called from any
+ * thread, also while another thread progresses the worker; functions
+ * posted from one thread run in the order they were posted. Functions
+ * still queued when the worker is destroyed run with RDMX_ERR_CANCELED.
+ * @return RDMX_OK, RDMX_ERR_NO_MEMORY.
+ */
+rdmx_status_t rdmx_worker_post(rdmx_worker_t *worker, rdmx_task_cb_t cb,
+                               void *arg);
+
+/**
+ * Run @p cb(RDMX_OK, @p arg) on the worker's thread once @p delay_ms have
+ * passed (0: at the next progress), from its progress; a sleeping worker
+ * wakes for it. The worker's thread only (any thread with a progress
+ * thread). Timers are checked every 64th progress pass of a busy worker,
+ * so one fires within about a millisecond of its time.
+ * @param timer_id_p  (may be NULL) the timer's id, for
+ *                    rdmx_worker_timer_cancel().
+ * @return RDMX_OK, RDMX_ERR_INVALID (negative delay, NULL cb),
+ *         RDMX_ERR_NO_MEMORY.
+ */
+rdmx_status_t rdmx_worker_timer_start(rdmx_worker_t *worker, int delay_ms,
+                                      rdmx_task_cb_t cb, void *arg,
+                                      uint64_t *timer_id_p);
+
+/**
+ * Cancel a timer that has not fired: its callback runs now, inside this
+ * call, with RDMX_ERR_CANCELED.
+ * @return RDMX_OK, RDMX_ERR_NOT_FOUND (it already fired or was canceled).
+ */
+rdmx_status_t rdmx_worker_timer_cancel(rdmx_worker_t *worker,
+                                       uint64_t timer_id);
+
 /* ------------------------------------------------------------------------ */
 /* Connections                                                              */
 /* ------------------------------------------------------------------------ */
@@ -213,6 +273,8 @@ enum {
     RDMX_EP_PARAM_FIELD_NOTIFY_CB = 1u << 1,
     RDMX_EP_PARAM_FIELD_USER_DATA = 1u << 2,
     RDMX_EP_PARAM_FIELD_AUTH_SECRET = 1u << 3,
+    RDMX_EP_PARAM_FIELD_CONNECT_CB = 1u << 4,
+    RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT = 1u << 5,
 };
 
 /** Callbacks of an endpoint, for connect and for accepted connections. */
@@ -221,7 +283,14 @@ typedef struct {
     rdmx_ep_error_cb_t error_cb;   /**< default: none */
     rdmx_notify_cb_t notify_cb;    /**< default: notifications are counted
                                         and dropped */
-    void *user_data;               /**< passed to both callbacks */
+    void *user_data;               /**< passed to every callback here */
+    /** rdmx_connect_nb only, required there: runs once the handshake
+     *  completed or failed. */
+    rdmx_connect_cb_t connect_cb;
+    /** rdmx_connect(_nb) only: limit of the connection attempt, ms.
+     *  Default RDMX_TIMEOUT_INFINITE (the kernel's and the handshake's
+     *  own limits still apply). */
+    int connect_timeout_ms;
     /** rdmx_connect only: the server's shared secret (copied; at most
      *  4096 bytes). With it the connection succeeds only if the server
      *  proves it holds the same secret (RDMX_ERR_DENIED otherwise); a
@@ -235,19 +304,33 @@ typedef struct {
 
 /**
  * Start connecting to @p address ("host:port", "[v6addr]:port").
- * @p ep_p is written at once; @p cb runs once the handshake completed or
- * failed (RDMX_ERR_CONN_REFUSED, RDMX_ERR_UNREACHABLE, RDMX_ERR_TIMEOUT after
- * @p timeout_ms, 0 for no limit). After a failure call rdmx_ep_close().
+ * @p ep_p is written at once; params->connect_cb (required) runs with
+ * params->user_data once the handshake completed or failed. The statuses
+ * it may get: RDMX_OK, RDMX_ERR_CONN_REFUSED (nothing listens; the
+ * server refused or is shutting down), RDMX_ERR_BUSY (server at its
+ * connection limit), RDMX_ERR_DENIED (authentication), RDMX_ERR_UNREACHABLE
+ * (no route, unresolvable name, transport cannot reach the peer),
+ * RDMX_ERR_TIMEOUT (params->connect_timeout_ms), RDMX_ERR_PROTO (not an
+ * rdmx peer, or another version). After a failure call rdmx_ep_close().
+ * @return RDMX_INPROGRESS; RDMX_ERR_INVALID (bad address, no connect_cb),
+ *         RDMX_ERR_UNREACHABLE (unresolvable host).
  */
 rdmx_status_t rdmx_connect_nb(rdmx_worker_t *worker, const char *address,
-                              const rdmx_ep_params_t *params, int timeout_ms,
-                              rdmx_connect_cb_t cb, void *arg,
+                              const rdmx_ep_params_t *params,
                               rdmx_ep_t **ep_p);
 
-/** Connect and wait up to @p timeout_ms (0: no limit). */
+/** Connect and wait (params->connect_timeout_ms; connect_cb must not be
+ *  set). Returns what rdmx_connect_nb's callback would get; on error
+ *  *ep_p is NULL and nothing needs closing. */
 rdmx_status_t rdmx_connect(rdmx_worker_t *worker, const char *address,
-                           const rdmx_ep_params_t *params, int timeout_ms,
-                           rdmx_ep_t **ep_p);
+                           const rdmx_ep_params_t *params, rdmx_ep_t **ep_p);
+
+/**
+ * The transport a connection's messages use: RDMX_TRANSPORT_SHM,
+ * RDMX_TRANSPORT_TCP or RDMX_TRANSPORT_RDMA (what UCX chose for it);
+ * RDMX_TRANSPORT_AUTO while it is not connected.
+ */
+rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep);
 
 /**
  * Close an endpoint. The peer sees an orderly close (its error_cb gets
@@ -419,42 +502,75 @@ unsigned rdmx_rmem_access(const rdmx_rmem_t *rmem);
 
 /* ------------------------------------------------------------------------ */
 /* Operations                                                               */
-/*                                                                          */
-/* Each returns RDMX_INPROGRESS when @p cb will run later, RDMX_OK when the */
-/* operation completed at once (and @p cb does NOT run), or an error (cb    */
-/* does not run). Local buffers must stay valid until completion. @p mr,    */
-/* where a function takes one, is the registered region holding the local   */
-/* buffer, or NULL (then UCX registers on the fly or copies). Remote        */
-/* offsets are from the start of the descriptor's range; bounds and rights  */
-/* are checked before anything is issued (RDMX_ERR_OUT_OF_RANGE,            */
-/* RDMX_ERR_DENIED).                                                        */
 /* ------------------------------------------------------------------------ */
 
-/** Send a message of 0 B to 1 TiB. Large messages move zero-copy. */
+enum {
+    RDMX_OP_PARAM_FIELD_CB = 1u << 0,      /**< cb and arg */
+    RDMX_OP_PARAM_FIELD_MR = 1u << 1,
+    RDMX_OP_PARAM_FIELD_TIMEOUT = 1u << 2,
+};
+
+/** Optional arguments of an operation (as UCX's ucp_request_param_t). */
+typedef struct {
+    uint64_t field_mask;
+    /** _nb forms: required; runs once when the operation completes, unless
+     *  the call returned RDMX_OK (done at once) or an error. Blocking
+     *  forms: must not be set (RDMX_ERR_INVALID). */
+    rdmx_cb_t cb;
+    void *arg;
+    /** The registered region holding the local buffer. Default NULL: UCX
+     *  registers on the fly or copies. */
+    rdmx_mr_t *mr;
+    /** Blocking forms: the limit, ms (default RDMX_TIMEOUT_INFINITE). A
+     *  one-sided operation or send that passes it fails the connection
+     *  with RDMX_ERR_TIMEOUT (the transport cannot take it back), and the
+     *  call returns once the buffer is the caller's again; a receive is
+     *  withdrawn. _nb forms: must not be set (RDMX_ERR_INVALID). */
+    int timeout_ms;
+} rdmx_op_params_t;
+
+/*
+ * Every operation returns RDMX_INPROGRESS (_nb: params->cb will run),
+ * RDMX_OK (completed; a _nb form's callback does not run) or an error
+ * (nothing was started; the callback does not run). Local buffers must
+ * stay valid until completion. Remote offsets are from the start of the
+ * descriptor's range. Statuses every operation may return or complete
+ * with: RDMX_ERR_INVALID (NULL argument, missing or forbidden params
+ * member), RDMX_ERR_CONN_CLOSED (the endpoint was closed or the peer left
+ * in order), RDMX_ERR_CONN_RESET (the peer failed), RDMX_ERR_CANCELED
+ * (the worker was destroyed), RDMX_ERR_TIMEOUT (a blocking form's limit),
+ * RDMX_ERR_NO_MEMORY, RDMX_ERR_IO (the transport failed otherwise).
+ * One-sided operations check bounds and rights before they issue
+ * anything: RDMX_ERR_OUT_OF_RANGE, RDMX_ERR_DENIED (rights the descriptor
+ * lacks), RDMX_ERR_INVALID (a descriptor unpacked on another endpoint);
+ * where rdmx carries them the target checks again and refuses with the
+ * same statuses.
+ */
+
+/** Send @p length bytes (0 B to 1 TiB; large messages move zero-copy). */
 rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
-                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
+                           const rdmx_op_params_t *params);
 
 /**
  * Post a receive of up to @p capacity bytes into @p buf. Messages fill posted
  * receives in the order both were made; messages that arrive first wait.
  * A message longer than @p capacity fails this receive with RDMX_ERR_TOO_BIG
- * (length: the size it needs) and waits for the next receive.
- * Always RDMX_INPROGRESS or an error: the callback always runs.
+ * (the callback's length: the size it needs) and waits for the next
+ * receive. Always RDMX_INPROGRESS or an error: the callback always runs,
+ * with the message's length.
  */
 rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
-                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
+                           const rdmx_op_params_t *params);
 
 /**
  * Write @p length bytes from @p buf to the peer at @p offset of @p rmem.
  * Completion means @p buf may be reused, not that the data is at the peer:
  * it is visible there once a later rdmx_ep_flush() completes with RDMX_OK
- * (or use rdmx_put_notify(), whose notification follows the data). UCX
- * from 1.16 on completes puts as soon as the data has left the buffer;
- * rdmx promises only that on every version.
+ * (or use rdmx_put_notify(), whose notification follows the data).
  */
-rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, const void *buf, size_t length,
-                          rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset,
-                          rdmx_cb_t cb, void *arg);
+rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                          const void *buf, size_t length,
+                          const rdmx_op_params_t *params);
 
 /**
  * Write, then notify: the peer's notify callback runs with @p imm, the
@@ -463,68 +579,77 @@ rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, const void *buf, size_t length,
  * Costs one more round trip than a put (an endpoint flush orders the data
  * before the notification; see docs/CORE.md).
  */
-rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
-                                 size_t length, rdmx_mr_t *mr,
-                                 rdmx_rmem_t *rmem, uint64_t offset,
-                                 uint64_t imm, rdmx_cb_t cb, void *arg);
+rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                 uint64_t offset, const void *buf,
+                                 size_t length, uint64_t imm,
+                                 const rdmx_op_params_t *params);
 
 /** Read @p length bytes at @p offset of @p rmem into @p buf. */
-rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, void *buf, size_t length,
-                          rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset,
-                          rdmx_cb_t cb, void *arg);
+rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                          void *buf, size_t length,
+                          const rdmx_op_params_t *params);
 
 /**
- * Atomically add @p value to the 64-bit word at @p offset (8-byte aligned)
- * and store its previous value in @p *old_p (host byte order) when the
- * callback runs.
+ * Atomically add @p value to the 64-bit word at @p offset and store its
+ * previous value in @p *old_p (host byte order) by completion.
  *
- * Completion means the operation is done at the peer. Where the transport
- * has atomics on endpoints with peer failure detection (UCX before 1.16)
- * they are its own: one-sided on shared memory, offloaded on RDMA NICs.
- * Otherwise (UCX from 1.16; or RDMX_ATOMICS=rdmx in the environment) rdmx
- * carries them and the target's worker applies them — its progress must
- * run — atomically against every other atomic on the word and the owner's
- * own __atomic operations, after checking the region's rights and bounds
- * again (docs/CORE.md, "UCX versions").
+ * Completion means the operation is done at the peer. It is atomic against
+ * every other rdmx atomic on the word and against the owner's own
+ * __atomic operations on it. Where the transport's atomics cannot be used
+ * (see docs/CORE.md, "UCX versions"; or RDMX_ATOMICS=rdmx in the
+ * environment) rdmx carries the operation and the target's worker applies
+ * it, after checking the region's rights and bounds: the target's progress
+ * must run.
+ * Also returns RDMX_ERR_INVALID for an @p offset not 8-byte aligned
+ * (within the region).
  */
 rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                   uint64_t offset, uint64_t value,
-                                  uint64_t *old_p, rdmx_cb_t cb, void *arg);
+                                  uint64_t *old_p,
+                                  const rdmx_op_params_t *params);
 
 /**
  * Atomically: if the word at @p offset equals @p compare, set it to @p swap.
  * The previous value lands in @p *old_p (== compare means the swap happened).
+ * As rdmx_atomic_fadd_nb otherwise.
  */
 rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                    uint64_t offset, uint64_t compare,
                                    uint64_t swap, uint64_t *old_p,
-                                   rdmx_cb_t cb, void *arg);
+                                   const rdmx_op_params_t *params);
 
 /** Complete when every put and get issued on @p ep so far is done at the
  *  peer (its data visible there). Atomics are done at the peer when their
- *  own callback runs. */
-rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg);
+ *  own completion comes. */
+rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, const rdmx_op_params_t *params);
 
-/* Blocking wrappers: start the operation and progress (or, with a progress
- * thread, sleep) until it completes. Return its final status. */
+/* Blocking forms: the same arguments; start the operation and progress
+ * (or, with a progress thread, sleep) until it completes or
+ * params->timeout_ms passes. Return its final status. */
 rdmx_status_t rdmx_send(rdmx_ep_t *ep, const void *buf, size_t length,
-                        rdmx_mr_t *mr);
+                        const rdmx_op_params_t *params);
+/** @p length_p: the message's length (with RDMX_ERR_TOO_BIG: the size it
+ *  needs). RDMX_ERR_TIMEOUT when no message came within the limit. */
 rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
-                        rdmx_mr_t *mr, int timeout_ms, size_t *length_p);
-rdmx_status_t rdmx_put(rdmx_ep_t *ep, const void *buf, size_t length,
-                       rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset);
-rdmx_status_t rdmx_put_notify(rdmx_ep_t *ep, const void *buf, size_t length,
-                              rdmx_mr_t *mr, rdmx_rmem_t *rmem,
-                              uint64_t offset, uint64_t imm);
-rdmx_status_t rdmx_get(rdmx_ep_t *ep, void *buf, size_t length,
-                       rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset);
+                        const rdmx_op_params_t *params, size_t *length_p);
+rdmx_status_t rdmx_put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                       const void *buf, size_t length,
+                       const rdmx_op_params_t *params);
+rdmx_status_t rdmx_put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                              uint64_t offset, const void *buf, size_t length,
+                              uint64_t imm, const rdmx_op_params_t *params);
+rdmx_status_t rdmx_get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                       void *buf, size_t length,
+                       const rdmx_op_params_t *params);
 rdmx_status_t rdmx_atomic_fadd(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                uint64_t offset, uint64_t value,
-                               uint64_t *old_p);
+                               uint64_t *old_p,
+                               const rdmx_op_params_t *params);
 rdmx_status_t rdmx_atomic_cswap(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                 uint64_t offset, uint64_t compare,
-                                uint64_t swap, uint64_t *old_p);
-rdmx_status_t rdmx_ep_flush(rdmx_ep_t *ep);
+                                uint64_t swap, uint64_t *old_p,
+                                const rdmx_op_params_t *params);
+rdmx_status_t rdmx_ep_flush(rdmx_ep_t *ep, const rdmx_op_params_t *params);
 
 /* ------------------------------------------------------------------------ */
 /* Misc                                                                     */

@@ -6,12 +6,12 @@
  * servers and a read to the first of them that is up. A server that fails
  * is skipped while its channel is down (it reconnects by itself).
  *
- * Zero-copy: a GET into a buffer inside a registered region (pass its
- * rdmx_mr_t) lets the server RDMA-write a large value straight into it; a
- * PUT from a registered buffer lets the server RDMA-read the value. Without
- * a region, values travel inside the RPC messages. The region is a hint:
- * on a tcp context (no RDMA: one-sided access is carried as messages there)
- * values travel inline regardless.
+ * Zero-copy: a GET into a buffer inside a registered region (its
+ * rdmx_mr_t in rdmx_kv_op_params_t.mr) lets the server RDMA-write a large
+ * value straight into it; a PUT from a registered buffer lets the server
+ * RDMA-read the value. Without a region, values travel inside the RPC
+ * messages. The region is a hint: on a tcp context (no RDMA: one-sided
+ * access is carried as messages there) values travel inline regardless.
  *
  * Lent buffers: a GET's buffer is yours again the moment the call returns
  * (its callback runs), whatever the status: the server checks right before
@@ -26,11 +26,17 @@
  * the worker with RDMX_WORKER_FLAG_PROGRESS_THREAD. For rate, use one
  * worker and client per thread.
  *
- * Errors: RDMX_ERR_NOT_FOUND (miss), RDMX_ERR_EXISTS (ADD on a present key,
- * CAS conflict), RDMX_ERR_TOO_BIG (value larger than the buffer: *len_p
- * says the size needed; or over the server's limit), RDMX_ERR_NO_MEMORY
- * (server full with eviction off), RDMX_ERR_INVALID (bad key, INCR on a
- * non-number), transport errors; rdmx_error_detail() says more.
+ * Limits: rdmx-kvd takes keys up to 250 bytes and values up to 1 MiB by
+ * default (its --max-key and --max-value); larger ones get
+ * RDMX_ERR_TOO_BIG.
+ *
+ * Errors: RDMX_ERR_NOT_FOUND (miss; also CAS, REPLACE and DELETE on a
+ * missing key), RDMX_ERR_EXISTS (ADD on a present key, CAS conflict),
+ * RDMX_ERR_TOO_BIG (value larger than the buffer: meta->length says the
+ * size needed; or over the server's limit), RDMX_ERR_NO_MEMORY (server
+ * full with eviction off), RDMX_ERR_INVALID (bad key, INCR on a
+ * non-number), RDMX_ERR_UNREACHABLE (no replica up, fail fast),
+ * RDMX_ERR_TIMEOUT, transport errors; rdmx_error_detail() says more.
  */
 #ifndef RDMX_KV_H
 #define RDMX_KV_H
@@ -44,17 +50,34 @@ extern "C" {
 typedef struct rdmx_kv rdmx_kv_t;
 
 enum {
-    RDMX_KV_FIELD_REPLICAS = 1u << 0,
-    RDMX_KV_FIELD_TIMEOUT = 1u << 1,
-    RDMX_KV_FIELD_INLINE_MAX = 1u << 2,
-    RDMX_KV_FIELD_AUTH_SECRET = 1u << 3,
-    RDMX_KV_FIELD_WAIT_FOR_READY = 1u << 4,
+    RDMX_KV_PARAM_FIELD_REPLICAS = 1u << 0,
+    RDMX_KV_PARAM_FIELD_TIMEOUT = 1u << 1,
+    RDMX_KV_PARAM_FIELD_INLINE_MAX = 1u << 2,
+    RDMX_KV_PARAM_FIELD_AUTH_SECRET = 1u << 3,
+    RDMX_KV_PARAM_FIELD_WAIT_FOR_READY = 1u << 4,
+    RDMX_KV_PARAM_FIELD_CHANNEL = 1u << 5,
 };
+
+/* Earlier names, kept for one release. */
+#define RDMX_KV_FIELD_DEPRECATED_(name)                                        \
+    RDMX_KV_FIELD_##name RDMX_DEPRECATED(                                      \
+        "renamed RDMX_KV_PARAM_FIELD_" #name) = RDMX_KV_PARAM_FIELD_##name
+enum {
+    RDMX_KV_FIELD_DEPRECATED_(REPLICAS),
+    RDMX_KV_FIELD_DEPRECATED_(TIMEOUT),
+    RDMX_KV_FIELD_DEPRECATED_(INLINE_MAX),
+    RDMX_KV_FIELD_DEPRECATED_(AUTH_SECRET),
+    RDMX_KV_FIELD_DEPRECATED_(WAIT_FOR_READY),
+};
+#undef RDMX_KV_FIELD_DEPRECATED_
 
 typedef struct {
     uint64_t field_mask;
     unsigned replicas;  /**< copies of each key (default 1) */
-    int timeout_ms;     /**< per operation (default 5000) */
+    /** Deadline of each operation, ms (default 5000;
+     *  RDMX_TIMEOUT_INFINITE: none); rdmx_kv_op_params_t overrides it per
+     *  operation. */
+    int timeout_ms;
     /** PUT values up to this size travel inline; larger ones from a
      *  registered buffer are pulled by the server. Default 8192. */
     size_t inline_max;
@@ -66,6 +89,14 @@ typedef struct {
      *  that is up. Non-zero: operations wait for the server up to their
      *  timeout (rdmx_channel_params_t.wait_for_ready). */
     int wait_for_ready;
+    /** Options of each server's channel (copied), e.g. credits, queue,
+     *  retries, breaker, backoff, state_cb (called for every server's
+     *  channel). The members above take precedence: the channels always
+     *  get this client's timeout_ms, wait_for_ready and auth_secret. Unless
+     *  set here, heartbeats ping after 250 ms of silence and give up after
+     *  max(timeout_ms, 1000) ms: a server pulling a large value is silent
+     *  until done. Default: the channels' defaults with those. */
+    const rdmx_channel_params_t *channel;
 } rdmx_kv_params_t;
 
 /**
@@ -77,7 +108,8 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *worker, const char *servers,
                              rdmx_kv_t **kv_p);
 void rdmx_kv_destroy(rdmx_kv_t *kv);
 
-/** Wait until every server is connected (or @p timeout_ms passed). */
+/** Wait until every server is connected. RDMX_ERR_TIMEOUT after
+ *  @p timeout_ms (RDMX_TIMEOUT_INFINITE: no limit). */
 rdmx_status_t rdmx_kv_wait_ready(rdmx_kv_t *kv, int timeout_ms);
 
 /** Number of servers, and which one (index) owns @p key first. */
@@ -98,13 +130,12 @@ typedef struct {
 } rdmx_kv_meta_t;
 
 /**
- * Read @p key into @p buf (@p capacity bytes). With @p mr (the registered
- * region holding buf) large values are RDMA-written by the server into buf.
- * @p meta_p (may be NULL) gets length, flags and version.
+ * Completion of a non-blocking operation: runs once, from the worker's
+ * progress. @p meta: length/flags/version (GET), the new version in
+ * meta->cas (PUT); the needed length with RDMX_ERR_TOO_BIG.
  */
-rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
-                          void *buf, size_t capacity, rdmx_mr_t *mr,
-                          rdmx_kv_meta_t *meta_p);
+typedef void (*rdmx_kv_cb_t)(rdmx_status_t status, const rdmx_kv_meta_t *meta,
+                             void *arg);
 
 typedef enum {
     RDMX_KV_PUT_SET = 0,     /**< store */
@@ -113,44 +144,81 @@ typedef enum {
     RDMX_KV_PUT_CAS = 3      /**< only if its version is still `cas` */
 } rdmx_kv_put_mode_t;
 
+enum {
+    RDMX_KV_OP_PARAM_FIELD_MR = 1u << 0,
+    RDMX_KV_OP_PARAM_FIELD_TIMEOUT = 1u << 1,
+    RDMX_KV_OP_PARAM_FIELD_CB = 1u << 2, /**< cb and arg */
+    RDMX_KV_OP_PARAM_FIELD_MODE = 1u << 3,
+    RDMX_KV_OP_PARAM_FIELD_FLAGS = 1u << 4,
+    RDMX_KV_OP_PARAM_FIELD_TTL = 1u << 5,
+    RDMX_KV_OP_PARAM_FIELD_CAS = 1u << 6,
+};
+
+/** Optional arguments of a GET or PUT. */
 typedef struct {
+    uint64_t field_mask;
+    /** The registered region holding the buffer. With it a large GET is
+     *  RDMA-written by the server straight into the buffer, and a large
+     *  PUT is pulled by the server with RDMA read. Default NULL: values
+     *  travel inside the messages. */
+    rdmx_mr_t *mr;
+    /** Deadline, ms. Default: the client's timeout_ms. */
+    int timeout_ms;
+    /** _nb forms: required; runs once. Blocking forms: must not be set. */
+    rdmx_kv_cb_t cb;
+    void *arg;
+    /** PUT: the condition (default RDMX_KV_PUT_SET). */
     rdmx_kv_put_mode_t mode;
-    uint32_t flags;  /**< stored with the value, returned by GET */
-    uint32_t ttl_ms; /**< time to live; 0 = until evicted */
-    uint64_t cas;    /**< RDMX_KV_PUT_CAS: the expected version */
-} rdmx_kv_put_opts_t;
+    /** PUT: stored with the value, returned by GET (default 0). */
+    uint32_t flags;
+    /** PUT: time to live, ms (default 0: until evicted). */
+    uint32_t ttl_ms;
+    /** PUT with RDMX_KV_PUT_CAS: the expected version. */
+    uint64_t cas;
+} rdmx_kv_op_params_t;
 
 /**
- * Store @p vlen bytes at @p value under @p key (opts NULL: SET, no TTL).
- * With @p mr (region holding value) a large value is pulled by the server
- * with RDMA read. The new version goes to @p cas_p (may be NULL).
+ * Read @p key into @p buf (@p capacity bytes). @p meta_p (may be NULL) gets
+ * length, flags and version.
+ * @return RDMX_OK; RDMX_ERR_NOT_FOUND (miss); RDMX_ERR_TOO_BIG (the value
+ *         is longer than @p capacity: meta_p->length says how long);
+ *         RDMX_ERR_INVALID (empty or too long key); RDMX_ERR_TIMEOUT;
+ *         RDMX_ERR_UNREACHABLE (no replica up); transport errors.
+ */
+rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
+                          void *buf, size_t capacity,
+                          const rdmx_kv_op_params_t *params,
+                          rdmx_kv_meta_t *meta_p);
+
+/** Non-blocking GET: @p buf (and the region) must stay valid until the
+ *  callback ran. @return RDMX_INPROGRESS (it will run) or an error (it
+ *  will not). */
+rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
+                             void *buf, size_t capacity,
+                             const rdmx_kv_op_params_t *params);
+
+/**
+ * Store @p vlen bytes at @p value under @p key (params NULL: SET, no TTL,
+ * inline). The new version goes to @p cas_p (may be NULL).
+ * @return RDMX_OK; RDMX_ERR_EXISTS (ADD on a present key; CAS on a changed
+ *         version); RDMX_ERR_NOT_FOUND (REPLACE or CAS on a missing key);
+ *         RDMX_ERR_TOO_BIG (over the server's --max-value, which the
+ *         detail gives); RDMX_ERR_NO_MEMORY (server full, eviction off);
+ *         RDMX_ERR_INVALID (bad key or mode); RDMX_ERR_TIMEOUT; transport
+ *         errors.
  */
 rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
-                          const void *value, size_t vlen, rdmx_mr_t *mr,
-                          const rdmx_kv_put_opts_t *opts, uint64_t *cas_p);
+                          const void *value, size_t vlen,
+                          const rdmx_kv_op_params_t *params, uint64_t *cas_p);
 
-/**
- * Completion of a non-blocking operation: runs once, from the worker's
- * progress. @p meta: length/flags/version (GET), the new version in
- * meta->cas (PUT); the needed length with RDMX_ERR_TOO_BIG.
- */
-typedef void (*rdmx_kv_cb_t)(rdmx_status_t status, const rdmx_kv_meta_t *meta,
-                             void *arg);
-
-/** Non-blocking GET: @p buf (and @p mr's region) must stay valid until @p cb
- *  ran. @return RDMX_INPROGRESS (cb will run) or an error (it will not). */
-rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             void *buf, size_t capacity, rdmx_mr_t *mr,
-                             rdmx_kv_cb_t cb, void *arg);
-
-/** Non-blocking PUT (to every replica; cb reports the first error). The key
- *  and inline values are copied; a value in @p mr must stay until cb.
- *  With replicas > 1 only RDMX_KV_PUT_SET (RDMX_ERR_UNSUPPORTED otherwise:
- *  rdmx_kv_put lets the first copy decide a conditional write). */
+/** Non-blocking PUT (to every replica; the callback reports the first
+ *  error). The key and inline values are copied; a value in a region must
+ *  stay until the callback. With replicas > 1 only RDMX_KV_PUT_SET
+ *  (RDMX_ERR_UNSUPPORTED otherwise: rdmx_kv_put lets the first copy decide
+ *  a conditional write). */
 rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             const void *value, size_t vlen, rdmx_mr_t *mr,
-                             const rdmx_kv_put_opts_t *opts, rdmx_kv_cb_t cb,
-                             void *arg);
+                             const void *value, size_t vlen,
+                             const rdmx_kv_op_params_t *params);
 
 /** Delete @p key (@p cas 0: any version). */
 rdmx_status_t rdmx_kv_delete(rdmx_kv_t *kv, const void *key, size_t klen,
@@ -187,9 +255,11 @@ typedef struct {
     size_t klen;
     const void *value;
     size_t vlen;
-    rdmx_kv_put_opts_t opts;
+    rdmx_kv_put_mode_t mode; /**< as rdmx_kv_op_params_t's */
+    uint32_t flags;
+    uint32_t ttl_ms;
+    uint64_t cas;         /**< in: for RDMX_KV_PUT_CAS; out: new version */
     rdmx_status_t status; /**< out */
-    uint64_t cas;         /**< out */
 } rdmx_kv_mput_t;
 
 rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items, size_t n);
@@ -203,22 +273,42 @@ rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
 /** Drop every key on every server. */
 rdmx_status_t rdmx_kv_flush(rdmx_kv_t *kv);
 
+enum {
+    RDMX_KV_EVAL_PARAM_FIELD_KEYS = 1u << 0,    /**< keys and nkeys */
+    RDMX_KV_EVAL_PARAM_FIELD_ARGS = 1u << 1,    /**< args and nargs */
+    RDMX_KV_EVAL_PARAM_FIELD_TIMEOUT = 1u << 2,
+};
+
+/** Optional arguments of rdmx_kv_eval. */
+typedef struct {
+    uint64_t field_mask;
+    const char *const *keys; /**< NUL-terminated; default none */
+    unsigned nkeys;
+    const char *const *args; /**< NUL-terminated; default none */
+    unsigned nargs;
+    /** Deadline, ms. Default: the client's timeout_ms. */
+    int timeout_ms;
+} rdmx_kv_eval_params_t;
+
 /**
  * Run a Lua function next to the data (docs/LAMBDA.md): on the server that
- * owns @p keys[0] (server 0 when @p nkeys is 0), in its sandbox, with
+ * owns params->keys[0] (server 0 without keys), in its sandbox, with
  * kv.get/put/delete/exists over that server's store. The function sees
- * the tables KEYS (@p keys) and ARGV (@p args), both also in `args`, and
- * an empty `input`. Every key must live on that server (else
+ * the tables KEYS (the keys) and ARGV (the args), both also in `args`,
+ * and an empty `input`. Every key must live on that server (else
  * RDMX_ERR_INVALID names the one that does not): a function never reaches
  * another shard, and with replicas its writes stay on the primary. Sent
  * by hash first, with the source when the server does not have it. The
- * output goes to @p out as rdmx_lambda_eval says; lambda errors (budget,
- * syntax, runtime) come back with the server's message in
- * rdmx_error_detail(). nkeys + nargs <= 255.
+ * output goes to @p out (up to @p capacity bytes; *out_len_p gets its
+ * length, or the length needed with RDMX_ERR_TOO_BIG). Lambda errors come
+ * back with the server's message in rdmx_error_detail():
+ * RDMX_ERR_NO_RESOURCE (instruction or memory budget), RDMX_ERR_TIMEOUT
+ * (time budget or deadline), RDMX_ERR_INVALID (syntax or runtime error),
+ * RDMX_ERR_TOO_BIG (output or source over the server's limit).
+ * nkeys + nargs <= 255.
  */
 rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
-                           const char *const *keys, unsigned nkeys,
-                           const char *const *args, unsigned nargs, void *out,
+                           const rdmx_kv_eval_params_t *params, void *out,
                            size_t capacity, size_t *out_len_p);
 
 /** Server @p index's statistics as "name value\n" lines (memcached's

@@ -63,15 +63,32 @@ typedef struct rdmx_lambda_output rdmx_lambda_output_t;
 /* ------------------------------------------------------------------------ */
 
 enum {
-    RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS = 1u << 0,
-    RDMX_LAMBDA_FIELD_MAX_MEMORY = 1u << 1,
-    RDMX_LAMBDA_FIELD_MAX_SOURCE = 1u << 2,
-    RDMX_LAMBDA_FIELD_MAX_OUTPUT = 1u << 3,
-    RDMX_LAMBDA_FIELD_CACHE_ENTRIES = 1u << 4,
-    RDMX_LAMBDA_FIELD_PLUGIN_DIR = 1u << 5,
-    RDMX_LAMBDA_FIELD_MAX_TIME = 1u << 6,
-    RDMX_LAMBDA_FIELD_CACHE_BYTES = 1u << 7,
+    RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS = 1u << 0,
+    RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY = 1u << 1,
+    RDMX_LAMBDA_PARAM_FIELD_MAX_SOURCE = 1u << 2,
+    RDMX_LAMBDA_PARAM_FIELD_MAX_OUTPUT = 1u << 3,
+    RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES = 1u << 4,
+    RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR = 1u << 5,
+    RDMX_LAMBDA_PARAM_FIELD_MAX_TIME = 1u << 6,
+    RDMX_LAMBDA_PARAM_FIELD_CACHE_BYTES = 1u << 7,
 };
+
+/* Earlier names, kept for one release. */
+#define RDMX_LAMBDA_FIELD_DEPRECATED_(name)                                    \
+    RDMX_LAMBDA_FIELD_##name RDMX_DEPRECATED(                                  \
+        "renamed RDMX_LAMBDA_PARAM_FIELD_" #name) =                            \
+        RDMX_LAMBDA_PARAM_FIELD_##name
+enum {
+    RDMX_LAMBDA_FIELD_DEPRECATED_(MAX_INSTRUCTIONS),
+    RDMX_LAMBDA_FIELD_DEPRECATED_(MAX_MEMORY),
+    RDMX_LAMBDA_FIELD_DEPRECATED_(MAX_SOURCE),
+    RDMX_LAMBDA_FIELD_DEPRECATED_(MAX_OUTPUT),
+    RDMX_LAMBDA_FIELD_DEPRECATED_(CACHE_ENTRIES),
+    RDMX_LAMBDA_FIELD_DEPRECATED_(PLUGIN_DIR),
+    RDMX_LAMBDA_FIELD_DEPRECATED_(MAX_TIME),
+    RDMX_LAMBDA_FIELD_DEPRECATED_(CACHE_BYTES),
+};
+#undef RDMX_LAMBDA_FIELD_DEPRECATED_
 
 typedef struct {
     uint64_t field_mask;
@@ -94,8 +111,8 @@ typedef struct {
      *  default) = none. Refused if it or a plugin is world-writable. */
     const char *plugin_dir;
     /** Wall-clock limit of one call, ms, besides the caller's deadline.
-     *  Default 1000; 0 = only the caller's deadline. */
-    unsigned max_time_ms;
+     *  Default 1000; RDMX_TIMEOUT_INFINITE: only the caller's deadline. */
+    int max_time_ms;
 } rdmx_lambda_params_t;
 
 /** Near-data access for kv.get/put/delete/exists, supplied by the host
@@ -126,21 +143,32 @@ typedef struct {
     size_t len;
 } rdmx_lambda_arg_t;
 
-/** What a call gets. A NULL call = no input, no args, no deadline, no env. */
+enum {
+    RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT = 1u << 0, /**< input, input_len */
+    RDMX_LAMBDA_CALL_PARAM_FIELD_ARGS = 1u << 1,  /**< args, nargs */
+    RDMX_LAMBDA_CALL_PARAM_FIELD_NKEYS = 1u << 2,
+    RDMX_LAMBDA_CALL_PARAM_FIELD_DEADLINE = 1u << 3,
+    RDMX_LAMBDA_CALL_PARAM_FIELD_ENV = 1u << 4,
+};
+
+/** What a call gets. NULL: no input, no args, no deadline, no env. */
 typedef struct {
-    const void *input;  /**< the global `input` (a string) */
+    uint64_t field_mask;
+    const void *input;  /**< the global `input` (a string); default "" */
     size_t input_len;
-    const rdmx_lambda_arg_t *args; /**< the global table `args` */
-    unsigned nargs;                /**< up to RDMX_LAMBDA_ARGS_MAX */
+    /** The global table `args`, up to RDMX_LAMBDA_ARGS_MAX; default
+     *  empty. */
+    const rdmx_lambda_arg_t *args;
+    unsigned nargs;
     /** The first @p nkeys of @p args name keys (as in Redis scripts): the
      *  function also sees them as the table `KEYS` and the rest as `ARGV`.
-     *  At most nargs. */
+     *  At most nargs; default 0. */
     unsigned nkeys;
     /** Absolute deadline, ns on CLOCK_MONOTONIC (rdmx_rpc_req_deadline());
-     *  0 = none. */
+     *  default none. */
     uint64_t deadline_ns;
-    const rdmx_lambda_env_t *env; /**< NULL: no `kv` table */
-} rdmx_lambda_call_t;
+    const rdmx_lambda_env_t *env; /**< default NULL: no `kv` table */
+} rdmx_lambda_call_params_t;
 
 /** Type of the value the function returned. */
 typedef enum {
@@ -195,14 +223,14 @@ void rdmx_lambda_engine_destroy(rdmx_lambda_engine_t *engine);
  */
 rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
                                       const char *source, size_t length,
-                                      const rdmx_lambda_call_t *call,
+                                      const rdmx_lambda_call_params_t *call,
                                       rdmx_lambda_result_t *result);
 
 /** Run a cached function by id. @return RDMX_ERR_NOT_FOUND if it is not in
  *  the cache (never compiled here, or evicted): send the source again. */
 rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
                                       const uint8_t id[RDMX_LAMBDA_ID_LEN],
-                                      const rdmx_lambda_call_t *call,
+                                      const rdmx_lambda_call_params_t *call,
                                       rdmx_lambda_result_t *result);
 
 /** Run a native function by name. @return RDMX_ERR_NOT_FOUND if unknown;
@@ -329,21 +357,41 @@ rdmx_status_t rdmx_lambda_register_handlers(rdmx_rpc_server_t *server,
                                             rdmx_lambda_engine_t *engine,
                                             const rdmx_lambda_env_t *env);
 
+enum {
+    RDMX_LAMBDA_EVAL_PARAM_FIELD_INPUT = 1u << 0, /**< input, input_len */
+    RDMX_LAMBDA_EVAL_PARAM_FIELD_ARGS = 1u << 1,  /**< args, nargs */
+    RDMX_LAMBDA_EVAL_PARAM_FIELD_TIMEOUT = 1u << 2,
+};
+
+/** Optional arguments of rdmx_lambda_eval. */
+typedef struct {
+    uint64_t field_mask;
+    const void *input; /**< the global `input`; default "" */
+    size_t input_len;
+    const char *const *args; /**< NUL-terminated strings; default none */
+    unsigned nargs;
+    /** Deadline, ms. Default: the channel's timeout_ms. */
+    int timeout_ms;
+} rdmx_lambda_eval_params_t;
+
 /**
  * Run @p source on the server of @p channel: first by id ("lambda.call"),
  * and with the source ("lambda.eval") when the server does not have it.
- * @p args are NUL-terminated strings. The output goes to @p out (up to
- * @p capacity bytes; *out_len_p gets its length, or the length needed with
- * RDMX_ERR_TOO_BIG). Blocking, like rdmx_call (the channel's default
- * timeout); on error rdmx_error_detail() holds the server's message.
+ * The output goes to @p out (up to @p capacity bytes; *out_len_p gets its
+ * length, or the length needed with RDMX_ERR_TOO_BIG). Blocking, like
+ * rdmx_call; on error rdmx_error_detail() holds the server's message.
+ * @return RDMX_OK; RDMX_ERR_NO_RESOURCE (instruction or memory budget),
+ *         RDMX_ERR_TIMEOUT (time budget or deadline), RDMX_ERR_INVALID
+ *         (syntax or runtime error), RDMX_ERR_TOO_BIG (output or source
+ *         over a limit), and what rdmx_call returns.
  */
 rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel, const char *source,
-                               size_t length, const void *input,
-                               size_t input_len, const char *const *args,
-                               unsigned nargs, void *out, size_t capacity,
-                               size_t *out_len_p);
+                               size_t length,
+                               const rdmx_lambda_eval_params_t *params,
+                               void *out, size_t capacity, size_t *out_len_p);
 
-/** Run the native function @p name on the server. As rdmx_lambda_eval. */
+/** Run the native function @p name on the server with @p input (the
+ *  channel's timeout). As rdmx_lambda_eval. */
 rdmx_status_t rdmx_lambda_native(rdmx_channel_t *channel, const char *name,
                                  const void *input, size_t input_len,
                                  void *out, size_t capacity,

@@ -1,13 +1,14 @@
 /*
  * rdmx — RDMA communication stack over UCX.
  *
- * One include for the whole public API.
+ * One include for the whole public API (docs/API.md: conventions, and a
+ * table of every function).
  *
  * @code
  *   rdmx_context_t *ctx;  rdmx_worker_t *w;  rdmx_ep_t *ep;
  *   rdmx_context_create(NULL, &ctx);
  *   rdmx_worker_create(ctx, NULL, &w);
- *   if (rdmx_connect(w, "10.0.0.2:13337", NULL, 5000, &ep) == RDMX_OK)
+ *   if (rdmx_connect(w, "10.0.0.2:13337", NULL, &ep) == RDMX_OK)
  *       rdmx_send(ep, "hello", 5, NULL);
  * @endcode
  */
@@ -17,6 +18,8 @@
 #include <rdmx/status.h>
 #include <rdmx/core.h>
 #include <rdmx/rpc.h>
+#include <rdmx/kv.h>
+#include <rdmx/lambda.h>
 
 #define RDMX_VERSION_MAJOR 0
 #define RDMX_VERSION_MINOR 1

@@ -59,15 +59,32 @@ typedef struct {
 /* ------------------------------------------------------------------------ */
 
 enum {
-    RDMX_RPC_SERVER_FIELD_ADDRESS = 1u << 0,
-    RDMX_RPC_SERVER_FIELD_WORKERS = 1u << 1,
-    RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS = 1u << 2,
-    RDMX_RPC_SERVER_FIELD_CREDITS = 1u << 3,
-    RDMX_RPC_SERVER_FIELD_MAX_MESSAGE = 1u << 4,
-    RDMX_RPC_SERVER_FIELD_AUTH_SECRET = 1u << 5,
-    RDMX_RPC_SERVER_FIELD_POLL = 1u << 6,
-    RDMX_RPC_SERVER_FIELD_MAX_INFLIGHT = 1u << 7,
+    RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS = 1u << 0,
+    RDMX_RPC_SERVER_PARAM_FIELD_WORKERS = 1u << 1,
+    RDMX_RPC_SERVER_PARAM_FIELD_MAX_CONNECTIONS = 1u << 2,
+    RDMX_RPC_SERVER_PARAM_FIELD_CREDITS = 1u << 3,
+    RDMX_RPC_SERVER_PARAM_FIELD_MAX_MESSAGE = 1u << 4,
+    RDMX_RPC_SERVER_PARAM_FIELD_AUTH_SECRET = 1u << 5,
+    RDMX_RPC_SERVER_PARAM_FIELD_POLL = 1u << 6,
+    RDMX_RPC_SERVER_PARAM_FIELD_MAX_INFLIGHT = 1u << 7,
 };
+
+/* Earlier names, kept for one release. */
+#define RDMX_RPC_SERVER_FIELD_DEPRECATED_(name)                                \
+    RDMX_RPC_SERVER_FIELD_##name RDMX_DEPRECATED(                              \
+        "renamed RDMX_RPC_SERVER_PARAM_FIELD_" #name) =                        \
+        RDMX_RPC_SERVER_PARAM_FIELD_##name
+enum {
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(ADDRESS),
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(WORKERS),
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(MAX_CONNECTIONS),
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(CREDITS),
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(MAX_MESSAGE),
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(AUTH_SECRET),
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(POLL),
+    RDMX_RPC_SERVER_FIELD_DEPRECATED_(MAX_INFLIGHT),
+};
+#undef RDMX_RPC_SERVER_FIELD_DEPRECATED_
 
 /** How a server worker waits for work. */
 typedef enum {
@@ -82,7 +99,8 @@ typedef struct {
     const char *address;
     /** Worker threads. Default (0): one per online CPU. */
     unsigned workers;
-    /** Connections at once; more are refused. Default 1024. */
+    /** Connections at once; more are refused (RDMX_ERR_BUSY). Default
+     *  1024. */
     unsigned max_connections;
     /** Requests a connection may have in flight (its credits). The client
      *  learns them at connect. Default 256. */
@@ -96,6 +114,7 @@ typedef struct {
      *  counted in auth_failed (docs/SECURITY.md). */
     const void *auth_secret;
     size_t auth_secret_len;
+    /** How workers wait for work. Default RDMX_RPC_POLL_ADAPTIVE. */
     rdmx_rpc_poll_t poll;
     /** Deferred requests a worker holds at once over all its connections;
      *  past it, new requests get RDMX_ERR_BUSY. Default 65536. */
@@ -180,15 +199,15 @@ unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *server,
 /** The request payload (valid until the request is answered). */
 const void *rdmx_rpc_req_data(const rdmx_rpc_req_t *req, size_t *length_p);
 
-/** The handler name's id, and the name it was registered with. */
+/** The name the request's handler was registered with. */
 const char *rdmx_rpc_req_name(const rdmx_rpc_req_t *req);
 
 /** Who called: the peer's "host:port", and whether it authenticated. */
 const char *rdmx_rpc_req_peer(const rdmx_rpc_req_t *req);
 int rdmx_rpc_req_authenticated(const rdmx_rpc_req_t *req);
 
-/** The caller's deadline on this host's monotonic clock (ns, as
- *  rdmx_now_ns), or 0 for none. */
+/** The caller's deadline on this host's CLOCK_MONOTONIC, in ns, or 0 for
+ *  none. */
 uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req);
 
 /** Non-zero once the caller canceled the call or its deadline passed: a
@@ -255,32 +274,65 @@ typedef void (*rdmx_channel_state_cb_t)(rdmx_channel_t *channel,
                                         rdmx_status_t status, void *arg);
 
 enum {
-    RDMX_CHANNEL_FIELD_TIMEOUT = 1u << 0,
-    RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT = 1u << 1,
-    RDMX_CHANNEL_FIELD_HEARTBEAT = 1u << 2,
-    RDMX_CHANNEL_FIELD_BACKOFF = 1u << 3,
-    RDMX_CHANNEL_FIELD_RETRIES = 1u << 4,
-    RDMX_CHANNEL_FIELD_BREAKER = 1u << 5,
-    RDMX_CHANNEL_FIELD_CREDITS = 1u << 6,
-    RDMX_CHANNEL_FIELD_QUEUE = 1u << 7,
-    RDMX_CHANNEL_FIELD_AUTH_SECRET = 1u << 8,
-    RDMX_CHANNEL_FIELD_STATE_CB = 1u << 9,
-    RDMX_CHANNEL_FIELD_WAIT_FOR_READY = 1u << 10,
+    RDMX_CHANNEL_PARAM_FIELD_TIMEOUT = 1u << 0,
+    RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT = 1u << 1,
+    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT = 1u << 2,
+    RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN = 1u << 3,
+    RDMX_CHANNEL_PARAM_FIELD_RETRIES = 1u << 4,
+    RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD = 1u << 5,
+    RDMX_CHANNEL_PARAM_FIELD_CREDITS = 1u << 6,
+    RDMX_CHANNEL_PARAM_FIELD_QUEUE = 1u << 7,
+    RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET = 1u << 8,
+    RDMX_CHANNEL_PARAM_FIELD_STATE_CB = 1u << 9, /**< state_cb, state_arg */
+    RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY = 1u << 10,
+    RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT = 1u << 11,
+    RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX = 1u << 12,
+    RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN = 1u << 13,
 };
+
+/* Earlier names, kept for one release (the three that covered two members
+ * cover both new bits). */
+#define RDMX_CHANNEL_FIELD_DEPRECATED_(name, value)                            \
+    RDMX_CHANNEL_FIELD_##name RDMX_DEPRECATED(                                 \
+        "renamed RDMX_CHANNEL_PARAM_FIELD_*") = (value)
+enum {
+    RDMX_CHANNEL_FIELD_DEPRECATED_(TIMEOUT, RDMX_CHANNEL_PARAM_FIELD_TIMEOUT),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(CONNECT_TIMEOUT,
+                                   RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(
+        HEARTBEAT, RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                       RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(BACKOFF,
+                                   RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
+                                       RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(RETRIES, RDMX_CHANNEL_PARAM_FIELD_RETRIES),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(
+        BREAKER, RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD |
+                     RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(CREDITS, RDMX_CHANNEL_PARAM_FIELD_CREDITS),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(QUEUE, RDMX_CHANNEL_PARAM_FIELD_QUEUE),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(AUTH_SECRET,
+                                   RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(STATE_CB, RDMX_CHANNEL_PARAM_FIELD_STATE_CB),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(WAIT_FOR_READY,
+                                   RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY),
+};
+#undef RDMX_CHANNEL_FIELD_DEPRECATED_
 
 typedef struct {
     uint64_t field_mask;
-    /** Default deadline of a call, ms. Default 5000; 0 = none. */
+    /** Default deadline of a call, ms. Default 5000;
+     *  RDMX_TIMEOUT_INFINITE: none. */
     int timeout_ms;
     /** Limit of one connection attempt, ms. Default 2000. */
     int connect_timeout_ms;
     /** While calls are in flight: ping when nothing arrived for
-     *  heartbeat_ms (default 250); declare the server down when nothing
-     *  arrived for heartbeat_timeout_ms (default 1000). An idle channel
-     *  sends no pings: a server process that dies ends the connection's
-     *  control socket and the channel goes DOWN at once; a frozen or
-     *  partitioned server is found by the next call's heartbeats. 0 turns
-     *  heartbeats off. */
+     *  heartbeat_ms (default 250; 0 turns heartbeats off); declare the
+     *  server down when nothing arrived for heartbeat_timeout_ms (default
+     *  1000). An idle channel sends no pings: a server process that dies
+     *  ends the connection's control socket and the channel goes DOWN at
+     *  once; a frozen or partitioned server is found by the next call's
+     *  heartbeats. */
     int heartbeat_ms;
     int heartbeat_timeout_ms;
     /** Reconnect after backoff_min_ms (default 50), doubling to
@@ -337,8 +389,10 @@ rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *channel);
 rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *channel);
 
 /**
- * Wait (progressing the worker) until the channel is READY, or
- * @p timeout_ms passed (RDMX_ERR_TIMEOUT), or it was refused for good.
+ * Wait (progressing the worker) until the channel is READY.
+ * @return RDMX_OK; RDMX_ERR_TIMEOUT after @p timeout_ms
+ *         (RDMX_TIMEOUT_INFINITE: no limit); RDMX_ERR_DENIED (refused
+ *         for good: authentication); RDMX_ERR_CANCELED (destroyed).
  */
 rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *channel,
                                       int timeout_ms);
@@ -386,20 +440,6 @@ typedef struct {
 /** Most bulk descriptors one call carries. */
 #define RDMX_RPC_BULK_MAX 8
 
-enum {
-    RDMX_CALL_FIELD_TIMEOUT = 1u << 0,
-    RDMX_CALL_FIELD_FLAGS = 1u << 1,
-    RDMX_CALL_FIELD_BULK = 1u << 2,
-};
-
-typedef struct {
-    uint64_t field_mask;
-    int timeout_ms;              /**< this call's deadline; 0 = none */
-    unsigned flags;              /**< RDMX_RPC_IDEMPOTENT */
-    const rdmx_rpc_bulk_t *bulk; /**< up to RDMX_RPC_BULK_MAX */
-    unsigned nbulk;
-} rdmx_call_params_t;
-
 /** How a call ended. Valid during the callback only. */
 typedef struct {
     rdmx_status_t status;  /**< RDMX_OK, the handler's error, or a local one
@@ -413,28 +453,70 @@ typedef struct {
 /** Runs exactly once per call that rdmx_call_nb() accepted. */
 typedef void (*rdmx_call_cb_t)(const rdmx_call_result_t *result, void *arg);
 
+enum {
+    RDMX_CALL_PARAM_FIELD_TIMEOUT = 1u << 0,
+    RDMX_CALL_PARAM_FIELD_FLAGS = 1u << 1,
+    RDMX_CALL_PARAM_FIELD_BULK = 1u << 2, /**< bulk and nbulk */
+    RDMX_CALL_PARAM_FIELD_CB = 1u << 3,   /**< cb and arg */
+};
+
+/* Earlier names, kept for one release. */
+enum {
+    RDMX_CALL_FIELD_TIMEOUT RDMX_DEPRECATED(
+        "renamed RDMX_CALL_PARAM_FIELD_TIMEOUT") =
+        RDMX_CALL_PARAM_FIELD_TIMEOUT,
+    RDMX_CALL_FIELD_FLAGS RDMX_DEPRECATED(
+        "renamed RDMX_CALL_PARAM_FIELD_FLAGS") = RDMX_CALL_PARAM_FIELD_FLAGS,
+    RDMX_CALL_FIELD_BULK RDMX_DEPRECATED(
+        "renamed RDMX_CALL_PARAM_FIELD_BULK") = RDMX_CALL_PARAM_FIELD_BULK,
+};
+
+typedef struct {
+    uint64_t field_mask;
+    /** This call's deadline, ms. Default: the channel's timeout_ms;
+     *  RDMX_TIMEOUT_INFINITE: none. */
+    int timeout_ms;
+    unsigned flags;              /**< RDMX_RPC_IDEMPOTENT; default 0 */
+    const rdmx_rpc_bulk_t *bulk; /**< up to RDMX_RPC_BULK_MAX; default none */
+    unsigned nbulk;
+    /** rdmx_call_nb: required; runs once with the result. rdmx_call: must
+     *  not be set. */
+    rdmx_call_cb_t cb;
+    void *arg;
+} rdmx_call_params_t;
+
 /**
  * Call @p method with @p length bytes at @p data (copied or sent before
- * return, so the buffer may be reused at once).
- * @return RDMX_INPROGRESS (cb will run; *call_id_p set if not NULL), or an
- *         error (cb will not run): RDMX_ERR_NO_RESOURCE past the credits
- *         with no queue, RDMX_ERR_BUSY while the breaker is open,
- *         RDMX_ERR_TOO_BIG over the server's max_message.
+ * return, so the buffer may be reused at once); params->cb runs once with
+ * the result: RDMX_OK, the handler's error, or RDMX_ERR_TIMEOUT (the
+ * deadline), RDMX_ERR_CANCELED (rdmx_call_cancel, rdmx_channel_destroy),
+ * RDMX_ERR_CONN_RESET / RDMX_ERR_CONN_CLOSED (the connection broke with
+ * the call in flight), RDMX_ERR_UNREACHABLE (the channel was down and
+ * fails fast), RDMX_ERR_DENIED (authentication), RDMX_ERR_NOT_FOUND (no
+ * such handler), RDMX_ERR_BUSY (the server's max_inflight).
+ * @return RDMX_INPROGRESS (the callback will run; *call_id_p set if not
+ *         NULL), or an error (it will not): RDMX_ERR_INVALID (no cb, a
+ *         name over RDMX_RPC_NAME_MAX, more than RDMX_RPC_BULK_MAX bulk),
+ *         RDMX_ERR_NO_RESOURCE past the credits with no queue,
+ *         RDMX_ERR_BUSY while the breaker is open, RDMX_ERR_TOO_BIG over
+ *         the server's max_message, RDMX_ERR_UNREACHABLE (down, fail
+ *         fast), RDMX_ERR_DENIED (refused for good).
  */
 rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
                            const void *data, size_t length,
-                           const rdmx_call_params_t *params, rdmx_call_cb_t cb,
-                           void *arg, uint64_t *call_id_p);
+                           const rdmx_call_params_t *params,
+                           uint64_t *call_id_p);
 
 /**
  * Call and wait. The response goes to @p resp (up to @p capacity bytes;
  * *resp_len_p gets its length, or the length needed with RDMX_ERR_TOO_BIG).
- * On error rdmx_error_detail() holds the message.
+ * Returns what rdmx_call_nb or its callback would; on error
+ * rdmx_error_detail() holds the message.
  */
 rdmx_status_t rdmx_call(rdmx_channel_t *channel, const char *method,
-                        const void *data, size_t length,
-                        const rdmx_call_params_t *params, void *resp,
-                        size_t capacity, size_t *resp_len_p);
+                        const void *data, size_t length, void *resp,
+                        size_t capacity, const rdmx_call_params_t *params,
+                        size_t *resp_len_p);
 
 /**
  * Send a one-way message: no response, no deadline. RDMX_OK once handed to

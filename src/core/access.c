@@ -220,21 +220,37 @@ out:
     return st;
 }
 
+rdmx_status_t rdmx__atomic(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                           unsigned opcode, uint64_t a, uint64_t b,
+                           uint64_t *old_p, rdmx_cb_t cb, void *arg)
+{
+    return amo_issue(ep, rmem, offset, opcode, a, b, old_p, cb, arg);
+}
+
 rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                   uint64_t offset, uint64_t value,
-                                  uint64_t *old_p, rdmx_cb_t cb, void *arg)
+                                  uint64_t *old_p,
+                                  const rdmx_op_params_t *params)
 {
-    return amo_issue(ep, rmem, offset, RDMX_ACC_FADD, value, 0, old_p, cb,
-                     arg);
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "atomic_fadd_nb", &a);
+
+    return st != RDMX_OK ? st
+                         : amo_issue(ep, rmem, offset, RDMX_ACC_FADD, value, 0,
+                                     old_p, a.cb, a.arg);
 }
 
 rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                    uint64_t offset, uint64_t compare,
                                    uint64_t swap, uint64_t *old_p,
-                                   rdmx_cb_t cb, void *arg)
+                                   const rdmx_op_params_t *params)
 {
-    return amo_issue(ep, rmem, offset, RDMX_ACC_CSWAP, compare, swap, old_p,
-                     cb, arg);
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "atomic_cswap_nb", &a);
+
+    return st != RDMX_OK ? st
+                         : amo_issue(ep, rmem, offset, RDMX_ACC_CSWAP, compare,
+                                     swap, old_p, a.cb, a.arg);
 }
 
 /* A request checked against its grant and applied. */

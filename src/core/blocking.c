@@ -1,11 +1,44 @@
 /*
- * Blocking wrappers: start the non-blocking form, then wait for its
- * callback with the one wait primitive (rdmx__wait_until: poll, then
- * sleep; with a progress thread, sleep on the worker's condition).
+ * The operations' params, and the blocking forms: start the positional
+ * form, then wait for its callback with the one wait primitive
+ * (rdmx__wait_deadline: poll, then sleep; with a progress thread, sleep on
+ * the worker's condition) until params->timeout_ms.
  */
 #include "core/internal.h"
 
 #include "util/time.h"
+
+rdmx_status_t rdmx__op_args(const rdmx_op_params_t *p, int nb,
+                            const char *what, rdmx__op_args_t *a)
+{
+    uint64_t mask = p != NULL ? p->field_mask : 0;
+
+    a->cb = NULL;
+    a->arg = NULL;
+    a->mr = (mask & RDMX_OP_PARAM_FIELD_MR) ? p->mr : NULL;
+    a->timeout_ms = RDMX_TIMEOUT_INFINITE;
+    if (nb) {
+        if (!(mask & RDMX_OP_PARAM_FIELD_CB) || p->cb == NULL)
+            return rdmx__error(RDMX_ERR_INVALID,
+                               "%s: params->cb is required (set "
+                               "RDMX_OP_PARAM_FIELD_CB)",
+                               what);
+        if (mask & RDMX_OP_PARAM_FIELD_TIMEOUT)
+            return rdmx__error(RDMX_ERR_INVALID,
+                               "%s: params->timeout_ms is for the blocking "
+                               "form",
+                               what);
+        a->cb = p->cb;
+        a->arg = p->arg;
+    } else {
+        if (mask & RDMX_OP_PARAM_FIELD_CB)
+            return rdmx__error(RDMX_ERR_INVALID,
+                               "%s: params->cb is for the _nb form", what);
+        if (mask & RDMX_OP_PARAM_FIELD_TIMEOUT)
+            a->timeout_ms = p->timeout_ms;
+    }
+    return RDMX_OK;
+}
 
 typedef struct {
     volatile int done;
@@ -21,41 +54,65 @@ static void waiter_cb(rdmx_status_t status, size_t length, void *arg)
     wt->done = 1;
 }
 
-/* Wait for @wt after its operation returned @st. */
-static rdmx_status_t wait_for(rdmx_worker_t *w, waiter_t *wt, rdmx_status_t st)
+static uint64_t deadline_of(int timeout_ms)
 {
-    if (st != RDMX_INPROGRESS)
-        return st;
-    rdmx__wait_until(w, &wt->done);
-    return wt->status;
+    return timeout_ms < 0 ? UINT64_MAX
+                          : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
-rdmx_status_t rdmx_send(rdmx_ep_t *ep, const void *buf, size_t length,
-                        rdmx_mr_t *mr)
+/* Wait for @wt after its operation on @ep returned @st. Past the limit the
+ * transport cannot take the operation back: fail the connection, whose
+ * teardown completes it, and wait for that. */
+static rdmx_status_t wait_op(rdmx_ep_t *ep, waiter_t *wt, rdmx_status_t st,
+                             int timeout_ms, const char *what)
 {
-    waiter_t wt = {0};
-    return wait_for(ep->worker, &wt,
-                    rdmx_send_nb(ep, buf, length, mr, waiter_cb, &wt));
+    rdmx_worker_t *w = ep->worker;
+
+    if (st != RDMX_INPROGRESS)
+        return st;
+    if (rdmx__wait_deadline(w, &wt->done, deadline_of(timeout_ms)) == 0)
+        return wt->status;
+    rdmx__lock(w);
+    rdmx__ep_fail_why(ep, RDMX_ERR_TIMEOUT, what, timeout_ms);
+    rdmx__unlock(w);
+    rdmx__wait_until(w, &wt->done);
+    return rdmx__error(RDMX_ERR_TIMEOUT,
+                       "%s: not complete within %d ms; the connection to %s "
+                       "was failed to take it back",
+                       what, timeout_ms, ep->peer);
+}
+
+#define BLOCKING_ARGS(what)                                                    \
+    rdmx__op_args_t a;                                                         \
+    waiter_t wt = {0};                                                         \
+    rdmx_status_t st = rdmx__op_args(params, 0, what, &a);                     \
+    if (st != RDMX_OK)                                                         \
+        return st;                                                             \
+    if (ep == NULL)                                                            \
+        return rdmx__error(RDMX_ERR_INVALID, "%s: NULL endpoint", what)
+
+rdmx_status_t rdmx_send(rdmx_ep_t *ep, const void *buf, size_t length,
+                        const rdmx_op_params_t *params)
+{
+    BLOCKING_ARGS("send");
+    st = rdmx__send(ep, buf, length, a.mr, waiter_cb, &wt);
+    return wait_op(ep, &wt, st, a.timeout_ms, "send");
 }
 
 rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
-                        rdmx_mr_t *mr, int timeout_ms, size_t *length_p)
+                        const rdmx_op_params_t *params, size_t *length_p)
 {
-    rdmx_worker_t *w = ep->worker;
-    waiter_t wt = {0};
     rdmx_op_t *op = NULL;
-    rdmx_status_t st;
-    uint64_t deadline;
+    rdmx_worker_t *w;
 
+    BLOCKING_ARGS("recv");
+    w = ep->worker;
     if (buf == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "recv: NULL buffer");
-    st = rdmx__recv_post(ep, buf, capacity, mr, waiter_cb, &wt, &op);
+    st = rdmx__recv_post(ep, buf, capacity, a.mr, waiter_cb, &wt, &op);
     if (st != RDMX_INPROGRESS)
         return st;
-    deadline = timeout_ms > 0
-                   ? rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull
-                   : UINT64_MAX;
-    if (rdmx__wait_deadline(w, &wt.done, deadline) < 0) {
+    if (rdmx__wait_deadline(w, &wt.done, deadline_of(a.timeout_ms)) < 0) {
         /* Unmatched: take it back (it completes with RDMX_ERR_TIMEOUT).
          * Matched: its data is moving; wait for it. */
         rdmx__lock(w);
@@ -65,7 +122,7 @@ rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
     }
     if (wt.status == RDMX_ERR_TIMEOUT)
         return rdmx__error(RDMX_ERR_TIMEOUT, "recv: no message within %d ms",
-                           timeout_ms);
+                           a.timeout_ms);
     if (wt.status == RDMX_OK || wt.status == RDMX_ERR_TOO_BIG) {
         if (length_p != NULL)
             *length_p = wt.length;
@@ -73,56 +130,59 @@ rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
     return wt.status;
 }
 
-rdmx_status_t rdmx_put(rdmx_ep_t *ep, const void *buf, size_t length,
-                       rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset)
+rdmx_status_t rdmx_put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                       const void *buf, size_t length,
+                       const rdmx_op_params_t *params)
 {
-    waiter_t wt = {0};
-    return wait_for(ep->worker, &wt,
-                    rdmx_put_nb(ep, buf, length, mr, rmem, offset, waiter_cb,
-                                &wt));
+    BLOCKING_ARGS("put");
+    st = rdmx__put(ep, rmem, offset, buf, length, a.mr, waiter_cb, &wt);
+    return wait_op(ep, &wt, st, a.timeout_ms, "put");
 }
 
-rdmx_status_t rdmx_put_notify(rdmx_ep_t *ep, const void *buf, size_t length,
-                              rdmx_mr_t *mr, rdmx_rmem_t *rmem,
-                              uint64_t offset, uint64_t imm)
+rdmx_status_t rdmx_put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                              uint64_t offset, const void *buf, size_t length,
+                              uint64_t imm, const rdmx_op_params_t *params)
 {
-    waiter_t wt = {0};
-    return wait_for(ep->worker, &wt,
-                    rdmx_put_notify_nb(ep, buf, length, mr, rmem, offset, imm,
-                                       waiter_cb, &wt));
+    BLOCKING_ARGS("put_notify");
+    st = rdmx__put_notify(ep, rmem, offset, buf, length, imm, a.mr, waiter_cb,
+                          &wt);
+    return wait_op(ep, &wt, st, a.timeout_ms, "put_notify");
 }
 
-rdmx_status_t rdmx_get(rdmx_ep_t *ep, void *buf, size_t length,
-                       rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset)
+rdmx_status_t rdmx_get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                       void *buf, size_t length,
+                       const rdmx_op_params_t *params)
 {
-    waiter_t wt = {0};
-    return wait_for(ep->worker, &wt,
-                    rdmx_get_nb(ep, buf, length, mr, rmem, offset, waiter_cb,
-                                &wt));
+    BLOCKING_ARGS("get");
+    st = rdmx__get(ep, rmem, offset, buf, length, a.mr, waiter_cb, &wt);
+    return wait_op(ep, &wt, st, a.timeout_ms, "get");
 }
 
 rdmx_status_t rdmx_atomic_fadd(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                uint64_t offset, uint64_t value,
-                               uint64_t *old_p)
+                               uint64_t *old_p,
+                               const rdmx_op_params_t *params)
 {
-    waiter_t wt = {0};
-    return wait_for(ep->worker, &wt,
-                    rdmx_atomic_fadd_nb(ep, rmem, offset, value, old_p,
-                                        waiter_cb, &wt));
+    BLOCKING_ARGS("atomic_fadd");
+    st = rdmx__atomic(ep, rmem, offset, RDMX_ACC_FADD, value, 0, old_p,
+                      waiter_cb, &wt);
+    return wait_op(ep, &wt, st, a.timeout_ms, "atomic_fadd");
 }
 
 rdmx_status_t rdmx_atomic_cswap(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                 uint64_t offset, uint64_t compare,
-                                uint64_t swap, uint64_t *old_p)
+                                uint64_t swap, uint64_t *old_p,
+                                const rdmx_op_params_t *params)
 {
-    waiter_t wt = {0};
-    return wait_for(ep->worker, &wt,
-                    rdmx_atomic_cswap_nb(ep, rmem, offset, compare, swap,
-                                         old_p, waiter_cb, &wt));
+    BLOCKING_ARGS("atomic_cswap");
+    st = rdmx__atomic(ep, rmem, offset, RDMX_ACC_CSWAP, compare, swap, old_p,
+                      waiter_cb, &wt);
+    return wait_op(ep, &wt, st, a.timeout_ms, "atomic_cswap");
 }
 
-rdmx_status_t rdmx_ep_flush(rdmx_ep_t *ep)
+rdmx_status_t rdmx_ep_flush(rdmx_ep_t *ep, const rdmx_op_params_t *params)
 {
-    waiter_t wt = {0};
-    return wait_for(ep->worker, &wt, rdmx_ep_flush_nb(ep, waiter_cb, &wt));
+    BLOCKING_ARGS("ep_flush");
+    st = rdmx__flush(ep, waiter_cb, &wt);
+    return wait_op(ep, &wt, st, a.timeout_ms, "ep_flush");
 }

@@ -39,7 +39,12 @@ uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx)
 
 rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context)
 {
-    return context->transport;
+    return context->transport_used;
+}
+
+rdmx_transport_t rdmx__context_requested(const rdmx_context_t *ctx)
+{
+    return ctx->transport;
 }
 
 /* Does this host have an RDMA device (InfiniBand, RoCE, iWARP)? */
@@ -91,6 +96,10 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
     if (ctx == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
     ctx->transport = p.transport;
+    ctx->transport_used = p.transport;
+    if (p.transport == RDMX_TRANSPORT_AUTO)
+        ctx->transport_used =
+            have_rdma_device() ? RDMX_TRANSPORT_RDMA : RDMX_TRANSPORT_TCP;
     ctx->spin_ns = RDMX_SPIN_NS;
     if ((env = getenv("RDMX_SPIN_US")) != NULL && *env != '\0') {
         char *end;

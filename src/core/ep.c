@@ -117,6 +117,16 @@ static void fail_with(rdmx_ep_t *ep, rdmx_status_t status, const char *fmt,
     rdmx__ep_fail(ep, status);
 }
 
+void rdmx__ep_fail_why(rdmx_ep_t *ep, rdmx_status_t status, const char *what,
+                       int timeout_ms)
+{
+    char msg[96];
+
+    snprintf(msg, sizeof(msg), "%s not complete within %d ms", what,
+             timeout_ms);
+    fail_with(ep, status, "%s", msg);
+}
+
 void rdmx__tp_ep_failed(rdmx_tep_t *tep, rdmx_status_t status,
                         const char *why)
 {
@@ -666,10 +676,10 @@ static rdmx_status_t resolve(const char *address, struct sockaddr_storage *ss,
     return RDMX_OK;
 }
 
-rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
-                              const rdmx_ep_params_t *params, int timeout_ms,
-                              rdmx_connect_cb_t cb, void *arg,
-                              rdmx_ep_t **ep_p)
+static rdmx_status_t connect_start(rdmx_worker_t *w, const char *address,
+                                   const rdmx_ep_params_t *params,
+                                   rdmx_connect_cb_t cb, void *arg,
+                                   rdmx_ep_t **ep_p)
 {
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
@@ -714,8 +724,11 @@ rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
     ep->state = RDMX_EP_CONNECTING;
     ep->connect_cb = cb;
     ep->connect_arg = arg;
-    if (timeout_ms > 0)
-        set_deadline(ep, rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull);
+    if (params != NULL &&
+        (params->field_mask & RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT) &&
+        params->connect_timeout_ms >= 0)
+        set_deadline(ep, rdmx_now_ns() +
+                             (uint64_t)params->connect_timeout_ms * 1000000ull);
     if (err != 0 && err != EINPROGRESS) {
         /* Refused at once (loopback): the callback says so, as always. */
         close(fd);
@@ -749,17 +762,37 @@ static void connect_waited(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
         pthread_cond_broadcast(&ep->worker->cond);
 }
 
+rdmx_status_t rdmx_connect_nb(rdmx_worker_t *w, const char *address,
+                              const rdmx_ep_params_t *params,
+                              rdmx_ep_t **ep_p)
+{
+    if (params == NULL ||
+        !(params->field_mask & RDMX_EP_PARAM_FIELD_CONNECT_CB) ||
+        params->connect_cb == NULL)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "connect_nb: params->connect_cb is required (set "
+                           "RDMX_EP_PARAM_FIELD_CONNECT_CB)");
+    return connect_start(
+        w, address, params, params->connect_cb,
+        (params->field_mask & RDMX_EP_PARAM_FIELD_USER_DATA) ? params->user_data
+                                                             : NULL,
+        ep_p);
+}
+
 rdmx_status_t rdmx_connect(rdmx_worker_t *w, const char *address,
-                           const rdmx_ep_params_t *params, int timeout_ms,
-                           rdmx_ep_t **ep_p)
+                           const rdmx_ep_params_t *params, rdmx_ep_t **ep_p)
 {
     connect_wait_t cw = {0, RDMX_OK};
     char detail[256];
     rdmx_ep_t *ep;
     rdmx_status_t st;
 
-    st = rdmx_connect_nb(w, address, params, timeout_ms, connect_waited, &cw,
-                         &ep);
+    if (ep_p != NULL)
+        *ep_p = NULL;
+    if (params != NULL && (params->field_mask & RDMX_EP_PARAM_FIELD_CONNECT_CB))
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "connect: params->connect_cb is for connect_nb");
+    st = connect_start(w, address, params, connect_waited, &cw, &ep);
     if (st != RDMX_INPROGRESS)
         return st;
     rdmx__wait_until(w, &cw.done);
@@ -1055,6 +1088,20 @@ rdmx_status_t rdmx_ep_set_params(rdmx_ep_t *ep, const rdmx_ep_params_t *params)
 rdmx_worker_t *rdmx_ep_worker(const rdmx_ep_t *ep)
 {
     return ep->worker;
+}
+
+rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep)
+{
+    rdmx_transport_t t = RDMX_TRANSPORT_AUTO;
+
+    if (ep == NULL)
+        return t;
+    rdmx__lock(ep->worker);
+    if (ep->state == RDMX_EP_CONNECTED && ep->tep != NULL &&
+        ep->worker->tp->ep_transport != NULL)
+        t = ep->worker->tp->ep_transport(ep->tep);
+    rdmx__unlock(ep->worker);
+    return t;
 }
 
 rdmx_status_t rdmx_ep_status(const rdmx_ep_t *ep)

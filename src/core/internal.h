@@ -257,7 +257,8 @@ struct rdmx_context {
                                 by messages the receiver copies (tcp): a
                                 carried access may go by rendezvous */
     unsigned char grant_key[32]; /* keys descriptors' MACs (mem.c) */
-    rdmx_transport_t transport;
+    rdmx_transport_t transport;      /* as requested (AUTO stays AUTO) */
+    rdmx_transport_t transport_used; /* AUTO resolved: rdmx_context_transport */
     uint64_t spin_ns; /* blocking waits poll this long before they sleep,
                          RPC server workers twice as long (RDMX_SPIN_US) */
     char name[32];
@@ -455,6 +456,15 @@ struct rdmx_worker {
     pthread_mutex_t handoff_lock;
     rdmx_list_t handoff;
     volatile int handoff_pending;
+    /* timers and posted functions (timer.c) */
+    rdmx_hook_t timer_hook;    /* on hooks while a timer is pending */
+    struct rdmx_timer **timers; /* min-heap by due time */
+    size_t ntimers, timers_cap;
+    uint64_t next_timer_id;
+    rdmx_ptrmap_t timer_ids;   /* id -> pending timer */
+    pthread_mutex_t post_lock;
+    struct rdmx_post *post_head, *post_tail;
+    volatile int post_pending;
     /* progress thread mode */
     int mt;
     pthread_mutex_t lock;     /* recursive; held around every call in mt */
@@ -535,6 +545,9 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr);
 void rdmx__spares_sweep(rdmx_worker_t *w, uint64_t now, int all);
 /* Mark @ep failed with @status; the rest happens in rdmx__ep_progress. */
 void rdmx__ep_fail(rdmx_ep_t *ep, rdmx_status_t status);
+/* Fail @ep because a blocking @what did not complete within @timeout_ms. */
+void rdmx__ep_fail_why(rdmx_ep_t *ep, rdmx_status_t status, const char *what,
+                       int timeout_ms);
 /* Deadlines, failures and closes; returns the number of events. */
 unsigned rdmx__ep_progress(rdmx_worker_t *w);
 void rdmx__ep_release(rdmx_ep_t *ep); /* an op let go of @ep */
@@ -543,6 +556,71 @@ rdmx_core_handler_t rdmx__am_bind;
 rdmx_core_handler_t rdmx__am_bind_ack;
 rdmx_core_handler_t rdmx__am_bye;
 rdmx_core_handler_t rdmx__am_bye_ack;
+
+/* --- timer.c ------------------------------------------------------------- */
+
+typedef struct rdmx_timer rdmx_timer_t;
+rdmx_status_t rdmx__timers_init(rdmx_worker_t *w);
+/* Run what was posted (RDMX_OK); returns how many ran. */
+unsigned rdmx__posts_run(rdmx_worker_t *w);
+/* Run every pending timer and posted function with RDMX_ERR_CANCELED. */
+void rdmx__timers_cancel_all(rdmx_worker_t *w);
+void rdmx__timers_cleanup(rdmx_worker_t *w);
+
+/* --- operations: positional forms (msg.c, rma.c, access.c) ---------------- */
+
+/* An operation's params, checked and with their defaults. */
+typedef struct {
+    rdmx_cb_t cb;
+    void *arg;
+    rdmx_mr_t *mr;
+    int timeout_ms; /* RDMX_TIMEOUT_INFINITE unless set */
+} rdmx__op_args_t;
+
+/* Check @p for a _nb form (@nb: cb required, no timeout) or a blocking
+ * one (no cb); RDMX_ERR_INVALID naming @what otherwise (blocking.c). */
+rdmx_status_t rdmx__op_args(const rdmx_op_params_t *p, int nb,
+                            const char *what, rdmx__op_args_t *a);
+
+/* rdmx__op_args for a _nb form, the usual params (a callback, no timeout)
+ * taken inline; anything else through the full check. */
+static inline rdmx_status_t rdmx__op_nb_args(const rdmx_op_params_t *p,
+                                             const char *what,
+                                             rdmx__op_args_t *a)
+{
+    if (__builtin_expect(p != NULL &&
+                             (p->field_mask & (RDMX_OP_PARAM_FIELD_CB |
+                                               RDMX_OP_PARAM_FIELD_TIMEOUT)) ==
+                                 RDMX_OP_PARAM_FIELD_CB &&
+                             p->cb != NULL,
+                         1)) {
+        a->cb = p->cb;
+        a->arg = p->arg;
+        a->mr = (p->field_mask & RDMX_OP_PARAM_FIELD_MR) ? p->mr : NULL;
+        a->timeout_ms = RDMX_TIMEOUT_INFINITE;
+        return RDMX_OK;
+    }
+    return rdmx__op_args(p, 1, what, a);
+}
+
+rdmx_status_t rdmx__send(rdmx_ep_t *ep, const void *buf, size_t length,
+                         rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
+rdmx_status_t rdmx__put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                        const void *buf, size_t length, rdmx_mr_t *mr,
+                        rdmx_cb_t cb, void *arg);
+rdmx_status_t rdmx__get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                        void *buf, size_t length, rdmx_mr_t *mr,
+                        rdmx_cb_t cb, void *arg);
+rdmx_status_t rdmx__put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                               uint64_t offset, const void *buf, size_t length,
+                               uint64_t imm, rdmx_mr_t *mr, rdmx_cb_t cb,
+                               void *arg);
+rdmx_status_t rdmx__flush(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg);
+/* @opcode: RDMX_ACC_FADD (@a: the value) or RDMX_ACC_CSWAP (@a compare,
+ * @b swap). */
+rdmx_status_t rdmx__atomic(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                           unsigned opcode, uint64_t a, uint64_t b,
+                           uint64_t *old_p, rdmx_cb_t cb, void *arg);
 
 /* --- msg.c ---------------------------------------------------------------- */
 

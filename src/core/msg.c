@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
-                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx__send(rdmx_ep_t *ep, const void *buf, size_t length,
+                         rdmx_mr_t *mr, rdmx_cb_t cb, void *arg)
 {
     rdmx_worker_t *w;
     rdmx_status_t st;
@@ -223,12 +223,26 @@ out:
     return st;
 }
 
-rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
-                           rdmx_mr_t *mr, rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
+                           const rdmx_op_params_t *params)
 {
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "send_nb", &a);
+
+    return st != RDMX_OK ? st : rdmx__send(ep, buf, length, a.mr, a.cb, a.arg);
+}
+
+rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
+                           const rdmx_op_params_t *params)
+{
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "recv_nb", &a);
+
+    if (st != RDMX_OK)
+        return st;
     if (ep == NULL || (buf == NULL && capacity != 0))
         return rdmx__error(RDMX_ERR_INVALID, "recv: NULL argument");
-    return rdmx__recv_post(ep, buf, capacity, mr, cb, arg, NULL);
+    return rdmx__recv_post(ep, buf, capacity, a.mr, a.cb, a.arg, NULL);
 }
 
 int rdmx__recv_cancel(rdmx_ep_t *ep, rdmx_op_t *op)

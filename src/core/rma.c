@@ -106,18 +106,42 @@ out:
     return st;
 }
 
-rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, const void *buf, size_t length,
-                          rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset,
-                          rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx__put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                        const void *buf, size_t length, rdmx_mr_t *mr,
+                        rdmx_cb_t cb, void *arg)
 {
     return rma(ep, RMA_PUT, (void *)buf, length, mr, rmem, offset, cb, arg);
 }
 
-rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, void *buf, size_t length,
-                          rdmx_mr_t *mr, rdmx_rmem_t *rmem, uint64_t offset,
-                          rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx__get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                        void *buf, size_t length, rdmx_mr_t *mr,
+                        rdmx_cb_t cb, void *arg)
 {
     return rma(ep, RMA_GET, buf, length, mr, rmem, offset, cb, arg);
+}
+
+rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                          const void *buf, size_t length,
+                          const rdmx_op_params_t *params)
+{
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "put_nb", &a);
+
+    return st != RDMX_OK ? st
+                         : rdmx__put(ep, rmem, offset, buf, length, a.mr, a.cb,
+                                     a.arg);
+}
+
+rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
+                          void *buf, size_t length,
+                          const rdmx_op_params_t *params)
+{
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "get_nb", &a);
+
+    return st != RDMX_OK ? st
+                         : rdmx__get(ep, rmem, offset, buf, length, a.mr, a.cb,
+                                     a.arg);
 }
 
 /* --- put with notify ---------------------------------------------------- */
@@ -163,10 +187,23 @@ void rdmx__notify_step(rdmx_op_t *op, void *req, rdmx_status_t status)
         rdmx__op_complete(op, rdmx__op_status(op->ep, st), 0);
 }
 
-rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, const void *buf,
-                                 size_t length, rdmx_mr_t *mr,
-                                 rdmx_rmem_t *rm, uint64_t offset,
-                                 uint64_t imm, rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                 uint64_t offset, const void *buf,
+                                 size_t length, uint64_t imm,
+                                 const rdmx_op_params_t *params)
+{
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "put_notify_nb", &a);
+
+    return st != RDMX_OK ? st
+                         : rdmx__put_notify(ep, rmem, offset, buf, length, imm,
+                                            a.mr, a.cb, a.arg);
+}
+
+rdmx_status_t rdmx__put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rm,
+                               uint64_t offset, const void *buf, size_t length,
+                               uint64_t imm, rdmx_mr_t *mr, rdmx_cb_t cb,
+                               void *arg)
 {
     rdmx_status_t st;
     uint64_t raddr;
@@ -259,7 +296,15 @@ rdmx_status_t rdmx__am_notify(rdmx_worker_t *w, rdmx_tep_t *tep,
     return RDMX_OK;
 }
 
-rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg)
+rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, const rdmx_op_params_t *params)
+{
+    rdmx__op_args_t a;
+    rdmx_status_t st = rdmx__op_nb_args(params, "ep_flush_nb", &a);
+
+    return st != RDMX_OK ? st : rdmx__flush(ep, a.cb, a.arg);
+}
+
+rdmx_status_t rdmx__flush(rdmx_ep_t *ep, rdmx_cb_t cb, void *arg)
 {
     rdmx_status_t st;
     rdmx_op_t *op;

@@ -96,6 +96,9 @@ typedef struct {
      * later through rdmx__tp_ep_failed. */
     rdmx_status_t (*ep_create)(void *tw, const void *addr, size_t len,
                                rdmx_tep_t **tep_p);
+    /* Which transport carries @tep's messages: RDMX_TRANSPORT_SHM, _TCP,
+     * _RDMA, or _AUTO when the backend cannot tell. */
+    rdmx_transport_t (*ep_transport)(rdmx_tep_t *tep);
     /* Close and free @tep; @force: drop what is in flight. RDMX_OK: done;
      * RDMX_INPROGRESS: rdmx__tp_closed(@closer) follows (unless the
      * worker goes first). */

@@ -96,6 +96,9 @@ int rdmx__ep_adopt(rdmx_ep_t *ep, rdmx_accept_cb_t accept_cb, void **arg_p);
 /* --- workers ----------------------------------------------------------------- */
 
 rdmx_context_t *rdmx__worker_context(const rdmx_worker_t *w);
+/* The transport the context was created for (RDMX_TRANSPORT_AUTO stays
+ * AUTO here, unlike rdmx_context_transport). */
+rdmx_transport_t rdmx__context_requested(const rdmx_context_t *ctx);
 /* How long waits poll before they sleep, in ns (RDMX_SPIN_US). */
 uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx);
 /* Non-zero when the worker has a progress thread of its own. */

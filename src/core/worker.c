@@ -350,11 +350,14 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     pthread_mutex_init(&w->lock, &ma);
     pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&w->cond, NULL);
+    if ((status = rdmx__timers_init(w)) != RDMX_OK)
+        goto err_free;
     w->grants = calloc(RDMX_GRANT_CACHE, sizeof(*w->grants));
     if (w->grants == NULL || rdmx_ptrmap_init(&w->tokens) != 0 ||
         rdmx_ptrmap_init(&w->amo_ops) != 0) {
         rdmx_ptrmap_cleanup(&w->tokens);
         status = rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
+        rdmx__timers_cleanup(w);
         goto err_free;
     }
     status = w->tp->worker_create(context->tctx, w, w->mt, &w->tw, &w->efd,
@@ -398,6 +401,7 @@ err_epoll:
 err_worker:
     w->tp->worker_destroy(w->tw);
 err_map:
+    rdmx__timers_cleanup(w);
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
 err_free:
@@ -442,6 +446,7 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
      * Connection requests are only sockets (no UCX object moves between
      * workers), so nothing here needs UCX's async thread held. */
     w->destroying = 1;
+    rdmx__timers_cancel_all(w);
     while (!rdmx_list_empty(&w->listeners))
         rdmx_listener_destroy(
             rdmx_container_of(w->listeners.next, rdmx_listener_t, link));
@@ -458,6 +463,7 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
         free(op->aux);
         free(op);
     }
+    rdmx__timers_cleanup(w); /* (endpoints' callbacks may have started some) */
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
     free(w->grants);
@@ -714,6 +720,8 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     if (__atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) &&
         !w->destroying)
         take_handoffs(w);
+    if (__atomic_load_n(&w->post_pending, __ATOMIC_ACQUIRE) && !w->destroying)
+        n += rdmx__posts_run(w);
     while (!rdmx_list_empty(&w->conn_reqs) && !w->destroying) {
         rdmx_list_t *e = rdmx_list_pop(&w->conn_reqs);
         rdmx__ep_accept(w, rdmx_container_of(e, rdmx_conn_req_t, link));
@@ -755,6 +763,7 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
     rdmx__lock(w);
     if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
         !rdmx_list_empty(&w->ep_events) || w->handoff_pending ||
+        w->post_pending || w->hooks_due ||
         rdmx__worker_poll_sockets(w) > 0) {
         st = RDMX_ERR_BUSY;
     } else {

@@ -12,6 +12,7 @@
 #include "core/upper.h"
 #include "kv/proto.h"
 #include "lambda/lambda_int.h"
+#include "rpc/internal.h"
 #include "util/hash.h"
 
 #include <stdio.h>
@@ -109,35 +110,42 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
     }
     kv->w = w;
-    kv->no_rma = rdmx_context_transport(rdmx__worker_context(w)) ==
+    kv->no_rma = rdmx__context_requested(rdmx__worker_context(w)) ==
                  RDMX_TRANSPORT_TCP;
-    kv->replicas = (f & RDMX_KV_FIELD_REPLICAS) && p->replicas ? p->replicas
+    kv->replicas = (f & RDMX_KV_PARAM_FIELD_REPLICAS) && p->replicas ? p->replicas
                                                                : 1;
-    kv->timeout_ms = (f & RDMX_KV_FIELD_TIMEOUT) && p->timeout_ms > 0
-                         ? p->timeout_ms
-                         : 5000;
-    kv->inline_max = (f & RDMX_KV_FIELD_INLINE_MAX) ? p->inline_max : 8192;
+    kv->timeout_ms = (f & RDMX_KV_PARAM_FIELD_TIMEOUT) ? p->timeout_ms : 5000;
+    kv->inline_max = (f & RDMX_KV_PARAM_FIELD_INLINE_MAX) ? p->inline_max : 8192;
     kv->ch = calloc(KV_MAX_SERVERS, sizeof(*kv->ch));
     kv->addr = calloc(KV_MAX_SERVERS, sizeof(*kv->addr));
     if (kv->ch == NULL || kv->addr == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
         goto err;
     }
-    cp.field_mask = RDMX_CHANNEL_FIELD_TIMEOUT | RDMX_CHANNEL_FIELD_HEARTBEAT;
-    cp.timeout_ms = kv->timeout_ms;
+    if ((f & RDMX_KV_PARAM_FIELD_CHANNEL) && p->channel != NULL)
+        cp = *p->channel;
     /* A server pulling a large value is silent until done: a dead one is
      * found by the transport or the operation's own timeout. */
-    cp.heartbeat_ms = 250;
-    cp.heartbeat_timeout_ms = kv->timeout_ms > 1000 ? kv->timeout_ms : 1000;
-    if ((f & RDMX_KV_FIELD_WAIT_FOR_READY) && p->wait_for_ready) {
-        cp.field_mask |= RDMX_CHANNEL_FIELD_WAIT_FOR_READY;
-        cp.wait_for_ready = 1;
+    if (!(cp.field_mask & RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT)) {
+        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT;
+        cp.heartbeat_ms = 250;
     }
-    if ((f & RDMX_KV_FIELD_AUTH_SECRET) && p->auth_secret != NULL) {
-        cp.field_mask |= RDMX_CHANNEL_FIELD_AUTH_SECRET;
-        cp.auth_secret = p->auth_secret;
-        cp.auth_secret_len = p->auth_secret_len;
+    if (!(cp.field_mask & RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT)) {
+        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
+        cp.heartbeat_timeout_ms = kv->timeout_ms > 1000 ? kv->timeout_ms
+                                                        : 1000;
     }
+    /* this client's own members */
+    cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                     RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY |
+                     RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET;
+    cp.timeout_ms = kv->timeout_ms;
+    cp.wait_for_ready =
+        (f & RDMX_KV_PARAM_FIELD_WAIT_FOR_READY) && p->wait_for_ready;
+    cp.auth_secret = (f & RDMX_KV_PARAM_FIELD_AUTH_SECRET) ? p->auth_secret
+                                                             : NULL;
+    cp.auth_secret_len =
+        (f & RDMX_KV_PARAM_FIELD_AUTH_SECRET) ? p->auth_secret_len : 0;
     for (tok = strtok_r(list, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
         while (*tok == ' ')
@@ -276,11 +284,64 @@ static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
     return msg_encode(m, &r, 0, what);
 }
 
-/* A PUT of @value under @key (opts NULL: SET); a value in @mr larger than
- * inline_max is lent, not inline. *r_p gets the request. */
+/* A GET's or PUT's params, checked and with their defaults. */
+typedef struct {
+    rdmx_mr_t *mr;
+    int has_timeout, timeout_ms;
+    rdmx_kv_cb_t cb;
+    void *arg;
+    rdmx_kv_put_mode_t mode;
+    uint32_t flags, ttl_ms;
+    uint64_t cas;
+} kv_args_t;
+
+/* Check @p for a _nb form (@nb: cb required) or a blocking one (no cb). */
+static rdmx_status_t kv_args(const rdmx_kv_op_params_t *p, int nb,
+                             const char *what, kv_args_t *a)
+{
+    uint64_t f = p != NULL ? p->field_mask : 0;
+
+    memset(a, 0, sizeof(*a));
+    a->mode = RDMX_KV_PUT_SET;
+    if (f & RDMX_KV_OP_PARAM_FIELD_MR)
+        a->mr = p->mr;
+    if (f & RDMX_KV_OP_PARAM_FIELD_TIMEOUT) {
+        a->has_timeout = 1;
+        a->timeout_ms = p->timeout_ms;
+    }
+    if (f & RDMX_KV_OP_PARAM_FIELD_MODE)
+        a->mode = p->mode;
+    if (f & RDMX_KV_OP_PARAM_FIELD_FLAGS)
+        a->flags = p->flags;
+    if (f & RDMX_KV_OP_PARAM_FIELD_TTL)
+        a->ttl_ms = p->ttl_ms;
+    if (f & RDMX_KV_OP_PARAM_FIELD_CAS)
+        a->cas = p->cas;
+    if ((unsigned)a->mode > RDMX_KV_PUT_CAS)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "%s: mode %d (RDMX_KV_PUT_SET..RDMX_KV_PUT_CAS)",
+                           what, (int)a->mode);
+    if (nb) {
+        if (!(f & RDMX_KV_OP_PARAM_FIELD_CB) || p->cb == NULL)
+            return rdmx__error(RDMX_ERR_INVALID,
+                               "%s: params->cb is required (set "
+                               "RDMX_KV_OP_PARAM_FIELD_CB)",
+                               what);
+        a->cb = p->cb;
+        a->arg = p->arg;
+    } else if (f & RDMX_KV_OP_PARAM_FIELD_CB) {
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "%s: params->cb is for the _nb form", what);
+    }
+    return RDMX_OK;
+}
+
+/* A PUT of @value under @key with @opts' mode, flags, TTL and version; a
+ * value in @mr larger than inline_max is lent, not inline. *r_p gets the
+ * request. */
 static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
                              size_t klen, const void *value, size_t vlen,
-                             rdmx_mr_t *mr, const rdmx_kv_put_opts_t *opts,
+                             rdmx_mr_t *mr, const kv_args_t *opts,
                              rdmx_kv_req_t *r_p, const char *what)
 {
     int bulk;
@@ -289,12 +350,12 @@ static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
         mr = NULL; /* a hint: inline is faster without real RMA */
     bulk = mr != NULL && vlen > kv->inline_max;
     *r_p = (rdmx_kv_req_t){
-        .mode = (uint8_t)(opts ? opts->mode : RDMX_KV_PUT_SET),
+        .mode = (uint8_t)opts->mode,
         .klen = (uint16_t)klen,
         .key = key,
-        .flags = opts ? opts->flags : 0,
-        .ttl_ms = opts ? opts->ttl_ms : 0,
-        .cas = opts ? opts->cas : 0,
+        .flags = opts->flags,
+        .ttl_ms = opts->ttl_ms,
+        .cas = opts->cas,
         .vlen = vlen,
         .value = value};
     if (bulk) {
@@ -327,6 +388,7 @@ typedef struct {
 struct kv_op {
     rdmx_kv_t *kv;
     const char *method;         /* RDMX_KV_H_* */
+    size_t length;              /* the request's bytes */
     kv_msg_t *msg;              /* the request; a blocking op's until its
                                    end (`later` is encoded into it) */
     const rdmx_kv_req_t *later; /* blocking, conditional: the header of the
@@ -334,6 +396,8 @@ struct kv_op {
                                    only if the first succeeded; or NULL */
     unsigned server;            /* the first copy's server */
     unsigned copies;            /* calls in all */
+    int has_timeout;            /* timeout_ms overrides the channels' */
+    int timeout_ms;
     unsigned next;              /* copies started so far */
     /* where answers go */
     void *buf;                  /* GET: an inline value (capacity bytes) */
@@ -368,9 +432,17 @@ static void op_init(kv_op_t *op, rdmx_kv_t *kv, const char *method,
     op->kv = kv;
     op->method = method;
     op->msg = msg;
+    op->length = msg->len;
     op->server = server;
     op->copies = copies;
     op->first_status = RDMX_INPROGRESS;
+}
+
+/* The op's own deadline, if its params gave one. */
+static void op_limit(kv_op_t *op, const kv_args_t *a)
+{
+    op->has_timeout = a->has_timeout;
+    op->timeout_ms = a->timeout_ms;
 }
 
 /* Note an error of the copy started last, unless one is noted already. */
@@ -402,6 +474,30 @@ static void op_end(kv_op_t *op)
 }
 
 /*
+ * The RPC layer refused @op's request as over its server's message limit:
+ * say so in the KV's terms (the server's max_value, rdmx-kvd --max-value)
+ * into @msg, unless the limit is not known (then @rpc_msg stays).
+ */
+static void too_big_message(const kv_op_t *op, const char *rpc_msg,
+                            char *msg, size_t size)
+{
+    uint64_t max = rdmx__channel_max_message(op->kv->ch[op->server]);
+    int batch = strcmp(op->method, RDMX_KV_H_MPUT) == 0;
+
+    if (max <= RDMX_KV_MESSAGE_SLACK) {
+        snprintf(msg, size, "%s", rpc_msg);
+        return;
+    }
+    snprintf(msg, size,
+             "%s on %s: a request of %zu bytes; the server takes values of "
+             "up to %llu bytes (its max_value)%s",
+             op->method, op->kv->addr[op->server], op->length,
+             (unsigned long long)(max - RDMX_KV_MESSAGE_SLACK),
+             batch ? " in a batch that size in all: send fewer items at once"
+                   : "");
+}
+
+/*
  * What a call's end says: its status, the meta of a kv result, a message
  * for an error (@msg, @size bytes). A GET's inline value is copied into
  * op->buf, a raw answer into op->resp.
@@ -412,6 +508,10 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
     rdmx_kv_result_t res;
     size_t n;
 
+    if (r->status == RDMX_ERR_TOO_BIG) {
+        too_big_message(op, r->message, msg, size);
+        return r->status;
+    }
     if (r->status != RDMX_OK) {
         snprintf(msg, size, "%s", r->message);
         return r->status;
@@ -486,18 +586,31 @@ static rdmx_status_t op_call(kv_op_t *op)
 
     c->op = op;
     c->first = i == 0;
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_CB;
+    cp.cb = call_done;
+    cp.arg = c;
     if (op->msg->nbulk > 0) {
-        cp.field_mask = RDMX_CALL_FIELD_BULK;
+        cp.field_mask |= RDMX_CALL_PARAM_FIELD_BULK;
         cp.bulk = &op->msg->bulk;
         cp.nbulk = op->msg->nbulk;
     }
+    if (op->has_timeout) {
+        cp.field_mask |= RDMX_CALL_PARAM_FIELD_TIMEOUT;
+        cp.timeout_ms = op->timeout_ms;
+    }
     op->pending++;
     st = rdmx_call_nb(kv->ch[(op->server + i) % kv->n], op->method,
-                      op->msg->data, op->msg->len, &cp, call_done, c, NULL);
+                      op->msg->data, op->msg->len, &cp, NULL);
     if (st != RDMX_INPROGRESS) {
+        char msg[256];
+
         op->pending--;
         if (i == 0)
             op->first_status = st;
+        if (st == RDMX_ERR_TOO_BIG) {
+            too_big_message(op, rdmx_error_detail(), msg, sizeof(msg));
+            rdmx__error(st, "%s", msg);
+        }
         op_error(op, st, rdmx_error_detail(), 0, NULL);
     }
     return st;
@@ -569,22 +682,27 @@ static rdmx_status_t op_wait(kv_op_t *op)
 /* --- GET and PUT ---------------------------------------------------------- */
 
 rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
-                          void *buf, size_t capacity, rdmx_mr_t *mr,
+                          void *buf, size_t capacity,
+                          const rdmx_kv_op_params_t *params,
                           rdmx_kv_meta_t *meta_p)
 {
+    kv_args_t a;
     kv_msg_t m;
     kv_op_t op;
     rdmx_status_t st;
 
+    if ((st = kv_args(params, 0, "kv get", &a)) != RDMX_OK)
+        return st;
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
     if (buf == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv get: NULL buffer");
     msg_init(&m);
-    if ((st = get_msg(kv, &m, key, klen, buf, capacity, mr, "kv get")) !=
+    if ((st = get_msg(kv, &m, key, klen, buf, capacity, a.mr, "kv get")) !=
         RDMX_OK)
         return st;
     op_init(&op, kv, RDMX_KV_H_GET, &m, read_server(kv, key, klen), 1);
+    op_limit(&op, &a);
     op.buf = buf;
     op.capacity = capacity;
     st = op_wait(&op);
@@ -595,53 +713,57 @@ rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
 }
 
 rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             void *buf, size_t capacity, rdmx_mr_t *mr,
-                             rdmx_kv_cb_t cb, void *arg)
+                             void *buf, size_t capacity,
+                             const rdmx_kv_op_params_t *params)
 {
+    kv_args_t a;
     kv_msg_t m;
     kv_op_t *op;
     rdmx_status_t st;
 
+    if ((st = kv_args(params, 1, "kv get_nb", &a)) != RDMX_OK)
+        return st;
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
-    if (cb == NULL || (buf == NULL && capacity != 0))
+    if (buf == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv get_nb: NULL argument");
     msg_init(&m);
-    if ((st = get_msg(kv, &m, key, klen, buf, capacity, mr, "kv get_nb")) !=
-        RDMX_OK)
+    if ((st = get_msg(kv, &m, key, klen, buf, capacity, a.mr,
+                      "kv get_nb")) != RDMX_OK)
         return st;
     if ((op = malloc(sizeof(*op))) == NULL) {
         msg_free(&m);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv get_nb: out of memory");
     }
     op_init(op, kv, RDMX_KV_H_GET, &m, read_server(kv, key, klen), 1);
+    op_limit(op, &a);
     op->buf = buf;
     op->capacity = capacity;
-    op->cb = cb;
-    op->arg = arg;
+    op->cb = a.cb;
+    op->arg = a.arg;
     st = op_start(op);
     msg_free(&m);
     return st;
 }
 
 rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
-                          const void *value, size_t vlen, rdmx_mr_t *mr,
-                          const rdmx_kv_put_opts_t *opts, uint64_t *cas_p)
+                          const void *value, size_t vlen,
+                          const rdmx_kv_op_params_t *params, uint64_t *cas_p)
 {
     rdmx_kv_req_t r, later;
+    kv_args_t a;
     kv_msg_t m;
     kv_op_t op;
     rdmx_status_t st;
 
+    if ((st = kv_args(params, 0, "kv put", &a)) != RDMX_OK)
+        return st;
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
     if (value == NULL && vlen != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv put: NULL value");
-    if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
-        return rdmx__error(RDMX_ERR_INVALID, "kv put: mode %d",
-                           (int)opts->mode);
     msg_init(&m);
-    if ((st = put_msg(kv, &m, key, klen, value, vlen, mr, opts, &r,
+    if ((st = put_msg(kv, &m, key, klen, value, vlen, a.mr, &a, &r,
                       "kv put")) != RDMX_OK)
         return st;
     /* Every replica gets the write; the first error is reported. Each
@@ -649,6 +771,7 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
      * write (ADD, REPLACE, CAS), the others then store unconditionally. */
     op_init(&op, kv, RDMX_KV_H_PUT, &m, rdmx_kv_server_of(kv, key, klen),
             kv->replicas);
+    op_limit(&op, &a);
     if ((r.mode & RDMX_KV_MODE_MASK) != RDMX_KV_PUT_SET) {
         later = r;
         later.mode = (uint8_t)((r.mode & RDMX_KV_PUT_BULK) | RDMX_KV_PUT_SET);
@@ -662,29 +785,28 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
 }
 
 rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             const void *value, size_t vlen, rdmx_mr_t *mr,
-                             const rdmx_kv_put_opts_t *opts, rdmx_kv_cb_t cb,
-                             void *arg)
+                             const void *value, size_t vlen,
+                             const rdmx_kv_op_params_t *params)
 {
     rdmx_kv_req_t r;
+    kv_args_t a;
     kv_msg_t m;
     kv_op_t *op;
     rdmx_status_t st;
 
+    if ((st = kv_args(params, 1, "kv put_nb", &a)) != RDMX_OK)
+        return st;
     if ((st = check_key(klen, key)) != RDMX_OK)
         return st;
-    if (cb == NULL || (value == NULL && vlen != 0))
+    if (value == NULL && vlen != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv put_nb: NULL argument");
-    if (opts != NULL && (unsigned)opts->mode > RDMX_KV_PUT_CAS)
-        return rdmx__error(RDMX_ERR_INVALID, "kv put: mode %d",
-                           (int)opts->mode);
-    if (kv->replicas > 1 && opts != NULL && opts->mode != RDMX_KV_PUT_SET)
+    if (kv->replicas > 1 && a.mode != RDMX_KV_PUT_SET)
         return rdmx__error(RDMX_ERR_UNSUPPORTED,
                            "kv put_nb: a conditional write needs its first "
                            "copy's answer before the others; use rdmx_kv_put "
                            "with replicas > 1");
     msg_init(&m);
-    if ((st = put_msg(kv, &m, key, klen, value, vlen, mr, opts, &r,
+    if ((st = put_msg(kv, &m, key, klen, value, vlen, a.mr, &a, &r,
                       "kv put_nb")) != RDMX_OK)
         return st;
     if ((op = malloc(sizeof(*op))) == NULL) {
@@ -693,8 +815,9 @@ rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
     }
     op_init(op, kv, RDMX_KV_H_PUT, &m, rdmx_kv_server_of(kv, key, klen),
             kv->replicas);
-    op->cb = cb;
-    op->arg = arg;
+    op_limit(op, &a);
+    op->cb = a.cb;
+    op->arg = a.arg;
     st = op_start(op);
     msg_free(&m);
     return st;
@@ -930,12 +1053,14 @@ static rdmx_status_t mput_batch(rdmx_kv_t *kv, unsigned s,
     for (size_t k = 0; k < m; k++) {
         rdmx_kv_mput_t *it = &items[idx[k]];
         memset(&reqs[k], 0, sizeof(reqs[k]));
-        reqs[k].mode = (uint8_t)(first_copy ? it->opts.mode : RDMX_KV_PUT_SET);
+        reqs[k].mode = (uint8_t)(first_copy ? it->mode : RDMX_KV_PUT_SET);
         reqs[k].klen = (uint16_t)it->klen;
         reqs[k].key = it->key;
-        reqs[k].flags = it->opts.flags;
-        reqs[k].ttl_ms = it->opts.ttl_ms;
-        reqs[k].cas = it->opts.cas;
+        reqs[k].flags = it->flags;
+        reqs[k].ttl_ms = it->ttl_ms;
+        /* (later copies store unconditionally; it->cas holds the first
+         * copy's new version by then) */
+        reqs[k].cas = first_copy ? it->cas : 0;
         reqs[k].vlen = it->vlen;
         reqs[k].value = it->value;
         inl[k] = it->vlen;
@@ -989,7 +1114,7 @@ rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items, size_t n)
         srv[i] = rdmx_kv_server_of(kv, it->key, it->klen);
         if (check_key(it->klen, it->key) != RDMX_OK ||
             (it->value == NULL && it->vlen != 0) ||
-            (unsigned)it->opts.mode > RDMX_KV_PUT_CAS) {
+            (unsigned)it->mode > RDMX_KV_PUT_CAS) {
             it->status = RDMX_ERR_INVALID;
             srv[i] = UINT32_MAX;
         }
@@ -1113,14 +1238,25 @@ rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,
 /* --- lambda --------------------------------------------------------------- */
 
 rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
-                           const char *const *keys, unsigned nkeys,
-                           const char *const *args, unsigned nargs, void *out,
+                           const rdmx_kv_eval_params_t *params, void *out,
                            size_t capacity, size_t *out_len_p)
 {
+    uint64_t f = params != NULL ? params->field_mask : 0;
+    const char *const *keys =
+        (f & RDMX_KV_EVAL_PARAM_FIELD_KEYS) ? params->keys : NULL;
+    unsigned nkeys = (f & RDMX_KV_EVAL_PARAM_FIELD_KEYS) ? params->nkeys : 0;
+    const char *const *args =
+        (f & RDMX_KV_EVAL_PARAM_FIELD_ARGS) ? params->args : NULL;
+    unsigned nargs = (f & RDMX_KV_EVAL_PARAM_FIELD_ARGS) ? params->nargs : 0;
     const char *all[RDMX_LAMBDA_ARGS_MAX];
+    rdmx_call_params_t cp = {0};
     unsigned s = 0, i;
     rdmx_status_t st;
 
+    if (f & RDMX_KV_EVAL_PARAM_FIELD_TIMEOUT) {
+        cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
+        cp.timeout_ms = params->timeout_ms;
+    }
     if (kv == NULL || (source == NULL && length > 0) ||
         (nkeys > 0 && keys == NULL) || (nargs > 0 && args == NULL))
         return rdmx__error(RDMX_ERR_INVALID, "kv eval: NULL argument");
@@ -1146,5 +1282,6 @@ rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
     for (i = 0; i < nargs; i++)
         all[nkeys + i] = args[i];
     return rdmx__lambda_eval(kv->ch[s], source, length, NULL, 0, all,
-                             nkeys + nargs, nkeys, out, capacity, out_len_p);
+                             nkeys + nargs, nkeys, &cp, out, capacity,
+                             out_len_p);
 }

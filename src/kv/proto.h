@@ -68,6 +68,11 @@ rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
  * DELETE: cas (0 = any). TOUCH: ttl_ms. INCR: mode RDMX_KV_INCR_DECR
  *         decrements, cas = delta. EXISTS: key only. */
 #define RDMX_KV_REQ_SIZE   32
+/* A KV server's RPC message limit is its max_value plus this: room for a
+ * request's header and the longest key the protocol carries (klen is 16
+ * bits), so that a PUT of max_value bytes always fits, and a client can
+ * tell the server's max_value from its message limit. */
+#define RDMX_KV_MESSAGE_SLACK (64u * 1024 + 4096)
 #define RDMX_KV_MODE_MASK  0x7fu /* the mode proper (PUT: rdmx_kv_mode_t) */
 #define RDMX_KV_PUT_BULK   0x80u /* PUT: the value is not inline */
 #define RDMX_KV_GET_BUF    0x01u /* GET: the caller lent a buffer */

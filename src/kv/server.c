@@ -164,7 +164,11 @@ static void get_done(rdmx_status_t st, size_t length, void *arg)
     if (st == RDMX_OK && !x->flushed) {
         /* the value must be at the caller before the answer */
         x->flushed = 1;
-        st = rdmx_ep_flush_nb(rdmx_rpc_req_ep(x->req), get_done, x);
+        st = rdmx_ep_flush_nb(
+            rdmx_rpc_req_ep(x->req),
+            &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB,
+                                .cb = get_done,
+                                .arg = x});
         if (st == RDMX_INPROGRESS)
             return;
     }
@@ -247,8 +251,13 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
     x->req = req;
     x->item = it;
     __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
-    st = rdmx_put_nb(rdmx_rpc_req_ep(req), rdmx__kv_item_value(s->store, it),
-                     len, s->mr, rmem, 0, get_done, x);
+    st = rdmx_put_nb(rdmx_rpc_req_ep(req), rmem, 0,
+                     rdmx__kv_item_value(s->store, it), len,
+                     &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
+                                                       RDMX_OP_PARAM_FIELD_MR,
+                                         .cb = get_done,
+                                         .arg = x,
+                                         .mr = s->mr});
     if (st != RDMX_INPROGRESS)
         get_done(st, len, x);
 }
@@ -349,8 +358,13 @@ static void h_put(rdmx_rpc_req_t *req, void *arg)
     x->item = it;
     x->r = r;
     __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
-    st = rdmx_get_nb(rdmx_rpc_req_ep(req), rdmx__kv_item_value(s->store, it),
-                     (size_t)r.vlen, s->mr, rmem, 0, put_done, x);
+    st = rdmx_get_nb(rdmx_rpc_req_ep(req), rmem, 0,
+                     rdmx__kv_item_value(s->store, it), (size_t)r.vlen,
+                     &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
+                                                       RDMX_OP_PARAM_FIELD_MR,
+                                         .cb = put_done,
+                                         .arg = x,
+                                         .mr = s->mr});
     if (st != RDMX_INPROGRESS)
         put_done(st, (size_t)r.vlen, x);
 }
@@ -774,16 +788,16 @@ rdmx_status_t rdmx__kv_server_create(const rdmx_kv_server_config_t *cfg,
     stp.max_key = cfg->max_key;
     stp.max_value = cfg->max_value;
     stp.eviction = cfg->eviction;
-    sp.field_mask = RDMX_RPC_SERVER_FIELD_ADDRESS |
-                    RDMX_RPC_SERVER_FIELD_WORKERS |
-                    RDMX_RPC_SERVER_FIELD_MAX_MESSAGE |
-                    RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS;
+    sp.field_mask = RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
+                    RDMX_RPC_SERVER_PARAM_FIELD_WORKERS |
+                    RDMX_RPC_SERVER_PARAM_FIELD_MAX_MESSAGE |
+                    RDMX_RPC_SERVER_PARAM_FIELD_MAX_CONNECTIONS;
     sp.address = cfg->listen;
     sp.workers = cfg->workers;
     sp.max_connections = cfg->max_connections;
-    sp.max_message = cfg->max_value + cfg->max_key + 4096;
+    sp.max_message = cfg->max_value + RDMX_KV_MESSAGE_SLACK;
     if (cfg->auth_secret != NULL && cfg->auth_secret_len > 0) {
-        sp.field_mask |= RDMX_RPC_SERVER_FIELD_AUTH_SECRET;
+        sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_AUTH_SECRET;
         sp.auth_secret = cfg->auth_secret;
         sp.auth_secret_len = cfg->auth_secret_len;
     }

@@ -366,28 +366,28 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
     rdmx_lambda_params_t p = {0};
     rdmx_lambda_engine_t *e;
     uint64_t m = params != NULL ? params->field_mask : 0;
-    unsigned time_ms = RDMX__LAMBDA_DEF_TIME_MS;
+    int time_ms = RDMX__LAMBDA_DEF_TIME_MS;
     rdmx_status_t st;
 
     if (engine_p == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "lambda: NULL engine_p");
     *engine_p = NULL;
-    p.max_instructions = (m & RDMX_LAMBDA_FIELD_MAX_INSTRUCTIONS)
+    p.max_instructions = (m & RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS)
                              ? params->max_instructions
                              : RDMX__LAMBDA_DEF_INSTRUCTIONS;
-    p.max_memory = (m & RDMX_LAMBDA_FIELD_MAX_MEMORY) ? params->max_memory
+    p.max_memory = (m & RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY) ? params->max_memory
                                                       : RDMX__LAMBDA_DEF_MEMORY;
-    p.max_source = (m & RDMX_LAMBDA_FIELD_MAX_SOURCE) ? params->max_source
+    p.max_source = (m & RDMX_LAMBDA_PARAM_FIELD_MAX_SOURCE) ? params->max_source
                                                       : RDMX__LAMBDA_DEF_SOURCE;
-    p.max_output = (m & RDMX_LAMBDA_FIELD_MAX_OUTPUT) ? params->max_output
+    p.max_output = (m & RDMX_LAMBDA_PARAM_FIELD_MAX_OUTPUT) ? params->max_output
                                                       : RDMX__LAMBDA_DEF_OUTPUT;
-    p.cache_entries = (m & RDMX_LAMBDA_FIELD_CACHE_ENTRIES)
+    p.cache_entries = (m & RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES)
                           ? params->cache_entries
                           : RDMX__LAMBDA_DEF_CACHE;
-    p.cache_bytes = (m & RDMX_LAMBDA_FIELD_CACHE_BYTES)
+    p.cache_bytes = (m & RDMX_LAMBDA_PARAM_FIELD_CACHE_BYTES)
                         ? params->cache_bytes
                         : RDMX__LAMBDA_DEF_CACHE_BYTES;
-    if (m & RDMX_LAMBDA_FIELD_MAX_TIME)
+    if (m & RDMX_LAMBDA_PARAM_FIELD_MAX_TIME)
         time_ms = params->max_time_ms;
     if (p.max_instructions < RDMX__LAMBDA_MIN_INSTRUCTIONS)
         return rdmx__error(RDMX_ERR_INVALID,
@@ -411,7 +411,10 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
     e->max_output = p.max_output;
     e->cache_entries = p.cache_entries;
     e->cache_bytes = p.cache_bytes;
-    e->max_time_ns = (uint64_t)time_ms * 1000000ull;
+    /* (0 ns: no limit; a limit of 0 ms stops every call at once) */
+    e->max_time_ns = time_ms < 0    ? 0
+                     : time_ms == 0 ? 1
+                                    : (uint64_t)time_ms * 1000000ull;
     pthread_mutex_init(&e->lock, NULL);
     if (e->cache_entries > 0) {
         size_t nb = 16;
@@ -424,7 +427,7 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
         }
         e->nbuckets = nb;
     }
-    if ((m & RDMX_LAMBDA_FIELD_PLUGIN_DIR) && params->plugin_dir != NULL &&
+    if ((m & RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR) && params->plugin_dir != NULL &&
         params->plugin_dir[0] != '\0') {
         st = load_plugins(e, params->plugin_dir);
         if (st != RDMX_OK) {
@@ -536,19 +539,37 @@ static rdmx_status_t finish(rdmx_lambda_engine_t *e, rdmx_status_t st,
 
 static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
                          size_t len, int binary, int want_dump,
-                         const rdmx_lambda_call_t *call,
+                         const rdmx_lambda_call_params_t *call,
                          rdmx_lambda_result_t *res)
 {
-    static const rdmx_lambda_call_t none;
+    rdmx_lambda_call_params_t c = {0};
+    uint64_t m = call != NULL ? call->field_mask : 0;
     rdmx__lambda_run_t r;
     rdmx_status_t st;
+
+    /* Only the members the mask names; the sandbox reads them all. */
+    c.field_mask = m;
+    if (m & RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT) {
+        c.input = call->input;
+        c.input_len = call->input_len;
+    }
+    if (m & RDMX_LAMBDA_CALL_PARAM_FIELD_ARGS) {
+        c.args = call->args;
+        c.nargs = call->nargs;
+    }
+    if (m & RDMX_LAMBDA_CALL_PARAM_FIELD_NKEYS)
+        c.nkeys = call->nkeys;
+    if (m & RDMX_LAMBDA_CALL_PARAM_FIELD_DEADLINE)
+        c.deadline_ns = call->deadline_ns;
+    if (m & RDMX_LAMBDA_CALL_PARAM_FIELD_ENV)
+        c.env = call->env;
 
     memset(&r, 0, sizeof(r));
     r.max_units = e->max_units;
     r.max_memory = e->max_memory;
     r.max_output = e->max_output;
     r.max_time_ns = e->max_time_ns;
-    r.call = call != NULL ? call : &none;
+    r.call = &c;
     r.code = code;
     r.code_len = len;
     r.binary = binary;
@@ -585,7 +606,7 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
 
 rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
                                       const char *source, size_t length,
-                                      const rdmx_lambda_call_t *call,
+                                      const rdmx_lambda_call_params_t *call,
                                       rdmx_lambda_result_t *result)
 {
     rdmx_lambda_engine_t *e = engine;
@@ -621,7 +642,7 @@ rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
 
 rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
                                       const uint8_t id[RDMX_LAMBDA_ID_LEN],
-                                      const rdmx_lambda_call_t *call,
+                                      const rdmx_lambda_call_params_t *call,
                                       rdmx_lambda_result_t *result)
 {
     rdmx_lambda_engine_t *e = engine;

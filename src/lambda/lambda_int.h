@@ -49,7 +49,7 @@ typedef struct rdmx__lambda_run {
     size_t max_memory;
     size_t max_output;
     uint64_t max_time_ns;          /* 0: none */
-    const rdmx_lambda_call_t *call;
+    const rdmx_lambda_call_params_t *call;
     const char *code;              /* source text or the engine's bytecode */
     size_t code_len;
     int binary;                    /* code is the engine's own lua_dump */
@@ -139,11 +139,13 @@ rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
                                   const char *const *args, unsigned nargs,
                                   unsigned nkeys, void **buf_p, size_t *len_p);
 
-/* rdmx_lambda_eval with the first @p nkeys of @p args marked as keys. */
+/* rdmx_lambda_eval with the first @p nkeys of @p args marked as keys, and
+ * the calls' params @p cparams (NULL: the channel's defaults). */
 rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
                                 size_t length, const void *input,
                                 size_t input_len, const char *const *args,
-                                unsigned nargs, unsigned nkeys, void *out,
+                                unsigned nargs, unsigned nkeys,
+                                const rdmx_call_params_t *cparams, void *out,
                                 size_t capacity, size_t *out_len_p);
 
 /* Serve a decoded request with @p engine (what a handler does, without

@@ -218,7 +218,12 @@ rdmx_status_t rdmx__lambda_serve(rdmx_lambda_engine_t *engine,
                                  const rdmx_lambda_env_t *env,
                                  rdmx_lambda_result_t *result)
 {
-    rdmx_lambda_call_t call = {
+    rdmx_lambda_call_params_t call = {
+        .field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT |
+                      RDMX_LAMBDA_CALL_PARAM_FIELD_ARGS |
+                      RDMX_LAMBDA_CALL_PARAM_FIELD_NKEYS |
+                      RDMX_LAMBDA_CALL_PARAM_FIELD_DEADLINE |
+                      RDMX_LAMBDA_CALL_PARAM_FIELD_ENV,
         .input = req->input,
         .input_len = req->input_len,
         .args = req->args,
@@ -306,7 +311,8 @@ rdmx_status_t rdmx_lambda_register_handlers(rdmx_rpc_server_t *server,
 rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
                                 size_t length, const void *input,
                                 size_t input_len, const char *const *args,
-                                unsigned nargs, unsigned nkeys, void *out,
+                                unsigned nargs, unsigned nkeys,
+                                const rdmx_call_params_t *cparams, void *out,
                                 size_t capacity, size_t *out_len_p)
 {
     uint8_t id[RDMX_LAMBDA_ID_LEN];
@@ -322,7 +328,7 @@ rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
                              input_len, args, nargs, nkeys, &buf, &len);
     if (st != RDMX_OK)
         return st;
-    st = rdmx_call(channel, "lambda.call", buf, len, NULL, out, capacity,
+    st = rdmx_call(channel, "lambda.call", buf, len, out, capacity, cparams,
                    out_len_p);
     free(buf);
     if (st != RDMX_ERR_NOT_FOUND)
@@ -333,20 +339,31 @@ rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
                              &len);
     if (st != RDMX_OK)
         return st;
-    st = rdmx_call(channel, "lambda.eval", buf, len, NULL, out, capacity,
+    st = rdmx_call(channel, "lambda.eval", buf, len, out, capacity, cparams,
                    out_len_p);
     free(buf);
     return st;
 }
 
 rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel, const char *source,
-                               size_t length, const void *input,
-                               size_t input_len, const char *const *args,
-                               unsigned nargs, void *out, size_t capacity,
-                               size_t *out_len_p)
+                               size_t length,
+                               const rdmx_lambda_eval_params_t *params,
+                               void *out, size_t capacity, size_t *out_len_p)
 {
-    return rdmx__lambda_eval(channel, source, length, input, input_len, args,
-                             nargs, 0, out, capacity, out_len_p);
+    uint64_t m = params != NULL ? params->field_mask : 0;
+    rdmx_call_params_t cp = {0};
+
+    if (m & RDMX_LAMBDA_EVAL_PARAM_FIELD_TIMEOUT) {
+        cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
+        cp.timeout_ms = params->timeout_ms;
+    }
+    return rdmx__lambda_eval(
+        channel, source, length,
+        (m & RDMX_LAMBDA_EVAL_PARAM_FIELD_INPUT) ? params->input : NULL,
+        (m & RDMX_LAMBDA_EVAL_PARAM_FIELD_INPUT) ? params->input_len : 0,
+        (m & RDMX_LAMBDA_EVAL_PARAM_FIELD_ARGS) ? params->args : NULL,
+        (m & RDMX_LAMBDA_EVAL_PARAM_FIELD_ARGS) ? params->nargs : 0, 0, &cp,
+        out, capacity, out_len_p);
 }
 
 rdmx_status_t rdmx_lambda_native(rdmx_channel_t *channel, const char *name,
@@ -364,7 +381,7 @@ rdmx_status_t rdmx_lambda_native(rdmx_channel_t *channel, const char *name,
                              input_len, NULL, 0, 0, &buf, &len);
     if (st != RDMX_OK)
         return st;
-    st = rdmx_call(channel, "lambda.native", buf, len, NULL, out, capacity,
+    st = rdmx_call(channel, "lambda.native", buf, len, out, capacity, NULL,
                    out_len_p);
     free(buf);
     return st;

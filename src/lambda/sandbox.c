@@ -765,7 +765,7 @@ static void out_append(lua_State *L, rdmx__lambda_run_t *r, const char *s,
 static int pmain(lua_State *L)
 {
     rdmx__lambda_run_t *r = lua_touserdata(L, 1);
-    const rdmx_lambda_call_t *c = r->call;
+    const rdmx_lambda_call_params_t *c = r->call;
     char msg[128];
     int base, nres, st;
     unsigned i, nkeys;
@@ -890,7 +890,7 @@ static rdmx_status_t limit_status(int limit)
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r)
 {
     uint64_t t0 = rdmx_now_ns();
-    const rdmx_lambda_call_t *c = r->call;
+    const rdmx_lambda_call_params_t *c = r->call;
     rdmx_status_t status = RDMX_OK;
     lua_State *L;
     int st;

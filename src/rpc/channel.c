@@ -567,7 +567,9 @@ static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
     h.aux = RDMX_RPC_HELLO_SIZE;
     ch->handshaking = 1;
     ch->handshake_deadline =
-        rdmx_now_ns() + (uint64_t)ch->connect_timeout_ms * 1000000;
+        ch->connect_timeout_ms < 0
+            ? UINT64_MAX
+            : rdmx_now_ns() + (uint64_t)ch->connect_timeout_ms * 1000000;
     arm(ch, ch->handshake_deadline);
     if (rdmx__rpc_send(ep, &h, hello, sizeof(hello)) != RDMX_OK)
         conn_lost(ch, RDMX_ERR_CONN_RESET, "HELLO could not be sent", 0);
@@ -578,18 +580,21 @@ static void start_connect(rdmx_channel_t *ch)
     rdmx_ep_params_t ep = {
         .field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB |
                       RDMX_EP_PARAM_FIELD_USER_DATA |
-                      RDMX_EP_PARAM_FIELD_AUTH_SECRET,
+                      RDMX_EP_PARAM_FIELD_AUTH_SECRET |
+                      RDMX_EP_PARAM_FIELD_CONNECT_CB |
+                      RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT,
         .error_cb = ch_ep_error,
         .user_data = ch,
         .auth_secret = ch->secret,
         .auth_secret_len = ch->secret_len,
+        .connect_cb = ch_connected,
+        .connect_timeout_ms = ch->connect_timeout_ms,
     };
     rdmx_status_t st;
 
     ch->reconnect_at = UINT64_MAX;
     set_state(ch, RDMX_CHANNEL_CONNECTING, RDMX_OK);
-    st = rdmx_connect_nb(ch->w, ch->address, &ep, ch->connect_timeout_ms,
-                         ch_connected, ch, &ch->ep);
+    st = rdmx_connect_nb(ch->w, ch->address, &ep, &ch->ep);
     if (st != RDMX_OK && st != RDMX_INPROGRESS) {
         char msg[400];
         snprintf(msg, sizeof(msg), "connect to %s: %s", ch->address,
@@ -959,27 +964,32 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     ch->link.role = RDMX_RPC_LINK_CHANNEL;
     ch->w = w;
     snprintf(ch->address, sizeof(ch->address), "%s", address);
-    ch->timeout_ms = (f & RDMX_CHANNEL_FIELD_TIMEOUT) ? p->timeout_ms : 5000;
-    ch->connect_timeout_ms =
-        OPT(RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT, connect_timeout_ms, 2000);
-    ch->hb_ms = (f & RDMX_CHANNEL_FIELD_HEARTBEAT) ? p->heartbeat_ms : 250;
-    ch->hb_timeout_ms =
-        OPT(RDMX_CHANNEL_FIELD_HEARTBEAT, heartbeat_timeout_ms, 1000);
+    ch->timeout_ms = (f & RDMX_CHANNEL_PARAM_FIELD_TIMEOUT) ? p->timeout_ms : 5000;
+    ch->connect_timeout_ms = (f & RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT)
+                                 ? p->connect_timeout_ms
+                                 : 2000;
+    ch->hb_ms = (f & RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT) ? p->heartbeat_ms : 250;
+    ch->hb_timeout_ms = OPT(RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT,
+                            heartbeat_timeout_ms, 1000);
     if (ch->hb_timeout_ms < ch->hb_ms)
         ch->hb_timeout_ms = 2 * ch->hb_ms;
-    ch->wait_for_ready = (f & RDMX_CHANNEL_FIELD_WAIT_FOR_READY) &&
+    ch->wait_for_ready = (f & RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY) &&
                          p->wait_for_ready;
-    ch->backoff_min_ms = OPT(RDMX_CHANNEL_FIELD_BACKOFF, backoff_min_ms, 50);
-    ch->backoff_max_ms = OPT(RDMX_CHANNEL_FIELD_BACKOFF, backoff_max_ms, 2000);
+    ch->backoff_min_ms =
+        OPT(RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN, backoff_min_ms, 50);
+    ch->backoff_max_ms =
+        OPT(RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX, backoff_max_ms, 2000);
     if (ch->backoff_max_ms < ch->backoff_min_ms)
         ch->backoff_max_ms = ch->backoff_min_ms;
-    ch->retries = (f & RDMX_CHANNEL_FIELD_RETRIES) ? p->retries : 3;
+    ch->retries = (f & RDMX_CHANNEL_PARAM_FIELD_RETRIES) ? p->retries : 3;
     ch->breaker_threshold =
-        (f & RDMX_CHANNEL_FIELD_BREAKER) ? p->breaker_threshold : 0;
-    ch->breaker_open_ms = OPT(RDMX_CHANNEL_FIELD_BREAKER, breaker_open_ms, 1000);
-    ch->credits_opt = (f & RDMX_CHANNEL_FIELD_CREDITS) ? p->credits : 0;
-    ch->queue_max = (f & RDMX_CHANNEL_FIELD_QUEUE) ? p->queue : 4096;
-    if ((f & RDMX_CHANNEL_FIELD_AUTH_SECRET) && p->auth_secret != NULL &&
+        (f & RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD) ? p->breaker_threshold
+                                                         : 0;
+    ch->breaker_open_ms =
+        OPT(RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN, breaker_open_ms, 1000);
+    ch->credits_opt = (f & RDMX_CHANNEL_PARAM_FIELD_CREDITS) ? p->credits : 0;
+    ch->queue_max = (f & RDMX_CHANNEL_PARAM_FIELD_QUEUE) ? p->queue : 4096;
+    if ((f & RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET) && p->auth_secret != NULL &&
         p->auth_secret_len > 0) {
         ch->secret = malloc(p->auth_secret_len);
         if (ch->secret == NULL) {
@@ -990,15 +1000,19 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
         memcpy(ch->secret, p->auth_secret, p->auth_secret_len);
         ch->secret_len = p->auth_secret_len;
     }
-    if (f & RDMX_CHANNEL_FIELD_STATE_CB) {
+    if (f & RDMX_CHANNEL_PARAM_FIELD_STATE_CB) {
         ch->state_cb = p->state_cb;
         ch->state_arg = p->state_arg;
     }
-    if (ch->timeout_ms < 0 || ch->hb_ms < 0) {
+    if (ch->hb_ms < 0) {
+        int hb_ms = ch->hb_ms;
         free(ch->secret);
         rdmx_ptrmap_cleanup(&ch->calls);
         free(ch);
-        return rdmx__error(RDMX_ERR_INVALID, "channel: negative timeout");
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "channel: negative heartbeat_ms %d (0 turns "
+                           "heartbeats off)",
+                           hb_ms);
     }
     ch->credits = 1;
     ch->max_message = 64ull << 20;
@@ -1076,6 +1090,11 @@ rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *ch)
     return ch->breaker;
 }
 
+uint64_t rdmx__channel_max_message(const rdmx_channel_t *ch)
+{
+    return ch->state == RDMX_CHANNEL_READY ? ch->max_message : 0;
+}
+
 rdmx_ep_t *rdmx_channel_ep(const rdmx_channel_t *ch)
 {
     return ch->state == RDMX_CHANNEL_READY ? ch->ep : NULL;
@@ -1083,7 +1102,9 @@ rdmx_ep_t *rdmx_channel_ep(const rdmx_channel_t *ch)
 
 rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
 {
-    uint64_t deadline = rdmx_now_ns() + (uint64_t)timeout_ms * 1000000;
+    uint64_t deadline =
+        timeout_ms < 0 ? UINT64_MAX
+                       : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000;
 
     for (;;) {
         if (ch->state == RDMX_CHANNEL_READY)
@@ -1134,9 +1155,9 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
                         const rdmx_call_params_t *p, rdmx_status_t *st_p)
 {
     uint64_t f = p ? p->field_mask : 0;
-    unsigned nbulk = (f & RDMX_CALL_FIELD_BULK) ? p->nbulk : 0;
+    unsigned nbulk = (f & RDMX_CALL_PARAM_FIELD_BULK) ? p->nbulk : 0;
     size_t dsize[RDMX_RPC_BULK_MAX], aux = 0, name_len;
-    int timeout = (f & RDMX_CALL_FIELD_TIMEOUT) ? p->timeout_ms
+    int timeout = (f & RDMX_CALL_PARAM_FIELD_TIMEOUT) ? p->timeout_ms
                                                  : ch->timeout_ms;
     call_t *c;
 
@@ -1162,11 +1183,6 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
         *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': %u bulk "
                                               "descriptors, at most %d",
                             method, nbulk, RDMX_RPC_BULK_MAX);
-        return NULL;
-    }
-    if (timeout < 0) {
-        *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': negative timeout",
-                            method);
         return NULL;
     }
     for (unsigned i = 0; i < nbulk; i++) {
@@ -1233,11 +1249,11 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
     c->len = (uint32_t)length;
     c->method = rdmx_rpc_id(method);
     c->midx = method_index(ch, c->method, method);
-    c->flags = (f & RDMX_CALL_FIELD_FLAGS) && (p->flags & RDMX_RPC_IDEMPOTENT)
+    c->flags = (f & RDMX_CALL_PARAM_FIELD_FLAGS) && (p->flags & RDMX_RPC_IDEMPOTENT)
                    ? RDMX_RPC_F_IDEMPOTENT
                    : 0;
     c->start_ns = rdmx_now_ns();
-    if (timeout > 0)
+    if (timeout >= 0) /* (negative: none) */
         c->deadline_ns = c->start_ns + (uint64_t)timeout * 1000000;
     c->ch = ch;
     c->state = CALL_QUEUED;
@@ -1273,10 +1289,31 @@ static rdmx_status_t breaker_admit(rdmx_channel_t *ch, call_t *c)
     return RDMX_OK;
 }
 
+static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
+                                const void *data, size_t length,
+                                const rdmx_call_params_t *params,
+                                rdmx_call_cb_t cb, void *arg,
+                                uint64_t *call_id_p);
+
 rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
                            const void *data, size_t length,
-                           const rdmx_call_params_t *params, rdmx_call_cb_t cb,
-                           void *arg, uint64_t *call_id_p)
+                           const rdmx_call_params_t *params,
+                           uint64_t *call_id_p)
+{
+    if (params == NULL || !(params->field_mask & RDMX_CALL_PARAM_FIELD_CB) ||
+        params->cb == NULL)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "call_nb: params->cb is required (set "
+                           "RDMX_CALL_PARAM_FIELD_CB)");
+    return call_start(ch, method, data, length, params, params->cb,
+                      params->arg, call_id_p);
+}
+
+static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
+                                const void *data, size_t length,
+                                const rdmx_call_params_t *params,
+                                rdmx_call_cb_t cb, void *arg,
+                                uint64_t *call_id_p)
 {
     rdmx_status_t st = RDMX_OK;
     call_t *c;
@@ -1431,18 +1468,21 @@ static void waiter_cb(const rdmx_call_result_t *r, void *arg)
 }
 
 rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
-                        const void *data, size_t length,
-                        const rdmx_call_params_t *params, void *resp,
-                        size_t capacity, size_t *resp_len_p)
+                        const void *data, size_t length, void *resp,
+                        size_t capacity, const rdmx_call_params_t *params,
+                        size_t *resp_len_p)
 {
     waiter_t wt = {0};
     rdmx_status_t st;
 
     if (resp == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "call: NULL response buffer");
+    if (params != NULL && (params->field_mask & RDMX_CALL_PARAM_FIELD_CB))
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "call: params->cb is for rdmx_call_nb");
     wt.resp = resp;
     wt.capacity = capacity;
-    st = rdmx_call_nb(ch, method, data, length, params, waiter_cb, &wt, NULL);
+    st = call_start(ch, method, data, length, params, waiter_cb, &wt, NULL);
     if (st != RDMX_INPROGRESS)
         return st;
     rdmx__wait_until(ch->w, &wt.done);

@@ -80,6 +80,10 @@ void rdmx__server_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                          const rdmx_rpc_hdr_t *h, const char *why);
 void rdmx__channel_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                           const rdmx_rpc_hdr_t *h, const char *why);
+/* The largest request the channel's server takes (its max_message), or 0
+ * while the channel is not READY. */
+uint64_t rdmx__channel_max_message(const rdmx_channel_t *ch);
+
 /* A message on an endpoint the server accepted but has not set up yet. */
 rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep);
 

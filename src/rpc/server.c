@@ -1104,30 +1104,30 @@ rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *ctx,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "rpc server: out of memory");
     s->ctx = ctx;
     snprintf(s->address, sizeof(s->address), "%s",
-             (f & RDMX_RPC_SERVER_FIELD_ADDRESS) && p->address
+             (f & RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS) && p->address
                  ? p->address
                  : SRV_DEFAULT_ADDRESS);
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    s->nworkers = (f & RDMX_RPC_SERVER_FIELD_WORKERS) && p->workers
+    s->nworkers = (f & RDMX_RPC_SERVER_PARAM_FIELD_WORKERS) && p->workers
                       ? p->workers
                       : (unsigned)(ncpu > 0 ? ncpu : 1);
-    s->max_connections = (f & RDMX_RPC_SERVER_FIELD_MAX_CONNECTIONS) &&
+    s->max_connections = (f & RDMX_RPC_SERVER_PARAM_FIELD_MAX_CONNECTIONS) &&
                                  p->max_connections
                              ? p->max_connections
                              : SRV_DEFAULT_CONNS;
-    s->credits = (f & RDMX_RPC_SERVER_FIELD_CREDITS) && p->credits
+    s->credits = (f & RDMX_RPC_SERVER_PARAM_FIELD_CREDITS) && p->credits
                      ? p->credits
                      : SRV_DEFAULT_CREDITS;
-    s->max_message = (f & RDMX_RPC_SERVER_FIELD_MAX_MESSAGE) && p->max_message
+    s->max_message = (f & RDMX_RPC_SERVER_PARAM_FIELD_MAX_MESSAGE) && p->max_message
                          ? p->max_message
                          : SRV_DEFAULT_MAX_MSG;
     if (s->max_message > UINT32_MAX - 4096)
         s->max_message = UINT32_MAX - 4096;
-    s->max_inflight = (f & RDMX_RPC_SERVER_FIELD_MAX_INFLIGHT) &&
+    s->max_inflight = (f & RDMX_RPC_SERVER_PARAM_FIELD_MAX_INFLIGHT) &&
                               p->max_inflight
                           ? p->max_inflight
                           : SRV_DEFAULT_INFLIGHT;
-    s->poll = (f & RDMX_RPC_SERVER_FIELD_POLL) ? p->poll
+    s->poll = (f & RDMX_RPC_SERVER_PARAM_FIELD_POLL) ? p->poll
                                                 : RDMX_RPC_POLL_ADAPTIVE;
     if (s->nworkers > 1024 || s->poll > RDMX_RPC_POLL_SLEEP) {
         rdmx_status_t st = rdmx__error(RDMX_ERR_INVALID,
@@ -1136,7 +1136,7 @@ rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *ctx,
         free(s);
         return st;
     }
-    if ((f & RDMX_RPC_SERVER_FIELD_AUTH_SECRET) && p->auth_secret != NULL &&
+    if ((f & RDMX_RPC_SERVER_PARAM_FIELD_AUTH_SECRET) && p->auth_secret != NULL &&
         p->auth_secret_len > 0) {
         s->secret = malloc(p->auth_secret_len);
         if (s->secret == NULL) {

@@ -80,8 +80,8 @@ int perf_ctrl_post_recv(perf_t *p)
     int rc;
 
     START(rc, p, &p->ctrl_rx_ops, "post control receive",
-          rdmx_recv_nb(p->ep, p->ctrl_rx, sizeof(p->ctrl_rx), NULL, perf_ops_cb,
-                       &p->ctrl_rx_ops));
+          rdmx_recv_nb(p->ep, p->ctrl_rx, sizeof(p->ctrl_rx),
+                       &PERF_OP_CB(perf_ops_cb, &p->ctrl_rx_ops, NULL)));
     return rc;
 }
 
@@ -115,8 +115,8 @@ int perf_ctrl_send(perf_t *p, ctrl_t *c, const void *desc, const char *what)
         memcpy(p->ctrl_tx + CTRL_HDR, desc, c->desc_len);
     }
     START(rc, p, &p->ctrl_tx_ops, what,
-          rdmx_send_nb(p->ep, p->ctrl_tx, len, NULL, perf_ops_cb,
-                       &p->ctrl_tx_ops));
+          rdmx_send_nb(p->ep, p->ctrl_tx, len,
+                       &PERF_OP_CB(perf_ops_cb, &p->ctrl_tx_ops, NULL)));
     if (rc < 0) {
         return -1;
     }

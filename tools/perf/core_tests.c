@@ -106,7 +106,7 @@ static inline int post_recv(perf_t *p, ops_t *o, void *buf, size_t len,
 {
     int rc;
 
-    START(rc, p, o, what, rdmx_recv_nb(p->ep, buf, len, mr, perf_ops_cb, o));
+    START(rc, p, o, what, rdmx_recv_nb(p->ep, buf, len, &PERF_OP_CB(perf_ops_cb, o, mr)));
     return rc;
 }
 
@@ -115,7 +115,7 @@ static inline int post_send(perf_t *p, ops_t *o, const void *buf, size_t len,
 {
     int rc;
 
-    START(rc, p, o, what, rdmx_send_nb(p->ep, buf, len, mr, perf_ops_cb, o));
+    START(rc, p, o, what, rdmx_send_nb(p->ep, buf, len, &PERF_OP_CB(perf_ops_cb, o, mr)));
     return rc;
 }
 
@@ -124,8 +124,8 @@ static inline int post_put(perf_t *p, const char *what)
     int rc;
 
     START(rc, p, &p->rma, what,
-          rdmx_put_nb(p->ep, rdmx_mr_addr(p->smr), p->size, p->smr, p->peer, 0,
-                      perf_ops_cb, &p->rma));
+          rdmx_put_nb(p->ep, p->peer, 0, rdmx_mr_addr(p->smr), p->size,
+                      &PERF_OP_CB(perf_ops_cb, &p->rma, p->smr)));
     return rc;
 }
 
@@ -134,8 +134,8 @@ static inline int post_get(perf_t *p, const char *what)
     int rc;
 
     START(rc, p, &p->rma, what,
-          rdmx_get_nb(p->ep, rdmx_mr_addr(p->rmr), p->size, p->rmr, p->peer, 0,
-                      perf_ops_cb, &p->rma));
+          rdmx_get_nb(p->ep, p->peer, 0, rdmx_mr_addr(p->rmr), p->size,
+                      &PERF_OP_CB(perf_ops_cb, &p->rma, p->rmr)));
     return rc;
 }
 
@@ -144,8 +144,8 @@ static inline int post_fadd(perf_t *p, const char *what)
     int rc;
 
     START(rc, p, &p->rma, what,
-          rdmx_atomic_fadd_nb(p->ep, p->peer, 0, 1, &p->atomic_old, perf_ops_cb,
-                              &p->rma));
+          rdmx_atomic_fadd_nb(p->ep, p->peer, 0, 1, &p->atomic_old,
+                              &PERF_OP_CB(perf_ops_cb, &p->rma, NULL)));
     return rc;
 }
 
@@ -154,7 +154,7 @@ static inline int post_flush(perf_t *p, const char *what)
     int rc;
 
     START(rc, p, &p->flush, what,
-          rdmx_ep_flush_nb(p->ep, perf_ops_cb, &p->flush));
+          rdmx_ep_flush_nb(p->ep, &PERF_OP_CB(perf_ops_cb, &p->flush, NULL)));
     return rc;
 }
 
@@ -376,7 +376,7 @@ static int client_send_bw_phase(perf_t *p, uint64_t count, uint64_t window,
 
         START(rc, p, &p->ack_rx, ack,
               rdmx_recv_nb(p->ep, &p->ack_buf[k % ACK_RING],
-                           sizeof(p->ack_buf[0]), NULL, ack_cb, p));
+                           sizeof(p->ack_buf[0]), &PERF_OP_CB(ack_cb, p, NULL)));
         if (rc < 0) {
             return -1;
         }

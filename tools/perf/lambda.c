@@ -18,7 +18,7 @@ void perf_lambda_nocache(rdmx_rpc_req_t *req, void *arg)
     rdmx_lambda_engine_t *nocache = arg;
     size_t len;
     const unsigned char *b = rdmx_rpc_req_data(req, &len);
-    rdmx_lambda_call_t call = {0};
+    rdmx_lambda_call_params_t call = {0};
     rdmx_lambda_result_t res;
     uint32_t slen, ilen;
     rdmx_status_t st;
@@ -36,6 +36,8 @@ void perf_lambda_nocache(rdmx_rpc_req_t *req, void *arg)
                                "perf.lambda_nocache: lengths do not add up");
         return;
     }
+    call.field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT |
+                      RDMX_LAMBDA_CALL_PARAM_FIELD_DEADLINE;
     call.input = b + 12 + slen;
     call.input_len = ilen;
     call.deadline_ns = rdmx_rpc_req_deadline(req);
@@ -122,8 +124,8 @@ int perf_lambda_setup(rpc_thread_t *t)
         size_t got = 0;
 
         st = rdmx_call(t->ch, "lambda.eval", t->lreq[LK_SOURCE],
-                       t->lreq_len[LK_SOURCE], NULL, t->resp,
-                       size + LAMBDA_OUT_MAX, &got);
+                       t->lreq_len[LK_SOURCE], t->resp,
+                       size + LAMBDA_OUT_MAX, NULL, &got);
         if (st != RDMX_OK) {
             perf_rpc_thread_fail(t, "lambda.eval", st, rdmx_error_detail());
             return -1;
@@ -159,7 +161,7 @@ int perf_lambda_phase(rpc_thread_t *t, uint64_t count, bool measure)
                 size_t got = 0;
                 rdmx_status_t st =
                     rdmx_call(t->ch, method[k], t->lreq[k], t->lreq_len[k],
-                              NULL, t->resp, run->size + LAMBDA_OUT_MAX, &got);
+                              t->resp, run->size + LAMBDA_OUT_MAX, NULL, &got);
 
                 if (st != RDMX_OK) {
                     perf_rpc_thread_fail(t, method[k], st, rdmx_error_detail());

@@ -138,8 +138,9 @@ static int run_client(perf_t *p, const opts_t *o)
         }
         return 0;
     }
-    st = rdmx_connect(p->worker, o->address, &ep_params, CONNECT_TIMEOUT,
-                      &p->ep);
+    ep_params.field_mask |= RDMX_EP_PARAM_FIELD_CONNECT_TIMEOUT;
+    ep_params.connect_timeout_ms = CONNECT_TIMEOUT;
+    st = rdmx_connect(p->worker, o->address, &ep_params, &p->ep);
     if (st != RDMX_OK) {
         perf_fail("connect", st); /* the detail names the address */
         if (p->ep) {

@@ -346,6 +346,15 @@ static inline int started(perf_t *p, rdmx_status_t st, ops_t *o,
     return perf_fail(what, st);
 }
 
+/* The parameters of a non-blocking operation: callback @p _cb with @p _arg,
+ * local region @p _mr (NULL: none). Use as &PERF_OP_CB(...). */
+#define PERF_OP_CB(_cb, _arg, _mr)                                             \
+    (rdmx_op_params_t)                                                         \
+    {                                                                          \
+        .field_mask = RDMX_OP_PARAM_FIELD_CB | RDMX_OP_PARAM_FIELD_MR,         \
+        .cb = (_cb), .arg = (_arg), .mr = (_mr)                                \
+    }
+
 /* Start @p _call, retrying on back-pressure; leaves 0 or -1 in @p _rc. */
 #define START(_rc, _p, _ops, _what, _call)                                     \
     do {                                                                       \

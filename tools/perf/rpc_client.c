@@ -74,7 +74,7 @@ static rdmx_status_t rpc_issue(rpc_thread_t *t)
 
     switch (run->test) {
     case TEST_RPC_RATE:
-        return rdmx_call_nb(t->ch, RPC_ECHO, t->req, run->size, NULL, rpc_cb, t,
+        return rdmx_call_nb(t->ch, RPC_ECHO, t->req, run->size, &t->params,
                             NULL);
     case TEST_RPC_BULK:
         if (t->validate) {
@@ -84,12 +84,11 @@ static rdmx_status_t rpc_issue(rpc_thread_t *t)
             memcpy(b, &t->token, 8);
             memcpy(b + run->size - 8, &t->token, 8);
         }
-        return rdmx_call_nb(t->ch, RPC_PULL, NULL, 0, &t->params, rpc_cb, t,
-                            NULL);
+        return rdmx_call_nb(t->ch, RPC_PULL, NULL, 0, &t->params, NULL);
     default: /* TEST_RPC_BULK_PUSH */
         t->token++;
         return rdmx_call_nb(t->ch, RPC_PUSH, &t->token, sizeof(t->token),
-                            &t->params, rpc_cb, t, NULL);
+                            &t->params, NULL);
     }
 }
 
@@ -146,8 +145,8 @@ static int rpc_phase_lat(rpc_thread_t *t, uint64_t count, bool measure)
     }
     for (uint64_t i = 0; i < count; i++) {
         size_t got = 0;
-        rdmx_status_t st = rdmx_call(t->ch, RPC_ECHO, t->req, run->size, NULL,
-                                     t->resp, run->size, &got);
+        rdmx_status_t st = rdmx_call(t->ch, RPC_ECHO, t->req, run->size,
+                                     t->resp, run->size, NULL, &got);
 
         if (st != RDMX_OK) {
             perf_rpc_thread_fail(t, "call", st, rdmx_error_detail());
@@ -195,10 +194,11 @@ static int rpc_thread_setup(rpc_thread_t *t)
     rpc_run_t *run = t->run;
     const size_t size = run->size;
     rdmx_channel_params_t cp = {
-        .field_mask =
-            RDMX_CHANNEL_FIELD_TIMEOUT | RDMX_CHANNEL_FIELD_CONNECT_TIMEOUT,
+        .field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                      RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT,
         /* a call may take as long as a test may */
-        .timeout_ms = run->o->timeout_s ? (int)run->o->timeout_s * 1000 : 0,
+        .timeout_ms = run->o->timeout_s ? (int)run->o->timeout_s * 1000
+                                        : RDMX_TIMEOUT_INFINITE,
         .connect_timeout_ms = CONNECT_TIMEOUT,
     };
     rdmx_status_t st;
@@ -208,11 +208,16 @@ static int rpc_thread_setup(rpc_thread_t *t)
          * answers nothing else meanwhile, heartbeats included: with the
          * default 1 s timeout a slow transfer makes the channel declare the
          * server dead. Keep the default ping interval, allow 30 s. */
-        cp.field_mask |= RDMX_CHANNEL_FIELD_HEARTBEAT;
+        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT |
+                         RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
         cp.heartbeat_ms = 250;
         cp.heartbeat_timeout_ms = 30000;
     }
 
+    /* every non-blocking call of this thread completes in rpc_cb */
+    t->params.field_mask = RDMX_CALL_PARAM_FIELD_CB;
+    t->params.cb = rpc_cb;
+    t->params.arg = t;
     st = rdmx_worker_create(run->ctx, NULL, &t->w);
     if (st != RDMX_OK) {
         perf_rpc_thread_fail(t, "create worker", st, rdmx_error_detail());
@@ -231,8 +236,8 @@ static int rpc_thread_setup(rpc_thread_t *t)
     if (t->index == 0) {
         size_t got = 0;
 
-        st = rdmx_call(t->ch, RPC_INFO, NULL, 0, NULL, run->server_info,
-                       sizeof(run->server_info) - 1, &got);
+        st = rdmx_call(t->ch, RPC_INFO, NULL, 0, run->server_info,
+                       sizeof(run->server_info) - 1, NULL, &got);
         if (st != RDMX_OK) {
             perf_rpc_thread_fail(t, "ask the server what it runs", st,
                                  rdmx_error_detail());
@@ -268,7 +273,7 @@ static int rpc_thread_setup(rpc_thread_t *t)
         t->bulk.length = size;
         t->bulk.access =
             run->test == TEST_RPC_BULK ? RDMX_ACCESS_READ : RDMX_ACCESS_WRITE;
-        t->params.field_mask = RDMX_CALL_FIELD_BULK;
+        t->params.field_mask |= RDMX_CALL_PARAM_FIELD_BULK;
         t->params.bulk = &t->bulk;
         t->params.nbulk = 1;
         t->validate = run->threads == 1 && run->window == 1 && size >= 8;

@@ -186,8 +186,8 @@ static void h_pull(rdmx_rpc_req_t *req, void *arg)
                                "no buffer of %zu bytes", len);
         return;
     }
-    st = rdmx_get_nb(rdmx_rpc_req_ep(req), bulk_addr(op), len, s->w[op->wi].mr,
-                     rm, 0, pull_done, op);
+    st = rdmx_get_nb(rdmx_rpc_req_ep(req), rm, 0, bulk_addr(op), len,
+                     &PERF_OP_CB(pull_done, op, s->w[op->wi].mr));
     if (st == RDMX_OK) {
         pull_done(RDMX_OK, len, op);
     } else if (st != RDMX_INPROGRESS) {
@@ -224,7 +224,8 @@ static void push_put_done(rdmx_status_t status, size_t length, void *arg)
         bulk_op_put(op);
         return;
     }
-    st = rdmx_ep_flush_nb(rdmx_rpc_req_ep(op->req), push_flushed, op);
+    st = rdmx_ep_flush_nb(rdmx_rpc_req_ep(op->req),
+                          &PERF_OP_CB(push_flushed, op, NULL));
     if (st == RDMX_OK) {
         push_flushed(RDMX_OK, 0, op);
     } else if (st != RDMX_INPROGRESS) {
@@ -258,8 +259,8 @@ static void h_push(rdmx_rpc_req_t *req, void *arg)
         memcpy(bulk_addr(op), token, 8);
         memcpy(bulk_addr(op) + len - 8, token, 8);
     }
-    st = rdmx_put_nb(rdmx_rpc_req_ep(req), bulk_addr(op), len, s->w[op->wi].mr,
-                     rm, 0, push_put_done, op);
+    st = rdmx_put_nb(rdmx_rpc_req_ep(req), rm, 0, bulk_addr(op), len,
+                     &PERF_OP_CB(push_put_done, op, s->w[op->wi].mr));
     if (st == RDMX_OK) {
         push_put_done(RDMX_OK, len, op);
     } else if (st != RDMX_INPROGRESS) {
@@ -276,9 +277,9 @@ static int rpc_srv_start(rpc_srv_t *s, rdmx_context_t *ctx, const char *address,
 {
     rdmx_rpc_server_params_t sp = {
         .field_mask =
-            RDMX_RPC_SERVER_FIELD_ADDRESS | RDMX_RPC_SERVER_FIELD_WORKERS |
-            RDMX_RPC_SERVER_FIELD_POLL | RDMX_RPC_SERVER_FIELD_MAX_MESSAGE |
-            RDMX_RPC_SERVER_FIELD_CREDITS,
+            RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS | RDMX_RPC_SERVER_PARAM_FIELD_WORKERS |
+            RDMX_RPC_SERVER_PARAM_FIELD_POLL | RDMX_RPC_SERVER_PARAM_FIELD_MAX_MESSAGE |
+            RDMX_RPC_SERVER_PARAM_FIELD_CREDITS,
         .address = address,
         .workers = workers,
         .poll = poll,
@@ -306,7 +307,7 @@ static int rpc_srv_start(rpc_srv_t *s, rdmx_context_t *ctx, const char *address,
     st = rdmx_lambda_engine_create(NULL, &s->lambda);
     if (st == RDMX_OK) {
         rdmx_lambda_params_t lp = {
-            .field_mask = RDMX_LAMBDA_FIELD_CACHE_ENTRIES,
+            .field_mask = RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES,
             .cache_entries = 0,
         };
 

@@ -18,6 +18,7 @@
 #include "core/internal.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/ucx/ucx.h"
@@ -677,6 +678,45 @@ static void ucx_req_forget(void *req)
     ucp_request_free(req);
 }
 
+/* UCX names the transport of each lane in ucp_ep_print_info's text only
+ * (ucp_ep_query has no such field before 1.19): read the first lane's
+ * ("lane[0]:  1:tcp/lo.0 md[1] ..."). */
+static rdmx_transport_t ucx_ep_transport(rdmx_tep_t *tep)
+{
+    static const struct {
+        const char *prefix;
+        rdmx_transport_t t;
+    } names[] = {{"tcp", RDMX_TRANSPORT_TCP},    {"posix", RDMX_TRANSPORT_SHM},
+                 {"sysv", RDMX_TRANSPORT_SHM},   {"xpmem", RDMX_TRANSPORT_SHM},
+                 {"cma", RDMX_TRANSPORT_SHM},    {"knem", RDMX_TRANSPORT_SHM},
+                 {"self", RDMX_TRANSPORT_SHM},   {"rc", RDMX_TRANSPORT_RDMA},
+                 {"ud", RDMX_TRANSPORT_RDMA},    {"dc", RDMX_TRANSPORT_RDMA}};
+    rdmx_transport_t t = RDMX_TRANSPORT_AUTO;
+    char *text = NULL, *p;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    if (f == NULL)
+        return t;
+    ucp_ep_print_info(((ucx_ep_t *)tep)->ucp, f);
+    fclose(f);
+    if (text != NULL && (p = strstr(text, "lane[0]:")) != NULL) {
+        p += strlen("lane[0]:");
+        p += strspn(p, " ");
+        p += strspn(p, "0123456789");
+        if (*p == ':')
+            p++;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+            if (!strncmp(p, names[i].prefix, strlen(names[i].prefix))) {
+                t = names[i].t;
+                break;
+            }
+        }
+    }
+    free(text);
+    return t;
+}
+
 const rdmx_tp_ops_t rdmx_tp_ucx = {
     .name = "ucx",
     .ctx_create = ucx_ctx_create,
@@ -690,6 +730,7 @@ const rdmx_tp_ops_t rdmx_tp_ucx = {
     .signal = ucx_signal,
     .set_handler = ucx_set_handler,
     .ep_create = ucx_ep_create,
+    .ep_transport = ucx_ep_transport,
     .ep_close = ucx_ep_close,
     .send = ucx_send,
     .recv = ucx_recv,
