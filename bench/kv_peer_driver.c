@@ -18,8 +18,10 @@
  *
  * memcached: text protocol (libmemcached's default), TCP_NODELAY, blocking
  * socket, replies waited for (no noreply, no buffering); GET is
- * memcached_get (the library mallocs the value; freed at once), SET is
- * memcached_set. Redis: hiredis redisCommand "GET %b" / "SET %b %b".
+ * memcached_mget of the one key and memcached_fetch_result into the
+ * connection's one result, whose value buffer is reused from GET to GET (as
+ * rdmx-kv bench reads into one buffer; memcached_get would malloc and free
+ * each value), SET is memcached_set. Redis: hiredis redisCommand "GET %b" / "SET %b %b".
  * A GET must return exactly --size bytes, otherwise it counts as an error.
  *
  * Build (after make; -DNO_MEMCACHED / -DNO_HIREDIS to omit a library):
@@ -107,6 +109,9 @@ static void fatal(const char *fmt, const char *a, const char *b)
 typedef struct {
 #ifndef NO_MEMCACHED
     memcached_st *mc;
+    /* every GET's value, its buffer reused; in this struct, not allocated
+     * by the library, which frees an allocated result at a GET's end */
+    memcached_result_st res;
 #endif
 #ifndef NO_HIREDIS
     redisContext *rc;
@@ -145,6 +150,8 @@ static void conn_open(const opts_t *o, conn_t *c)
         if (r != MEMCACHED_SUCCESS)
             fatal("memcached_server_add %s: %s", o->server,
                   memcached_strerror(c->mc, r));
+        if (memcached_result_create(c->mc, &c->res) == NULL)
+            fatal("memcached_result_create failed%s%s", "", "");
 #else
         fatal("built without libmemcached%s%s", "", "");
 #endif
@@ -166,8 +173,10 @@ static void conn_open(const opts_t *o, conn_t *c)
 static void conn_close(const opts_t *o, conn_t *c)
 {
 #ifndef NO_MEMCACHED
-    if (o->system == SYS_MEMCACHED)
+    if (o->system == SYS_MEMCACHED) {
+        memcached_result_free(&c->res);
         memcached_free(c->mc);
+    }
 #endif
 #ifndef NO_HIREDIS
     if (o->system == SYS_REDIS)
@@ -212,21 +221,29 @@ static int do_get(const opts_t *o, conn_t *c, const char *key, size_t klen,
 {
 #ifndef NO_MEMCACHED
     if (o->system == SYS_MEMCACHED) {
-        size_t vlen = 0;
-        uint32_t flags;
-        memcached_return_t r;
-        char *v = memcached_get(c->mc, key, klen, &vlen, &flags, &r);
+        const char *keys[1] = {key};
+        size_t lens[1] = {klen}, vlen = 0;
+        memcached_return_t r = memcached_mget(c->mc, keys, lens, 1), end;
+        memcached_result_st *got = NULL;
         int res;
-        if (v != NULL && r == MEMCACHED_SUCCESS)
+        if (r == MEMCACHED_SUCCESS)
+            got = memcached_fetch_result(c->mc, &c->res, &r);
+        if (got != NULL) {
+            vlen = memcached_result_length(got);
+            /* read the END that closes the answer */
+            if (memcached_fetch_result(c->mc, &c->res, &end) != NULL ||
+                end != MEMCACHED_END)
+                r = end == MEMCACHED_SUCCESS ? MEMCACHED_FAILURE : end;
+        }
+        if (got != NULL && r == MEMCACHED_SUCCESS)
             res = vlen == o->size ? OP_OK : OP_ERR;
-        else if (r == MEMCACHED_NOTFOUND)
+        else if (r == MEMCACHED_END || r == MEMCACHED_NOTFOUND)
             res = OP_MISS;
         else
             res = OP_ERR;
         if (res == OP_ERR)
             snprintf(err, errlen, "get: %s (%zu bytes)",
                      memcached_strerror(c->mc, r), vlen);
-        free(v);
         return res;
     }
 #endif
