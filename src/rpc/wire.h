@@ -75,8 +75,9 @@ size_t rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
 /*
  * Decode and validate a header of @len bytes that came with @data_len bytes
  * of message data. On error writes what was wrong to @why (may be NULL) and
- * leaves in @h whatever could be read (kind and id, from 16 bytes on) for
- * an error response.
+ * leaves in @h the kind and id when 16 or more bytes arrived and they are
+ * not a version-1 header (all of @h zero otherwise), for an error response;
+ * other fields of @h are then unspecified.
  * @return RDMX_OK, RDMX_ERR_PROTO (version, kind, flags, lengths, fields a
  * kind must leave zero).
  */
