@@ -37,8 +37,10 @@
  * protocol itself and do not follow renames in wire.h.
  */
 enum {
-    FZ_HDR_SIZE = 40,
-    FZ_VERSION = 1,
+    FZ_HDR_MIN = 16,     /* header without optional words */
+    FZ_HDR_MAX = 24,     /* with a deadline and an aux word */
+    FZ_VERSION = 2,      /* high nibble of byte 0 */
+    FZ_V1_HDR_SIZE = 40, /* version 1's fixed header, refused by name */
     FZ_REQUEST = 1,
     FZ_RESPONSE = 2,
     FZ_ERROR = 3,
@@ -47,19 +49,25 @@ enum {
     FZ_PING = 6,
     FZ_PONG = 7,
     FZ_HELLO = 8,
-    FZ_UNUSED9 = 9,  /* (CHALLENGE and AUTH until authentication moved */
+    FZ_UNUSED9 = 9,   /* (CHALLENGE and AUTH until authentication moved */
     FZ_UNUSED10 = 10, /* into the bootstrap: still valid header kinds) */
     FZ_WELCOME = 11,
     FZ_KIND_MAX = 11,
-    FZ_F_IDEMPOTENT = 1,
-    FZ_F_RETRY = 2,
-    FZ_F_KNOWN = 3,
+    FZ_F_IDEMPOTENT = 0x01,
+    FZ_F_RETRY = 0x02,
+    FZ_F_CALL = 0x03,     /* the two above: kept in the decoded flags */
+    FZ_F_DEADLINE = 0x40, /* u32 deadline_us follows the 16 bytes */
+    FZ_F_AUX = 0x80,      /* u32 aux follows (after the deadline) */
+    FZ_F_KNOWN = 0xc3,
     FZ_BULK_MAX = 8, /* RDMX_RPC_BULK_MAX, what the server passes */
     FZ_BULK_DESC_MAX = 1024,
     FZ_HELLO_SIZE = 4,
     FZ_WELCOME_FIXED = 24,
     FZ_HANDLERS_MAX = 4096,
 };
+
+/* The first 4 bytes of a version-1 header, "RXRP" (le32 0x50525852). */
+#define FZ_V1_MAGIC "RXRP"
 
 #define FUZZ_WHY_SIZE 160
 

@@ -1,53 +1,119 @@
 /*
- * Fuzz target: rdmx_rpc_hdr_decode.
+ * Fuzz target: rdmx_rpc_hdr_decode (and rdmx_rpc_hdr_encode of what it
+ * accepts).
  *
  * Input: u8 ctl, u64 data_len (LE), then the header bytes (any length).
  *   ctl bits 0-1: how @why is passed (fuzz.h); bit 2: pass buf = NULL.
  *
  * Properties:
  *  - the verdict equals an independent reading of docs/PROTOCOL.md
- *    (hdr_valid below); errors are RDMX_ERR_PROTO and say why;
- *  - a header that decodes has exactly 40 bytes, and rdmx_rpc_hdr_encode of
- *    the decoded fields gives back the same 40 bytes;
- *  - after an error, kind and id hold what the bytes say when 40 or more
- *    were given (the server answers with them), all zero otherwise.
+ *    (hdr_valid below); errors are RDMX_ERR_PROTO and say why; a
+ *    version-1 header is refused as one;
+ *  - a header that decodes is 16 bytes plus 4 per optional word its flags
+ *    announce, its fields are the ones the bytes say, and
+ *    rdmx_rpc_hdr_encode of them returns that length and gives back the
+ *    same bytes;
+ *  - after an error, kind and id hold what the bytes say when 16 or more
+ *    were given and they are not a version-1 header (the server answers
+ *    with them); otherwise every field is zero.
  */
 #include "fuzz.h"
+
+static int is_v1(const unsigned char *p, size_t len)
+{
+    return p != NULL && len >= 4 && memcmp(p, FZ_V1_MAGIC, 4) == 0;
+}
+
+static int is_call(unsigned kind)
+{
+    return kind == FZ_REQUEST || kind == FZ_ONEWAY;
+}
+
+/* The length a version-2 header's flags (byte 1) announce. */
+static size_t announced_len(unsigned flags)
+{
+    return FZ_HDR_MIN + (flags & FZ_F_DEADLINE ? 4 : 0) +
+           (flags & FZ_F_AUX ? 4 : 0);
+}
 
 /* docs/PROTOCOL.md, "Header" and "Validation", independent of wire.c. */
 static int hdr_valid(const unsigned char *p, size_t len, uint64_t data_len)
 {
-    uint8_t kind;
-    uint16_t flags;
-    int32_t status;
-    uint64_t payload, aux;
+    unsigned kind, flags;
+    size_t off = FZ_HDR_MIN;
+    uint64_t aux = 0;
+    uint32_t word;
 
-    if (p == NULL || len != FZ_HDR_SIZE)
+    if (p == NULL || is_v1(p, len) || len < FZ_HDR_MIN)
         return 0;
-    if (memcmp(p, "RXRP", 4) != 0 || p[4] != FZ_VERSION)
+    kind = p[0] & 0x0f;
+    flags = p[1];
+    if (p[0] >> 4 != FZ_VERSION || kind < FZ_REQUEST || kind > FZ_KIND_MAX)
         return 0;
-    kind = p[5];
-    flags = (uint16_t)(p[6] | p[7] << 8);
-    if (kind < FZ_REQUEST || kind > FZ_KIND_MAX || (flags & ~FZ_F_KNOWN) != 0)
+    if ((flags & ~FZ_F_KNOWN) != 0 || len != announced_len(flags))
         return 0;
-    status = (int32_t)rdmx_get_le32(p + 12);
-    payload = rdmx_get_le32(p + 24);
-    aux = rdmx_get_le32(p + 28);
-    if (payload + aux != data_len)
+    if (p[2] != 0 || p[3] != 0)
         return 0;
-    if (kind == FZ_ERROR ? status >= 0 : status != 0)
+    if (flags & FZ_F_DEADLINE) {
+        if (!is_call(kind) || rdmx_get_le32(p + off) == 0)
+            return 0;
+        off += 4;
+    }
+    if (flags & FZ_F_AUX) {
+        aux = rdmx_get_le32(p + off);
+        if (aux == 0 || aux > data_len)
+            return 0;
+    }
+    if (data_len - aux > UINT32_MAX)
         return 0;
-    return rdmx_get_le32(p + 36) == 0;
+    word = rdmx_get_le32(p + 4);
+    if (kind == FZ_ERROR)
+        return (int32_t)word < 0;
+    return is_call(kind) || word == 0;
+}
+
+/* The fields of an accepted header are the ones its bytes say. */
+static void check_fields(const rdmx_rpc_hdr_t *h, const unsigned char *p,
+                         size_t len, uint64_t data_len)
+{
+    unsigned kind = p[0] & 0x0f, flags = p[1];
+    uint32_t word = rdmx_get_le32(p + 4);
+    uint32_t deadline = 0, aux = 0;
+    size_t off = FZ_HDR_MIN;
+
+    if (flags & FZ_F_DEADLINE) {
+        deadline = rdmx_get_le32(p + off);
+        off += 4;
+    }
+    if (flags & FZ_F_AUX)
+        aux = rdmx_get_le32(p + off);
+    FUZZ_CHECK(len == announced_len(flags), "accepted %zu bytes, flags 0x%x",
+               len, flags);
+    FUZZ_CHECK(h->version == FZ_VERSION, "version %u", h->version);
+    FUZZ_CHECK(h->kind == kind, "kind %u, bytes say %u", h->kind, kind);
+    FUZZ_CHECK(h->flags == (flags & FZ_F_CALL), "flags 0x%x, bytes say 0x%x",
+               h->flags, flags);
+    FUZZ_CHECK(h->handler == (is_call(kind) ? word : 0), "handler 0x%x",
+               h->handler);
+    FUZZ_CHECK(h->status == (kind == FZ_ERROR ? (int32_t)word : 0),
+               "status %d for kind %u", h->status, kind);
+    FUZZ_CHECK(h->id == rdmx_get_le64(p + 8), "id");
+    FUZZ_CHECK(h->deadline_us == deadline, "deadline %u, bytes say %u",
+               h->deadline_us, deadline);
+    FUZZ_CHECK(h->aux == aux, "aux %u, bytes say %u", h->aux, aux);
+    FUZZ_CHECK((uint64_t)h->payload + h->aux == data_len,
+               "aux %u + payload %u, data %llu", h->aux, h->payload,
+               (unsigned long long)data_len);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const unsigned char *buf;
-    size_t len;
+    size_t len, n;
     uint64_t data_len;
     unsigned ctl;
     rdmx_rpc_hdr_t h;
-    unsigned char again[FZ_HDR_SIZE];
+    unsigned char again[FZ_HDR_MAX];
     fuzz_why_t why;
     rdmx_status_t st;
     int valid;
@@ -71,35 +137,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(!valid, "a valid header was refused: %s",
                    why.buf && why.size > 1 ? why.buf : "?");
         fuzz_why_check_error(&why);
-        if (buf != NULL && len >= FZ_HDR_SIZE) {
-            FUZZ_CHECK(h.kind == buf[5], "kind %u, bytes say %u", h.kind,
-                       buf[5]);
-            FUZZ_CHECK(h.id == rdmx_get_le64(buf + 16), "id not kept");
+        if (is_v1(buf, len) && why.size == FUZZ_WHY_SIZE)
+            FUZZ_CHECK(strstr(why.buf, "version-1 header") != NULL,
+                       "a version-1 header refused as \"%s\"", why.buf);
+        if (buf != NULL && len >= FZ_HDR_MIN && !is_v1(buf, len)) {
+            FUZZ_CHECK(h.kind == (buf[0] & 0x0f), "kind %u, bytes say %u",
+                       h.kind, buf[0] & 0x0f);
+            FUZZ_CHECK(h.id == rdmx_get_le64(buf + 8), "id not kept");
         } else {
             FUZZ_CHECK(h.kind == 0 && h.id == 0 && h.version == 0 &&
                            h.flags == 0 && h.handler == 0 && h.status == 0 &&
-                           h.payload == 0 && h.aux == 0 && h.deadline_us == 0 &&
-                           h.credits == 0,
-                       "short header left fields set");
+                           h.payload == 0 && h.aux == 0 && h.deadline_us == 0,
+                       "a short or version-1 header left fields set");
         }
         fuzz_why_free(&why);
         return 0;
     }
 
     FUZZ_CHECK(valid, "an invalid header was accepted");
-    FUZZ_CHECK(len == FZ_HDR_SIZE, "accepted %zu bytes", len);
-    FUZZ_CHECK(h.version == FZ_VERSION, "version %u", h.version);
-    FUZZ_CHECK(h.kind >= FZ_REQUEST && h.kind <= FZ_KIND_MAX, "kind %u",
-               h.kind);
-    FUZZ_CHECK((h.flags & ~FZ_F_KNOWN) == 0, "flags 0x%x", h.flags);
-    FUZZ_CHECK((uint64_t)h.payload + h.aux == data_len, "lengths");
-    FUZZ_CHECK(h.kind == FZ_ERROR ? h.status < 0 : h.status == 0,
-               "status %d for kind %u", h.status, h.kind);
-    FUZZ_CHECK(h.credits == 0, "reserved %u", h.credits);
+    check_fields(&h, buf, len, data_len);
 
-    memset(again, 0, sizeof(again));
-    rdmx_rpc_hdr_encode(&h, again);
-    FUZZ_CHECK(memcmp(again, buf, FZ_HDR_SIZE) == 0,
+    memset(again, 0x5a, sizeof(again));
+    n = rdmx_rpc_hdr_encode(&h, again);
+    FUZZ_CHECK(n == len, "re-encoded to %zu bytes, decoded %zu", n, len);
+    FUZZ_CHECK(memcmp(again, buf, len) == 0,
                "re-encoding differs from the decoded bytes");
     fuzz_why_free(&why);
     return 0;

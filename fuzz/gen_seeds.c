@@ -51,20 +51,41 @@ static uint32_t name_id(const char *name)
 
 /* --- header: u8 ctl, u64 data_len, header bytes --------------------------- */
 
-static void hdr_seed(const char *name, const rdmx_rpc_hdr_t *h,
-                     uint64_t data_len, size_t cut, int extra)
+/* A seed of header bytes @buf (@len) that came with @data_len bytes. */
+static void hdr_raw(const char *name, unsigned ctl, uint64_t data_len,
+                    const unsigned char *buf, size_t len)
 {
-    unsigned char pre[9], buf[FZ_HDR_SIZE + 1];
-    size_t len = FZ_HDR_SIZE;
+    unsigned char pre[9];
 
-    pre[0] = 3;
+    pre[0] = (unsigned char)ctl;
     rdmx_put_le64(pre + 1, data_len);
-    rdmx_rpc_hdr_encode(h, buf);
+    seed("hdr", name, pre, sizeof(pre), buf, len);
+}
+
+/* Encode @h, then cut it to @cut bytes (0: keep the length encoded) or
+ * append @extra zero bytes. */
+static void hdr_seed(const char *name, const rdmx_rpc_hdr_t *h,
+                     uint64_t data_len, size_t cut, size_t extra)
+{
+    unsigned char buf[FZ_HDR_MAX + 8] = {0};
+    size_t len = rdmx_rpc_hdr_encode(h, buf);
+
     if (cut)
         len = cut;
-    if (extra)
-        buf[len++] = 0;
-    seed("hdr", name, pre, sizeof(pre), buf, len);
+    len += extra;
+    hdr_raw(name, 3, data_len, buf, len);
+}
+
+static void hdr_init(rdmx_rpc_hdr_t *h, unsigned kind, uint64_t id)
+{
+    memset(h, 0, sizeof(*h));
+    h->version = FZ_VERSION;
+    h->kind = (uint8_t)kind;
+    h->id = id;
+    if (kind == FZ_REQUEST || kind == FZ_ONEWAY)
+        h->handler = name_id("rdmx.ping");
+    if (kind == FZ_ERROR)
+        h->status = RDMX_ERR_PROTO;
 }
 
 static void hdr_seeds(void)
@@ -73,13 +94,13 @@ static void hdr_seeds(void)
                                   "oneway", "cancel",    "ping",     "pong",
                                   "hello",  "unused9",   "unused10", "welcome"};
     rdmx_rpc_hdr_t h;
+    unsigned char buf[FZ_V1_HDR_SIZE];
     char name[64];
+    size_t len;
 
+    /* Every kind as it is sent. */
     for (unsigned k = FZ_REQUEST; k <= FZ_KIND_MAX; k++) {
-        memset(&h, 0, sizeof(h));
-        h.version = FZ_VERSION;
-        h.kind = (uint8_t)k;
-        h.id = 0x0102030405060708ull + k;
+        hdr_init(&h, k, 0x0102030405060708ull + k);
         switch (k) {
         case FZ_REQUEST:
             h.flags = FZ_F_IDEMPOTENT;
@@ -92,12 +113,12 @@ static void hdr_seeds(void)
             h.payload = 100;
             break;
         case FZ_ERROR:
-            h.status = RDMX_ERR_PROTO;
             h.payload = 20;
             break;
         case FZ_ONEWAY:
             h.handler = name_id("log.append");
             h.payload = 7;
+            h.deadline_us = 1;
             break;
         case FZ_HELLO:
             h.aux = FZ_HELLO_SIZE;
@@ -116,44 +137,95 @@ static void hdr_seeds(void)
         hdr_seed(name, &h, (uint64_t)h.payload + h.aux, 0, 0);
     }
 
-    memset(&h, 0, sizeof(h));
-    h.version = FZ_VERSION;
-    h.kind = FZ_REQUEST;
-    h.id = 42;
-    h.handler = name_id("rdmx.ping");
-    h.flags = FZ_F_IDEMPOTENT | FZ_F_RETRY;
-    hdr_seed("ok-retry", &h, 0, 0, 0);
-    hdr_seed("bad-short", &h, 0, 39, 0);
-    hdr_seed("bad-long", &h, 0, 0, 1);
-    hdr_seed("bad-data-len", &h, 1, 0, 0);
-    h.payload = 0xffffffffu;
+    /* Every length and flag combination: a REQUEST with each of the call
+     * flags, with and without a deadline and aux (16, 20, 24 bytes); a
+     * PONG (no deadline allowed) with and without aux. */
+    for (unsigned f = 0; f < 16; f++) {
+        hdr_init(&h, FZ_REQUEST, 100 + f);
+        h.flags = (uint8_t)(f & FZ_F_CALL);
+        h.deadline_us = (f & 4) ? 0xffffffffu : 0;
+        h.aux = (f & 8) ? 3 : 0;
+        snprintf(name, sizeof(name), "ok-request-flags%u%s%s", f & 3,
+                 (f & 4) ? "-deadline" : "", (f & 8) ? "-aux" : "");
+        hdr_seed(name, &h, 10, 0, 0);
+    }
+    hdr_init(&h, FZ_PONG, 200);
+    hdr_seed("ok-pong", &h, 0, 0, 0);
+    h.aux = 1;
+    hdr_seed("ok-pong-aux", &h, 1, 0, 0);
+
+    /* Largest lengths: aux and payload both 2^32 - 1. */
+    hdr_init(&h, FZ_REQUEST, 42);
     h.aux = 0xffffffffu;
     hdr_seed("ok-max-lengths", &h, 0x1fffffffeull, 0, 0);
-    h.payload = h.aux = 0;
-    h.version = 2;
-    hdr_seed("bad-version", &h, 0, 0, 0);
-    h.version = FZ_VERSION;
-    h.kind = FZ_KIND_MAX + 1;
-    hdr_seed("bad-kind", &h, 0, 0, 0);
-    h.kind = FZ_REQUEST;
-    h.flags = 4;
-    hdr_seed("bad-flags", &h, 0, 0, 0);
-    h.flags = 0;
-    h.status = -1;
-    hdr_seed("bad-status", &h, 0, 0, 0);
+    hdr_seed("bad-payload-2^32", &h, 0x200000000ull, 0, 0);
+
+    /* Each check that can fail. */
+    hdr_init(&h, FZ_REQUEST, 43);
+    hdr_seed("bad-short", &h, 0, FZ_HDR_MIN - 1, 0);
+    hdr_seed("bad-long", &h, 0, 0, 1);
+    hdr_seed("bad-long-word", &h, 0, 0, 4);
+    hdr_raw("bad-null", 3 | 4, 0, NULL, 0);
+    h.deadline_us = 7;
+    hdr_seed("bad-deadline-cut", &h, 0, FZ_HDR_MIN, 0);
+    h.aux = 2;
+    hdr_seed("bad-both-cut", &h, 2, FZ_HDR_MIN + 4, 0);
+    h.deadline_us = 0;
+    hdr_seed("bad-aux-cut", &h, 2, FZ_HDR_MIN, 0);
+    hdr_seed("bad-aux-over-data", &h, 1, 0, 0);
+    len = rdmx_rpc_hdr_encode(&h, buf);
+    rdmx_put_le32(buf + len - 4, 0);
+    hdr_raw("bad-aux-zero", 3, 2, buf, len);
+    hdr_init(&h, FZ_REQUEST, 44);
+    h.deadline_us = 9;
+    len = rdmx_rpc_hdr_encode(&h, buf);
+    rdmx_put_le32(buf + FZ_HDR_MIN, 0);
+    hdr_raw("bad-deadline-zero", 3, 0, buf, len);
+    hdr_init(&h, FZ_REQUEST, 45);
+    len = rdmx_rpc_hdr_encode(&h, buf);
+    buf[0] = (unsigned char)(1 << 4 | FZ_REQUEST);
+    hdr_raw("bad-version-1", 3, 0, buf, len);
+    buf[0] = (unsigned char)(3 << 4 | FZ_REQUEST);
+    hdr_raw("bad-version-3", 3, 0, buf, len);
+    buf[0] = (unsigned char)(FZ_VERSION << 4);
+    hdr_raw("bad-kind-0", 3, 0, buf, len);
+    buf[0] = (unsigned char)(FZ_VERSION << 4 | (FZ_KIND_MAX + 1));
+    hdr_raw("bad-kind-12", 3, 0, buf, len);
+    buf[0] = (unsigned char)(FZ_VERSION << 4 | FZ_REQUEST);
+    buf[1] = 0x04;
+    hdr_raw("bad-flags", 3, 0, buf, len);
+    buf[1] = 0;
+    buf[3] = 1;
+    hdr_raw("bad-reserved", 3, 0, buf, len);
+
+    /* A deadline on a kind that carries none: PING with its word. */
+    hdr_init(&h, FZ_PING, 46);
+    len = rdmx_rpc_hdr_encode(&h, buf);
+    buf[1] |= FZ_F_DEADLINE;
+    rdmx_put_le32(buf + len, 1000);
+    hdr_raw("bad-deadline-kind", 3, 0, buf, len + 4);
+    /* Offset 4 of a kind with neither handler nor status. */
+    buf[1] = 0;
+    rdmx_put_le32(buf + 4, name_id("rdmx.ping"));
+    hdr_raw("bad-word", 3, 0, buf, len);
+    /* ERROR with a status that is not negative. */
+    hdr_init(&h, FZ_ERROR, 47);
     h.status = 0;
-    h.credits = 1;
-    hdr_seed("bad-reserved", &h, 0, 0, 0);
-    h.credits = 0;
-    h.kind = FZ_ERROR;
     hdr_seed("bad-error-status", &h, 0, 0, 0);
-    {
-        unsigned char pre[9] = {3}, buf[FZ_HDR_SIZE];
-        h.kind = FZ_PING;
-        rdmx_rpc_hdr_encode(&h, buf);
-        buf[0] ^= 0xff;
-        seed("hdr", "bad-magic", pre, sizeof(pre), buf, sizeof(buf));
-    }
+    h.status = 1;
+    hdr_seed("bad-error-positive", &h, 0, 0, 0);
+
+    /* Version 1's 40-byte header (a REQUEST of "rdmx.ping", id 48, two
+     * payload bytes), and its first 16 bytes. */
+    memset(buf, 0, sizeof(buf));
+    memcpy(buf, FZ_V1_MAGIC, 4);
+    buf[4] = 1;          /* version */
+    buf[5] = FZ_REQUEST; /* kind */
+    rdmx_put_le32(buf + 8, name_id("rdmx.ping"));
+    rdmx_put_le64(buf + 16, 48);
+    rdmx_put_le32(buf + 24, 2);
+    hdr_raw("bad-v1", 3, 2, buf, FZ_V1_HDR_SIZE);
+    hdr_raw("bad-v1-16", 3, 2, buf, FZ_HDR_MIN);
 }
 
 /* --- bulk: u8 ctl, u8 max, table bytes ------------------------------------ */

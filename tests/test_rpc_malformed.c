@@ -2,9 +2,10 @@
  * rpc_malformed: malformed RPC messages sent straight through UCX to the RPC
  * test server (--max-message 65536). The test speaks the wire protocol
  * itself (docs/PROTOCOL.md) on a core endpoint: it sends RPC active messages
- * with rdmx__am_send (or ucp_am_send_nbx for headers over 40 bytes and for
- * forced rendezvous) and receives the server's answers with its own handler
- * for AM 16 on the worker's UCX handle, decoding each one.
+ * with rdmx__msg_send (or ucp_am_send_nbx for forced rendezvous) and
+ * receives the server's answers with its own handler for AM 16 on the
+ * worker's UCX handle, decoding each one. Headers are built byte by byte
+ * from the protocol document; rdmx_rpc_hdr_encode must build the same.
  *
  * For every message it sends, the test knows from the protocol document
  * what the server must do: which answer (ERROR with which status, PONG,
@@ -15,11 +16,15 @@
  *    (ERROR PROTO); then a proper HELLO gets a WELCOME that decodes
  *    (credits, max_message 65536, the 11 handlers with their flags, the
  *    reserved word 0); a second HELLO is refused.
- *  - phase 1, after the handshake: truncated headers (0, 1, 20, 39 bytes:
- *    ERROR with id 0), 41- and 48-byte headers, bad magic, versions 0/2/255
- *    (the message names the version), kinds 0/12/200, unknown flag bits,
- *    lengths that disagree with the data (also wrapping 32 bits), a status
- *    in a REQUEST, the reserved field set; malformed ERROR/RESPONSE/ONEWAY
+ *  - phase 1, after the handshake: truncated headers (0, 1, 8, 15 bytes:
+ *    ERROR with id 0); version 1's 40-byte header and its first 16 bytes
+ *    (ERROR with id 0 naming version 1, also for a version-1 ONEWAY);
+ *    headers longer than their flags say (17, 20, 24, 40 bytes); DEADLINE,
+ *    AUX and both announced with the wrong length; versions 0/1/3/15 (the
+ *    message names the version), kinds 0/12/15, unknown flag bits;
+ *    DEADLINE on kinds that carry none, DEADLINE with 0; AUX with 0 and
+ *    with more aux than data (also 2^32 - 1); reserved bytes set; a word
+ *    at offset 4 of PING, CANCEL and HELLO; malformed ERROR/RESPONSE/ONEWAY
  *    messages (never answered); well-formed kinds a server does not take;
  *    unknown handlers (REQUEST: NOT_FOUND, ONEWAY: nothing); payloads over
  *    max_message (REQUEST: TOO_BIG, ONEWAY: nothing); control kinds sent by
@@ -28,12 +33,16 @@
  *    that fail rdmx_rmem_unpack (garbage, a flipped byte, one byte short:
  *    the handler gets RDMX_ERR_BAD_DESCRIPTOR); a CANCEL for an unknown id
  *    (ignored); kinds 9 and 10 (ERROR PROTO). Good messages in
- *    between are served: echo by eager and by rendezvous, bulk_pull with a
- *    real descriptor, one-way messages (count grows by exactly those).
- *  - phase 2: 3000 seeded random messages (random bytes, and valid headers
- *    of every kind with 0-2 random bytes changed); the expected outcome of
- *    each is computed by an independent reading of the protocol's
- *    validation rules; every answer must match by id, kind and status.
+ *    between are served: echo by eager and by rendezvous, with a deadline
+ *    and the call flags (20-byte header), bulk_pull with a real descriptor
+ *    and a deadline (24 bytes), one-way messages with and without a
+ *    deadline (count grows by exactly those).
+ *  - phase 2: 3000 seeded random messages (random bytes of random lengths
+ *    0..24, some with version 2 or version 1's magic, and valid headers of
+ *    every kind and length with 0-2 random bytes or the length changed);
+ *    the expected outcome of each is computed by an independent reading of
+ *    the protocol's validation rules; every answer must match by id, kind
+ *    and status (and an ERROR with id 0 its message, where one is named).
  *  - phase 3: two more raw connections send garbage before any HELLO and
  *    vanish without an orderly close.
  * Afterwards: the server process is alive; a normal channel works; the
@@ -57,6 +66,7 @@
 
 #define MAX_MESSAGE 65536
 #define NRANDOM     3000
+#define DEADLINE_US 60000000u /* a deadline that does not pass in the test */
 
 static rdmx_context_t *ctx;
 static rdmx_worker_t *rw; /* raw worker: our own AM 16 handler */
@@ -151,7 +161,10 @@ typedef struct {
 
 static expect_t *exps;
 static size_t nexps, cap_exps;
-static unsigned exp_id0;   /* ERROR PROTO with id 0 (short headers) */
+static unsigned exp_id0;   /* ERROR PROTO with id 0 (short, version 1) */
+/* The messages some of those ERRORs must contain (NULL: any). */
+static const char *id0_has[512];
+static unsigned nid0_has;
 static unsigned sent_msgs, sent_silent;
 
 /* Server counters we predict (deltas). */
@@ -178,6 +191,10 @@ static void expect(uint64_t id, uint8_t kind, int32_t status,
     if (id == 0) {
         CHECK(kind == RDMX_RPC_MSG_ERROR && status == RDMX_ERR_PROTO);
         exp_id0++;
+        if (msg_has != NULL) {
+            CHECK(nid0_has < sizeof(id0_has) / sizeof(id0_has[0]));
+            id0_has[nid0_has++] = msg_has;
+        }
         return;
     }
     if (nexps == cap_exps) {
@@ -218,6 +235,7 @@ static void settle(const char *phase)
 {
     double deadline = th_now_ms() + 15000.0 * TH_SLOW;
     size_t i, matched_id0 = 0;
+    unsigned char id0_taken[sizeof(id0_has) / sizeof(id0_has[0])] = {0};
 
     for (;;) {
         size_t got = 0, id0 = 0;
@@ -261,9 +279,18 @@ static void settle(const char *phase)
         memcpy(msg, a->data + a->h.aux, n);
         msg[n] = '\0';
         if (a->h.id == 0 && a->h.kind == RDMX_RPC_MSG_ERROR) {
+            unsigned j;
+
             CHECKF(a->h.status == RDMX_ERR_PROTO,
                    "%s: ERROR id 0 with %s (%s)", phase,
                    rdmx_status_name((rdmx_status_t)a->h.status), msg);
+            /* Each message named for an ERROR with id 0 must be in an
+             * answer of its own; the others may say anything. */
+            for (j = 0; j < nid0_has; j++)
+                if (!id0_taken[j] && strstr(msg, id0_has[j]) != NULL)
+                    break;
+            if (j < nid0_has)
+                id0_taken[j] = 1;
             matched_id0++;
             continue;
         }
@@ -300,6 +327,9 @@ static void settle(const char *phase)
     }
     CHECKF(matched_id0 == exp_id0, "%s: %zu ERRORs with id 0, expected %u",
            phase, matched_id0, exp_id0);
+    for (i = 0; i < nid0_has; i++)
+        CHECKF(id0_taken[i], "%s: no ERROR with id 0 says \"%s\"", phase,
+               id0_has[i]);
     for (i = 0; i < nexps; i++)
         CHECKF(exps[i].matched, "%s: id %llu never answered", phase,
                (unsigned long long)exps[i].id);
@@ -316,6 +346,7 @@ static void forget_answers(void)
     nanswers = 0;
     nexps = 0;
     exp_id0 = 0;
+    nid0_has = 0;
     sent_msgs = sent_silent = 0;
 }
 
@@ -353,8 +384,8 @@ static void raw_send(rdmx_ep_t *ep, const void *hdr, size_t hlen,
     sent_msgs++;
 }
 
-/* Send through UCX directly (headers over 40 bytes, forced rendezvous) and
- * wait for the send to complete. */
+/* Send through UCX directly (headers over RDMX_OP_HDR_MAX bytes, forced
+ * rendezvous) and wait for the send to complete. */
 static void raw_send_ucp(rdmx_ep_t *ep, const void *hdr, size_t hlen,
                          const void *data, size_t len, int rndv)
 {
@@ -404,35 +435,138 @@ static uint64_t get64(const unsigned char *p)
     return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
-static void mkhdr(unsigned char out[RDMX_RPC_HDR_SIZE], unsigned kind,
-                  unsigned flags, uint32_t handler, int32_t status,
-                  uint64_t id, uint32_t payload, uint32_t aux)
+static void put_le32(unsigned char *p, uint32_t v)
 {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static void put_le64(unsigned char *p, uint64_t v)
+{
+    put_le32(p, (uint32_t)v);
+    put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Header values from docs/PROTOCOL.md ("Header", "Versioning"), spelled
+ * here so the test reads the protocol, not wire.h. */
+enum {
+    SPEC_HDR_MIN = 16,      /* version/kind, flags, reserved, word, id */
+    SPEC_VERSION = 2,       /* high nibble of byte 0; kind is the low one */
+    SPEC_F_CALL = 0x03,     /* IDEMPOTENT, RETRY */
+    SPEC_F_DEADLINE = 0x40, /* u32 deadline_us follows the 16 bytes */
+    SPEC_F_AUX = 0x80,      /* u32 aux follows (after the deadline) */
+    SPEC_F_KNOWN = 0xc3,
+    SPEC_V1_SIZE = 40 /* version 1's header, which began "RXRP" */
+};
+
+static int spec_is_call(unsigned kind)
+{
+    return kind == RDMX_RPC_MSG_REQUEST || kind == RDMX_RPC_MSG_ONEWAY;
+}
+
+/* A version-1 header: its first 4 bytes are "RXRP". */
+static int spec_is_v1(const unsigned char *p, size_t hlen)
+{
+    return hlen >= 4 && memcmp(p, "RXRP", 4) == 0;
+}
+
+/* What a header that fails still yields for the answer: its kind and id
+ * from 16 bytes on, unless it is a version-1 header; else 0 and 0. */
+static void spec_kind_id(const unsigned char *p, size_t hlen, unsigned *kind_p,
+                         uint64_t *id_p)
+{
+    *kind_p = 0;
+    *id_p = 0;
+    if (hlen >= SPEC_HDR_MIN && !spec_is_v1(p, hlen)) {
+        *kind_p = p[0] & 0x0f;
+        *id_p = get64(p + 8);
+    }
+}
+
+/*
+ * A version-2 header of @kind (0..15) as docs/PROTOCOL.md lays it out, in
+ * @out (room for 24 bytes); @return its length. @flags are the call's
+ * (bits 0-1); DEADLINE is set when @deadline_us is non-zero on a REQUEST or
+ * ONEWAY (other kinds carry none), AUX when @aux is non-zero. The word at
+ * offset 4 is @handler for REQUEST and ONEWAY, @status for ERROR, else 0.
+ * rdmx_rpc_hdr_encode of the same fields must give the same bytes.
+ */
+static size_t mkhdr(unsigned char *out, unsigned kind, unsigned flags,
+                    uint32_t handler, int32_t status, uint64_t id, uint32_t aux,
+                    uint32_t deadline_us)
+{
+    const int call = spec_is_call(kind);
+    uint32_t word = call                         ? handler
+                    : kind == RDMX_RPC_MSG_ERROR ? (uint32_t)status
+                                                 : 0;
+    unsigned char enc[RDMX_RPC_HDR_MAX];
     rdmx_rpc_hdr_t h;
+    size_t n = SPEC_HDR_MIN, elen;
+
+    CHECK(kind <= 15 && (flags & ~SPEC_F_CALL) == 0);
+    out[0] = (unsigned char)(SPEC_VERSION << 4 | kind);
+    out[1] =
+        (unsigned char)(flags | (call && deadline_us ? SPEC_F_DEADLINE : 0) |
+                        (aux ? SPEC_F_AUX : 0));
+    out[2] = 0;
+    out[3] = 0;
+    put_le32(out + 4, word);
+    put_le64(out + 8, id);
+    if (call && deadline_us != 0) {
+        put_le32(out + n, deadline_us);
+        n += 4;
+    }
+    if (aux != 0) {
+        put_le32(out + n, aux);
+        n += 4;
+    }
 
     memset(&h, 0, sizeof(h));
     h.version = RDMX_RPC_VERSION;
     h.kind = (uint8_t)kind;
-    h.flags = (uint16_t)flags;
+    h.flags = (uint8_t)flags;
     h.handler = handler;
     h.status = status;
     h.id = id;
-    h.payload = payload;
     h.aux = aux;
-    rdmx_rpc_hdr_encode(&h, out);
+    h.deadline_us = deadline_us;
+    memset(enc, 0x5a, sizeof(enc));
+    elen = rdmx_rpc_hdr_encode(&h, enc);
+    CHECKF(elen == n && memcmp(enc, out, n) == 0,
+           "rdmx_rpc_hdr_encode gave %zu bytes, docs/PROTOCOL.md %zu (kind "
+           "%u, flags 0x%x, aux %u, deadline %u)",
+           elen, n, kind, flags, aux, deadline_us);
+    return n;
+}
+
+/* Version 1's 40-byte header (magic "RXRP", version 1, kind, flags 0,
+ * handler, status 0, id, payload, aux 0, deadline 0, reserved 0). */
+static void mkhdr_v1(unsigned char out[SPEC_V1_SIZE], unsigned kind,
+                     uint32_t handler, uint64_t id, uint32_t payload)
+{
+    memset(out, 0, SPEC_V1_SIZE);
+    memcpy(out, "RXRP", 4);
+    out[4] = 1;
+    out[5] = (unsigned char)kind;
+    put_le32(out + 8, handler);
+    put_le64(out + 16, id);
+    put_le32(out + 24, payload);
 }
 
 /* A well-formed message of @kind with @aux bytes of aux then @plen bytes of
- * payload (both from @data). */
+ * payload (both from @data), no deadline. */
 static void send_msg(rdmx_ep_t *ep, unsigned kind, uint32_t handler,
                      uint64_t id, const void *data, uint32_t aux,
                      uint32_t plen)
 {
-    unsigned char h[RDMX_RPC_HDR_SIZE];
+    unsigned char h[RDMX_RPC_HDR_MAX];
+    size_t hlen;
 
-    mkhdr(h, kind, 0, handler, kind == RDMX_RPC_MSG_ERROR ? -1 : 0, id, plen,
-          aux);
-    raw_send(ep, h, sizeof(h), data, (size_t)aux + plen);
+    hlen = mkhdr(h, kind, 0, handler, kind == RDMX_RPC_MSG_ERROR ? -1 : 0, id,
+                 aux, 0);
+    raw_send(ep, h, hlen, data, (size_t)aux + plen);
 }
 
 static uint64_t next_id = 1000;
@@ -588,22 +722,12 @@ static void phase0(rdmx_ep_t *ep)
 /* Phase 1: structured garbage on a ready connection                        */
 /* ------------------------------------------------------------------------ */
 
-/* A header that fails to decode: malformed, answered unless it claims to be
- * ONEWAY, RESPONSE or ERROR. */
-static void bad(rdmx_ep_t *ep, const unsigned char *h, size_t hlen,
-                const void *data, size_t len, const char *msg_has)
+/* What the server does with a header that fails to decode (@kind and @id
+ * as spec_kind_id reads them): malformed, answered with ERROR PROTO (whose
+ * message has @msg_has, if not NULL) unless it claims to be ONEWAY,
+ * RESPONSE or ERROR. */
+static void expect_bad(unsigned kind, uint64_t id, const char *msg_has)
 {
-    uint64_t id = 0;
-    unsigned kind = 0;
-
-    if (hlen >= RDMX_RPC_HDR_SIZE) {
-        id = get64(h + 16);
-        kind = h[5];
-    }
-    if (hlen <= RDMX_OP_HDR_MAX)
-        raw_send(ep, h, hlen, data, len);
-    else
-        raw_send_ucp(ep, h, hlen, data, len, 0);
     want.malformed++;
     if (kind == RDMX_RPC_MSG_ONEWAY || kind == RDMX_RPC_MSG_RESPONSE ||
         kind == RDMX_RPC_MSG_ERROR)
@@ -612,12 +736,19 @@ static void bad(rdmx_ep_t *ep, const unsigned char *h, size_t hlen,
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, msg_has);
 }
 
-static void put_le32(unsigned char *p, uint32_t v)
+/* Send a header that fails to decode. */
+static void bad(rdmx_ep_t *ep, const unsigned char *h, size_t hlen,
+                const void *data, size_t len, const char *msg_has)
 {
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
+    uint64_t id;
+    unsigned kind;
+
+    spec_kind_id(h, hlen, &kind, &id);
+    if (hlen <= RDMX_OP_HDR_MAX)
+        raw_send(ep, h, hlen, data, len);
+    else
+        raw_send_ucp(ep, h, hlen, data, len, 0);
+    expect_bad(kind, id, msg_has);
 }
 
 /* A REQUEST (or ONEWAY) of "bulk_pull"/"echo"/"oneway" with bulk table
@@ -638,29 +769,34 @@ static void bad_bulk(rdmx_ep_t *ep, unsigned kind, uint32_t handler,
            RDMX_ERR_PROTO, "bulk");
 }
 
-/* A REQUEST to bulk_pull with one descriptor of @dlen bytes. */
+/* A REQUEST to bulk_pull with one descriptor of @dlen bytes and
+ * @deadline_us (0: none). */
 static uint64_t bulk_req(rdmx_ep_t *ep, const unsigned char *desc,
-                         uint32_t dlen)
+                         uint32_t dlen, uint32_t deadline_us)
 {
-    unsigned char aux[2048];
+    unsigned char aux[2048], h[RDMX_RPC_HDR_MAX];
     uint64_t id = nid();
+    size_t hlen;
 
     CHECK(8 + dlen <= sizeof(aux));
     memset(aux, 0, 8);
     aux[0] = 1;
     put_le32(aux + 4, dlen);
     memcpy(aux + 8, desc, dlen);
-    send_msg(ep, RDMX_RPC_MSG_REQUEST, id_bulk_pull, id, aux, 8 + dlen, 0);
+    hlen = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_bulk_pull, 0, id, 8 + dlen,
+                 deadline_us);
+    raw_send(ep, h, hlen, aux, 8 + dlen);
     want.requests++;
     return id;
 }
 
 static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
 {
+    static const unsigned char zero4[RDMX_RPC_HELLO_SIZE];
     unsigned char h[64], data[MAX_MESSAGE + 64], aux[2048];
     unsigned char desc[1024];
-    size_t dlen = 0;
-    uint64_t id, id_echo_ok, id_rndv_ok, id_bulk_ok;
+    size_t dlen = 0, n;
+    uint64_t id, id_echo_ok, id_dl_ok, id_rndv_ok, id_bulk_ok;
     unsigned char *big = th_alloc(MAX_MESSAGE + 1);
     unsigned char *region = th_alloc(TH_MIB);
     rdmx_mr_t *mr;
@@ -672,70 +808,137 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
 
     /* Truncated headers: id 0. */
     {
-        static const size_t lens[] = {0, 1, 20, 39};
+        static const size_t lens[] = {0, 1, 8, 15};
         mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, 77, 0, 0);
         for (i = 0; i < 4; i++)
             bad(ep, h, lens[i], NULL, 0, NULL);
     }
-    /* Headers longer than 40 bytes. */
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
-    h[40] = 0;
-    bad(ep, h, 41, NULL, 0, NULL);
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
-    memset(h + 40, 0, 8);
-    bad(ep, h, 48, NULL, 0, NULL);
-    /* Bad magic. */
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 2, 0);
-    h[0] ^= 0xff;
-    bad(ep, h, 40, "ab", 2, "magic");
-    /* Bad versions. */
+    /* Version 1's header, whole and its first 16 bytes: refused by name
+     * with id 0 (its id is not read), also as a ONEWAY (nor is its kind:
+     * byte 0, 'R', would say RESPONSE, which is not answered). */
+    mkhdr_v1(h, RDMX_RPC_MSG_REQUEST, id_echo, nid(), 2);
+    bad(ep, h, SPEC_V1_SIZE, "ab", 2, "version-1 header");
+    bad(ep, h, SPEC_HDR_MIN, "ab", 2, "version-1 header");
+    mkhdr_v1(h, RDMX_RPC_MSG_ONEWAY, id_oneway, nid(), 2);
+    bad(ep, h, SPEC_V1_SIZE, "ab", 2, "version-1 header");
+    /* Headers longer than their flags say (no optional word announced). */
     {
-        static const unsigned char vers[] = {0, 2, 255};
-        for (i = 0; i < 3; i++) {
-            char want_msg[32];
-            static char msgs[3][32];
-            mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 2, 0);
-            h[4] = vers[i];
-            snprintf(want_msg, sizeof(want_msg), "version %u", vers[i]);
-            memcpy(msgs[i], want_msg, sizeof(want_msg));
-            bad(ep, h, 40, "ab", 2, msgs[i]);
+        static const size_t lens[] = {17, 20, 24, 40};
+        for (i = 0; i < 4; i++) {
+            memset(h, 0, sizeof(h));
+            mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+            bad(ep, h, lens[i], NULL, 0, "header of");
         }
     }
-    /* Unknown kinds. */
+    /* Each optional word's flag with the wrong length: DEADLINE, AUX and
+     * both announced, a word missing or one too many. */
     {
-        static const unsigned kinds[] = {0, 12, 200};
-        for (i = 0; i < 3; i++) {
-            mkhdr(h, kinds[i], 0, id_echo, 0, nid(), 0, 0);
-            bad(ep, h, 40, NULL, 0, "kind");
+        static const struct {
+            uint32_t aux, deadline;
+            size_t len;
+        } c[] = {{0, 5000, 16}, {0, 5000, 24}, {2, 0, 16},
+                 {2, 0, 24},    {2, 5000, 20}, {2, 5000, 16}};
+        for (i = 0; i < 6; i++) {
+            memset(h, 0, sizeof(h));
+            mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), c[i].aux,
+                  c[i].deadline);
+            bad(ep, h, c[i].len, "ab", c[i].aux, "header of");
         }
     }
-    /* Unknown flags. */
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 4, id_echo, 0, nid(), 0, 0);
-    bad(ep, h, 40, NULL, 0, "flags");
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0x8000, id_echo, 0, nid(), 0, 0);
-    bad(ep, h, 40, NULL, 0, "flags");
-    /* Lengths that disagree with the data. */
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 10, 0);
-    bad(ep, h, 40, data, 5, "lengths");
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 3);
-    bad(ep, h, 40, NULL, 0, "lengths");
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 1, 0xffffffffu);
-    bad(ep, h, 40, NULL, 0, "lengths"); /* 2^32 wraps to 0 in 32 bits */
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
-    bad(ep, h, 40, data, 7, "lengths");
-    /* A status in a REQUEST; the reserved field. */
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, -3, nid(), 0, 0);
-    bad(ep, h, 40, NULL, 0, "status");
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
-    h[36] = 1;
-    bad(ep, h, 40, NULL, 0, "reserved");
-    /* Malformed messages claiming to be ERROR, RESPONSE, ONEWAY: no answer. */
-    mkhdr(h, RDMX_RPC_MSG_ERROR, 0, id_echo, 0, nid(), 0, 0); /* status 0 */
-    bad(ep, h, 40, NULL, 0, NULL);
-    mkhdr(h, RDMX_RPC_MSG_RESPONSE, 0, id_echo, 0, nid(), 9, 0);
-    bad(ep, h, 40, data, 3, NULL);
-    mkhdr(h, RDMX_RPC_MSG_ONEWAY, 0x10, id_oneway, 0, nid(), 0, 0);
-    bad(ep, h, 40, NULL, 0, NULL);
+    /* Versions other than 2: the message names the version. */
+    {
+        static const unsigned vers[] = {0, 1, 3, 15};
+        static char msgs[4][32];
+        for (i = 0; i < 4; i++) {
+            n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+            h[0] = (unsigned char)(vers[i] << 4 | RDMX_RPC_MSG_REQUEST);
+            snprintf(msgs[i], sizeof(msgs[i]), "version %u", vers[i]);
+            bad(ep, h, n, "ab", 2, msgs[i]);
+        }
+    }
+    /* Unknown kinds: low nibble 0, 12, 15. */
+    {
+        static const unsigned kinds[] = {0, 12, 15};
+        for (i = 0; i < 3; i++) {
+            n = mkhdr(h, kinds[i], 0, 0, 0, nid(), 0, 0);
+            bad(ep, h, n, NULL, 0, "kind");
+        }
+    }
+    /* Unknown flags: bits 2..5. */
+    for (i = 2; i <= 5; i++) {
+        n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+        h[1] |= (unsigned char)(1u << i);
+        bad(ep, h, n, NULL, 0, "flags");
+    }
+    /* DEADLINE on kinds that carry none: PING and CANCEL (answered),
+     * RESPONSE (not); a HELLO with its aux word after the deadline. */
+    {
+        static const unsigned kinds[] = {RDMX_RPC_MSG_PING, RDMX_RPC_MSG_CANCEL,
+                                         RDMX_RPC_MSG_RESPONSE};
+        for (i = 0; i < 3; i++) {
+            n = mkhdr(h, kinds[i], 0, 0, 0, nid(), 0, 0);
+            h[1] |= SPEC_F_DEADLINE;
+            put_le32(h + n, DEADLINE_US);
+            bad(ep, h, n + 4, NULL, 0, "deadline");
+        }
+        mkhdr(h, RDMX_RPC_MSG_HELLO, 0, 0, 0, nid(), RDMX_RPC_HELLO_SIZE, 0);
+        h[1] |= SPEC_F_DEADLINE;
+        put_le32(h + 16, DEADLINE_US);
+        put_le32(h + 20, RDMX_RPC_HELLO_SIZE);
+        bad(ep, h, 24, zero4, sizeof(zero4), "deadline");
+    }
+    /* DEADLINE with 0: REQUEST (answered), ONEWAY (not). */
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 1);
+    put_le32(h + 16, 0);
+    bad(ep, h, n, "ab", 2, "deadline");
+    n = mkhdr(h, RDMX_RPC_MSG_ONEWAY, 0, id_oneway, 0, nid(), 0, 1);
+    put_le32(h + 16, 0);
+    bad(ep, h, n, "ab", 2, NULL);
+    /* AUX with 0; more aux than data (also 2^32 - 1 with one byte, and
+     * after a deadline). */
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 2, 0);
+    put_le32(h + 16, 0);
+    bad(ep, h, n, "ab", 2, "aux");
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 3, 0);
+    bad(ep, h, n, "ab", 2, "aux");
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0xffffffffu, 0);
+    bad(ep, h, n, "a", 1, "aux");
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 5, DEADLINE_US);
+    bad(ep, h, n, data, 4, "aux");
+    /* Reserved bytes 2 and 3. */
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+    h[2] = 1;
+    bad(ep, h, n, NULL, 0, "reserved");
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, nid(), 0, 0);
+    h[3] = 0x80;
+    bad(ep, h, n, NULL, 0, "reserved");
+    /* A word at offset 4 of kinds that carry neither handler nor status. */
+    n = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, nid(), 0, 0);
+    put_le32(h + 4, 1);
+    bad(ep, h, n, NULL, 0, "offset 4");
+    n = mkhdr(h, RDMX_RPC_MSG_CANCEL, 0, 0, 0, nid(), 0, 0);
+    put_le32(h + 4, 0x80000000u);
+    bad(ep, h, n, NULL, 0, "offset 4");
+    n = mkhdr(h, RDMX_RPC_MSG_HELLO, 0, 0, 0, nid(), RDMX_RPC_HELLO_SIZE, 0);
+    put_le32(h + 4, id_echo);
+    bad(ep, h, n, zero4, sizeof(zero4), "offset 4");
+    /* Malformed messages claiming to be ERROR (status 0, status > 0),
+     * RESPONSE (more aux than data; a handler at offset 4, as version 1
+     * echoed it), ONEWAY (an unknown flag): no answer. */
+    n = mkhdr(h, RDMX_RPC_MSG_ERROR, 0, 0, -1, nid(), 0, 0);
+    put_le32(h + 4, 0);
+    bad(ep, h, n, NULL, 0, NULL);
+    n = mkhdr(h, RDMX_RPC_MSG_ERROR, 0, 0, -1, nid(), 0, 0);
+    put_le32(h + 4, 7);
+    bad(ep, h, n, NULL, 0, NULL);
+    n = mkhdr(h, RDMX_RPC_MSG_RESPONSE, 0, 0, 0, nid(), 9, 0);
+    bad(ep, h, n, data, 3, NULL);
+    n = mkhdr(h, RDMX_RPC_MSG_RESPONSE, 0, 0, 0, nid(), 0, 0);
+    put_le32(h + 4, id_echo);
+    bad(ep, h, n, NULL, 0, NULL);
+    n = mkhdr(h, RDMX_RPC_MSG_ONEWAY, 0, id_oneway, 0, nid(), 0, 0);
+    h[1] |= 0x10;
+    bad(ep, h, n, NULL, 0, NULL);
 
     /* Well-formed kinds a server does not take. */
     {
@@ -771,8 +974,8 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
     want.too_big++;
     expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_TOO_BIG, NULL);
     id = nid();
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, id, MAX_MESSAGE + 1, 0);
-    raw_send_ucp(ep, h, 40, big, MAX_MESSAGE + 1, 1);
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, id, 0, 0);
+    raw_send_ucp(ep, h, n, big, MAX_MESSAGE + 1, 1);
     want.requests++;
     want.too_big++;
     expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_TOO_BIG, NULL);
@@ -789,8 +992,8 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
                                          RDMX_RPC_MSG_HELLO};
         for (i = 0; i < 3; i++) {
             id = nid();
-            mkhdr(h, kinds[i], 0, 0, 0, id, 100, 0);
-            raw_send_ucp(ep, h, 40, data, 100, 1);
+            n = mkhdr(h, kinds[i], 0, 0, 0, id, 0, 0);
+            raw_send_ucp(ep, h, n, data, 100, 1);
             want.malformed++;
             expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
         }
@@ -834,17 +1037,18 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
     {
         unsigned char junk[60];
         th_fill(junk, sizeof(junk), th_seed(11, 1, 0));
-        id = bulk_req(ep, junk, sizeof(junk));
+        id = bulk_req(ep, junk, sizeof(junk), 0);
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_BAD_DESCRIPTOR, NULL);
         desc[dlen / 2] ^= 0x40;
-        id = bulk_req(ep, desc, (uint32_t)dlen);
+        id = bulk_req(ep, desc, (uint32_t)dlen, 0);
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_BAD_DESCRIPTOR, NULL);
         desc[dlen / 2] ^= 0x40;
-        id = bulk_req(ep, desc, (uint32_t)dlen - 1);
+        id = bulk_req(ep, desc, (uint32_t)dlen - 1, 0);
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_BAD_DESCRIPTOR, NULL);
     }
-    /* ... and a good one is served. */
-    id_bulk_ok = bulk_req(ep, desc, (uint32_t)dlen);
+    /* ... and a good one is served, here with a deadline (a 24-byte
+     * header). */
+    id_bulk_ok = bulk_req(ep, desc, (uint32_t)dlen, DEADLINE_US);
     expect(id_bulk_ok, RDMX_RPC_MSG_RESPONSE, 0, NULL);
 
     /* CANCEL for an id not in flight: ignored. */
@@ -857,15 +1061,24 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
              10);
     want.requests++;
     expect(id_echo_ok, RDMX_RPC_MSG_RESPONSE, 0, NULL);
+    id_dl_ok = nid();
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, SPEC_F_CALL, id_echo, 0, id_dl_ok, 0,
+              DEADLINE_US);
+    CHECK_EQ_U64(n, 20);
+    raw_send(ep, h, n, "deadline", 8);
+    want.requests++;
+    expect(id_dl_ok, RDMX_RPC_MSG_RESPONSE, 0, NULL);
     id_rndv_ok = nid();
     th_fill(big, 5000, th_seed(11, 2, 0));
-    mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, id_rndv_ok, 5000, 0);
-    raw_send_ucp(ep, h, 40, big, 5000, 1);
+    n = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0, id_rndv_ok, 0, 0);
+    raw_send_ucp(ep, h, n, big, 5000, 1);
     want.requests++;
     expect(id_rndv_ok, RDMX_RPC_MSG_RESPONSE, 0, NULL);
     for (i = 0; i < 5; i++) {
         id = nid();
-        send_msg(ep, RDMX_RPC_MSG_ONEWAY, id_oneway, id, "1", 0, 1);
+        n = mkhdr(h, RDMX_RPC_MSG_ONEWAY, 0, id_oneway, 0, id, 0,
+                  i % 2 ? DEADLINE_US : 0);
+        raw_send(ep, h, n, "1", 1);
         want.requests++;
         expect(id, 0, 0, NULL);
     }
@@ -879,6 +1092,8 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
 
     a = find_answer(id_echo_ok);
     CHECK(a->h.payload == 10 && memcmp(a->data, "still here", 10) == 0);
+    a = find_answer(id_dl_ok);
+    CHECK(a->h.payload == 8 && memcmp(a->data, "deadline", 8) == 0);
     a = find_answer(id_rndv_ok);
     CHECK(a->h.payload == 5000);
     CHECK_PATTERN(a->data, 5000, th_seed(11, 2, 0), 0);
@@ -923,25 +1138,41 @@ static int known_handler(uint32_t id)
     return 0;
 }
 
-/* docs/PROTOCOL.md, "What the decoders check" (header). */
+/* docs/PROTOCOL.md, "Header" and "What the decoders check" (header). */
 static int spec_header_ok(const unsigned char *p, size_t hlen, size_t dlen)
 {
-    uint32_t payload, aux;
-    int32_t status;
+    unsigned kind, flags;
+    size_t want_len = SPEC_HDR_MIN, off = SPEC_HDR_MIN;
+    uint32_t aux = 0, word;
 
-    if (hlen != RDMX_RPC_HDR_SIZE || get32(p) != 0x50525852u || p[4] != 1 ||
-        p[5] < 1 || p[5] > 11)
+    if (spec_is_v1(p, hlen) || hlen < SPEC_HDR_MIN)
         return 0;
-    if ((p[6] | (p[7] << 8)) & ~3)
+    kind = p[0] & 0x0f;
+    flags = p[1];
+    if (p[0] >> 4 != SPEC_VERSION || kind < 1 || kind > 11)
         return 0;
-    payload = get32(p + 24);
-    aux = get32(p + 28);
-    if ((uint64_t)payload + aux != dlen)
+    if (flags & ~SPEC_F_KNOWN)
         return 0;
-    status = (int32_t)get32(p + 12);
-    if (p[5] == RDMX_RPC_MSG_ERROR ? status >= 0 : status != 0)
+    want_len +=
+        (flags & SPEC_F_DEADLINE ? 4 : 0) + (flags & SPEC_F_AUX ? 4 : 0);
+    if (hlen != want_len || p[2] != 0 || p[3] != 0)
         return 0;
-    return get32(p + 36) == 0;
+    if (flags & SPEC_F_DEADLINE) {
+        if (!spec_is_call(kind) || get32(p + off) == 0)
+            return 0;
+        off += 4;
+    }
+    if (flags & SPEC_F_AUX) {
+        aux = get32(p + off);
+        if (aux == 0 || aux > dlen)
+            return 0;
+    }
+    if ((uint64_t)(dlen - aux) > UINT32_MAX)
+        return 0;
+    word = get32(p + 4);
+    if (kind == RDMX_RPC_MSG_ERROR)
+        return (int32_t)word < 0;
+    return spec_is_call(kind) || word == 0;
 }
 
 /* What a ready connection of a server without a secret does with it
@@ -949,22 +1180,18 @@ static int spec_header_ok(const unsigned char *p, size_t hlen, size_t dlen)
  * Returns 0 to re-roll (a valid REQUEST/ONEWAY of a registered handler). */
 static int model(const unsigned char *p, size_t hlen, size_t dlen)
 {
-    uint64_t id = hlen >= RDMX_RPC_HDR_SIZE ? get64(p + 16) : 0;
-    unsigned kind = hlen >= RDMX_RPC_HDR_SIZE ? p[5] : 0;
+    uint64_t id;
+    unsigned kind;
 
+    spec_kind_id(p, hlen, &kind, &id);
     if (!spec_header_ok(p, hlen, dlen)) {
-        want.malformed++;
-        if (kind == RDMX_RPC_MSG_ONEWAY || kind == RDMX_RPC_MSG_RESPONSE ||
-            kind == RDMX_RPC_MSG_ERROR)
-            expect(id, 0, 0, NULL);
-        else
-            expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+        expect_bad(kind, id, spec_is_v1(p, hlen) ? "version-1 header" : NULL);
         return 1;
     }
     switch (kind) {
     case RDMX_RPC_MSG_REQUEST:
     case RDMX_RPC_MSG_ONEWAY:
-        if (known_handler(get32(p + 8)))
+        if (known_handler(get32(p + 4)))
             return 0;
         want.requests++;
         want.unknown_handler++;
@@ -993,9 +1220,10 @@ static int model(const unsigned char *p, size_t hlen, size_t dlen)
  * refused with PROTO (a server without a secret). */
 static void model_prehello(const unsigned char *p, size_t hlen, size_t dlen)
 {
-    uint64_t id = hlen >= RDMX_RPC_HDR_SIZE ? get64(p + 16) : 0;
-    unsigned kind = hlen >= RDMX_RPC_HDR_SIZE ? p[5] : 0;
+    uint64_t id;
+    unsigned kind;
 
+    spec_kind_id(p, hlen, &kind, &id);
     if (spec_header_ok(p, hlen, dlen)) {
         CHECK(kind == RDMX_RPC_MSG_REQUEST);
         want.requests++;
@@ -1003,58 +1231,66 @@ static void model_prehello(const unsigned char *p, size_t hlen, size_t dlen)
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, "HELLO");
         return;
     }
-    want.malformed++;
-    if (kind == RDMX_RPC_MSG_ONEWAY || kind == RDMX_RPC_MSG_RESPONSE ||
-        kind == RDMX_RPC_MSG_ERROR)
-        expect(id, 0, 0, NULL);
-    else
-        expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
+    expect_bad(kind, id, NULL);
 }
 
 static void phase2(rdmx_ep_t *ep, uint64_t seed)
 {
-    unsigned char h[RDMX_RPC_HDR_SIZE], data[64];
-    unsigned counts[3] = {0, 0, 0}, valid = 0;
+    unsigned char h[RDMX_RPC_HDR_MAX], data[64];
+    unsigned counts[3] = {0, 0, 0}, lens[RDMX_RPC_HDR_MAX + 1] = {0};
+    unsigned valid = 0;
 
     rng_state = seed;
     for (int n = 0; n < NRANDOM;) {
         unsigned mode = (unsigned)(rnd() % 3);
-        size_t hlen = RDMX_RPC_HDR_SIZE, dlen = (size_t)(rnd() % 48);
+        size_t hlen, dlen = (size_t)(rnd() % 48);
         uint64_t saved = rng_state;
 
         for (size_t i = 0; i < sizeof(data); i++)
             data[i] = (unsigned char)rnd();
+        for (size_t i = 0; i < sizeof(h); i++)
+            h[i] = (unsigned char)rnd();
         if (mode == 0) {
-            /* random bytes, sometimes a random header length */
-            for (size_t i = 0; i < sizeof(h); i++)
-                h[i] = (unsigned char)rnd();
-            if (rnd() % 8 == 0)
-                hlen = (size_t)(rnd() % (RDMX_RPC_HDR_SIZE + 1));
+            /* random bytes of a random length, half of them with version
+             * 2, a few starting as a version-1 header */
+            hlen = (size_t)(rnd() % (RDMX_RPC_HDR_MAX + 1));
+            if (rnd() % 2)
+                h[0] = (unsigned char)(SPEC_VERSION << 4 | (h[0] & 0x0f));
+            if (rnd() % 16 == 0)
+                memcpy(h, "RXRP", 4);
         } else {
-            /* a valid header of a random kind with 0..2 bytes changed */
+            /* a valid header of a random kind and length (a deadline on
+             * half the calls, aux on half the messages with data) with
+             * 0..2 bytes, or its length, changed; every kind is given a
+             * handler, a status and maybe a deadline, which mkhdr (and
+             * rdmx_rpc_hdr_encode) write only where the kind has them */
             unsigned kind = 1 + (unsigned)(rnd() % 11);
-            uint32_t aux = dlen ? (uint32_t)(rnd() % (dlen + 1)) : 0;
-            mkhdr(h, kind, (unsigned)(rnd() % 4), (uint32_t)rnd(),
-                  kind == RDMX_RPC_MSG_ERROR ? -1 - (int32_t)(rnd() % 20) : 0,
-                  rnd(), (uint32_t)dlen - aux, aux);
+            uint32_t aux = dlen && rnd() % 2 ? 1 + (uint32_t)(rnd() % dlen) : 0;
+            uint32_t deadline =
+                rnd() % 2 ? 1 + (uint32_t)(rnd() % 0xfffffffeu) : 0;
+            hlen = mkhdr(h, kind, (unsigned)(rnd() % 4), (uint32_t)rnd(),
+                         -1 - (int32_t)(rnd() % 20), rnd(), aux, deadline);
             if (mode == 2) {
                 unsigned nmut = 1 + (unsigned)(rnd() % 2);
-                for (unsigned k = 0; k < nmut; k++)
-                    h[rnd() % sizeof(h)] = (unsigned char)rnd();
+                for (unsigned k = 0; k < nmut; k++) {
+                    if (rnd() % 8 == 0)
+                        hlen = (size_t)(rnd() % (RDMX_RPC_HDR_MAX + 1));
+                    else if (hlen > 0)
+                        h[rnd() % hlen] = (unsigned char)rnd();
+                }
             }
         }
         /* ids must not repeat within the phase (an answer is matched by
          * id): give every message a fresh one unless it is cut short */
-        if (hlen >= 24) {
-            uint64_t fresh = 0x7000000000000000ull + (uint64_t)n;
-            memcpy(h + 16, &fresh, 8);
-        }
+        if (hlen >= SPEC_HDR_MIN)
+            put_le64(h + 8, 0x7000000000000000ull + (uint64_t)n);
         if (!model(h, hlen, dlen)) {
             rng_state = saved ^ 0x9e3779b97f4a7c15ull;
             continue;
         }
         valid += spec_header_ok(h, hlen, dlen);
         counts[mode]++;
+        lens[hlen]++;
         raw_send(ep, h, hlen, data, dlen);
         if (n % 256 == 0)
             rdmx_worker_progress(rw);
@@ -1062,9 +1298,11 @@ static void phase2(rdmx_ep_t *ep, uint64_t seed)
     }
     wait_sends();
     settle("phase 2 (random)");
-    th_log("phase 2: %u random, %u mutated-valid, %u mutated-changed "
-           "messages; %u had a valid header (seed %llx)",
-           counts[0], counts[1], counts[2], valid, (unsigned long long)seed);
+    th_log("phase 2: %u random, %u valid as built, %u changed messages; %u "
+           "had a valid header; headers of 16/20/24 bytes: %u/%u/%u (seed "
+           "%llx)",
+           counts[0], counts[1], counts[2], valid, lens[16], lens[20], lens[24],
+           (unsigned long long)seed);
     forget_answers();
 }
 
@@ -1130,15 +1368,16 @@ int main(int argc, char **argv)
      * destroying their worker. */
     {
         rdmx_ep_t *e2 = th_connect(rw, &srv, NULL);
-        unsigned char h[RDMX_RPC_HDR_SIZE];
+        unsigned char h[RDMX_RPC_HDR_MAX];
 
         rndv_ep = e2;
         for (int i = 0; i < 50; i++) {
-            mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0,
-                  0x3000000000000000ull + ((uint64_t)i << 16), 0, 0);
-            h[(size_t)i % sizeof(h)] ^= 0x5a;
-            model_prehello(h, sizeof(h), 0);
-            raw_send(e2, h, sizeof(h), NULL, 0);
+            size_t hlen = mkhdr(h, RDMX_RPC_MSG_REQUEST, 0, id_echo, 0,
+                                0x3000000000000000ull + ((uint64_t)i << 16), 0,
+                                i % 2 ? DEADLINE_US : 0);
+            h[(size_t)i % hlen] ^= 0x5a;
+            model_prehello(h, hlen, 0);
+            raw_send(e2, h, hlen, NULL, 0);
         }
         wait_sends();
         settle("phase 3 (garbage before HELLO)");

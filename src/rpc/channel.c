@@ -30,6 +30,7 @@
 
 #define CH_INLINE 192     /* request bytes kept inside the call record */
 #define CH_METHODS_MAX 256
+#define CH_SPARE_MAX 64   /* ended call records kept for the next calls */
 
 typedef enum { CALL_QUEUED, CALL_SENT } call_state_t;
 
@@ -57,6 +58,7 @@ typedef struct call {
     uint32_t aux_len, len;
     unsigned char *buf;   /* aux || payload */
     void *resp;           /* rendezvous response buffer */
+    struct call *next_spare; /* in ch->spare */
     unsigned char inl[CH_INLINE];
 } call_t;
 
@@ -69,6 +71,8 @@ typedef struct {
 struct rdmx_channel {
     rdmx_rpc_link_t link; /* role CHANNEL; first */
     rdmx_worker_t *w;
+    call_t *spare;        /* ended call records, for the next calls */
+    unsigned nspare;
     char address[256];
     /* options */
     int timeout_ms, connect_timeout_ms, hb_ms, hb_timeout_ms;
@@ -211,6 +215,12 @@ static void call_free(call_t *c)
     if (c->buf != c->inl)
         free(c->buf);
     free(c->resp);
+    if (c->ch != NULL && c->ch->nspare < CH_SPARE_MAX) {
+        c->next_spare = c->ch->spare;
+        c->ch->spare = c;
+        c->ch->nspare++;
+        return;
+    }
     free(c);
 }
 
@@ -1077,6 +1087,11 @@ void rdmx_channel_destroy(rdmx_channel_t *ch)
         memset(ch->secret, 0, ch->secret_len);
         free(ch->secret);
     }
+    while (ch->spare != NULL) {
+        call_t *c = ch->spare;
+        ch->spare = c->next_spare;
+        free(c);
+    }
     free(ch);
 }
 
@@ -1204,8 +1219,10 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
     }
     if (nbulk > 0)
         aux += 4;
-    c = malloc(sizeof(*c));
-    if (c == NULL) {
+    if ((c = ch->spare) != NULL) {
+        ch->spare = c->next_spare;
+        ch->nspare--;
+    } else if ((c = malloc(sizeof(*c))) == NULL) {
         *st_p = rdmx__error(RDMX_ERR_NO_MEMORY, "call: out of memory");
         return NULL;
     }

@@ -69,16 +69,16 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                                   const void *data, size_t len,
                                   rdmx_cb_t keep_cb, void *keep_arg)
 {
-    unsigned char hdr[RDMX_RPC_HDR_SIZE];
+    unsigned char hdr[RDMX_RPC_HDR_MAX];
+    size_t hlen = rdmx_rpc_hdr_encode(h, hdr);
     rdmx_status_t st;
     void *copy;
 
-    rdmx_rpc_hdr_encode(h, hdr);
-    st = rdmx__msg_send_now(ep, RDMX_AM_RPC, hdr, sizeof(hdr), data, len);
+    st = rdmx__msg_send_now(ep, RDMX_AM_RPC, hdr, hlen, data, len);
     if (st != RDMX_ERR_NO_RESOURCE)
         return st;
     if (keep_cb != NULL) {
-        return rdmx__msg_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), data, len,
+        return rdmx__msg_send(ep, RDMX_AM_RPC, hdr, hlen, data, len,
                              keep_cb, keep_arg);
     }
     copy = malloc(len ? len : 1);
@@ -88,7 +88,7 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                            len);
     if (len != 0)
         memcpy(copy, data, len);
-    st = rdmx__msg_send(ep, RDMX_AM_RPC, hdr, sizeof(hdr), copy, len, tx_done,
+    st = rdmx__msg_send(ep, RDMX_AM_RPC, hdr, hlen, copy, len, tx_done,
                        copy);
     if (st != RDMX_INPROGRESS)
         free(copy);

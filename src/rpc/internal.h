@@ -113,7 +113,6 @@ static inline void rdmx__rpc_hdr(rdmx_rpc_hdr_t *h, rdmx_rpc_kind_t kind,
     h->payload = 0;
     h->aux = 0;
     h->deadline_us = 0;
-    h->credits = 0;
 }
 
 #endif /* RDMX_RPC_INTERNAL_H */

@@ -15,20 +15,41 @@
             snprintf(why, why_size, __VA_ARGS__);                              \
     } while (0)
 
-void rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
-                         unsigned char out[RDMX_RPC_HDR_SIZE])
+static int is_call(unsigned kind)
 {
-    rdmx_put_le32(out + 0, RDMX_RPC_MAGIC);
-    out[4] = h->version;
-    out[5] = h->kind;
-    rdmx_put_le16(out + 6, h->flags);
-    rdmx_put_le32(out + 8, h->handler);
-    rdmx_put_le32(out + 12, (uint32_t)h->status);
-    rdmx_put_le64(out + 16, h->id);
-    rdmx_put_le32(out + 24, h->payload);
-    rdmx_put_le32(out + 28, h->aux);
-    rdmx_put_le32(out + 32, h->deadline_us);
-    rdmx_put_le32(out + 36, h->credits);
+    return kind == RDMX_RPC_MSG_REQUEST || kind == RDMX_RPC_MSG_ONEWAY;
+}
+
+size_t rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
+                           unsigned char out[RDMX_RPC_HDR_MAX])
+{
+    const int call = is_call(h->kind);
+    uint32_t word = 0;
+    unsigned flags = h->flags & RDMX_RPC_F_CALL;
+    size_t n = RDMX_RPC_HDR_MIN;
+
+    if (call)
+        word = h->handler;
+    else if (h->kind == RDMX_RPC_MSG_ERROR)
+        word = (uint32_t)h->status;
+    if (call && h->deadline_us != 0)
+        flags |= RDMX_RPC_F_DEADLINE;
+    if (h->aux != 0)
+        flags |= RDMX_RPC_F_AUX;
+    out[0] = (unsigned char)(RDMX_RPC_VERSION << 4 | (h->kind & 0x0f));
+    out[1] = (unsigned char)flags;
+    rdmx_put_le16(out + 2, 0);
+    rdmx_put_le32(out + 4, word);
+    rdmx_put_le64(out + 8, h->id);
+    if (flags & RDMX_RPC_F_DEADLINE) {
+        rdmx_put_le32(out + n, h->deadline_us);
+        n += 4;
+    }
+    if (flags & RDMX_RPC_F_AUX) {
+        rdmx_put_le32(out + n, h->aux);
+        n += 4;
+    }
+    return n;
 }
 
 rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
@@ -36,32 +57,28 @@ rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
                                   char *why, size_t why_size)
 {
     const unsigned char *p = buf;
-    uint32_t magic;
+    unsigned flags;
+    uint32_t word;
+    size_t want = RDMX_RPC_HDR_MIN;
 
     memset(h, 0, sizeof(*h));
-    if (buf == NULL || len < RDMX_RPC_HDR_SIZE) {
-        WHY("header of %zu bytes, expected %d", len, RDMX_RPC_HDR_SIZE);
+    if (buf != NULL && len >= 4 && rdmx_get_le32(p) == RDMX_RPC_V1_MAGIC) {
+        WHY("a version-1 header (%zu bytes; magic RXRP): this side speaks "
+            "version %u",
+            len, RDMX_RPC_VERSION);
         return RDMX_ERR_PROTO;
     }
-    magic = rdmx_get_le32(p);
-    h->version = p[4];
-    h->kind = p[5];
-    h->flags = rdmx_get_le16(p + 6);
-    h->handler = rdmx_get_le32(p + 8);
-    h->status = (int32_t)rdmx_get_le32(p + 12);
-    h->id = rdmx_get_le64(p + 16);
-    h->payload = rdmx_get_le32(p + 24);
-    h->aux = rdmx_get_le32(p + 28);
-    h->deadline_us = rdmx_get_le32(p + 32);
-    h->credits = rdmx_get_le32(p + 36);
-    if (magic != RDMX_RPC_MAGIC) {
-        WHY("bad magic 0x%08x", magic);
+    if (buf == NULL || len < RDMX_RPC_HDR_MIN) {
+        WHY("header of %zu bytes, at least %d expected", len,
+            RDMX_RPC_HDR_MIN);
         return RDMX_ERR_PROTO;
     }
-    if (len != RDMX_RPC_HDR_SIZE) {
-        WHY("header of %zu bytes, expected %d", len, RDMX_RPC_HDR_SIZE);
-        return RDMX_ERR_PROTO;
-    }
+    h->version = p[0] >> 4;
+    h->kind = p[0] & 0x0f;
+    flags = p[1];
+    h->flags = (uint8_t)(flags & RDMX_RPC_F_CALL);
+    word = rdmx_get_le32(p + 4);
+    h->id = rdmx_get_le64(p + 8);
     if (h->version != RDMX_RPC_VERSION) {
         WHY("protocol version %u, this side speaks %u", h->version,
             RDMX_RPC_VERSION);
@@ -71,21 +88,54 @@ rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
         WHY("unknown message kind %u", h->kind);
         return RDMX_ERR_PROTO;
     }
-    if (h->flags & ~RDMX_RPC_F_KNOWN) {
-        WHY("unknown flags 0x%x", h->flags);
+    if (flags & ~RDMX_RPC_F_KNOWN) {
+        WHY("unknown flags 0x%x", flags);
         return RDMX_ERR_PROTO;
     }
-    if ((uint64_t)h->payload + h->aux != data_len) {
-        WHY("lengths say %u + %u bytes, message has %zu", h->aux, h->payload,
-            data_len);
+    want += (flags & RDMX_RPC_F_DEADLINE ? 4 : 0) +
+            (flags & RDMX_RPC_F_AUX ? 4 : 0);
+    if (len != want) {
+        WHY("header of %zu bytes, its flags (0x%x) say %zu", len, flags,
+            want);
         return RDMX_ERR_PROTO;
     }
-    if (h->kind == RDMX_RPC_MSG_ERROR ? h->status >= 0 : h->status != 0) {
-        WHY("status %d in a message of kind %u", h->status, h->kind);
+    if (rdmx_get_le16(p + 2) != 0) {
+        WHY("reserved field is %u", rdmx_get_le16(p + 2));
         return RDMX_ERR_PROTO;
     }
-    if (h->credits != 0) {
-        WHY("reserved field is %u", h->credits);
+    want = RDMX_RPC_HDR_MIN;
+    if (flags & RDMX_RPC_F_DEADLINE) {
+        h->deadline_us = rdmx_get_le32(p + want);
+        want += 4;
+        if (!is_call(h->kind) || h->deadline_us == 0) {
+            WHY("deadline of %u us in a message of kind %u", h->deadline_us,
+                h->kind);
+            return RDMX_ERR_PROTO;
+        }
+    }
+    if (flags & RDMX_RPC_F_AUX) {
+        h->aux = rdmx_get_le32(p + want);
+        if (h->aux == 0 || h->aux > data_len) {
+            WHY("aux of %u bytes, message has %zu", h->aux, data_len);
+            return RDMX_ERR_PROTO;
+        }
+    }
+    if (data_len - h->aux > UINT32_MAX) {
+        WHY("payload of %zu bytes", data_len - h->aux);
+        return RDMX_ERR_PROTO;
+    }
+    h->payload = (uint32_t)(data_len - h->aux);
+    if (is_call(h->kind)) {
+        h->handler = word;
+    } else if (h->kind == RDMX_RPC_MSG_ERROR) {
+        h->status = (int32_t)word;
+        if (h->status >= 0) {
+            WHY("status %d in an ERROR", h->status);
+            return RDMX_ERR_PROTO;
+        }
+    } else if (word != 0) {
+        WHY("word 0x%x at offset 4 in a message of kind %u (must be 0)", word,
+            h->kind);
         return RDMX_ERR_PROTO;
     }
     return RDMX_OK;

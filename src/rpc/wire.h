@@ -1,8 +1,10 @@
 /*
- * RPC wire format: the fixed 40-byte header every RPC message carries as its
- * UCX active-message header, and the bodies of the handshake and of bulk
- * descriptor tables. Encoders write, decoders validate everything they read
- * and say what was wrong. docs/PROTOCOL.md is the reference.
+ * RPC wire format: the header every RPC message carries as its active-
+ * message header (16 bytes, 20 or 24 with a deadline or aux bytes: small
+ * enough that a call with a 64-byte payload takes the transport's shortest
+ * send path), and the bodies of the handshake and of bulk descriptor
+ * tables. Encoders write, decoders validate everything they read and say
+ * what was wrong. docs/PROTOCOL.md is the reference.
  */
 #ifndef RDMX_RPC_WIRE_H
 #define RDMX_RPC_WIRE_H
@@ -12,9 +14,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RDMX_RPC_MAGIC    0x50525852u /* "RXRP" little-endian */
-#define RDMX_RPC_VERSION  1u
-#define RDMX_RPC_HDR_SIZE 40
+#define RDMX_RPC_VERSION     2u
+#define RDMX_RPC_HDR_MIN     16 /* no deadline, no aux */
+#define RDMX_RPC_HDR_MAX     24 /* both */
+/* Version 1's 40-byte header began with this magic ("RXRP"): recognised
+ * only to say what the peer speaks. */
+#define RDMX_RPC_V1_MAGIC    0x50525852u
+#define RDMX_RPC_V1_HDR_SIZE 40
 
 /* The UCX active-message id of every RPC message (core uses 0..15). */
 #define RDMX_AM_RPC 16
@@ -34,33 +40,46 @@ typedef enum {
     RDMX_RPC_MSG_KIND_MAX = 11
 } rdmx_rpc_kind_t;
 
+/* Header flags. IDEMPOTENT and RETRY are the call's; DEADLINE and AUX say
+ * which optional words follow the fixed 16 bytes (the encoder sets them,
+ * from deadline_us and aux being non-zero). */
 enum {
     RDMX_RPC_F_IDEMPOTENT = 1u << 0, /* the caller may resend it */
     RDMX_RPC_F_RETRY = 1u << 1,      /* this is a resend */
-    RDMX_RPC_F_KNOWN = 3u            /* flags a version-1 peer may set */
+    RDMX_RPC_F_CALL = 3u,            /* the two above */
+    RDMX_RPC_F_DEADLINE = 1u << 6,   /* u32 deadline_us follows */
+    RDMX_RPC_F_AUX = 1u << 7,        /* u32 aux follows (after deadline) */
+    RDMX_RPC_F_KNOWN = 0xc3u         /* flags a version-2 peer may set */
 };
 
+/* A header, decoded. flags holds only the call's flags (RDMX_RPC_F_CALL);
+ * payload is the message data after aux. */
 typedef struct {
     uint8_t version;
     uint8_t kind;
-    uint16_t flags;
-    uint32_t handler;   /* rdmx_rpc_id of the name */
+    uint8_t flags;
+    uint32_t handler;   /* REQUEST, ONEWAY: rdmx_rpc_id of the name */
     int32_t status;     /* 0, or a negative rdmx_status_t (ERROR) */
     uint64_t id;        /* request id, chosen by the caller */
     uint32_t payload;   /* payload bytes (after aux) in the message data */
     uint32_t aux;       /* aux bytes (bulk table, handshake body) */
-    uint32_t deadline_us; /* time left when sent; 0 = none */
-    uint32_t credits;   /* reserved, 0 */
+    uint32_t deadline_us; /* REQUEST, ONEWAY: time left when sent; 0 = none */
 } rdmx_rpc_hdr_t;
 
-void rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
-                         unsigned char out[RDMX_RPC_HDR_SIZE]);
+/* Encode @h into @out; @return its length (RDMX_RPC_HDR_MIN..MAX). The
+ * handler goes out only for REQUEST and ONEWAY, the status only for ERROR,
+ * the deadline only for REQUEST and ONEWAY. */
+size_t rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
+                           unsigned char out[RDMX_RPC_HDR_MAX]);
 
 /*
  * Decode and validate a header of @len bytes that came with @data_len bytes
  * of message data. On error writes what was wrong to @why (may be NULL) and
- * leaves in @h whatever could be read (id, kind) for an error response.
- * @return RDMX_OK, RDMX_ERR_PROTO (bad magic, version, kind, flags, lengths).
+ * leaves in @h the kind and id when 16 or more bytes arrived and they are
+ * not a version-1 header (all of @h zero otherwise), for an error response;
+ * other fields of @h are then unspecified.
+ * @return RDMX_OK, RDMX_ERR_PROTO (version, kind, flags, lengths, fields a
+ * kind must leave zero).
  */
 rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
                                   size_t data_len, rdmx_rpc_hdr_t *h,
