@@ -80,11 +80,11 @@ INSTALL=1
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    --rounds) ROUNDS="${2:-}"; shift ;;
-    --conns) CONNS="${2:-}"; shift ;;
-    --procs) PROCS="${2:-}"; shift ;;
-    --transport) set_transports "${2:-}" "tcp shm"; shift ;;
-    --settle) SETTLE="${2:-}"; shift ;;
+    --rounds) need_value "$@"; ROUNDS="$2"; shift ;;
+    --conns) need_value "$@"; CONNS="$2"; shift ;;
+    --procs) need_value "$@"; PROCS="$2"; shift ;;
+    --transport) need_value "$@"; set_transports "$2" "tcp shm"; shift ;;
+    --settle) need_value "$@"; SETTLE="$2"; shift ;;
     --perf) PERF=1 ;;
     --keep) KEEP=1 ;;
     --no-install) INSTALL=0 ;;

@@ -9,7 +9,7 @@
 #   usage                   the script's header comment, as --help prints it
 #   die, bad_arg            "NAME: message" on stderr, exit 1 (failure) or
 #                           2 (bad command line)
-#   is_count, set_transports   checks of option values
+#   need_value, is_count, set_transports   checks of option values
 #   ROOT, RDMX_BUILD, CC    the tree, the build directory (environment
 #                           RDMX_BUILD, default build/), the C compiler
 #   bench_cc SRC FLAG...    compile bench/SRC.c with the tools' option
@@ -49,6 +49,10 @@ die() {
 bad_arg() {
     echo "$NAME: $*" >&2
     exit 2
+}
+
+need_value() { # "$@" of the option loop: exit 2 unless $1 has a value
+    [ $# -ge 2 ] || bad_arg "$1 needs a value (try --help)"
 }
 
 is_count() { # value -> 0 if a whole number above 0

@@ -41,16 +41,16 @@ WINDOW=32
 
 while [ $# -gt 0 ]; do
     case "$1" in
-    --rounds) ROUNDS="${2:-}"; shift ;;
+    --rounds) need_value "$@"; ROUNDS="$2"; shift ;;
     --transport)
         case "${2:-}" in shm | tcp) TR="$2" ;; *) bad_arg "--transport shm|tcp" ;; esac
         shift ;;
-    --threads) THREADS="${2:-}"; shift ;;
-    --workers) WORKERS="${2:-}"; shift ;;
-    --procs) PROCS="${2:-}"; shift ;;
-    -n) ITERS="${2:-}"; shift ;;
-    -s) SIZE="${2:-}"; shift ;;
-    -W) WINDOW="${2:-}"; shift ;;
+    --threads) need_value "$@"; THREADS="$2"; shift ;;
+    --workers) need_value "$@"; WORKERS="$2"; shift ;;
+    --procs) need_value "$@"; PROCS="$2"; shift ;;
+    -n) need_value "$@"; ITERS="$2"; shift ;;
+    -s) need_value "$@"; SIZE="$2"; shift ;;
+    -W) need_value "$@"; WINDOW="$2"; shift ;;
     -h | --help) usage; exit 0 ;;
     *) bad_arg "unknown argument '$1' (try --help)" ;;
     esac

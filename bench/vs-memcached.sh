@@ -77,13 +77,13 @@ INSTALL=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
-    --rounds) ROUNDS="${2:-}"; shift ;;
-    --seconds) SECONDS_RUN="${2:-}"; shift ;;
-    --peers) PEERS="${2:-}"; shift ;;
-    --transport) set_transports "${2:-}" "shm tcp"; shift ;;
-    --ops) OPS="${2:-}"; shift ;;
-    --sizes) SIZES="${2:-}"; shift ;;
-    --clients) CLIENTS="${2:-}"; shift ;;
+    --rounds) need_value "$@"; ROUNDS="$2"; shift ;;
+    --seconds) need_value "$@"; SECONDS_RUN="$2"; shift ;;
+    --peers) need_value "$@"; PEERS="$2"; shift ;;
+    --transport) need_value "$@"; set_transports "$2" "shm tcp"; shift ;;
+    --ops) need_value "$@"; OPS="$2"; shift ;;
+    --sizes) need_value "$@"; SIZES="$2"; shift ;;
+    --clients) need_value "$@"; CLIENTS="$2"; shift ;;
     --zero-copy)
         case "${2:-}" in auto | on | off) ZC="$2" ;;
         *) bad_arg "--zero-copy auto|on|off" ;; esac

@@ -74,9 +74,9 @@ FLUSH=end
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
-    --rounds) ROUNDS="${2:-}"; shift ;;
-    --transport) set_transports "${2:-}" "shm tcp"; shift ;;
-    --only) ONLY="${2:-}"; shift ;;
+    --rounds) need_value "$@"; ROUNDS="$2"; shift ;;
+    --transport) need_value "$@"; set_transports "$2" "shm tcp"; shift ;;
+    --only) need_value "$@"; ONLY="$2"; shift ;;
     --flush)
         case "${2:-}" in
         end | window) FLUSH="$2" ;;
