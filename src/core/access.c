@@ -490,11 +490,13 @@ static rdmx_rmem_t *pull_key(rdmx_ep_t *ep, const unsigned char *desc,
 }
 
 /* Bring a checked PUT's bytes into the region: by reading them from the
- * initiator's memory (a->pull: @data is its descriptor, @dlen bytes), or by
- * receiving the rendezvous @data. A fenced grant's bytes go through a
- * bounce buffer the receive record owns (copied in when it completes).
- * RDMX_INPROGRESS: the reply follows the data; else an error for the
- * caller to answer. */
+ * initiator's memory (a->pull: @data is its descriptor, @dlen bytes, read
+ * here), or by receiving the rendezvous @data. A fenced grant's bytes go
+ * through a bounce buffer the receive record owns (copied in when it
+ * completes). The reply follows the data when this returns RDMX_OK or
+ * RDMX_INPROGRESS, which say who owns @data (rdmx_core_handler_t):
+ * RDMX_INPROGRESS only when the receive took the rendezvous descriptor.
+ * Anything else is an error for the caller to answer. */
 static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
                                const unsigned char *h, void *data,
                                size_t dlen, applied_t *a)
@@ -524,20 +526,20 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->mr = a->mr;
     if (a->fenced && a->length != 0 &&
         (op->aux = rdmx__bounce_get(w, a->length, &op->aux_cap)) == NULL) {
-        if (!a->pull)
-            w->tp->release(w->tw, data);
         rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
-        return RDMX_INPROGRESS;
+        return RDMX_OK; /* (a descriptor not taken goes back to its sender) */
     }
     dst = op->aux != NULL ? op->aux : a->in;
     op->issuing = 1;
-    if (a->pull)
+    if (a->pull) {
         st = w->tp->get(ep->tep, dst, a->length,
                         op->aux != NULL ? NULL : a->mr->tmr, raddr,
                         src->trkey, op, &req);
-    else
-        st = w->tp->recv(w->tw, data, dst, a->length,
-                         op->aux != NULL ? NULL : a->mr->tmr, op, &req);
+        rdmx__op_started(op, st, req, a->length);
+        return RDMX_OK;
+    }
+    st = w->tp->recv(w->tw, data, dst, a->length,
+                     op->aux != NULL ? NULL : a->mr->tmr, op, &req);
     rdmx__op_started(op, st, req, a->length);
     return RDMX_INPROGRESS;
 }
@@ -565,8 +567,8 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
         return RDMX_OK;
     if (st == RDMX_OK && a.in != NULL) {
         st = put_fetch(w, ep, header, data, len, &a);
-        if (st == RDMX_INPROGRESS)
-            return RDMX_INPROGRESS; /* (the reply follows the data) */
+        if (st == RDMX_OK || st == RDMX_INPROGRESS)
+            return st; /* (the reply follows the data) */
     }
     if (st != RDMX_OK) {
         if (st == RDMX_ERR_PROTO)

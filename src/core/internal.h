@@ -531,7 +531,12 @@ void rdmx__listener_sweep(rdmx_worker_t *w, uint64_t now);
 
 /* A handler of one of core's own messages (ids below 16), run by
  * rdmx__tp_deliver: the sender's backend endpoint (NULL: unknown), the
- * header and data, RDMX_MSG_* flags. RDMX_INPROGRESS keeps the data. */
+ * header and data, RDMX_MSG_* flags. The return says who owns @data, not
+ * whether work goes on: RDMX_INPROGRESS only when the handler took a
+ * rendezvous descriptor (RDMX_MSG_RNDV: given to the transport's recv, or
+ * kept and later received or released); RDMX_OK otherwise, and the
+ * transport takes @data back when the handler returns. Core's handlers
+ * never keep eager data (their ids are set without hold). */
 typedef rdmx_status_t rdmx_core_handler_t(rdmx_worker_t *w, rdmx_tep_t *tep,
                                           const void *header, size_t hlen,
                                           void *data, size_t len,

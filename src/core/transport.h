@@ -87,7 +87,8 @@ typedef struct {
     rdmx_status_t (*arm)(void *tw);
     void (*signal)(void *tw); /* any thread: wake a sleeper */
     /* Deliver messages of @id to rdmx__tp_deliver from now on; @hold: the
-     * receiver may keep eager data (RDMX_MSG_HOLDABLE). */
+     * receiver may keep eager data (RDMX_MSG_HOLDABLE, never set without
+     * it). */
     rdmx_status_t (*set_handler)(void *tw, unsigned id, int hold);
 
     /* --- endpoints ---------------------------------------------------- */
@@ -114,7 +115,8 @@ typedef struct {
                           size_t hlen, const void *data, size_t length,
                           void *tmr, unsigned flags, rdmx_op_t *op,
                           void **req_p);
-    /* Move a large message (@desc from delivery) into @buf. */
+    /* Move a large message (@desc from delivery, RDMX_MSG_RNDV) into
+     * @buf; the descriptor is the backend's again from here. */
     rdmx_status_t (*recv)(void *tw, void *desc, void *buf, size_t length,
                           void *tmr, rdmx_op_t *op, void **req_p);
     /* Give back eager data kept, or a large message's descriptor left. */
@@ -156,8 +158,12 @@ extern const rdmx_tp_ops_t rdmx_tp_ucx;
 void rdmx__tp_done(rdmx_op_t *op, void *req, rdmx_status_t status,
                    size_t length);
 /* A message arrived on @tep (NULL: from no endpoint the backend knows).
- * @flags: RDMX_MSG_*. Returns RDMX_INPROGRESS when the core kept @data or
- * took the descriptor, RDMX_OK otherwise. */
+ * @flags: RDMX_MSG_*. Returns RDMX_INPROGRESS when the core kept @data
+ * (only if RDMX_MSG_HOLDABLE) or took the descriptor (RDMX_MSG_RNDV): the
+ * core then gives it back exactly once, through recv (a descriptor) or
+ * release. RDMX_OK otherwise: the backend takes @data back. A backend
+ * keeps nothing for a release that cannot come: RDMX_INPROGRESS about
+ * data that was neither holdable nor a descriptor means RDMX_OK. */
 rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
                                rdmx_tep_t *tep, const void *hdr, size_t hlen,
                                void *data, size_t len, unsigned flags);

@@ -40,9 +40,13 @@ typedef struct {
     unsigned flags; /* RDMX_MSG_* */
 } rdmx_msg_info_t;
 
-/* A message arrived. Return RDMX_INPROGRESS when keeping @data (HOLDABLE)
- * or when a rendezvous descriptor was passed to rdmx__msg_recv (then its
- * callback always runs), RDMX_OK otherwise. */
+/* A message arrived. The return says who owns @data from now on:
+ * RDMX_INPROGRESS when the handler keeps it (HOLDABLE eager data, given
+ * back later with rdmx__msg_release) or passed a rendezvous descriptor to
+ * rdmx__msg_recv (then its callback always runs, and the transport frees
+ * the descriptor when the receive is done); RDMX_OK otherwise, and the
+ * transport takes @data back as the handler returns. Eager data is never
+ * passed to rdmx__msg_recv. */
 typedef rdmx_status_t (*rdmx_msg_handler_t)(rdmx_worker_t *w,
                                             const void *hdr, size_t hlen,
                                             void *data, size_t len,
@@ -51,7 +55,7 @@ typedef rdmx_status_t (*rdmx_msg_handler_t)(rdmx_worker_t *w,
 /* Install @fn for message @id (RDMX_MSG_ID_UPPER..RDMX_MSG_ID_MAX-1). */
 rdmx_status_t rdmx__worker_set_handler(rdmx_worker_t *w, unsigned id,
                                        rdmx_msg_handler_t fn);
-/* Give back data a handler kept. */
+/* Give back data a handler kept (it returned RDMX_INPROGRESS), once. */
 void rdmx__msg_release(rdmx_worker_t *w, void *data);
 /* Receive the data of a rendezvous message (@desc from the handler) into
  * @buf; @cb always runs (from progress). */

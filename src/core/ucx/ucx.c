@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     ucx_worker_t *worker;
     unsigned id;
+    int hold; /* set_handler's @hold: the core may keep eager data */
 } ucx_handler_t;
 
 struct ucx_worker {
@@ -281,6 +282,23 @@ static void ucx_mem_unmap(void *tctx, void *tmr, void *rkey)
 
 /* --- workers and message delivery ------------------------------------------ */
 
+/* A message for the core. Who gives UCX's buffer (@data) back, and when:
+ * - UCX, as soon as this returns UCS_OK: eager data (the core read or
+ *   copied it during the call), and a rendezvous descriptor the core did
+ *   not take (UCX then answers the sender itself).
+ * - The core, exactly once, when this returns UCS_INPROGRESS: a
+ *   rendezvous descriptor (RDMX_MSG_RNDV) through ucx_recv, after which
+ *   UCX frees it when the receive completes, or through ucx_release; eager
+ *   data it kept (RDMX_MSG_HOLDABLE) through ucx_release only, never
+ *   ucx_recv (UCX 1.13's ucp_am_recv_data_nbx frees no eager descriptor
+ *   once this callback has returned).
+ * UCX holds eager data whenever its transport handed over a buffer of its
+ * own (UCP_AM_RECV_ATTR_FLAG_DATA: shared memory's receive descriptors),
+ * registered with UCP_AM_FLAG_PERSISTENT_DATA or not. So the core's
+ * RDMX_INPROGRESS turns into UCS_INPROGRESS only for what the core may
+ * own: a rendezvous descriptor, or eager data under a handler registered
+ * with @hold. Any other data goes back to UCX here, whatever the handler
+ * answered: UCX would otherwise keep it for a release that never comes. */
 static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
                           void *data, size_t len,
                           const ucp_am_recv_param_t *param)
@@ -294,12 +312,13 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
         ep = rdmx_ptrmap_get(&h->worker->eps, param->reply_ep);
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         flags |= RDMX_MSG_RNDV;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)
+    if (h->hold && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA))
         flags |= RDMX_MSG_HOLDABLE;
-    return rdmx__tp_deliver(h->worker->w, h->id, ep ? &ep->tep : NULL, header,
-                            hlen, data, len, flags) == RDMX_INPROGRESS
-               ? UCS_INPROGRESS
-               : UCS_OK;
+    if (rdmx__tp_deliver(h->worker->w, h->id, ep ? &ep->tep : NULL, header,
+                         hlen, data, len, flags) == RDMX_INPROGRESS &&
+        (flags & (RDMX_MSG_RNDV | RDMX_MSG_HOLDABLE)))
+        return UCS_INPROGRESS;
+    return UCS_OK;
 }
 
 static rdmx_status_t ucx_set_handler(void *tw, unsigned id, int hold)
@@ -322,6 +341,7 @@ static rdmx_status_t ucx_set_handler(void *tw, unsigned id, int hold)
         return rdmx__error(RDMX_ERR_INVALID, "message id %u", id);
     uw->handlers[id].worker = uw;
     uw->handlers[id].id = id;
+    uw->handlers[id].hold = hold;
     us = ucp_worker_set_am_recv_handler(uw->ucp, &p);
     if (us != UCS_OK)
         return rdmx__error(RDMX_ERR_IO, "UCX: AM handler %u: %s", id,
@@ -565,6 +585,8 @@ static rdmx_status_t ucx_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
     return issued(r, req_p, "send");
 }
 
+/* Receive a rendezvous descriptor the core took (am_cb): UCX owns it from
+ * here and frees it when the receive completes, failed or not. */
 static rdmx_status_t ucx_recv(void *tw, void *desc, void *buf, size_t length,
                               void *tmr, rdmx_op_t *op, void **req_p)
 {
@@ -579,6 +601,8 @@ static rdmx_status_t ucx_recv(void *tw, void *desc, void *buf, size_t length,
                   req_p, "receive");
 }
 
+/* Give back what the core took and will not receive (am_cb): eager data
+ * it kept, or a rendezvous descriptor (UCX answers its sender then). */
 static void ucx_release(void *tw, void *data)
 {
     ucp_am_data_release(((ucx_worker_t *)tw)->ucp, data);
