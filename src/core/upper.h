@@ -58,7 +58,8 @@ rdmx_status_t rdmx__worker_set_handler(rdmx_worker_t *w, unsigned id,
 /* Give back data a handler kept (it returned RDMX_INPROGRESS), once. */
 void rdmx__msg_release(rdmx_worker_t *w, void *data);
 /* Receive the data of a rendezvous message (@desc from the handler) into
- * @buf; @cb always runs (from progress). */
+ * @buf. RDMX_INPROGRESS: @cb runs later, from progress; an error (out of
+ * memory): @cb never runs. Either way @desc is the transport's again. */
 rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
                              size_t length, rdmx_cb_t cb, void *arg);
 /* Send message @id with header @hdr (copied, at most 48 bytes) and @length

@@ -753,8 +753,13 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         p->ep = ep;
         p->m = *m;
         rdmx_list_insert_tail(&ch->ctl_rndv, &p->link);
-        rdmx__msg_recv(ep, m->data, p->data, m->length, ctl_rndv_done, p);
-        return RDMX_INPROGRESS;
+        if (rdmx__msg_recv(ep, m->data, p->data, m->length, ctl_rndv_done,
+                           p) != RDMX_INPROGRESS) {
+            rdmx_list_del(&p->link);
+            free(p);
+            conn_lost(ch, RDMX_ERR_NO_MEMORY, "out of memory", 0);
+        }
+        return RDMX_INPROGRESS; /* the descriptor is the receive's */
     }
     switch (m->h.kind) {
     case RDMX_RPC_MSG_RESPONSE:
@@ -782,9 +787,13 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                 return RDMX_OK;
             }
             c->holds++;
-            rdmx__msg_recv(ch->ep, m->data, c->resp, m->length,
-                               resp_rndv_done, c);
-            return RDMX_INPROGRESS;
+            if (rdmx__msg_recv(ch->ep, m->data, c->resp, m->length,
+                               resp_rndv_done, c) != RDMX_INPROGRESS) {
+                c->holds--;
+                answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
+                               13);
+            }
+            return RDMX_INPROGRESS; /* the descriptor is the receive's */
         }
         answer_arrived(ch, c,
                        m->h.kind == RDMX_RPC_MSG_RESPONSE

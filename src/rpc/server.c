@@ -747,9 +747,10 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
             return RDMX_INPROGRESS; /* the descriptor is released */
         }
         req->data = req->own;
-        rdmx__msg_recv(c->ep, m->data, req->own, m->length, rndv_done,
-                           req);
-        return RDMX_INPROGRESS;
+        if (rdmx__msg_recv(c->ep, m->data, req->own, m->length, rndv_done,
+                           req) != RDMX_INPROGRESS)
+            answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
+        return RDMX_INPROGRESS; /* the descriptor is the receive's */
     }
     if (!m->can_hold && m->length != 0) {
         /* UCX cannot lend this buffer past the callback: copy it now. */
