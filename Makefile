@@ -85,7 +85,7 @@ clean:
 # --- fuzzing (fuzz/fuzz.mk: clang + libFuzzer, no UCX) -----------------------
 .PHONY: fuzz fuzz-smoke fuzz-long fuzz-clean
 
-fuzz: deps
+fuzz: build
 	@$(MAKE) --no-print-directory -f fuzz/fuzz.mk fuzz
 
 fuzz-smoke: fuzz

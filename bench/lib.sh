@@ -76,7 +76,8 @@ bench_cc() { # src flag...
     local src=$1 lib=$RDMX_BUILD/lib/librdmx_tools_common.a
     shift
     [ -f "$lib" ] || die "$lib not found; run make (or set RDMX_BUILD)"
-    "$CC" -O2 -I "$ROOT/include" -I "$ROOT/tools/common" -o "$WORK/$src" \
+    "$CC" -O2 -I "$ROOT/include" -I "$RDMX_BUILD/include" \
+        -I "$ROOT/tools/common" -o "$WORK/$src" \
         "$ROOT/bench/$src.c" "$lib" "$@" 2>"$WORK/$src.cc"
 }
 

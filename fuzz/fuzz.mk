@@ -1,5 +1,6 @@
 # libFuzzer targets for the RPC wire decoders (src/rpc/wire.c), built with
-# clang outside CMake: they compile wire.c alone and link no UCX.
+# clang outside CMake: they compile wire.c alone and link no UCX (the
+# generated rdmx/version.h comes from the CMake build in build/).
 # Used from the top-level Makefile (make fuzz, fuzz-smoke, fuzz-long); run
 # from the repository root:
 #   make -f fuzz/fuzz.mk fuzz              build into build-fuzz/
@@ -21,7 +22,7 @@ FUZZ_WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined \
-                $(FUZZ_WARN) -I include -I src
+                $(FUZZ_WARN) -I include -I build/include -I src
 WIRE_DEPS    := src/rpc/wire.c src/rpc/wire.h src/util/endian.h \
                 src/util/hash.h include/rdmx/status.h fuzz/fuzz.h fuzz/fuzz.mk
 
@@ -40,7 +41,7 @@ $(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c $(WIRE_DEPS) | $(FUZZ_DIR)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< src/rpc/wire.c
 
 $(FUZZ_DIR)/gen_seeds: fuzz/gen_seeds.c $(WIRE_DEPS) | $(FUZZ_DIR)
-	$(FUZZ_CC) -std=gnu11 -g -O1 $(FUZZ_WARN) -I include -I src \
+	$(FUZZ_CC) -std=gnu11 -g -O1 $(FUZZ_WARN) -I include -I build/include -I src \
 	  -o $@ $< src/rpc/wire.c
 
 $(SEED_STAMP): $(FUZZ_DIR)/gen_seeds

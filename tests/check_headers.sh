@@ -5,6 +5,7 @@
 set -euo pipefail
 top="$(cd "$(dirname "$0")/.." && pwd)"
 inc="$top/include"
+gen="${1:?usage: check_headers.sh GENERATED_INCLUDE_DIR, the include dir of a build}"
 cc="${CC:-cc}"
 cxx="${CXX:-c++}"
 tmp="$(mktemp -d)"
@@ -14,13 +15,13 @@ fail=0
 for h in "$inc"/rdmx/*.h; do
     name="rdmx/$(basename "$h")"
     printf '#include <%s>\nint main(void) { return 0; }\n' "$name" >"$tmp/c.c"
-    if ! "$cc" -std=c99 -pedantic -Wall -Wextra -Werror -I"$inc" \
+    if ! "$cc" -std=c99 -pedantic -Wall -Wextra -Werror -I"$inc" -I"$gen" \
         -fsyntax-only "$tmp/c.c"; then
         echo "FAIL: $name does not compile alone as C99"
         fail=1
     fi
     printf '#include <%s>\nint main() { return 0; }\n' "$name" >"$tmp/c.cc"
-    if ! "$cxx" -std=c++11 -pedantic -Wall -Wextra -Werror -I"$inc" \
+    if ! "$cxx" -std=c++11 -pedantic -Wall -Wextra -Werror -I"$inc" -I"$gen" \
         -fsyntax-only "$tmp/c.cc"; then
         echo "FAIL: $name does not compile alone as C++11"
         fail=1
@@ -47,7 +48,7 @@ fi
     done
     echo 'int main(void) { return 0; }'
 } >"$tmp/mask.c"
-if ! "$cc" -std=c11 -Wall -Werror -I"$inc" -fsyntax-only "$tmp/mask.c"; then
+if ! "$cc" -std=c11 -Wall -Werror -I"$inc" -I"$gen" -fsyntax-only "$tmp/mask.c"; then
     echo "FAIL: a params struct does not start with uint64_t field_mask"
     fail=1
 fi

@@ -1042,7 +1042,8 @@ static rdmx_status_t nat_greedy(const void *in, size_t len,
     return RDMX_OK;
 }
 
-/* cc -shared -fPIC @p src into @p so; the include dir is the project's */
+/* cc -shared -fPIC @p src into @p so; the include dirs are the project's
+ * and the build's (rdmx/version.h) */
 static void compile_plugin(const char *src, const char *so)
 {
     char cmd[2048], file[512], inc[512];
@@ -1050,8 +1051,9 @@ static void compile_plugin(const char *src, const char *so)
     int rc;
     snprintf(file, sizeof(file), "%s", __FILE__);
     snprintf(inc, sizeof(inc), "%s/../include", dirname(file));
-    snprintf(cmd, sizeof(cmd), "%s -shared -fPIC -O1 -I'%s' -o '%s' '%s' 2>&1",
-             cc, inc, so, src);
+    snprintf(cmd, sizeof(cmd),
+             "%s -shared -fPIC -O1 -I'%s' -I'%s' -o '%s' '%s' 2>&1", cc, inc,
+             RDMX_GENERATED_INCLUDE_DIR, so, src);
     rc = system(cmd);
     CHECKF(rc == 0, "%s failed (%d)", cmd, rc);
     chmod(so, 0755);

@@ -195,6 +195,36 @@ static void test_version(void)
            v ? v : "NULL", want);
 }
 
+/* A program built against newer headers, or another major version, is
+ * refused by name; one built against an older release of the same major
+ * version runs. */
+static void test_version_check(void)
+{
+    const unsigned newer[] = {
+        RDMX_VERSION_NUMBER + 1,
+        RDMX_VERSION_NUMBER_OF(RDMX_VERSION_MAJOR, RDMX_VERSION_MINOR + 1, 0),
+        RDMX_VERSION_NUMBER_OF(RDMX_VERSION_MAJOR + 1, 0, 0),
+    };
+    rdmx_context_t *ctx = NULL;
+    rdmx_status_t st;
+
+    for (size_t i = 0; i < sizeof(newer) / sizeof(newer[0]); i++) {
+        st = rdmx_context_create_v(newer[i], NULL, &ctx);
+        CHECKF(st == RDMX_ERR_UNSUPPORTED, "api 0x%06x: %s", newer[i],
+               rdmx_status_name(st));
+        CHECKF(strstr(rdmx_error_detail(), "built against rdmx") != NULL &&
+                   strstr(rdmx_error_detail(), RDMX_VERSION_STRING) != NULL,
+               "detail: %s", rdmx_error_detail());
+    }
+    st = rdmx_context_create_v(RDMX_VERSION_NUMBER_OF(RDMX_VERSION_MAJOR, 0, 0),
+                               NULL, &ctx);
+    CHECKF(st == RDMX_OK, "older api of the same major: %s (%s)",
+           rdmx_status_name(st), rdmx_error_detail());
+    rdmx_context_destroy(ctx);
+    CHECK(rdmx_context_create(NULL, &ctx) == RDMX_OK);
+    rdmx_context_destroy(ctx);
+}
+
 int main(void)
 {
     th_init("unit_status", 30);
@@ -203,6 +233,7 @@ int main(void)
     test_loopback();
     test_transport();
     test_version();
+    test_version_check();
     th_log("ok");
     return 0;
 }

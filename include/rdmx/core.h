@@ -46,13 +46,6 @@ typedef void (*rdmx_cb_t)(rdmx_status_t status, size_t length, void *arg);
  *  ms; > 0 a limit, 0 no waiting, any negative value no limit). */
 #define RDMX_TIMEOUT_INFINITE (-1)
 
-/* Marks names kept for one release after they were renamed. */
-#if defined(__GNUC__) || defined(__clang__)
-#define RDMX_DEPRECATED(msg) __attribute__((deprecated(msg)))
-#else
-#define RDMX_DEPRECATED(msg)
-#endif
-
 /* ------------------------------------------------------------------------ */
 /* Context                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -90,14 +83,26 @@ typedef struct {
  * bound again at once) and selects the transport.
  * @return RDMX_ERR_INVALID (unknown transport, or a bad RDMX_TRANSPORT in
  *         the environment), RDMX_ERR_UNSUPPORTED for RDMX_TRANSPORT_RDMA
- *         without an RDMA device, RDMX_ERR_IO if UCX cannot start.
+ *         without an RDMA device, or when the library is older than
+ *         the headers the program was compiled with (or of another
+ *         major version), RDMX_ERR_IO if UCX cannot start.
  */
-rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
-                                  rdmx_context_t **context_p);
+RDMX_API rdmx_status_t
+rdmx_context_create_v(unsigned api_version, const rdmx_context_params_t *params,
+                      rdmx_context_t **ctx_p);
+
+/* Every program passes the version it was compiled against, so a library
+ * older than its headers says so (RDMX_ERR_UNSUPPORTED) instead of
+ * misreading a newer struct. */
+static inline rdmx_status_t
+rdmx_context_create(const rdmx_context_params_t *params, rdmx_context_t **ctx_p)
+{
+    return rdmx_context_create_v(RDMX_VERSION_NUMBER, params, ctx_p);
+}
 
 /** Destroy a context. Its workers must be destroyed first; regions still
  *  registered are released (their handles become invalid). */
-void rdmx_context_destroy(rdmx_context_t *context);
+RDMX_API void rdmx_context_destroy(rdmx_context_t *context);
 
 /**
  * The transport the context uses: the one it was created for, with
@@ -106,14 +111,14 @@ void rdmx_context_destroy(rdmx_context_t *context);
  * host through shared memory then; rdmx_ep_transport() says what one
  * connection uses).
  */
-rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context);
+RDMX_API rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context);
 
 /** "auto", "shm", "tcp", "rdma"; NULL for an unknown value. */
-const char *rdmx_transport_name(rdmx_transport_t transport);
+RDMX_API const char *rdmx_transport_name(rdmx_transport_t transport);
 
 /** Parse "auto", "shm", "tcp" or "rdma". */
-rdmx_status_t rdmx_transport_parse(const char *name,
-                                   rdmx_transport_t *transport_p);
+RDMX_API rdmx_status_t rdmx_transport_parse(const char *name,
+                                            rdmx_transport_t *transport_p);
 
 /* ------------------------------------------------------------------------ */
 /* Worker                                                                   */
@@ -154,48 +159,49 @@ typedef struct {
                                      wrong or missing proof of its secret */
 } rdmx_worker_stats_t;
 
-rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
-                                 const rdmx_worker_params_t *params,
-                                 rdmx_worker_t **worker_p);
+RDMX_API rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
+                                          const rdmx_worker_params_t *params,
+                                          rdmx_worker_t **worker_p);
 
 /**
  * Destroy a worker: closes its endpoints (pending operations complete with
  * RDMX_ERR_CANCELED) and listeners, waits a bounded time for closes to
  * finish, and frees everything.
  */
-void rdmx_worker_destroy(rdmx_worker_t *worker);
+RDMX_API void rdmx_worker_destroy(rdmx_worker_t *worker);
 
 /**
  * Make progress: deliver arrived messages, complete operations, run their
  * callbacks, accept connections. Never blocks.
  * @return how many events were processed; 0 when there was nothing to do.
  */
-unsigned rdmx_worker_progress(rdmx_worker_t *worker);
+RDMX_API unsigned rdmx_worker_progress(rdmx_worker_t *worker);
 
 /**
  * A file descriptor that becomes readable when the worker has events, for
  * epoll/poll. Arm the worker with rdmx_worker_arm() before sleeping on it.
  */
-rdmx_status_t rdmx_worker_efd(rdmx_worker_t *worker, int *fd_p);
+RDMX_API rdmx_status_t rdmx_worker_efd(rdmx_worker_t *worker, int *fd_p);
 
 /**
  * Prepare to sleep on the worker's fd.
  * @return RDMX_OK: sleep is safe; RDMX_ERR_BUSY: events are pending,
  *         call rdmx_worker_progress() again first.
  */
-rdmx_status_t rdmx_worker_arm(rdmx_worker_t *worker);
+RDMX_API rdmx_status_t rdmx_worker_arm(rdmx_worker_t *worker);
 
 /**
  * Progress, and sleep on the worker's fd when there is nothing to do, until
  * at least one event was processed or @p timeout_ms passed (-1: forever).
  */
-rdmx_status_t rdmx_worker_wait(rdmx_worker_t *worker, int timeout_ms);
+RDMX_API rdmx_status_t rdmx_worker_wait(rdmx_worker_t *worker, int timeout_ms);
 
 /** Wake a worker sleeping in rdmx_worker_wait() (from any thread). */
-void rdmx_worker_signal(rdmx_worker_t *worker);
+RDMX_API void rdmx_worker_signal(rdmx_worker_t *worker);
 
 /** Copy the worker's counters into @p stats_p. */
-void rdmx_worker_stats(rdmx_worker_t *worker, rdmx_worker_stats_t *stats_p);
+RDMX_API void rdmx_worker_stats(rdmx_worker_t *worker,
+                                rdmx_worker_stats_t *stats_p);
 
 /**
  * A function run on a worker's thread (rdmx_worker_post, timers). Runs
@@ -213,8 +219,8 @@ typedef void (*rdmx_task_cb_t)(rdmx_status_t status, void *arg);
  * still queued when the worker is destroyed run with RDMX_ERR_CANCELED.
  * @return RDMX_OK, RDMX_ERR_NO_MEMORY.
  */
-rdmx_status_t rdmx_worker_post(rdmx_worker_t *worker, rdmx_task_cb_t cb,
-                               void *arg);
+RDMX_API rdmx_status_t rdmx_worker_post(rdmx_worker_t *worker,
+                                        rdmx_task_cb_t cb, void *arg);
 
 /**
  * Run @p cb(RDMX_OK, @p arg) on the worker's thread once @p delay_ms have
@@ -227,17 +233,17 @@ rdmx_status_t rdmx_worker_post(rdmx_worker_t *worker, rdmx_task_cb_t cb,
  * @return RDMX_OK, RDMX_ERR_INVALID (negative delay, NULL cb),
  *         RDMX_ERR_NO_MEMORY.
  */
-rdmx_status_t rdmx_worker_timer_start(rdmx_worker_t *worker, int delay_ms,
-                                      rdmx_task_cb_t cb, void *arg,
-                                      uint64_t *timer_id_p);
+RDMX_API rdmx_status_t rdmx_worker_timer_start(rdmx_worker_t *worker,
+                                               int delay_ms, rdmx_task_cb_t cb,
+                                               void *arg, uint64_t *timer_id_p);
 
 /**
  * Cancel a timer that has not fired: its callback runs now, inside this
  * call, with RDMX_ERR_CANCELED.
  * @return RDMX_OK, RDMX_ERR_NOT_FOUND (it already fired or was canceled).
  */
-rdmx_status_t rdmx_worker_timer_cancel(rdmx_worker_t *worker,
-                                       uint64_t timer_id);
+RDMX_API rdmx_status_t rdmx_worker_timer_cancel(rdmx_worker_t *worker,
+                                                uint64_t timer_id);
 
 /* ------------------------------------------------------------------------ */
 /* Connections                                                              */
@@ -245,10 +251,10 @@ rdmx_status_t rdmx_worker_timer_cancel(rdmx_worker_t *worker,
 
 /** A received put-with-notify: the data is visible when this is delivered. */
 typedef struct {
-    uint64_t imm;     /**< the sender's 64-bit immediate value */
-    uint64_t offset;  /**< where the data starts, from the start of @p mr */
-    uint64_t length;  /**< how many bytes were written */
-    rdmx_mr_t *mr;    /**< the written region; NULL if it was deregistered */
+    uint64_t imm;    /**< the sender's 64-bit immediate value */
+    uint64_t offset; /**< where the data starts, from the start of @p mr */
+    uint64_t length; /**< how many bytes were written */
+    rdmx_mr_t *mr;   /**< the written region; NULL if it was deregistered */
 } rdmx_notify_t;
 
 /** A put-with-notify arrived on @p ep. */
@@ -280,10 +286,10 @@ enum {
 /** Callbacks of an endpoint, for connect and for accepted connections. */
 typedef struct {
     uint64_t field_mask;
-    rdmx_ep_error_cb_t error_cb;   /**< default: none */
-    rdmx_notify_cb_t notify_cb;    /**< default: notifications are counted
-                                        and dropped */
-    void *user_data;               /**< passed to every callback here */
+    rdmx_ep_error_cb_t error_cb; /**< default: none */
+    rdmx_notify_cb_t notify_cb;  /**< default: notifications are counted
+                                      and dropped */
+    void *user_data;             /**< passed to every callback here */
     /** rdmx_connect_nb only, required there: runs once the handshake
      *  completed or failed. */
     rdmx_connect_cb_t connect_cb;
@@ -315,22 +321,24 @@ typedef struct {
  * @return RDMX_INPROGRESS; RDMX_ERR_INVALID (bad address, no connect_cb),
  *         RDMX_ERR_UNREACHABLE (unresolvable host).
  */
-rdmx_status_t rdmx_connect_nb(rdmx_worker_t *worker, const char *address,
-                              const rdmx_ep_params_t *params,
-                              rdmx_ep_t **ep_p);
+RDMX_API rdmx_status_t rdmx_connect_nb(rdmx_worker_t *worker,
+                                       const char *address,
+                                       const rdmx_ep_params_t *params,
+                                       rdmx_ep_t **ep_p);
 
 /** Connect and wait (params->connect_timeout_ms; connect_cb must not be
  *  set). Returns what rdmx_connect_nb's callback would get; on error
  *  *ep_p is NULL and nothing needs closing. */
-rdmx_status_t rdmx_connect(rdmx_worker_t *worker, const char *address,
-                           const rdmx_ep_params_t *params, rdmx_ep_t **ep_p);
+RDMX_API rdmx_status_t rdmx_connect(rdmx_worker_t *worker, const char *address,
+                                    const rdmx_ep_params_t *params,
+                                    rdmx_ep_t **ep_p);
 
 /**
  * The transport a connection's messages use: RDMX_TRANSPORT_SHM,
  * RDMX_TRANSPORT_TCP or RDMX_TRANSPORT_RDMA (what UCX chose for it);
  * RDMX_TRANSPORT_AUTO while it is not connected.
  */
-rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep);
+RDMX_API rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep);
 
 /**
  * Close an endpoint. The peer sees an orderly close (its error_cb gets
@@ -343,23 +351,24 @@ rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep);
  * @p ep is invalid afterwards. A close that the peer does not acknowledge
  * is abandoned after 2 s.
  */
-void rdmx_ep_close(rdmx_ep_t *ep);
+RDMX_API void rdmx_ep_close(rdmx_ep_t *ep);
 
 /** The user_data given in the endpoint's params. */
-void *rdmx_ep_user_data(const rdmx_ep_t *ep);
+RDMX_API void *rdmx_ep_user_data(const rdmx_ep_t *ep);
 
 /** Replace the endpoint's callbacks (fields named in params->field_mask). */
-rdmx_status_t rdmx_ep_set_params(rdmx_ep_t *ep, const rdmx_ep_params_t *params);
+RDMX_API rdmx_status_t rdmx_ep_set_params(rdmx_ep_t *ep,
+                                          const rdmx_ep_params_t *params);
 
 /** The worker @p ep belongs to. */
-rdmx_worker_t *rdmx_ep_worker(const rdmx_ep_t *ep);
+RDMX_API rdmx_worker_t *rdmx_ep_worker(const rdmx_ep_t *ep);
 
 /** RDMX_OK while connected, else the error that ended the connection. */
-rdmx_status_t rdmx_ep_status(const rdmx_ep_t *ep);
+RDMX_API rdmx_status_t rdmx_ep_status(const rdmx_ep_t *ep);
 
 /** The peer's address as "host:port" into @p buf (NUL-terminated). */
-rdmx_status_t rdmx_ep_peer_address(const rdmx_ep_t *ep, char *buf,
-                                   size_t size);
+RDMX_API rdmx_status_t rdmx_ep_peer_address(const rdmx_ep_t *ep, char *buf,
+                                            size_t size);
 
 /* ------------------------------------------------------------------------ */
 /* Listener                                                                 */
@@ -408,17 +417,17 @@ typedef struct {
 } rdmx_listener_params_t;
 
 /** Listen on params->address. RDMX_ERR_ADDR_IN_USE if the port is taken. */
-rdmx_status_t rdmx_listener_create(rdmx_worker_t *worker,
-                                   const rdmx_listener_params_t *params,
-                                   rdmx_listener_t **listener_p);
+RDMX_API rdmx_status_t rdmx_listener_create(
+    rdmx_worker_t *worker, const rdmx_listener_params_t *params,
+    rdmx_listener_t **listener_p);
 
 /** Stop listening. Accepted endpoints stay open; connections whose
  *  handshake has not completed (on any worker the listener hands
  *  connections to) are refused with RDMX_ERR_CONN_REFUSED. */
-void rdmx_listener_destroy(rdmx_listener_t *listener);
+RDMX_API void rdmx_listener_destroy(rdmx_listener_t *listener);
 
 /** The port the listener is bound to (the chosen one for port 0). */
-uint16_t rdmx_listener_port(const rdmx_listener_t *listener);
+RDMX_API uint16_t rdmx_listener_port(const rdmx_listener_t *listener);
 
 /* ------------------------------------------------------------------------ */
 /* Registered memory and descriptors                                        */
@@ -444,23 +453,23 @@ enum {
  * Register @p length bytes at @p addr for local use in operations and for
  * remote access with the rights in @p access (RDMX_ACCESS_*).
  */
-rdmx_status_t rdmx_mem_register(rdmx_context_t *context, void *addr,
-                                size_t length, unsigned access,
-                                rdmx_mr_t **mr_p);
+RDMX_API rdmx_status_t rdmx_mem_register(rdmx_context_t *context, void *addr,
+                                         size_t length, unsigned access,
+                                         rdmx_mr_t **mr_p);
 
 /**
  * Allocate and register @p length bytes (zeroed). Memory allocated this way
  * is reachable truly one-sided over shared memory: a peer's put/get/atomic
  * does not need this process to progress.
  */
-rdmx_status_t rdmx_mem_alloc(rdmx_context_t *context, size_t length,
-                             unsigned access, rdmx_mr_t **mr_p);
+RDMX_API rdmx_status_t rdmx_mem_alloc(rdmx_context_t *context, size_t length,
+                                      unsigned access, rdmx_mr_t **mr_p);
 
 /** Deregister (and free, for rdmx_mem_alloc) the region. */
-void rdmx_mem_deregister(rdmx_mr_t *mr);
+RDMX_API void rdmx_mem_deregister(rdmx_mr_t *mr);
 
-void *rdmx_mr_addr(const rdmx_mr_t *mr);
-size_t rdmx_mr_length(const rdmx_mr_t *mr);
+RDMX_API void *rdmx_mr_addr(const rdmx_mr_t *mr);
+RDMX_API size_t rdmx_mr_length(const rdmx_mr_t *mr);
 
 /**
  * Pack a descriptor of bytes [offset, offset + length) of @p mr with the
@@ -479,33 +488,33 @@ size_t rdmx_mr_length(const rdmx_mr_t *mr);
  * @return RDMX_ERR_OUT_OF_RANGE, RDMX_ERR_DENIED (rights the region lacks),
  *         RDMX_ERR_TOO_BIG (@p size smaller than needed; @p size_p says).
  */
-rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
-                           uint64_t length, unsigned access, void *buf,
-                           size_t size, size_t *size_p);
+RDMX_API rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
+                                    uint64_t length, unsigned access, void *buf,
+                                    size_t size, size_t *size_p);
 
 /**
  * Unpack a peer's descriptor for use on @p ep.
  * @return RDMX_ERR_BAD_DESCRIPTOR for a truncated, corrupt or unknown-version
  *         blob (and counts it in the worker's bad_descriptors).
  */
-rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
-                               rdmx_rmem_t **rmem_p);
+RDMX_API rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf,
+                                        size_t size, rdmx_rmem_t **rmem_p);
 
 /** Release an unpacked descriptor. */
-void rdmx_rmem_destroy(rdmx_rmem_t *rmem);
+RDMX_API void rdmx_rmem_destroy(rdmx_rmem_t *rmem);
 
 /** Length in bytes of the remote range the descriptor covers. */
-uint64_t rdmx_rmem_length(const rdmx_rmem_t *rmem);
+RDMX_API uint64_t rdmx_rmem_length(const rdmx_rmem_t *rmem);
 
 /** The rights (RDMX_ACCESS_*) the descriptor grants. */
-unsigned rdmx_rmem_access(const rdmx_rmem_t *rmem);
+RDMX_API unsigned rdmx_rmem_access(const rdmx_rmem_t *rmem);
 
 /* ------------------------------------------------------------------------ */
 /* Operations                                                               */
 /* ------------------------------------------------------------------------ */
 
 enum {
-    RDMX_OP_PARAM_FIELD_CB = 1u << 0,      /**< cb and arg */
+    RDMX_OP_PARAM_FIELD_CB = 1u << 0, /**< cb and arg */
     RDMX_OP_PARAM_FIELD_MR = 1u << 1,
     RDMX_OP_PARAM_FIELD_TIMEOUT = 1u << 2,
 };
@@ -548,8 +557,9 @@ typedef struct {
  */
 
 /** Send @p length bytes (0 B to 1 TiB; large messages move zero-copy). */
-rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
-                           const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf,
+                                    size_t length,
+                                    const rdmx_op_params_t *params);
 
 /**
  * Post a receive of up to @p capacity bytes into @p buf. Messages fill posted
@@ -559,8 +569,8 @@ rdmx_status_t rdmx_send_nb(rdmx_ep_t *ep, const void *buf, size_t length,
  * receive. Always RDMX_INPROGRESS or an error: the callback always runs,
  * with the message's length.
  */
-rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
-                           const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
+                                    const rdmx_op_params_t *params);
 
 /**
  * Write @p length bytes from @p buf to the peer at @p offset of @p rmem.
@@ -568,9 +578,10 @@ rdmx_status_t rdmx_recv_nb(rdmx_ep_t *ep, void *buf, size_t capacity,
  * it is visible there once a later rdmx_ep_flush() completes with RDMX_OK
  * (or use rdmx_put_notify(), whose notification follows the data).
  */
-rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
-                          const void *buf, size_t length,
-                          const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                   uint64_t offset, const void *buf,
+                                   size_t length,
+                                   const rdmx_op_params_t *params);
 
 /**
  * Write, then notify: the peer's notify callback runs with @p imm, the
@@ -579,15 +590,15 @@ rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
  * Costs one more round trip than a put (an endpoint flush orders the data
  * before the notification; see docs/CORE.md).
  */
-rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                                 uint64_t offset, const void *buf,
-                                 size_t length, uint64_t imm,
-                                 const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_put_notify_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                          uint64_t offset, const void *buf,
+                                          size_t length, uint64_t imm,
+                                          const rdmx_op_params_t *params);
 
 /** Read @p length bytes at @p offset of @p rmem into @p buf. */
-rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
-                          void *buf, size_t length,
-                          const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                   uint64_t offset, void *buf, size_t length,
+                                   const rdmx_op_params_t *params);
 
 /**
  * Atomically add @p value to the 64-bit word at @p offset and store its
@@ -603,67 +614,71 @@ rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
  * Also returns RDMX_ERR_INVALID for an @p offset not 8-byte aligned
  * (within the region).
  */
-rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                                  uint64_t offset, uint64_t value,
-                                  uint64_t *old_p,
-                                  const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_atomic_fadd_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                           uint64_t offset, uint64_t value,
+                                           uint64_t *old_p,
+                                           const rdmx_op_params_t *params);
 
 /**
  * Atomically: if the word at @p offset equals @p compare, set it to @p swap.
  * The previous value lands in @p *old_p (== compare means the swap happened).
  * As rdmx_atomic_fadd_nb otherwise.
  */
-rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                                   uint64_t offset, uint64_t compare,
-                                   uint64_t swap, uint64_t *old_p,
-                                   const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_atomic_cswap_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                            uint64_t offset, uint64_t compare,
+                                            uint64_t swap, uint64_t *old_p,
+                                            const rdmx_op_params_t *params);
 
 /** Complete when every put and get issued on @p ep so far is done at the
  *  peer (its data visible there). Atomics are done at the peer when their
  *  own completion comes. */
-rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep, const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_ep_flush_nb(rdmx_ep_t *ep,
+                                        const rdmx_op_params_t *params);
 
 /* Blocking forms: the same arguments; start the operation and progress
  * (or, with a progress thread, sleep) until it completes or
  * params->timeout_ms passes. Return its final status. */
-rdmx_status_t rdmx_send(rdmx_ep_t *ep, const void *buf, size_t length,
-                        const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_send(rdmx_ep_t *ep, const void *buf, size_t length,
+                                 const rdmx_op_params_t *params);
 /** @p length_p: the message's length (with RDMX_ERR_TOO_BIG: the size it
  *  needs). RDMX_ERR_TIMEOUT when no message came within the limit. */
-rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
-                        const rdmx_op_params_t *params, size_t *length_p);
-rdmx_status_t rdmx_put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
-                       const void *buf, size_t length,
-                       const rdmx_op_params_t *params);
-rdmx_status_t rdmx_put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                              uint64_t offset, const void *buf, size_t length,
-                              uint64_t imm, const rdmx_op_params_t *params);
-rdmx_status_t rdmx_get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
-                       void *buf, size_t length,
-                       const rdmx_op_params_t *params);
-rdmx_status_t rdmx_atomic_fadd(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                               uint64_t offset, uint64_t value,
-                               uint64_t *old_p,
-                               const rdmx_op_params_t *params);
-rdmx_status_t rdmx_atomic_cswap(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
-                                uint64_t offset, uint64_t compare,
-                                uint64_t swap, uint64_t *old_p,
+RDMX_API rdmx_status_t rdmx_recv(rdmx_ep_t *ep, void *buf, size_t capacity,
+                                 const rdmx_op_params_t *params,
+                                 size_t *length_p);
+RDMX_API rdmx_status_t rdmx_put(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                uint64_t offset, const void *buf, size_t length,
                                 const rdmx_op_params_t *params);
-rdmx_status_t rdmx_ep_flush(rdmx_ep_t *ep, const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                       uint64_t offset, const void *buf,
+                                       size_t length, uint64_t imm,
+                                       const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_get(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                uint64_t offset, void *buf, size_t length,
+                                const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_atomic_fadd(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                        uint64_t offset, uint64_t value,
+                                        uint64_t *old_p,
+                                        const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_atomic_cswap(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
+                                         uint64_t offset, uint64_t compare,
+                                         uint64_t swap, uint64_t *old_p,
+                                         const rdmx_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_ep_flush(rdmx_ep_t *ep,
+                                     const rdmx_op_params_t *params);
 
 /* ------------------------------------------------------------------------ */
 /* Misc                                                                     */
 /* ------------------------------------------------------------------------ */
 
 /** rdmx's version, "MAJOR.MINOR.PATCH". */
-const char *rdmx_version(void);
+RDMX_API const char *rdmx_version(void);
 
 /** Split "host:port" / "[v6]:port" into its parts. */
-rdmx_status_t rdmx_addr_parse(const char *address, char *host,
-                              size_t host_size, uint16_t *port_p);
+RDMX_API rdmx_status_t rdmx_addr_parse(const char *address, char *host,
+                                       size_t host_size, uint16_t *port_p);
 
 /** Non-zero when @p host names a loopback address (127/8, ::1, localhost). */
-int rdmx_host_is_loopback(const char *host);
+RDMX_API int rdmx_host_is_loopback(const char *host);
 
 #ifdef __cplusplus
 }

@@ -73,7 +73,7 @@ enum {
 
 typedef struct {
     uint64_t field_mask;
-    unsigned replicas;  /**< copies of each key (default 1) */
+    unsigned replicas; /**< copies of each key (default 1) */
     /** Deadline of each operation, ms (default 5000;
      *  RDMX_TIMEOUT_INFINITE: none); rdmx_kv_op_params_t overrides it per
      *  operation. */
@@ -103,20 +103,22 @@ typedef struct {
  * Create a client for @p servers ("host:port,host:port,..."); connections
  * start at once (rdmx_kv_wait_ready waits for them).
  */
-rdmx_status_t rdmx_kv_create(rdmx_worker_t *worker, const char *servers,
-                             const rdmx_kv_params_t *params,
-                             rdmx_kv_t **kv_p);
-void rdmx_kv_destroy(rdmx_kv_t *kv);
+RDMX_API rdmx_status_t rdmx_kv_create(rdmx_worker_t *worker,
+                                      const char *servers,
+                                      const rdmx_kv_params_t *params,
+                                      rdmx_kv_t **kv_p);
+RDMX_API void rdmx_kv_destroy(rdmx_kv_t *kv);
 
 /** Wait until every server is connected. RDMX_ERR_TIMEOUT after
  *  @p timeout_ms (RDMX_TIMEOUT_INFINITE: no limit). */
-rdmx_status_t rdmx_kv_wait_ready(rdmx_kv_t *kv, int timeout_ms);
+RDMX_API rdmx_status_t rdmx_kv_wait_ready(rdmx_kv_t *kv, int timeout_ms);
 
 /** Number of servers, and which one (index) owns @p key first. */
-unsigned rdmx_kv_servers(const rdmx_kv_t *kv);
-unsigned rdmx_kv_server_of(const rdmx_kv_t *kv, const void *key, size_t klen);
+RDMX_API unsigned rdmx_kv_servers(const rdmx_kv_t *kv);
+RDMX_API unsigned rdmx_kv_server_of(const rdmx_kv_t *kv, const void *key,
+                                    size_t klen);
 /** The channel to server @p index (state, stats, metrics). */
-rdmx_channel_t *rdmx_kv_channel(rdmx_kv_t *kv, unsigned index);
+RDMX_API rdmx_channel_t *rdmx_kv_channel(rdmx_kv_t *kv, unsigned index);
 
 /** Metadata of a stored value. */
 typedef struct {
@@ -185,17 +187,17 @@ typedef struct {
  *         RDMX_ERR_INVALID (empty or too long key); RDMX_ERR_TIMEOUT;
  *         RDMX_ERR_UNREACHABLE (no replica up); transport errors.
  */
-rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
-                          void *buf, size_t capacity,
-                          const rdmx_kv_op_params_t *params,
-                          rdmx_kv_meta_t *meta_p);
+RDMX_API rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
+                                   void *buf, size_t capacity,
+                                   const rdmx_kv_op_params_t *params,
+                                   rdmx_kv_meta_t *meta_p);
 
 /** Non-blocking GET: @p buf (and the region) must stay valid until the
  *  callback ran. @return RDMX_INPROGRESS (it will run) or an error (it
  *  will not). */
-rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             void *buf, size_t capacity,
-                             const rdmx_kv_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key,
+                                      size_t klen, void *buf, size_t capacity,
+                                      const rdmx_kv_op_params_t *params);
 
 /**
  * Store @p vlen bytes at @p value under @p key (params NULL: SET, no TTL,
@@ -207,47 +209,52 @@ rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
  *         RDMX_ERR_INVALID (bad key or mode); RDMX_ERR_TIMEOUT; transport
  *         errors.
  */
-rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
-                          const void *value, size_t vlen,
-                          const rdmx_kv_op_params_t *params, uint64_t *cas_p);
+RDMX_API rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
+                                   const void *value, size_t vlen,
+                                   const rdmx_kv_op_params_t *params,
+                                   uint64_t *cas_p);
 
 /** Non-blocking PUT (to every replica; the callback reports the first
  *  error). The key and inline values are copied; a value in a region must
  *  stay until the callback. With replicas > 1 only RDMX_KV_PUT_SET
  *  (RDMX_ERR_UNSUPPORTED otherwise: rdmx_kv_put lets the first copy decide
  *  a conditional write). */
-rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
-                             const void *value, size_t vlen,
-                             const rdmx_kv_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key,
+                                      size_t klen, const void *value,
+                                      size_t vlen,
+                                      const rdmx_kv_op_params_t *params);
 
 /** Delete @p key (@p cas 0: any version). */
-rdmx_status_t rdmx_kv_delete(rdmx_kv_t *kv, const void *key, size_t klen,
-                             uint64_t cas);
+RDMX_API rdmx_status_t rdmx_kv_delete(rdmx_kv_t *kv, const void *key,
+                                      size_t klen, uint64_t cas);
 
 /** Set a new time to live (0 = none) without reading the value. */
-rdmx_status_t rdmx_kv_touch(rdmx_kv_t *kv, const void *key, size_t klen,
-                            uint32_t ttl_ms);
+RDMX_API rdmx_status_t rdmx_kv_touch(rdmx_kv_t *kv, const void *key,
+                                     size_t klen, uint32_t ttl_ms);
 
 /** Add @p delta to (or subtract, with @p decr) the decimal number stored
  *  under @p key; memcached semantics (wraps up, floors at 0 down). */
-rdmx_status_t rdmx_kv_incr(rdmx_kv_t *kv, const void *key, size_t klen,
-                           uint64_t delta, int decr, uint64_t *value_p);
+RDMX_API rdmx_status_t rdmx_kv_incr(rdmx_kv_t *kv, const void *key, size_t klen,
+                                    uint64_t delta, int decr,
+                                    uint64_t *value_p);
 
 /** RDMX_OK if present, RDMX_ERR_NOT_FOUND if not. */
-rdmx_status_t rdmx_kv_exists(rdmx_kv_t *kv, const void *key, size_t klen);
+RDMX_API rdmx_status_t rdmx_kv_exists(rdmx_kv_t *kv, const void *key,
+                                      size_t klen);
 
 /** One key of a multi-get. */
 typedef struct {
     const void *key;
     size_t klen;
-    void *buf;        /**< where the value goes */
+    void *buf; /**< where the value goes */
     size_t capacity;
     rdmx_status_t status; /**< out: RDMX_OK, NOT_FOUND, TOO_BIG, ... */
     rdmx_kv_meta_t meta;  /**< out */
 } rdmx_kv_mget_t;
 
 /** Read many keys: one round trip per server involved (per 4096 keys). */
-rdmx_status_t rdmx_kv_mget(rdmx_kv_t *kv, rdmx_kv_mget_t *items, size_t n);
+RDMX_API rdmx_status_t rdmx_kv_mget(rdmx_kv_t *kv, rdmx_kv_mget_t *items,
+                                    size_t n);
 
 /** One key of a multi-put (values travel inline). */
 typedef struct {
@@ -262,20 +269,22 @@ typedef struct {
     rdmx_status_t status; /**< out */
 } rdmx_kv_mput_t;
 
-rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items, size_t n);
+RDMX_API rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items,
+                                    size_t n);
 
 /** How many of @p keys, in order, are present before the first miss
  *  (single-server batches; keys on other servers are asked there). */
-rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
-                                  const size_t *klens, size_t n,
-                                  size_t *hits_p);
+RDMX_API rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv,
+                                           const void *const *keys,
+                                           const size_t *klens, size_t n,
+                                           size_t *hits_p);
 
 /** Drop every key on every server. */
-rdmx_status_t rdmx_kv_flush(rdmx_kv_t *kv);
+RDMX_API rdmx_status_t rdmx_kv_flush(rdmx_kv_t *kv);
 
 enum {
-    RDMX_KV_EVAL_PARAM_FIELD_KEYS = 1u << 0,    /**< keys and nkeys */
-    RDMX_KV_EVAL_PARAM_FIELD_ARGS = 1u << 1,    /**< args and nargs */
+    RDMX_KV_EVAL_PARAM_FIELD_KEYS = 1u << 0, /**< keys and nkeys */
+    RDMX_KV_EVAL_PARAM_FIELD_ARGS = 1u << 1, /**< args and nargs */
     RDMX_KV_EVAL_PARAM_FIELD_TIMEOUT = 1u << 2,
 };
 
@@ -307,14 +316,16 @@ typedef struct {
  * RDMX_ERR_TOO_BIG (output or source over the server's limit).
  * nkeys + nargs <= 255.
  */
-rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source, size_t length,
-                           const rdmx_kv_eval_params_t *params, void *out,
-                           size_t capacity, size_t *out_len_p);
+RDMX_API rdmx_status_t rdmx_kv_eval(rdmx_kv_t *kv, const char *source,
+                                    size_t length,
+                                    const rdmx_kv_eval_params_t *params,
+                                    void *out, size_t capacity,
+                                    size_t *out_len_p);
 
 /** Server @p index's statistics as "name value\n" lines (memcached's
  *  names) into @p buf; NUL-terminated. */
-rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,
-                            size_t size);
+RDMX_API rdmx_status_t rdmx_kv_stats(rdmx_kv_t *kv, unsigned index, char *buf,
+                                     size_t size);
 
 #ifdef __cplusplus
 }

@@ -126,8 +126,8 @@ typedef struct {
      *  *vlen_p to its length. RDMX_OK; RDMX_ERR_NOT_FOUND; RDMX_ERR_TOO_BIG
      *  with *vlen_p = the length needed (the engine retries with a buffer
      *  that large); another error. */
-    rdmx_status_t (*kv_get)(void *ctx, const void *key, size_t klen,
-                            void *buf, size_t cap, size_t *vlen_p);
+    rdmx_status_t (*kv_get)(void *ctx, const void *key, size_t klen, void *buf,
+                            size_t cap, size_t *vlen_p);
     /** Store a value; ttl_ms 0 = no expiry. */
     rdmx_status_t (*kv_put)(void *ctx, const void *key, size_t klen,
                             const void *value, size_t vlen, uint64_t ttl_ms);
@@ -154,7 +154,7 @@ enum {
 /** What a call gets. NULL: no input, no args, no deadline, no env. */
 typedef struct {
     uint64_t field_mask;
-    const void *input;  /**< the global `input` (a string); default "" */
+    const void *input; /**< the global `input` (a string); default "" */
     size_t input_len;
     /** The global table `args`, up to RDMX_LAMBDA_ARGS_MAX; default
      *  empty. */
@@ -203,74 +203,74 @@ typedef struct {
     size_t memory_peak;    /**< the Lua state's peak, bytes */
     uint64_t elapsed_ns;   /**< the whole call: state, load, run */
     uint8_t id[RDMX_LAMBDA_ID_LEN]; /**< the function's id */
-    int cached;            /**< compiled code came from the cache */
+    int cached;                     /**< compiled code came from the cache */
 } rdmx_lambda_result_t;
 
 /** Create an engine (params may be NULL: defaults). Loads the plugins.
  *  @return RDMX_ERR_INVALID (bad limit, unusable plugin: the detail names
  *  it), RDMX_ERR_DENIED (world-writable plugin dir or file),
  *  RDMX_ERR_EXISTS (two natives of one name), RDMX_ERR_NO_MEMORY. */
-rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
-                                        rdmx_lambda_engine_t **engine_p);
+RDMX_API rdmx_status_t rdmx_lambda_engine_create(
+    const rdmx_lambda_params_t *params, rdmx_lambda_engine_t **engine_p);
 
 /** Free the engine: no call may be running. Unloads the plugins. */
-void rdmx_lambda_engine_destroy(rdmx_lambda_engine_t *engine);
+RDMX_API void rdmx_lambda_engine_destroy(rdmx_lambda_engine_t *engine);
 
 /**
  * Run @p source (a Lua text chunk) with @p call. The compiled function is
  * cached under its id (result->id) for rdmx_lambda_engine_call().
  * Always fill *result (release it with rdmx_lambda_result_free).
  */
-rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
-                                      const char *source, size_t length,
-                                      const rdmx_lambda_call_params_t *call,
-                                      rdmx_lambda_result_t *result);
+RDMX_API rdmx_status_t rdmx_lambda_engine_eval(
+    rdmx_lambda_engine_t *engine, const char *source, size_t length,
+    const rdmx_lambda_call_params_t *call, rdmx_lambda_result_t *result);
 
 /** Run a cached function by id. @return RDMX_ERR_NOT_FOUND if it is not in
  *  the cache (never compiled here, or evicted): send the source again. */
-rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
-                                      const uint8_t id[RDMX_LAMBDA_ID_LEN],
-                                      const rdmx_lambda_call_params_t *call,
-                                      rdmx_lambda_result_t *result);
+RDMX_API rdmx_status_t rdmx_lambda_engine_call(
+    rdmx_lambda_engine_t *engine, const uint8_t id[RDMX_LAMBDA_ID_LEN],
+    const rdmx_lambda_call_params_t *call, rdmx_lambda_result_t *result);
 
 /** Run a native function by name. @return RDMX_ERR_NOT_FOUND if unknown;
  *  RDMX_ERR_TOO_BIG past max_output; the function's own error. */
-rdmx_status_t rdmx_lambda_engine_native(rdmx_lambda_engine_t *engine,
-                                        const char *name, const void *input,
-                                        size_t length,
-                                        rdmx_lambda_result_t *result);
+RDMX_API rdmx_status_t rdmx_lambda_engine_native(rdmx_lambda_engine_t *engine,
+                                                 const char *name,
+                                                 const void *input,
+                                                 size_t length,
+                                                 rdmx_lambda_result_t *result);
 
 /** Release a result's output (the struct itself is the caller's). */
-void rdmx_lambda_result_free(rdmx_lambda_result_t *result);
+RDMX_API void rdmx_lambda_result_free(rdmx_lambda_result_t *result);
 
 /** The id of a source: SHA-256. */
-void rdmx_lambda_id(const void *source, size_t length,
-                    uint8_t id[RDMX_LAMBDA_ID_LEN]);
+RDMX_API void rdmx_lambda_id(const void *source, size_t length,
+                             uint8_t id[RDMX_LAMBDA_ID_LEN]);
 
 /** Lower-case hex of an id into @p hex (65 bytes with the NUL). */
-void rdmx_lambda_id_hex(const uint8_t id[RDMX_LAMBDA_ID_LEN], char hex[65]);
+RDMX_API void rdmx_lambda_id_hex(const uint8_t id[RDMX_LAMBDA_ID_LEN],
+                                 char hex[65]);
 
 /** Engine counters. */
 typedef struct {
-    uint64_t calls;          /**< eval + call + native (a call by id that
-                                  is not cached counts only as a miss) */
-    uint64_t errors;         /**< calls that ended with an error */
-    uint64_t syntax_errors;  /**< sources that did not compile */
+    uint64_t calls;               /**< eval + call + native (a call by id that
+                                       is not cached counts only as a miss) */
+    uint64_t errors;              /**< calls that ended with an error */
+    uint64_t syntax_errors;       /**< sources that did not compile */
     uint64_t budget_instructions; /**< stopped by each limit */
     uint64_t budget_memory;
-    uint64_t budget_time;    /**< max_time_ms or the caller's deadline */
+    uint64_t budget_time; /**< max_time_ms or the caller's deadline */
     uint64_t budget_output;
-    uint64_t cache_hits;     /**< eval or call found compiled code */
-    uint64_t cache_misses;   /**< eval compiled; call got NOT_FOUND */
+    uint64_t cache_hits;   /**< eval or call found compiled code */
+    uint64_t cache_misses; /**< eval compiled; call got NOT_FOUND */
     uint64_t cache_evictions;
-    uint64_t cache_entries;  /**< now */
-    uint64_t cache_bytes;    /**< now */
-    uint64_t natives;        /**< native functions registered */
+    uint64_t cache_entries; /**< now */
+    uint64_t cache_bytes;   /**< now */
+    uint64_t natives;       /**< native functions registered */
     uint64_t native_calls;
 } rdmx_lambda_stats_t;
 
-void rdmx_lambda_engine_stats(rdmx_lambda_engine_t *engine,
-                              rdmx_lambda_stats_t *stats_p);
+RDMX_API void rdmx_lambda_engine_stats(rdmx_lambda_engine_t *engine,
+                                       rdmx_lambda_stats_t *stats_p);
 
 /* ------------------------------------------------------------------------ */
 /* Native functions and plugins                                             */
@@ -290,9 +290,9 @@ struct rdmx_lambda_output {
 
 /** Append bytes to the output. @return RDMX_ERR_TOO_BIG past max_output
  *  (return it), RDMX_ERR_NO_MEMORY. */
-static inline rdmx_status_t
-rdmx_lambda_output_append(rdmx_lambda_output_t *out, const void *data,
-                          size_t length)
+static inline rdmx_status_t rdmx_lambda_output_append(rdmx_lambda_output_t *out,
+                                                      const void *data,
+                                                      size_t length)
 {
     return out->append(out, data, length);
 }
@@ -324,9 +324,8 @@ struct rdmx_lambda_registry {
 /** Register a native function (name 1..RDMX_LAMBDA_NAME_MAX bytes).
  *  @return RDMX_ERR_EXISTS for a name already taken, RDMX_ERR_INVALID. */
 static inline rdmx_status_t
-rdmx_lambda_register_native(rdmx_lambda_registry_t *registry,
-                            const char *name, rdmx_lambda_native_fn_t fn,
-                            void *arg)
+rdmx_lambda_register_native(rdmx_lambda_registry_t *registry, const char *name,
+                            rdmx_lambda_native_fn_t fn, void *arg)
 {
     return registry->register_native(registry, name, fn, arg);
 }
@@ -337,10 +336,9 @@ typedef int (*rdmx_lambda_plugin_init_t)(rdmx_lambda_registry_t *registry);
 #define RDMX_LAMBDA_PLUGIN_INIT "rdmx_lambda_plugin_init"
 
 /** Register a native function directly (hosts, tests). Thread-safe. */
-rdmx_status_t rdmx_lambda_engine_register_native(rdmx_lambda_engine_t *engine,
-                                                 const char *name,
-                                                 rdmx_lambda_native_fn_t fn,
-                                                 void *arg);
+RDMX_API rdmx_status_t rdmx_lambda_engine_register_native(
+    rdmx_lambda_engine_t *engine, const char *name, rdmx_lambda_native_fn_t fn,
+    void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* RPC                                                                      */
@@ -353,9 +351,9 @@ rdmx_status_t rdmx_lambda_engine_register_native(rdmx_lambda_engine_t *engine,
  * must outlive the server, as must the engine). Not idempotent (a lambda
  * may write through kv), so channels do not resend them after a failure.
  */
-rdmx_status_t rdmx_lambda_register_handlers(rdmx_rpc_server_t *server,
-                                            rdmx_lambda_engine_t *engine,
-                                            const rdmx_lambda_env_t *env);
+RDMX_API rdmx_status_t rdmx_lambda_register_handlers(
+    rdmx_rpc_server_t *server, rdmx_lambda_engine_t *engine,
+    const rdmx_lambda_env_t *env);
 
 enum {
     RDMX_LAMBDA_EVAL_PARAM_FIELD_INPUT = 1u << 0, /**< input, input_len */
@@ -385,17 +383,18 @@ typedef struct {
  *         (syntax or runtime error), RDMX_ERR_TOO_BIG (output or source
  *         over a limit), and what rdmx_call returns.
  */
-rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel, const char *source,
-                               size_t length,
-                               const rdmx_lambda_eval_params_t *params,
-                               void *out, size_t capacity, size_t *out_len_p);
+RDMX_API rdmx_status_t rdmx_lambda_eval(rdmx_channel_t *channel,
+                                        const char *source, size_t length,
+                                        const rdmx_lambda_eval_params_t *params,
+                                        void *out, size_t capacity,
+                                        size_t *out_len_p);
 
 /** Run the native function @p name on the server with @p input (the
  *  channel's timeout). As rdmx_lambda_eval. */
-rdmx_status_t rdmx_lambda_native(rdmx_channel_t *channel, const char *name,
-                                 const void *input, size_t input_len,
-                                 void *out, size_t capacity,
-                                 size_t *out_len_p);
+RDMX_API rdmx_status_t rdmx_lambda_native(rdmx_channel_t *channel,
+                                          const char *name, const void *input,
+                                          size_t input_len, void *out,
+                                          size_t capacity, size_t *out_len_p);
 
 #ifdef __cplusplus
 }

@@ -21,8 +21,4 @@
 #include <rdmx/kv.h>
 #include <rdmx/lambda.h>
 
-#define RDMX_VERSION_MAJOR 0
-#define RDMX_VERSION_MINOR 1
-#define RDMX_VERSION_PATCH 0
-
 #endif /* RDMX_H */

@@ -34,7 +34,7 @@ typedef struct rdmx_channel rdmx_channel_t; /**< client side of a server */
 #define RDMX_RPC_NAME_MAX 63
 
 /** The 32-bit id of a handler name, as carried on the wire. */
-uint32_t rdmx_rpc_id(const char *name);
+RDMX_API uint32_t rdmx_rpc_id(const char *name);
 
 /* ------------------------------------------------------------------------ */
 /* Metrics                                                                  */
@@ -43,13 +43,13 @@ uint32_t rdmx_rpc_id(const char *name);
 /** Counters and latency of one handler (server) or method (client). */
 typedef struct {
     char name[RDMX_RPC_NAME_MAX + 1];
-    uint64_t calls;      /**< requests received / calls completed */
-    uint64_t errors;     /**< completed with an error status */
-    uint64_t timeouts;   /**< expired (client: deadline; server: dropped) */
-    uint64_t bytes_in;   /**< request payload bytes (server) / response */
-    uint64_t bytes_out;  /**< response payload bytes (server) / request */
-    uint64_t p50_ns;     /**< latency percentiles: server, arrival to */
-    uint64_t p99_ns;     /**< response sent; client, call to completion */
+    uint64_t calls;     /**< requests received / calls completed */
+    uint64_t errors;    /**< completed with an error status */
+    uint64_t timeouts;  /**< expired (client: deadline; server: dropped) */
+    uint64_t bytes_in;  /**< request payload bytes (server) / response */
+    uint64_t bytes_out; /**< response payload bytes (server) / request */
+    uint64_t p50_ns;    /**< latency percentiles: server, arrival to */
+    uint64_t p99_ns;    /**< response sent; client, call to completion */
     uint64_t p999_ns;
     uint64_t max_ns;
 } rdmx_rpc_metrics_t;
@@ -132,9 +132,9 @@ enum {
 };
 
 /** Create a server on @p context (not started). */
-rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *context,
-                                     const rdmx_rpc_server_params_t *params,
-                                     rdmx_rpc_server_t **server_p);
+RDMX_API rdmx_status_t rdmx_rpc_server_create(
+    rdmx_context_t *context, const rdmx_rpc_server_params_t *params,
+    rdmx_rpc_server_t **server_p);
 
 /**
  * Register a handler by @p name (1..RDMX_RPC_NAME_MAX bytes) with flags
@@ -142,77 +142,79 @@ rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *context,
  * @return RDMX_ERR_EXISTS if the name, or another whose id collides with it,
  *         is registered (names starting "rdmx." are reserved).
  */
-rdmx_status_t rdmx_rpc_server_register(rdmx_rpc_server_t *server,
-                                       const char *name,
-                                       rdmx_rpc_handler_t handler, void *arg,
-                                       unsigned flags);
+RDMX_API rdmx_status_t rdmx_rpc_server_register(rdmx_rpc_server_t *server,
+                                                const char *name,
+                                                rdmx_rpc_handler_t handler,
+                                                void *arg, unsigned flags);
 
 /** Listen and start the workers. The built-in "rdmx.stats" (metrics as
  *  text) and "rdmx.ping" handlers are registered here. */
-rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *server);
+RDMX_API rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *server);
 
 /** The port the server listens on. */
-uint16_t rdmx_rpc_server_port(const rdmx_rpc_server_t *server);
+RDMX_API uint16_t rdmx_rpc_server_port(const rdmx_rpc_server_t *server);
 
 /** How many workers the server runs. */
-unsigned rdmx_rpc_server_workers(const rdmx_rpc_server_t *server);
+RDMX_API unsigned rdmx_rpc_server_workers(const rdmx_rpc_server_t *server);
 
 /**
  * Stop: close the listener, answer requests still deferred with
  * RDMX_ERR_CANCELED, close connections in order (clients see
  * RDMX_ERR_CONN_CLOSED), join the workers, free everything.
  */
-void rdmx_rpc_server_destroy(rdmx_rpc_server_t *server);
+RDMX_API void rdmx_rpc_server_destroy(rdmx_rpc_server_t *server);
 
 /** Server counters (summed over workers). */
 typedef struct {
-    uint64_t connections;       /**< open now */
-    uint64_t connections_total; /**< accepted since start */
+    uint64_t connections;         /**< open now */
+    uint64_t connections_total;   /**< accepted since start */
     uint64_t connections_refused; /**< over max_connections */
-    uint64_t requests;          /**< requests and one-way messages */
-    uint64_t responses;         /**< responses sent (errors included) */
-    uint64_t errors;            /**< error responses sent */
-    uint64_t unknown_handler;   /**< requests for a name not registered */
-    uint64_t malformed;         /**< bad magic, version, kind or lengths */
-    uint64_t too_big;           /**< payload over max_message */
-    uint64_t no_credit;         /**< over a connection's credits */
-    uint64_t busy;              /**< refused: worker's max_inflight */
-    uint64_t expired;           /**< deadline passed: dropped, not answered */
-    uint64_t canceled;          /**< canceled by the caller */
-    uint64_t auth_failed;       /**< connections refused in the handshake
-                                     for a wrong or missing secret */
-    uint64_t pings;             /**< heartbeats answered */
+    uint64_t requests;            /**< requests and one-way messages */
+    uint64_t responses;           /**< responses sent (errors included) */
+    uint64_t errors;              /**< error responses sent */
+    uint64_t unknown_handler;     /**< requests for a name not registered */
+    uint64_t malformed;           /**< bad magic, version, kind or lengths */
+    uint64_t too_big;             /**< payload over max_message */
+    uint64_t no_credit;           /**< over a connection's credits */
+    uint64_t busy;                /**< refused: worker's max_inflight */
+    uint64_t expired;             /**< deadline passed: dropped, not answered */
+    uint64_t canceled;            /**< canceled by the caller */
+    uint64_t auth_failed;         /**< connections refused in the handshake
+                                       for a wrong or missing secret */
+    uint64_t pings;               /**< heartbeats answered */
 } rdmx_rpc_server_stats_t;
 
-void rdmx_rpc_server_stats(rdmx_rpc_server_t *server,
-                           rdmx_rpc_server_stats_t *stats_p);
+RDMX_API void rdmx_rpc_server_stats(rdmx_rpc_server_t *server,
+                                    rdmx_rpc_server_stats_t *stats_p);
 
 /**
  * Per-handler metrics, summed over workers, into @p out (up to @p max
  * entries). @return the number of handlers (may exceed @p max).
  */
-unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *server,
-                                 rdmx_rpc_metrics_t *out, unsigned max);
+RDMX_API unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *server,
+                                          rdmx_rpc_metrics_t *out,
+                                          unsigned max);
 
 /* --- inside a handler ----------------------------------------------------- */
 
 /** The request payload (valid until the request is answered). */
-const void *rdmx_rpc_req_data(const rdmx_rpc_req_t *req, size_t *length_p);
+RDMX_API const void *rdmx_rpc_req_data(const rdmx_rpc_req_t *req,
+                                       size_t *length_p);
 
 /** The name the request's handler was registered with. */
-const char *rdmx_rpc_req_name(const rdmx_rpc_req_t *req);
+RDMX_API const char *rdmx_rpc_req_name(const rdmx_rpc_req_t *req);
 
 /** Who called: the peer's "host:port", and whether it authenticated. */
-const char *rdmx_rpc_req_peer(const rdmx_rpc_req_t *req);
-int rdmx_rpc_req_authenticated(const rdmx_rpc_req_t *req);
+RDMX_API const char *rdmx_rpc_req_peer(const rdmx_rpc_req_t *req);
+RDMX_API int rdmx_rpc_req_authenticated(const rdmx_rpc_req_t *req);
 
 /** The caller's deadline on this host's CLOCK_MONOTONIC, in ns, or 0 for
  *  none. */
-uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req);
+RDMX_API uint64_t rdmx_rpc_req_deadline(const rdmx_rpc_req_t *req);
 
 /** Non-zero once the caller canceled the call or its deadline passed: a
  *  deferred handler may stop work; its response becomes a short ERROR. */
-int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req);
+RDMX_API int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req);
 
 /** Whether the caller still waits, checked now: not expired, not canceled,
  *  and its connection alive (one non-blocking peek at the control
@@ -222,33 +224,34 @@ int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req);
  *  completes only after the server's answer, or after it closed the
  *  connection, so that no byte lands in its buffer after the call
  *  returned (docs/RPC.md, "Lent buffers"). */
-int rdmx_rpc_req_may_write(const rdmx_rpc_req_t *req);
+RDMX_API int rdmx_rpc_req_may_write(const rdmx_rpc_req_t *req);
 
 /** Index of the worker running the handler, 0..workers-1. */
-unsigned rdmx_rpc_req_worker(const rdmx_rpc_req_t *req);
+RDMX_API unsigned rdmx_rpc_req_worker(const rdmx_rpc_req_t *req);
 
 /** The connection's endpoint: for rdmx_get_nb/rdmx_put_nb on bulk. */
-rdmx_ep_t *rdmx_rpc_req_ep(const rdmx_rpc_req_t *req);
+RDMX_API rdmx_ep_t *rdmx_rpc_req_ep(const rdmx_rpc_req_t *req);
 
 /** How many bulk descriptors the request carries. */
-unsigned rdmx_rpc_req_bulk_count(const rdmx_rpc_req_t *req);
+RDMX_API unsigned rdmx_rpc_req_bulk_count(const rdmx_rpc_req_t *req);
 
 /**
  * The @p index-th bulk descriptor, unpacked on the connection (owned by the
  * request; released when it is answered). Pull with rdmx_get_nb(), push
  * with rdmx_put_nb(), and answer once they completed.
  */
-rdmx_status_t rdmx_rpc_req_bulk(rdmx_rpc_req_t *req, unsigned index,
-                                rdmx_rmem_t **rmem_p);
+RDMX_API rdmx_status_t rdmx_rpc_req_bulk(rdmx_rpc_req_t *req, unsigned index,
+                                         rdmx_rmem_t **rmem_p);
 
 /** Answer with a payload (copied or sent before return; may be 0 bytes). */
-rdmx_status_t rdmx_rpc_respond(rdmx_rpc_req_t *req, const void *data,
-                               size_t length);
+RDMX_API rdmx_status_t rdmx_rpc_respond(rdmx_rpc_req_t *req, const void *data,
+                                        size_t length);
 
 /** Answer with an error status (negative) and a message for the caller. */
-rdmx_status_t rdmx_rpc_respond_error(rdmx_rpc_req_t *req,
-                                     rdmx_status_t status, const char *fmt,
-                                     ...) __attribute__((format(printf, 3, 4)));
+RDMX_API rdmx_status_t rdmx_rpc_respond_error(rdmx_rpc_req_t *req,
+                                              rdmx_status_t status,
+                                              const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ------------------------------------------------------------------------ */
 /* Channel (client)                                                         */
@@ -262,9 +265,9 @@ typedef enum {
 } rdmx_channel_state_t;
 
 typedef enum {
-    RDMX_BREAKER_CLOSED = 0,    /**< calls flow */
-    RDMX_BREAKER_OPEN = 1,      /**< calls fail fast with RDMX_ERR_BUSY */
-    RDMX_BREAKER_HALF_OPEN = 2  /**< one probe call decides */
+    RDMX_BREAKER_CLOSED = 0,   /**< calls flow */
+    RDMX_BREAKER_OPEN = 1,     /**< calls fail fast with RDMX_ERR_BUSY */
+    RDMX_BREAKER_HALF_OPEN = 2 /**< one probe call decides */
 } rdmx_breaker_state_t;
 
 /** The channel's state or its breaker's changed; @p status says why. */
@@ -306,9 +309,9 @@ enum {
                                    RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN |
                                        RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX),
     RDMX_CHANNEL_FIELD_DEPRECATED_(RETRIES, RDMX_CHANNEL_PARAM_FIELD_RETRIES),
-    RDMX_CHANNEL_FIELD_DEPRECATED_(
-        BREAKER, RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD |
-                     RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN),
+    RDMX_CHANNEL_FIELD_DEPRECATED_(BREAKER,
+                                   RDMX_CHANNEL_PARAM_FIELD_BREAKER_THRESHOLD |
+                                       RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN),
     RDMX_CHANNEL_FIELD_DEPRECATED_(CREDITS, RDMX_CHANNEL_PARAM_FIELD_CREDITS),
     RDMX_CHANNEL_FIELD_DEPRECATED_(QUEUE, RDMX_CHANNEL_PARAM_FIELD_QUEUE),
     RDMX_CHANNEL_FIELD_DEPRECATED_(AUTH_SECRET,
@@ -377,16 +380,18 @@ typedef struct {
  * Create a channel to @p address ("host:port") on @p worker and start
  * connecting; calls made before the connection is up are queued.
  */
-rdmx_status_t rdmx_channel_create(rdmx_worker_t *worker, const char *address,
-                                  const rdmx_channel_params_t *params,
-                                  rdmx_channel_t **channel_p);
+RDMX_API rdmx_status_t rdmx_channel_create(rdmx_worker_t *worker,
+                                           const char *address,
+                                           const rdmx_channel_params_t *params,
+                                           rdmx_channel_t **channel_p);
 
 /** Complete every pending call with RDMX_ERR_CANCELED (their callbacks run
  *  here), close the connection and free the channel. */
-void rdmx_channel_destroy(rdmx_channel_t *channel);
+RDMX_API void rdmx_channel_destroy(rdmx_channel_t *channel);
 
-rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *channel);
-rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *channel);
+RDMX_API rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *channel);
+RDMX_API rdmx_breaker_state_t
+rdmx_channel_breaker(const rdmx_channel_t *channel);
 
 /**
  * Wait (progressing the worker) until the channel is READY.
@@ -394,47 +399,47 @@ rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *channel);
  *         (RDMX_TIMEOUT_INFINITE: no limit); RDMX_ERR_DENIED (refused
  *         for good: authentication); RDMX_ERR_CANCELED (destroyed).
  */
-rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *channel,
-                                      int timeout_ms);
+RDMX_API rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *channel,
+                                               int timeout_ms);
 
 /** The endpoint of the current connection (NULL unless READY): for
  *  registering bulk memory use, or core operations beside RPC. */
-rdmx_ep_t *rdmx_channel_ep(const rdmx_channel_t *channel);
+RDMX_API rdmx_ep_t *rdmx_channel_ep(const rdmx_channel_t *channel);
 
 /** Channel counters. */
 typedef struct {
-    uint64_t calls;       /**< calls started */
-    uint64_t completed;   /**< completed with RDMX_OK */
-    uint64_t failed;      /**< completed with an error */
-    uint64_t timeouts;    /**< deadline expired */
-    uint64_t canceled;    /**< rdmx_call_cancel */
-    uint64_t retries;     /**< idempotent calls resent */
-    uint64_t fast_failed; /**< refused by the open breaker */
-    uint64_t reconnects;  /**< connections made after the first */
+    uint64_t calls;          /**< calls started */
+    uint64_t completed;      /**< completed with RDMX_OK */
+    uint64_t failed;         /**< completed with an error */
+    uint64_t timeouts;       /**< deadline expired */
+    uint64_t canceled;       /**< rdmx_call_cancel */
+    uint64_t retries;        /**< idempotent calls resent */
+    uint64_t fast_failed;    /**< refused by the open breaker */
+    uint64_t reconnects;     /**< connections made after the first */
     uint64_t late_responses; /**< responses to calls already completed */
-    uint64_t pings;       /**< heartbeats sent */
-    uint64_t queued;      /**< calls that waited for credits or the link */
+    uint64_t pings;          /**< heartbeats sent */
+    uint64_t queued;         /**< calls that waited for credits or the link */
     uint64_t lent_teardowns; /**< connections closed because a call that
                                   lent a buffer ended and the server did
                                   not answer it in time (docs/RPC.md,
                                   "Lent buffers") */
 } rdmx_channel_stats_t;
 
-void rdmx_channel_stats(rdmx_channel_t *channel,
-                        rdmx_channel_stats_t *stats_p);
+RDMX_API void rdmx_channel_stats(rdmx_channel_t *channel,
+                                 rdmx_channel_stats_t *stats_p);
 
 /** Per-method metrics of the calls made on the channel. */
-unsigned rdmx_channel_metrics(rdmx_channel_t *channel,
-                              rdmx_rpc_metrics_t *out, unsigned max);
+RDMX_API unsigned rdmx_channel_metrics(rdmx_channel_t *channel,
+                                       rdmx_rpc_metrics_t *out, unsigned max);
 
 /* --- calls ---------------------------------------------------------------- */
 
 /** A piece of caller memory a call lends the handler. */
 typedef struct {
-    rdmx_mr_t *mr;     /**< registered region */
-    uint64_t offset;   /**< start within the region */
+    rdmx_mr_t *mr;   /**< registered region */
+    uint64_t offset; /**< start within the region */
     uint64_t length;
-    unsigned access;   /**< RDMX_ACCESS_READ (handler pulls) and/or _WRITE */
+    unsigned access; /**< RDMX_ACCESS_READ (handler pulls) and/or _WRITE */
 } rdmx_rpc_bulk_t;
 
 /** Most bulk descriptors one call carries. */
@@ -442,11 +447,11 @@ typedef struct {
 
 /** How a call ended. Valid during the callback only. */
 typedef struct {
-    rdmx_status_t status;  /**< RDMX_OK, the handler's error, or a local one
-                                (TIMEOUT, CANCELED, CONN_*, BUSY, ...) */
-    const void *data;      /**< response payload (RDMX_OK) */
+    rdmx_status_t status; /**< RDMX_OK, the handler's error, or a local one
+                               (TIMEOUT, CANCELED, CONN_*, BUSY, ...) */
+    const void *data;     /**< response payload (RDMX_OK) */
     size_t length;
-    const char *message;   /**< what went wrong; "" on success */
+    const char *message; /**< what went wrong; "" on success */
     uint64_t call_id;
 } rdmx_call_result_t;
 
@@ -467,8 +472,8 @@ enum {
         RDMX_CALL_PARAM_FIELD_TIMEOUT,
     RDMX_CALL_FIELD_FLAGS RDMX_DEPRECATED(
         "renamed RDMX_CALL_PARAM_FIELD_FLAGS") = RDMX_CALL_PARAM_FIELD_FLAGS,
-    RDMX_CALL_FIELD_BULK RDMX_DEPRECATED(
-        "renamed RDMX_CALL_PARAM_FIELD_BULK") = RDMX_CALL_PARAM_FIELD_BULK,
+    RDMX_CALL_FIELD_BULK RDMX_DEPRECATED("renamed RDMX_CALL_PARAM_FIELD_BULK") =
+        RDMX_CALL_PARAM_FIELD_BULK,
 };
 
 typedef struct {
@@ -502,10 +507,10 @@ typedef struct {
  *         the server's max_message, RDMX_ERR_UNREACHABLE (down, fail
  *         fast), RDMX_ERR_DENIED (refused for good).
  */
-rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
-                           const void *data, size_t length,
-                           const rdmx_call_params_t *params,
-                           uint64_t *call_id_p);
+RDMX_API rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
+                                    const void *data, size_t length,
+                                    const rdmx_call_params_t *params,
+                                    uint64_t *call_id_p);
 
 /**
  * Call and wait. The response goes to @p resp (up to @p capacity bytes;
@@ -513,24 +518,27 @@ rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
  * Returns what rdmx_call_nb or its callback would; on error
  * rdmx_error_detail() holds the message.
  */
-rdmx_status_t rdmx_call(rdmx_channel_t *channel, const char *method,
-                        const void *data, size_t length, void *resp,
-                        size_t capacity, const rdmx_call_params_t *params,
-                        size_t *resp_len_p);
+RDMX_API rdmx_status_t rdmx_call(rdmx_channel_t *channel, const char *method,
+                                 const void *data, size_t length, void *resp,
+                                 size_t capacity,
+                                 const rdmx_call_params_t *params,
+                                 size_t *resp_len_p);
 
 /**
  * Send a one-way message: no response, no deadline. RDMX_OK once handed to
  * the transport; errors as for rdmx_call_nb.
  */
-rdmx_status_t rdmx_call_oneway(rdmx_channel_t *channel, const char *method,
-                               const void *data, size_t length);
+RDMX_API rdmx_status_t rdmx_call_oneway(rdmx_channel_t *channel,
+                                        const char *method, const void *data,
+                                        size_t length);
 
 /**
  * Cancel a call: its callback runs now with RDMX_ERR_CANCELED, the server
  * is told, a late response is dropped.
  * @return RDMX_ERR_NOT_FOUND if the call already completed.
  */
-rdmx_status_t rdmx_call_cancel(rdmx_channel_t *channel, uint64_t call_id);
+RDMX_API rdmx_status_t rdmx_call_cancel(rdmx_channel_t *channel,
+                                        uint64_t call_id);
 
 #ifdef __cplusplus
 }

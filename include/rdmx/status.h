@@ -9,6 +9,8 @@
 #ifndef RDMX_STATUS_H
 #define RDMX_STATUS_H
 
+#include <rdmx/export.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,10 +48,10 @@ typedef enum {
 } rdmx_status_t;
 
 /** A short, constant description of @p status ("connection refused"). */
-const char *rdmx_strerror(rdmx_status_t status);
+RDMX_API const char *rdmx_strerror(rdmx_status_t status);
 
 /** The symbolic name of @p status ("RDMX_ERR_CONN_REFUSED"). */
-const char *rdmx_status_name(rdmx_status_t status);
+RDMX_API const char *rdmx_status_name(rdmx_status_t status);
 
 /**
  * Detail of the last error an rdmx call returned on this thread: what was
@@ -57,7 +59,7 @@ const char *rdmx_status_name(rdmx_status_t status);
  * descriptor length 4096"). Valid until the next rdmx call on this thread;
  * an empty string when no detail was recorded.
  */
-const char *rdmx_error_detail(void);
+RDMX_API const char *rdmx_error_detail(void);
 
 #ifdef __cplusplus
 }

@@ -62,8 +62,9 @@ static int have_rdma_device(void)
     return found;
 }
 
-rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
-                                  rdmx_context_t **context_p)
+rdmx_status_t rdmx_context_create_v(unsigned api_version,
+                                    const rdmx_context_params_t *params,
+                                    rdmx_context_t **context_p)
 {
     rdmx_context_params_t p = {0};
     rdmx_context_t *ctx;
@@ -72,6 +73,18 @@ rdmx_status_t rdmx_context_create(const rdmx_context_params_t *params,
 
     if (context_p == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "context_create: NULL output");
+    /* Within a major version a library reads every struct of the headers
+     * it is at least as new as. */
+    if ((api_version >> 16) != RDMX_VERSION_MAJOR ||
+        api_version > RDMX_VERSION_NUMBER)
+        return rdmx__error(RDMX_ERR_UNSUPPORTED,
+                           "this program was built against rdmx %u.%u.%u, "
+                           "but the librdmx it runs with is %s: install "
+                           "librdmx %u.%u.%u or newer of major version %u",
+                           api_version >> 16, (api_version >> 8) & 0xff,
+                           api_version & 0xff, RDMX_VERSION_STRING,
+                           api_version >> 16, (api_version >> 8) & 0xff,
+                           api_version & 0xff, api_version >> 16);
     if (params != NULL)
         p = *params;
     if (!(p.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT)) {
