@@ -633,6 +633,100 @@ static void test_contract(void)
     rdmx_lambda_engine_destroy(e);
 }
 
+/* --- fresh states built ahead ---------------------------------------------- */
+
+/* Run @p src on @p e; 1 if the call found a ready spare. */
+static int spare_call(rdmx_lambda_engine_t *e, const char *src,
+                      const char *want, size_t *peak_p)
+{
+    rdmx_lambda_stats_t a, b;
+    rdmx_lambda_result_t r;
+
+    rdmx_lambda_engine_stats(e, &a);
+    CHECK_OK(ev(e, src, NULL, &r));
+    CHECKF(strcmp(r.output, want) == 0, "%s: got '%s', want '%s'", src,
+           r.output, want);
+    if (peak_p != NULL)
+        *peak_p = r.memory_peak;
+    rdmx_lambda_result_free(&r);
+    rdmx_lambda_engine_stats(e, &b);
+    CHECK(b.states_ready + b.states_built ==
+          a.states_ready + a.states_built + 1);
+    return b.states_ready == a.states_ready + 1;
+}
+
+static void test_spares(void)
+{
+    rdmx_lambda_params_t p = {.field_mask =
+                                  RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES |
+                                  RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY,
+                              .max_memory = RDMX__LAMBDA_MIN_MEMORY};
+    rdmx_lambda_engine_t *e0, *e2, *x = NULL;
+    rdmx_lambda_stats_t s;
+    size_t peak0 = 0, peak2 = 0;
+    int tries, isolated = 0, ready = 0;
+
+    th_log("spares: built ahead, never used twice, same accounting");
+    p.spare_states = RDMX__LAMBDA_MAX_SPARES + 1;
+    CHECK_ST(rdmx_lambda_engine_create(&p, &x), RDMX_ERR_INVALID);
+    CHECKF(strstr(rdmx_error_detail(), "spare_states 65 over 64") != NULL,
+           "detail: %s", rdmx_error_detail());
+    CHECK(x == NULL);
+    p.spare_states = 0;
+    e0 = mk_engine(&p);
+    p.spare_states = 2;
+    e2 = mk_engine(&p);
+
+    /* no keeper: each call builds its own state */
+    CHECK(spare_call(e0, "return 'a'", "a", &peak0) == 0);
+    rdmx_lambda_engine_stats(e0, &s);
+    CHECK(s.states_ready == 0 && s.states_built == 1);
+
+    /* A pair of calls, each in a ready spare: nothing the first leaves,
+     * globals, the string library or the contract's tables, reaches the
+     * second. The keeper needs a moment to build: pause before each. */
+    for (tries = 0; tries < 200 && !isolated; tries++) {
+        usleep(5000);
+        int first = spare_call(e2,
+                               "leak = 'secret' string.upper = nil "
+                               "input = 'x' args[9] = 1 KEYS[9] = 1 "
+                               "ARGV[1] = 1 return 'set'",
+                               "set", NULL);
+        usleep(5000);
+        int second = spare_call(e2,
+                                "return tostring(leak) .. ('x'):upper() .. "
+                                "input .. tostring(args[9]) .. "
+                                "tostring(KEYS[9]) .. #ARGV",
+                                "nilXnilnil0", NULL);
+        isolated = first && second;
+    }
+    CHECKF(isolated, "no two calls in a row found a ready spare (%d tries)",
+           tries);
+
+    /* the sandbox's memory is the call's, as when a call built its own */
+    for (tries = 0; tries < 200 && !ready; tries++) {
+        usleep(5000);
+        ready = spare_call(e2, "return 'a'", "a", &peak2);
+    }
+    CHECK(ready);
+    th_log("  memory peak of 'return' : %zu B built by the call, %zu B "
+           "in a spare",
+           peak0, peak2);
+    CHECKF(peak2 + peak0 / 4 >= peak0 && peak2 <= peak0 + peak0 / 4,
+           "peak %zu B in a spare, %zu B built", peak2, peak0);
+    /* and its budget holds there too (256 KiB here) */
+    EXPECT_ERR(e2, "local s = string.rep('x', 300000) return #s",
+               RDMX_ERR_NO_RESOURCE, "memory budget");
+    EXPECT_ERR(e0, "local s = string.rep('x', 300000) return #s",
+               RDMX_ERR_NO_RESOURCE, "memory budget");
+    rdmx_lambda_engine_stats(e2, &s);
+    th_log("  %llu calls found a spare ready, %llu built their own",
+           (unsigned long long)s.states_ready,
+           (unsigned long long)s.states_built);
+    rdmx_lambda_engine_destroy(e0);
+    rdmx_lambda_engine_destroy(e2);
+}
+
 /* --- cache ----------------------------------------------------------------- */
 
 static void test_cache(void)
@@ -1429,6 +1523,7 @@ int main(int argc, char **argv)
     CHECK(mkdtemp(tmpdir) != NULL);
     chmod(tmpdir, 0755);
     test_contract();
+    test_spares();
     test_sandbox();
     test_cache();
     test_kv();

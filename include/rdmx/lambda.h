@@ -71,6 +71,7 @@ enum {
     RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR = 1u << 5,
     RDMX_LAMBDA_PARAM_FIELD_MAX_TIME = 1u << 6,
     RDMX_LAMBDA_PARAM_FIELD_CACHE_BYTES = 1u << 7,
+    RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES = 1u << 8,
 };
 
 /* Earlier names, kept for one release. */
@@ -113,6 +114,11 @@ typedef struct {
     /** Wall-clock limit of one call, ms, besides the caller's deadline.
      *  Default 1000; RDMX_TIMEOUT_INFINITE: only the caller's deadline. */
     int max_time_ms;
+    /** Fresh Lua states a keeper thread of the engine builds ahead of the
+     *  calls, and closes after them, so that neither is on a call's path;
+     *  every call still runs in a state no other call used. Default 2; 0:
+     *  no thread, each call builds and closes its own. At most 64. */
+    unsigned spare_states;
 } rdmx_lambda_params_t;
 
 /** Near-data access for kv.get/put/delete/exists, supplied by the host
@@ -267,6 +273,8 @@ typedef struct {
     uint64_t cache_bytes;   /**< now */
     uint64_t natives;       /**< native functions registered */
     uint64_t native_calls;
+    uint64_t states_ready;   /**< calls that found a fresh state ready */
+    uint64_t states_built;   /**< calls that built their own */
 } rdmx_lambda_stats_t;
 
 RDMX_API void rdmx_lambda_engine_stats(rdmx_lambda_engine_t *engine,

@@ -89,7 +89,9 @@ typedef struct {
     X(cache_evictions, "lambda_cache_evictions")                               \
     X(cache_entries, "lambda_cache_entries")                                   \
     X(natives, "lambda_natives")                                               \
-    X(native_calls, "lambda_native_calls")
+    X(native_calls, "lambda_native_calls")                                     \
+    X(states_ready, "lambda_states_ready")                                     \
+    X(states_built, "lambda_states_built")
 
 typedef struct {
 #define RDMX_KV_SERVER_STATS_FIELD(field, name) uint64_t field;

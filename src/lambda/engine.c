@@ -60,6 +60,7 @@ struct rdmx_lambda_engine {
     void **plugins;
     size_t nplugins;
     binding_t *bindings;
+    rdmx__lambda_states_t *states;
 
     rdmx_lambda_stats_t stats;
 };
@@ -389,6 +390,12 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
                         : RDMX__LAMBDA_DEF_CACHE_BYTES;
     if (m & RDMX_LAMBDA_PARAM_FIELD_MAX_TIME)
         time_ms = params->max_time_ms;
+    p.spare_states = (m & RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES)
+                         ? params->spare_states
+                         : RDMX__LAMBDA_DEF_SPARES;
+    if (p.spare_states > RDMX__LAMBDA_MAX_SPARES)
+        return rdmx__error(RDMX_ERR_INVALID, "lambda: spare_states %u over %u",
+                           p.spare_states, RDMX__LAMBDA_MAX_SPARES);
     if (p.max_instructions < RDMX__LAMBDA_MIN_INSTRUCTIONS)
         return rdmx__error(RDMX_ERR_INVALID,
                            "lambda: max_instructions %llu below %llu",
@@ -416,6 +423,12 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
                      : time_ms == 0 ? 1
                                     : (uint64_t)time_ms * 1000000ull;
     pthread_mutex_init(&e->lock, NULL);
+    e->states = rdmx__lambda_states_create(p.spare_states);
+    if (e->states == NULL) {
+        rdmx_lambda_engine_destroy(e);
+        return rdmx__error(RDMX_ERR_NO_MEMORY,
+                           "lambda: out of memory (or no keeper thread)");
+    }
     if (e->cache_entries > 0) {
         size_t nb = 16;
         while (nb < 2 * (size_t)e->cache_entries && nb < ((size_t)1 << 24))
@@ -447,6 +460,7 @@ void rdmx_lambda_engine_destroy(rdmx_lambda_engine_t *engine)
     size_t i;
     if (e == NULL)
         return;
+    rdmx__lambda_states_destroy(e->states);
     while (e->tail != NULL)
         cache_remove(e, e->tail);
     free(e->buckets);
@@ -505,11 +519,17 @@ static void result_init(rdmx_lambda_result_t *res)
 }
 
 /* Count the outcome, set the detail. */
+/* @p fresh: 1 the call ran in a ready spare, 0 it built its state, -1 it
+ * ran no Lua state. */
 static rdmx_status_t finish(rdmx_lambda_engine_t *e, rdmx_status_t st,
-                            rdmx_lambda_result_t *res, int syntax)
+                            rdmx_lambda_result_t *res, int syntax, int fresh)
 {
     pthread_mutex_lock(&e->lock);
     e->stats.calls++;
+    if (fresh == 1)
+        e->stats.states_ready++;
+    else if (fresh == 0)
+        e->stats.states_built++;
     if (st != RDMX_OK)
         e->stats.errors++;
     if (syntax)
@@ -545,7 +565,9 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
     rdmx_lambda_call_params_t c = {0};
     uint64_t m = call != NULL ? call->field_mask : 0;
     rdmx__lambda_run_t r;
+    rdmx__lambda_spare_t *spare;
     rdmx_status_t st;
+    int fresh;
 
     /* Only the members the mask names; the sandbox reads them all. */
     c.field_mask = m;
@@ -580,9 +602,16 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
         snprintf(res->message, sizeof(res->message),
                  "lambda: bad call (nargs %u, max %d; NULL input or args)",
                  r.call->nargs, RDMX_LAMBDA_ARGS_MAX);
-        return finish(e, RDMX_ERR_INVALID, res, 0);
+        return finish(e, RDMX_ERR_INVALID, res, 0, -1);
     }
-    st = rdmx__lambda_run(&r);
+    spare = rdmx__lambda_states_take(e->states, &fresh);
+    if (spare == NULL) {
+        snprintf(res->message, sizeof(res->message),
+                 "lambda: out of memory (a fresh state)");
+        return finish(e, RDMX_ERR_NO_MEMORY, res, 0, -1);
+    }
+    st = rdmx__lambda_run(&r, spare);
+    rdmx__lambda_states_done(e->states, spare);
     res->output = r.out.data;
     res->output_len = r.out.len;
     res->type = st == RDMX_OK ? r.type : RDMX_LAMBDA_NIL;
@@ -601,7 +630,7 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
     if (want_dump && !r.compile_error && !r.dump_failed && r.dump != NULL)
         cache_insert(e, res->id, r.dump, r.dump_len);
     free(r.dump);
-    return finish(e, st, res, r.compile_error && !binary);
+    return finish(e, st, res, r.compile_error && !binary, fresh);
 }
 
 rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
@@ -627,7 +656,7 @@ rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
         snprintf(result->message, sizeof(result->message),
                  "source of %zu bytes exceeds max_source of %zu", length,
                  e->max_source);
-        return finish(e, RDMX_ERR_TOO_BIG, result, 0);
+        return finish(e, RDMX_ERR_TOO_BIG, result, 0, -1);
     }
     f = cache_get(e, result->id);
     if (f != NULL) {
@@ -737,7 +766,7 @@ rdmx_status_t rdmx_lambda_engine_native(rdmx_lambda_engine_t *engine,
     if (fn == NULL) {
         snprintf(result->message, sizeof(result->message),
                  "no native function \"%.64s\"", name);
-        return finish(e, RDMX_ERR_NOT_FOUND, result, 0);
+        return finish(e, RDMX_ERR_NOT_FOUND, result, 0, -1);
     }
 
     memset(&o, 0, sizeof(o));
@@ -767,16 +796,16 @@ rdmx_status_t rdmx_lambda_engine_native(rdmx_lambda_engine_t *engine,
             snprintf(result->message, sizeof(result->message),
                      "native \"%.64s\": %s", name, rdmx_strerror(st));
         free(o.buf.data);
-        return finish(e, st, result, 0);
+        return finish(e, st, result, 0, -1);
     }
     if (o.buf.data == NULL)
         o.buf.data = calloc(1, 1);
     if (o.buf.data == NULL) {
         snprintf(result->message, sizeof(result->message), "out of memory");
-        return finish(e, RDMX_ERR_NO_MEMORY, result, 0);
+        return finish(e, RDMX_ERR_NO_MEMORY, result, 0, -1);
     }
     result->output = o.buf.data;
     result->output_len = o.buf.len;
     result->type = RDMX_LAMBDA_STRING;
-    return finish(e, RDMX_OK, result, 0);
+    return finish(e, RDMX_OK, result, 0, -1);
 }

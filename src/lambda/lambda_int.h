@@ -1,8 +1,9 @@
 /*
  * rdmx lambda — internals shared by engine.c (engine, cache, natives,
- * plugins), sandbox.c (one call in a fresh Lua state), rpc.c (wire format,
- * handlers, client) and the Lua library functions rewritten to charge
- * their work (third_party/lua-5.4-safelib/).
+ * plugins), sandbox.c (one call in a fresh Lua state), states.c (fresh
+ * states built ahead, used ones closed, by a keeper thread), rpc.c (wire
+ * format, handlers, client) and the Lua library functions rewritten to
+ * charge their work (third_party/lua-5.4-safelib/).
  */
 #ifndef RDMX_LAMBDA_INT_H
 #define RDMX_LAMBDA_INT_H
@@ -24,6 +25,8 @@
 #define RDMX__LAMBDA_DEF_TIME_MS      1000u
 #define RDMX__LAMBDA_MIN_INSTRUCTIONS 1000ull
 #define RDMX__LAMBDA_MIN_MEMORY       ((size_t)256 << 10)
+#define RDMX__LAMBDA_DEF_SPARES       2u
+#define RDMX__LAMBDA_MAX_SPARES       64u
 
 /* VM instructions between two budget checks while the state is small; the
  * interval shrinks as the state grows (see sandbox.c, hook_interval). */
@@ -82,9 +85,43 @@ typedef struct rdmx__lambda_run {
     uint64_t elapsed_ns;
 } rdmx__lambda_run_t;
 
-/* sandbox.c: run one call in a fresh state. Returns the status; r->msg,
- * r->out, r->type, r->limit, r->units, r->mem_peak are filled. */
-rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r);
+/* A fresh state: the sandbox opened, nothing run in it (a spare), or,
+ * once a call is done with it, a stopped state waiting to be closed. */
+typedef struct rdmx__lambda_spare {
+    struct rdmx__lambda_spare *next;
+    lua_State *L;
+    int stop_ref;             /* registry ref of the stop message */
+    rdmx__lambda_run_t owner; /* allocator ud while no call owns the state */
+} rdmx__lambda_spare_t;
+
+/* sandbox.c: build a spare's state (any thread). RDMX_ERR_NO_MEMORY. */
+rdmx_status_t rdmx__lambda_spare_build(rdmx__lambda_spare_t *s);
+/* sandbox.c: close a spare's state, built or used (any thread). */
+void rdmx__lambda_spare_close(rdmx__lambda_spare_t *s);
+
+/* sandbox.c: run one call in @p s's state (built, never used); @p s is
+ * handed back stopped, to be closed. Returns the status; r->msg, r->out,
+ * r->type, r->limit, r->units, r->mem_peak are filled. */
+rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s);
+
+/* states.c: the spares of an engine and the keeper thread that builds
+ * them ahead and closes used ones (docs/LAMBDA.md, "Fresh states off the
+ * call's path"). */
+typedef struct rdmx__lambda_states rdmx__lambda_states_t;
+
+/* @p target spares kept ready (0: no thread, calls build and close their
+ * own). NULL when out of memory or the thread cannot start. */
+rdmx__lambda_states_t *rdmx__lambda_states_create(unsigned target);
+/* Stop the keeper, close every state it holds. */
+void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st);
+/* A state nobody used: a ready spare (*@p ready_p 1) or one built now
+ * (0). NULL when out of memory. */
+rdmx__lambda_spare_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
+                                               int *ready_p);
+/* A state a call is done with: the keeper closes it (or this call, with
+ * no keeper). */
+void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
+                              rdmx__lambda_spare_t *s);
 
 /* sandbox.c: charge @p units of library work to the running call; raises
  * the budget error (a Lua error that cannot be caught for good) when a

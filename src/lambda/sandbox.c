@@ -2,6 +2,9 @@
  * rdmx lambda — one call in a fresh Lua state: the budgeted allocator, the
  * instruction/deadline hook, the sandboxed libraries, the globals of the
  * function contract (input, args, kv), and the conversion of the result.
+ * The state is built before the call (a spare, states.c) and closed after
+ * it, maybe on another thread: the allocator's user data, the record every
+ * budget is counted in, is the call's only while the call owns the state.
  *
  * Budgets
  * - Memory: the state's allocator refuses to grow past max_memory; Lua then
@@ -771,12 +774,6 @@ static int pmain(lua_State *L)
     unsigned i, nkeys;
 
     lua_settop(L, 0);
-    open_sandbox(L);
-
-    /* the stop error: allocated now, raised later without allocating */
-    lua_pushstring(L, "lambda stopped: budget exhausted");
-    r->stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-
     lua_pushlstring(L, c->input != NULL ? c->input : "", c->input_len);
     lua_setglobal(L, "input");
     lua_createtable(L, (int)c->nargs, 0);
@@ -887,7 +884,79 @@ static rdmx_status_t limit_status(int limit)
     }
 }
 
-rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r)
+/* Everything a spare holds before any call: the sandbox, and the stop
+ * error, allocated now to be raised later without allocating. */
+static int prepare(lua_State *L)
+{
+    rdmx__lambda_spare_t *s = lua_touserdata(L, 1);
+
+    lua_settop(L, 0);
+    open_sandbox(L);
+    lua_pushstring(L, "lambda stopped: budget exhausted");
+    s->stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    /* The contract's globals, with values every call replaces: the call
+     * then only changes values, never grows (rehashes) the globals. */
+    lua_pushliteral(L, "");
+    lua_setglobal(L, "input");
+    lua_newtable(L);
+    lua_setglobal(L, "args");
+    lua_newtable(L);
+    lua_setglobal(L, "KEYS");
+    lua_newtable(L);
+    lua_setglobal(L, "ARGV");
+    return 0;
+}
+
+rdmx_status_t rdmx__lambda_spare_build(rdmx__lambda_spare_t *s)
+{
+    lua_State *L;
+
+    memset(&s->owner, 0, sizeof(s->owner));
+    s->owner.max_memory = SIZE_MAX; /* the call's budget applies on use */
+    s->stop_ref = s->owner.stop_ref = LUA_NOREF;
+    L = lua_newstate(lalloc, &s->owner);
+    if (L == NULL)
+        return RDMX_ERR_NO_MEMORY;
+    s->owner.L = s->owner.current = L;
+    lua_pushcfunction(L, prepare);
+    lua_pushlightuserdata(L, s);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        lua_close(L);
+        return RDMX_ERR_NO_MEMORY;
+    }
+    s->owner.stop_ref = s->stop_ref;
+    s->L = L;
+    return RDMX_OK;
+}
+
+void rdmx__lambda_spare_close(rdmx__lambda_spare_t *s)
+{
+    if (s->L == NULL)
+        return;
+    /* Nothing of a call runs here: the sandbox refuses __gc, so the only
+     * finalizers are Lua's own, which free memory; any Lua code would meet
+     * the stop at its first instruction. */
+    s->owner.closing = 1;
+    s->owner.current = s->L;
+    lua_sethook(s->L, hook, LUA_MASKCOUNT, 1);
+    lua_close(s->L);
+    s->L = NULL;
+}
+
+/* The call is over: the state goes back to the spare's record, stopped,
+ * holding what the call left (closed later, maybe by another thread). */
+static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s)
+{
+    lua_sethook(s->L, hook, LUA_MASKCOUNT, 1);
+    s->owner.mem = r->mem;
+    s->owner.stop_ref = r->stop_ref;
+    s->owner.armed = 1;
+    s->owner.closing = 1;
+    s->owner.current = s->L;
+    lua_setallocf(s->L, lalloc, &s->owner);
+}
+
+rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s)
 {
     uint64_t t0 = rdmx_now_ns();
     const rdmx_lambda_call_params_t *c = r->call;
@@ -911,13 +980,20 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r)
         }
     }
 
-    L = lua_newstate(lalloc, r);
-    if (L == NULL) {
+    /* the call owns the state from here: its record counts everything,
+     * the sandbox's memory included, as if the call had opened it */
+    L = s->L;
+    lua_setallocf(L, lalloc, r);
+    r->mem = r->mem_peak = s->owner.mem;
+    r->stop_ref = s->stop_ref;
+    r->L = r->current = L;
+    if (r->mem > r->max_memory) {
+        r->mem_refused = 1;
         r->limit = RDMX_LAMBDA_LIMIT_MEMORY;
         stop_message(r, RDMX_LAMBDA_LIMIT_MEMORY, r->msg, sizeof(r->msg));
+        hand_back(r, s);
         return RDMX_ERR_NO_RESOURCE;
     }
-    r->L = r->current = L;
 
     lua_pushcfunction(L, pmain);
     lua_pushlightuserdata(L, r);
@@ -957,12 +1033,7 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r)
         status = limit_status(r->stop);
     }
 
-    /* finalizers meet the stop at their first instruction */
-    r->closing = 1;
-    r->current = L;
-    lua_sethook(L, hook, LUA_MASKCOUNT, 1);
-    lua_close(L);
-
+    hand_back(r, s);
     r->elapsed_ns = rdmx_now_ns() - t0;
     if (status != RDMX_OK) {
         free(r->out.data);

@@ -1,0 +1,167 @@
+/*
+ * rdmx lambda — fresh states off the call's path (docs/LAMBDA.md).
+ *
+ * A keeper thread per engine builds spares (states with the sandbox
+ * opened, never used) until `target` are ready, and closes the states
+ * calls hand back. A call pops a ready spare under the mutex, or builds its
+ * own when none is ready; isolation is unchanged: every call runs in a
+ * state no other call used. When the keeper falls behind on closing (more
+ * calling threads than it can serve), calls close their own: the states
+ * waiting to be closed stay few.
+ */
+#include "lambda/lambda_int.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+/* States waiting for the keeper to close them, at most. */
+#define USED_MAX 8u
+
+struct rdmx__lambda_states {
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* the keeper: a state to close, a spare taken */
+    pthread_t keeper;
+    int running, stopping;
+    unsigned target;
+    unsigned nready, nused;
+    rdmx__lambda_spare_t *ready; /* built, never used */
+    rdmx__lambda_spare_t *used;  /* to close */
+};
+
+static rdmx__lambda_spare_t *spare_new(void)
+{
+    rdmx__lambda_spare_t *s = calloc(1, sizeof(*s));
+
+    if (s != NULL && rdmx__lambda_spare_build(s) != RDMX_OK) {
+        free(s);
+        s = NULL;
+    }
+    return s;
+}
+
+static void spare_free(rdmx__lambda_spare_t *s)
+{
+    rdmx__lambda_spare_close(s);
+    free(s);
+}
+
+/* Close what calls handed back first (it holds memory), then fill up. */
+static void *keeper_main(void *arg)
+{
+    rdmx__lambda_states_t *st = arg;
+    rdmx__lambda_spare_t *s;
+
+    pthread_mutex_lock(&st->lock);
+    while (!st->stopping) {
+        if (st->used != NULL) {
+            s = st->used;
+            st->used = s->next;
+            st->nused--;
+            pthread_mutex_unlock(&st->lock);
+            spare_free(s);
+            pthread_mutex_lock(&st->lock);
+        } else if (st->nready < st->target) {
+            pthread_mutex_unlock(&st->lock);
+            s = spare_new();
+            pthread_mutex_lock(&st->lock);
+            if (s == NULL) {
+                /* out of memory: calls build their own until a state is
+                 * handed back and closed */
+                pthread_cond_wait(&st->wake, &st->lock);
+                continue;
+            }
+            s->next = st->ready;
+            st->ready = s;
+            st->nready++;
+        } else {
+            pthread_cond_wait(&st->wake, &st->lock);
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    return NULL;
+}
+
+rdmx__lambda_states_t *rdmx__lambda_states_create(unsigned target)
+{
+    rdmx__lambda_states_t *st = calloc(1, sizeof(*st));
+
+    if (st == NULL)
+        return NULL;
+    st->target = target;
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->wake, NULL);
+    if (target > 0) {
+        if (pthread_create(&st->keeper, NULL, keeper_main, st) != 0) {
+            pthread_cond_destroy(&st->wake);
+            pthread_mutex_destroy(&st->lock);
+            free(st);
+            return NULL;
+        }
+        st->running = 1;
+    }
+    return st;
+}
+
+void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st)
+{
+    rdmx__lambda_spare_t *s;
+
+    if (st == NULL)
+        return;
+    if (st->running) {
+        pthread_mutex_lock(&st->lock);
+        st->stopping = 1;
+        pthread_cond_signal(&st->wake);
+        pthread_mutex_unlock(&st->lock);
+        pthread_join(st->keeper, NULL);
+    }
+    while ((s = st->ready) != NULL) {
+        st->ready = s->next;
+        spare_free(s);
+    }
+    while ((s = st->used) != NULL) {
+        st->used = s->next;
+        spare_free(s);
+    }
+    pthread_cond_destroy(&st->wake);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+rdmx__lambda_spare_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
+                                               int *ready_p)
+{
+    rdmx__lambda_spare_t *s = NULL;
+
+    if (st->running) {
+        pthread_mutex_lock(&st->lock);
+        if ((s = st->ready) != NULL) {
+            st->ready = s->next;
+            st->nready--;
+            pthread_cond_signal(&st->wake);
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    *ready_p = s != NULL;
+    return s != NULL ? s : spare_new();
+}
+
+void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
+                              rdmx__lambda_spare_t *s)
+{
+    int queued = 0;
+
+    if (st->running) {
+        pthread_mutex_lock(&st->lock);
+        if (st->nused < USED_MAX) {
+            s->next = st->used;
+            st->used = s;
+            st->nused++;
+            queued = 1;
+            pthread_cond_signal(&st->wake);
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    if (!queued)
+        spare_free(s);
+}
