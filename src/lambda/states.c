@@ -8,10 +8,17 @@
  * state no other call used. When the keeper falls behind on closing (more
  * calling threads than it can serve), calls close their own: the states
  * waiting to be closed stay few.
+ *
+ * The keeper runs under SCHED_IDLE (Linux): only on a CPU that would
+ * otherwise idle, so it never takes time from the threads that serve
+ * calls; with every CPU busy the pool runs empty and calls build their own
+ * states, as without spares.
  */
+#define _GNU_SOURCE /* SCHED_IDLE */
 #include "lambda/lambda_int.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 /* States waiting for the keeper to close them, at most. */
@@ -50,6 +57,11 @@ static void *keeper_main(void *arg)
 {
     rdmx__lambda_states_t *st = arg;
     rdmx__lambda_spare_t *s;
+#ifdef SCHED_IDLE
+    struct sched_param idle = {0};
+
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+#endif
 
     pthread_mutex_lock(&st->lock);
     while (!st->stopping) {
