@@ -23,6 +23,9 @@
  *   unchanged).
  * - replicas: with replicas = 2, a batch PUT stores every key on two
  *   servers (curr_items), and a batch GET reads them back.
+ * - split: on one server, 5,000 keys (over 4096 per request), slots in 9
+ *   regions (over 8 descriptors) and 17 slots of 4 MiB (over 64 MiB) each
+ *   go as exactly two requests (the server's rpc_requests), byte for byte.
  * - hostile: hand-made kv.batch_get / kv.batch_put requests on a raw
  *   channel (batch count 0, a truncated entry, a set reserved locator
  *   byte, a mode, a descriptor index past the lent ones, a slot passing
@@ -30,6 +33,10 @@
  *   64 MiB in all, trailing bytes, an empty key): each refused with
  *   RDMX_ERR_PROTO and a message, counted once in bad_requests, the lent
  *   buffer untouched; then ordinary batches still work.
+ * - stalled: one server SIGSTOPped; a batch GET with a 300 ms deadline
+ *   returns RDMX_OK within the deadline plus the lent-buffer grace (and
+ *   slack), an error for every key of that server, the others OK; after
+ *   SIGCONT nothing lands in the slots given back; it serves again.
  * - dead: one server SIGKILLed; a batch GET over all three returns
  *   RDMX_OK with an error (not NOT_FOUND) for every key of the dead
  *   server within the timeout plus slack, the others' keys OK.
@@ -54,6 +61,7 @@
 #define QUICK   (TH_SANITIZED ? 3000 : 1500)
 
 static kvd_t srv[NS];
+static rdmx_context_t *ctx;
 static rdmx_worker_t *worker;
 static rdmx_mr_t *src_mr, *dst_mr;
 static unsigned char *src, *dst;
@@ -359,6 +367,114 @@ static void part_replicas(const char *servers)
     th_log("replicas: 64 keys stored twice, read back, flags kept: ok");
 }
 
+/* --- requests cut at the limits ------------------------------------------ */
+
+/* Requests server @s has received so far (this stats call not counted). */
+static uint64_t requests_on(rdmx_kv_t *kv, unsigned s)
+{
+    return stat_on(kv, s, "rpc_requests");
+}
+
+/* Run @get or put of @items on the one-server client @kv: it must take
+ * exactly @want requests. */
+static void expect_requests(rdmx_kv_t *kv, int get, rdmx_kv_batch_item_t *it,
+                            size_t n, uint64_t want, const char *what)
+{
+    uint64_t r0 = requests_on(kv, 0), r1;
+
+    if (get)
+        CHECK_OK(rdmx_kv_batch_get(kv, it, n, NULL));
+    else
+        CHECK_OK(rdmx_kv_batch_put(kv, it, n, NULL));
+    /* (the second stats call counts itself once) */
+    r1 = requests_on(kv, 0);
+    CHECKF(r1 - r0 - 1 == want, "%s: %" PRIu64 " requests, want %" PRIu64,
+           what, r1 - r0 - 1, want);
+}
+
+static void part_split(const char *addr)
+{
+    enum { N = 5000, SZ = 256, NR = 9, BIG = 17 };
+    static rdmx_kv_batch_item_t it[N];
+    static char keys[N][32];
+    rdmx_mr_t *mr[NR];
+    rdmx_kv_params_t p = {.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT,
+                          .timeout_ms = PATIENT};
+    rdmx_kv_t *kv;
+
+    CHECK_OK(rdmx_kv_create(worker, addr, &p, &kv));
+    CHECK_OK(rdmx_kv_wait_ready(kv, 20000 * TH_SLOW));
+    /* 5,000 keys: over RDMX_KV_BATCH_MAX (4096), two requests */
+    for (size_t i = 0; i < N; i++) {
+        key_of(keys[i], sizeof(keys[i]), "sp", i);
+        it[i] = (rdmx_kv_batch_item_t){.key = keys[i],
+                                       .klen = strlen(keys[i]),
+                                       .mr = src_mr,
+                                       .buf = slot(src, SZ, i),
+                                       .size = SZ};
+        th_fill(it[i].buf, SZ, seed_of("sp", i));
+    }
+    expect_requests(kv, 0, it, N, 2, "5000-key put");
+    memset(dst, SENT, N * (SZ + 2 * GUARD));
+    for (size_t i = 0; i < N; i++) {
+        CHECKF(it[i].status == RDMX_OK, "put %s: %s", keys[i],
+               rdmx_status_name(it[i].status));
+        it[i].mr = dst_mr;
+        it[i].buf = slot(dst, SZ, i);
+    }
+    expect_requests(kv, 1, it, N, 2, "5000-key get");
+    for (size_t i = 0; i < N; i++) {
+        unsigned char *q = it[i].buf;
+        CHECKF(it[i].status == RDMX_OK, "get %s: %s", keys[i],
+               rdmx_status_name(it[i].status));
+        CHECK_PATTERN(q, SZ, seed_of("sp", i), 0);
+        check_sentinel(q - GUARD, GUARD, "guard before", i);
+        check_sentinel(q + SZ, GUARD, "guard after", i);
+    }
+
+    /* slots in 9 regions: over RDMX_RPC_BULK_MAX (8), two requests */
+    for (int r = 0; r < NR; r++) {
+        CHECK_OK(rdmx_mem_alloc(ctx, 8192,
+                                RDMX_ACCESS_READ | RDMX_ACCESS_WRITE,
+                                &mr[r]));
+        memset(rdmx_mr_addr(mr[r]), SENT, 8192);
+        it[r].mr = mr[r];
+        it[r].buf = (char *)rdmx_mr_addr(mr[r]) + 1000;
+        it[r].size = SZ;
+    }
+    expect_requests(kv, 1, it, NR, 2, "9 regions");
+    for (int r = 0; r < NR; r++) {
+        unsigned char *base = rdmx_mr_addr(mr[r]);
+        CHECKF(it[r].status == RDMX_OK, "region %d: %s", r,
+               rdmx_status_name(it[r].status));
+        CHECK_PATTERN(base + 1000, SZ, seed_of("sp", (size_t)r), 0);
+        check_sentinel(base, 1000, "region before", (size_t)r);
+        check_sentinel(base + 1000 + SZ, 8192 - 1000 - SZ, "region after",
+                       (size_t)r);
+        rdmx_mem_deregister(mr[r]);
+    }
+
+    /* 17 slots of 4 MiB (68 MiB, over RDMX_KV_ZBATCH_BYTES) for absent
+     * keys, all over the same bytes: two requests, nothing written */
+    memset(dst, SENT, 4 * TH_MIB);
+    for (size_t i = 0; i < BIG; i++) {
+        key_of(keys[i], sizeof(keys[i]), "nowhere", i);
+        it[i] = (rdmx_kv_batch_item_t){.key = keys[i],
+                                       .klen = strlen(keys[i]),
+                                       .mr = dst_mr,
+                                       .buf = dst,
+                                       .size = 4 * TH_MIB};
+    }
+    expect_requests(kv, 1, it, BIG, 2, "68 MiB of slots");
+    for (size_t i = 0; i < BIG; i++)
+        CHECKF(it[i].status == RDMX_ERR_NOT_FOUND, "%s: %s", keys[i],
+               rdmx_status_name(it[i].status));
+    check_sentinel(dst, 4 * TH_MIB, "absent", 0);
+    rdmx_kv_destroy(kv);
+    th_log("split: 5000 keys, 9 regions, 68 MiB of slots: 2 requests each, "
+           "byte for byte: ok");
+}
+
 /* --- hostile requests ----------------------------------------------------- */
 
 static void le32(unsigned char *p, uint32_t v)
@@ -488,6 +604,100 @@ static void part_hostile(rdmx_kv_t *kv, const char *addr)
            "serving: ok");
 }
 
+/* --- a server stalls ------------------------------------------------------ */
+
+/* SIGSTOP @k and wait until the kernel says it is stopped. */
+static void stop_server(kvd_t *k)
+{
+    char path[64], st[512];
+    double t0 = th_now_ms();
+
+    kvd_kill(k, SIGSTOP);
+    snprintf(path, sizeof(path), "/proc/%d/stat", k->pid);
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        const char *paren;
+        size_t n = 0;
+
+        if (f != NULL) {
+            n = fread(st, 1, sizeof(st) - 1, f);
+            fclose(f);
+        }
+        st[n] = '\0';
+        paren = strrchr(st, ')');
+        if (paren != NULL && (paren[2] == 'T' || paren[2] == 't'))
+            return;
+        CHECKF(th_now_ms() - t0 < 2000, "rdmx-kvd did not stop");
+        th_sleep_ms(1);
+    }
+}
+
+static void part_stalled(const char *servers)
+{
+    enum { N = 96, SZ = 4096, DEADLINE = 300 };
+    rdmx_kv_t *kv = client(servers, 1, QUICK);
+    static rdmx_kv_batch_item_t it[N];
+    static char keys[N][32];
+    rdmx_kv_op_params_t p = {.field_mask = RDMX_KV_OP_PARAM_FIELD_TIMEOUT,
+                             .timeout_ms = DEADLINE};
+    const unsigned victim = 1;
+    size_t stalled = 0;
+    rdmx_status_t why = RDMX_OK;
+    double t0, dt;
+
+    memset(dst, SENT, N * (SZ + 2 * GUARD));
+    for (size_t i = 0; i < N; i++) {
+        key_of(keys[i], sizeof(keys[i]), "s4", i);
+        it[i] = (rdmx_kv_batch_item_t){.key = keys[i],
+                                       .klen = strlen(keys[i]),
+                                       .mr = dst_mr,
+                                       .buf = slot(dst, SZ, i),
+                                       .size = SZ};
+    }
+    stop_server(&srv[victim]);
+    t0 = th_now_ms();
+    CHECK_OK(rdmx_kv_batch_get(kv, it, N, &p));
+    dt = th_now_ms() - t0;
+    kvd_kill(&srv[victim], SIGCONT);
+    for (size_t i = 0; i < N; i++) {
+        if (rdmx_kv_server_of(kv, keys[i], strlen(keys[i])) == victim) {
+            stalled++;
+            why = it[i].status;
+            CHECKF(it[i].status < 0 && it[i].status != RDMX_ERR_NOT_FOUND,
+                   "%s on the stopped server: %s", keys[i],
+                   rdmx_status_name(it[i].status));
+        } else {
+            CHECKF(it[i].status == RDMX_OK, "%s: %s", keys[i],
+                   rdmx_status_name(it[i].status));
+            CHECK_PATTERN(it[i].buf, SZ, seed_of("s4", i), 0);
+        }
+    }
+    CHECK(stalled > 0);
+    /* a call that lent slots ends at most 200 ms after its deadline */
+    CHECKF(dt < DEADLINE + 200 + 2000.0 * TH_SLOW, "took %.0f ms", dt);
+    /* the server runs again and may still hold the request: nothing lands
+     * in the slots the call gave back */
+    th_sleep_ms(500);
+    rdmx_worker_progress(worker);
+    for (size_t i = 0; i < N; i++) {
+        unsigned char *q = it[i].buf;
+        if (rdmx_kv_server_of(kv, keys[i], strlen(keys[i])) == victim)
+            check_sentinel(q, SZ, "slot given back", i);
+        check_sentinel(q - GUARD, GUARD, "guard before", i);
+        check_sentinel(q + SZ, GUARD, "guard after", i);
+    }
+    /* and it serves again once the channel is back */
+    CHECK_OK(rdmx_kv_wait_ready(kv, 20000 * TH_SLOW));
+    CHECK_OK(rdmx_kv_batch_get(kv, it, N, NULL));
+    for (size_t i = 0; i < N; i++)
+        CHECKF(it[i].status == RDMX_OK, "%s after SIGCONT: %s", keys[i],
+               rdmx_status_name(it[i].status));
+    rdmx_kv_destroy(kv);
+    th_log("stalled: %zu keys of the stopped server failed (%s) in %.0f ms, "
+           "their slots untouched after it resumed; served again: ok",
+           stalled, rdmx_status_name(why), dt);
+}
+
 /* --- a server dies -------------------------------------------------------- */
 
 static void part_dead(const char *servers)
@@ -542,7 +752,6 @@ static void part_dead(const char *servers)
 int main(void)
 {
     char servers[256];
-    rdmx_context_t *ctx;
     rdmx_kv_t *kv;
 
     th_init("kv_batch", 220);
@@ -572,7 +781,9 @@ int main(void)
     part_too_small(kv);
     part_args(kv);
     part_replicas(servers);
+    part_split(srv[2].addr);
     part_hostile(kv, srv[0].addr);
+    part_stalled(servers);
     part_dead(servers);
 
     rdmx_kv_destroy(kv);
