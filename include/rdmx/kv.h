@@ -12,6 +12,8 @@
  * RDMA-read the value. Without a region, values travel inside the RPC
  * messages. The region is a hint: on a tcp context (no RDMA: one-sided
  * access is carried as messages there) values travel inline regardless.
+ * The zero-copy batches (rdmx_kv_batch_get, rdmx_kv_batch_put) always
+ * move values between the servers and slots of registered regions.
  *
  * Lent buffers: a GET's buffer is yours again the moment the call returns
  * (its callback runs), whatever the status: the server checks right before
