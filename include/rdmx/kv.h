@@ -12,6 +12,8 @@
  * RDMA-read the value. Without a region, values travel inside the RPC
  * messages. The region is a hint: on a tcp context (no RDMA: one-sided
  * access is carried as messages there) values travel inline regardless.
+ * The zero-copy batches (rdmx_kv_batch_get, rdmx_kv_batch_put) always
+ * move values between the servers and slots of registered regions.
  *
  * Lent buffers: a GET's buffer is yours again the moment the call returns
  * (its callback runs), whatever the status: the server checks right before
@@ -271,6 +273,58 @@ typedef struct {
 
 RDMX_API rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items,
                                     size_t n);
+
+/** One key of a zero-copy batch (rdmx_kv_batch_get, rdmx_kv_batch_put). */
+typedef struct {
+    const void *key;
+    size_t klen;
+    rdmx_mr_t *mr;         /**< registered region holding buf (required) */
+    void *buf;             /**< GET: the slot; PUT: the value */
+    size_t size;           /**< GET: the slot's capacity; PUT: value length */
+    rdmx_status_t status;  /**< out: RDMX_OK, NOT_FOUND, TOO_BIG, ... */
+    size_t length;         /**< out, GET: value length (the needed length
+                                with TOO_BIG; nothing written then) */
+} rdmx_kv_batch_item_t;
+
+/**
+ * GET every key into its slot: the server RDMA-writes each value into the
+ * slot, one request per server involved (split at the server's
+ * per-request limits: 4096 keys, 64 MiB of slots, its message size, 8
+ * regions), one reply each; the requests to all servers go out at once.
+ * Each slot [buf, buf + size) must lie inside its region. Nothing is
+ * written outside a slot, nor into any slot once the call returned; a
+ * value longer than its slot gets RDMX_ERR_TOO_BIG, its length in
+ * `length`, and leaves the slot untouched. An item whose request failed
+ * (RDMX_ERR_TIMEOUT, RDMX_ERR_CONN_RESET, RDMX_ERR_UNREACHABLE, ...) gets
+ * that status; its slot may have been written in part. docs/KV.md,
+ * "Zero-copy batches".
+ * params: timeout (RDMX_KV_OP_PARAM_FIELD_TIMEOUT, per request); others
+ * ignored.
+ * @return RDMX_OK when every item has a status (per-item outcomes in
+ *         items[i].status), or an error for the whole batch: bad arguments
+ *         (RDMX_ERR_INVALID: the bad items' status INVALID, the others'
+ *         CANCELED; nothing sent), RDMX_ERR_NO_MEMORY.
+ * @code
+ * // blocks of 64 KiB in one registered buffer `mr`
+ * rdmx_kv_batch_item_t it[2] = {
+ *     {.key = "a", .klen = 1, .mr = mr, .buf = base, .size = 65536},
+ *     {.key = "b", .klen = 1, .mr = mr, .buf = base + 65536, .size = 65536}};
+ * if (rdmx_kv_batch_get(kv, it, 2, NULL) == RDMX_OK && it[0].status == RDMX_OK)
+ *     use(base, it[0].length);
+ * @endcode
+ */
+rdmx_status_t rdmx_kv_batch_get(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
+                                size_t n, const rdmx_kv_op_params_t *params);
+
+/**
+ * PUT every item: the server pulls each value by RDMA read from the
+ * caller's region (the same requests and limits as rdmx_kv_batch_get).
+ * With replicas: every replica pulls; an item's status is the first error
+ * of any copy. params: timeout, ttl_ms, flags (stored with every value);
+ * mode, if set, must be RDMX_KV_PUT_SET. @return as rdmx_kv_batch_get.
+ */
+rdmx_status_t rdmx_kv_batch_put(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
+                                size_t n, const rdmx_kv_op_params_t *params);
 
 /** How many of @p keys, in order, are present before the first miss
  *  (single-server batches; keys on other servers are asked there). */

@@ -1200,6 +1200,376 @@ rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
     return RDMX_OK;
 }
 
+/* --- zero-copy batches ----------------------------------------------------- */
+
+typedef struct zbatch zbatch_t;
+
+/* One request of a zero-copy batch: the keys it carries (items[idx[k]]),
+ * the regions it lends, its encoded bytes (freed once started). */
+typedef struct {
+    zbatch_t *b;
+    unsigned server;
+    const size_t *idx; /* into zbatch_t.idx */
+    size_t m;
+    rdmx_rpc_bulk_t bulk[RDMX_RPC_BULK_MAX];
+    unsigned nbulk;
+} zreq_t;
+
+/* A zero-copy batch in flight: its requests and how many have not ended.
+ * `pending` and the items' outcomes are written by the calls' completions
+ * (the worker's thread, or its progress thread under the worker's lock). */
+struct zbatch {
+    rdmx_kv_t *kv;
+    int put;
+    rdmx_kv_batch_item_t *items;
+    size_t *idx;       /* the items of every request, request by request */
+    zreq_t *req;
+    size_t nreq;
+    unsigned pending;  /* requests started and not ended */
+    volatile int done; /* every request ended */
+};
+
+/* Note @st as item @it's outcome of one copy: the first error stays. */
+static void zitem_status(rdmx_kv_batch_item_t *it, rdmx_status_t st)
+{
+    if (it->status >= 0)
+        it->status = st;
+}
+
+/* Every item of @q gets @st. */
+static void zreq_fail(zreq_t *q, rdmx_status_t st)
+{
+    for (size_t k = 0; k < q->m; k++)
+        zitem_status(&q->b->items[q->idx[k]], st);
+}
+
+/* A request ended: the answer's results go to its items, or the call's
+ * error to all of them. An answer that does not match the request (length,
+ * a result that cannot be) is PROTO for all. */
+static void zcall_done(const rdmx_call_result_t *r, void *arg)
+{
+    zreq_t *q = arg;
+    zbatch_t *b = q->b;
+    rdmx_kv_result_t res;
+    rdmx_status_t st = r->status;
+
+    if (st == RDMX_OK && r->length != q->m * RDMX_KV_RESULT_SIZE)
+        st = RDMX_ERR_PROTO;
+    for (size_t k = 0; k < q->m && st == RDMX_OK; k++) {
+        rdmx_kv_batch_item_t *it = &b->items[q->idx[k]];
+        if (rdmx__kv_result_decode((const char *)r->data +
+                                       k * RDMX_KV_RESULT_SIZE,
+                                   RDMX_KV_RESULT_SIZE, &res) != RDMX_OK ||
+            (res.where == RDMX_KV_WHERE_BUFFER &&
+             (b->put || res.length > it->size)))
+            st = RDMX_ERR_PROTO;
+    }
+    if (st != RDMX_OK) {
+        zreq_fail(q, st);
+    } else {
+        for (size_t k = 0; k < q->m; k++) {
+            rdmx_kv_batch_item_t *it = &b->items[q->idx[k]];
+            rdmx__kv_result_decode((const char *)r->data +
+                                       k * RDMX_KV_RESULT_SIZE,
+                                   RDMX_KV_RESULT_SIZE, &res);
+            zitem_status(it, (rdmx_status_t)res.status);
+            if (!b->put)
+                it->length = (size_t)res.length;
+        }
+    }
+    if (--b->pending == 0)
+        b->done = 1;
+}
+
+/* The offset of @it's slot in its region (a 0-byte slot without a
+ * buffer: 0). */
+static uint64_t zslot_offset(const rdmx_kv_batch_item_t *it)
+{
+    if (it->buf == NULL)
+        return 0;
+    return (uint64_t)((const char *)it->buf -
+                      (const char *)rdmx_mr_addr(it->mr));
+}
+
+/* Encode request @q (the lent spans, then every key with its locator) into
+ * @m; @a: the call's flags and TTL (PUT). */
+static rdmx_status_t zreq_encode(zreq_t *q, kv_msg_t *m, const kv_args_t *a)
+{
+    zbatch_t *b = q->b;
+    uint64_t lo[RDMX_RPC_BULK_MAX], hi[RDMX_RPC_BULK_MAX];
+    unsigned char bulk_of[RDMX_KV_BATCH_MAX];
+    size_t len = RDMX_KV_BATCH_HDR, off = RDMX_KV_BATCH_HDR;
+
+    q->nbulk = 0;
+    for (size_t k = 0; k < q->m; k++) {
+        const rdmx_kv_batch_item_t *it = &b->items[q->idx[k]];
+        uint64_t o = zslot_offset(it);
+        unsigned j = 0;
+
+        while (j < q->nbulk && q->bulk[j].mr != it->mr)
+            j++;
+        if (j == q->nbulk) {
+            q->bulk[j].mr = it->mr;
+            lo[j] = o;
+            hi[j] = o + it->size;
+            q->nbulk++;
+        }
+        if (o < lo[j])
+            lo[j] = o;
+        if (o + it->size > hi[j])
+            hi[j] = o + it->size;
+        bulk_of[k] = (unsigned char)j;
+        len += RDMX_KV_REQ_SIZE + it->klen + RDMX_KV_LOC_SIZE;
+    }
+    for (unsigned j = 0; j < q->nbulk; j++) {
+        /* a descriptor is never empty: a span of 0-byte slots lends a
+         * byte beside them (the server writes nothing there) */
+        if (hi[j] == lo[j]) {
+            if (hi[j] < rdmx_mr_length(q->bulk[j].mr))
+                hi[j]++;
+            else
+                lo[j]--;
+        }
+        q->bulk[j].offset = lo[j];
+        q->bulk[j].length = hi[j] - lo[j];
+        q->bulk[j].access = b->put ? RDMX_ACCESS_READ : RDMX_ACCESS_WRITE;
+    }
+    if (msg_alloc(m, len) == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv batch: out of memory");
+    rdmx__kv_batch_hdr_encode((uint32_t)q->m, m->data);
+    for (size_t k = 0; k < q->m; k++) {
+        const rdmx_kv_batch_item_t *it = &b->items[q->idx[k]];
+        rdmx_kv_zitem_t z = {
+            .r = {.klen = (uint16_t)it->klen,
+                  .key = it->key,
+                  .vlen = it->size,
+                  .flags = b->put ? a->flags : 0,
+                  .ttl_ms = b->put ? a->ttl_ms : 0},
+            .bulk = bulk_of[k]};
+        z.offset = zslot_offset(it) - lo[bulk_of[k]];
+        rdmx__kv_zitem_encode(&z, m->data + off);
+        off += rdmx__kv_zitem_size(&z);
+    }
+    return RDMX_OK;
+}
+
+/* The most bytes of one request to server @s: its message limit (once
+ * known) less room for the bulk table, at least what every KV server
+ * takes. */
+static size_t zreq_limit(rdmx_kv_t *kv, unsigned s)
+{
+    uint64_t max = rdmx__channel_max_message(kv->ch[s]);
+
+    return max > RDMX_KV_MESSAGE_SLACK ? (size_t)max - 16384
+                                       : RDMX_KV_MESSAGE_SLACK - 16384;
+}
+
+/*
+ * Cut the items in @order[0..n) (all for server @s) into requests at the
+ * per-request limits, appending them to @b (room for n more). A request
+ * ends before a key that would pass RDMX_KV_BATCH_MAX keys, the message
+ * limit, RDMX_KV_ZBATCH_BYTES of slots (unless it would be alone) or
+ * RDMX_RPC_BULK_MAX regions.
+ */
+static void zsplit(zbatch_t *b, unsigned s, const size_t *order, size_t n)
+{
+    size_t limit = zreq_limit(b->kv, s);
+    zreq_t *q = NULL;
+    rdmx_mr_t *mrs[RDMX_RPC_BULK_MAX];
+    unsigned nmr = 0;
+    size_t bytes = 0;
+    uint64_t slots = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        const rdmx_kv_batch_item_t *it = &b->items[order[i]];
+        size_t entry = RDMX_KV_REQ_SIZE + it->klen + RDMX_KV_LOC_SIZE;
+        unsigned j = 0;
+
+        while (j < nmr && mrs[j] != it->mr)
+            j++;
+        if (q == NULL || q->m == RDMX_KV_BATCH_MAX ||
+            bytes + entry > limit ||
+            slots + it->size > RDMX_KV_ZBATCH_BYTES ||
+            (j == nmr && nmr == RDMX_RPC_BULK_MAX)) {
+            q = &b->req[b->nreq++];
+            q->b = b;
+            q->server = s;
+            q->idx = &order[i];
+            q->m = 0;
+            nmr = 0;
+            j = 0;
+            bytes = RDMX_KV_BATCH_HDR;
+            slots = 0;
+        }
+        if (j == nmr)
+            mrs[nmr++] = it->mr;
+        q->m++;
+        bytes += entry;
+        slots += it->size;
+    }
+}
+
+/* Check item @i: a key, a region, the slot inside it. */
+static rdmx_status_t zitem_check(const rdmx_kv_batch_item_t *it, size_t i,
+                                 const char *what)
+{
+    uintptr_t base, end, p;
+
+    if (check_key(it->klen, it->key) != RDMX_OK)
+        return rdmx__error(RDMX_ERR_INVALID, "%s: item %zu: key of %zu bytes",
+                           what, i, it->klen);
+    if (it->mr == NULL || (it->buf == NULL && it->size != 0))
+        return rdmx__error(RDMX_ERR_INVALID, "%s: item %zu: %s", what, i,
+                           it->mr == NULL ? "no region (mr)" : "NULL buffer");
+    base = (uintptr_t)rdmx_mr_addr(it->mr);
+    end = base + rdmx_mr_length(it->mr);
+    p = (uintptr_t)it->buf;
+    if (it->buf == NULL)
+        p = base; /* a 0-byte slot without a buffer: the region's start */
+    if (p < base || p > end || it->size > end - p)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "%s: item %zu: slot of %zu bytes at %p is not "
+                           "inside its region (%p, %zu bytes)",
+                           what, i, it->size, it->buf, (void *)base,
+                           rdmx_mr_length(it->mr));
+    return RDMX_OK;
+}
+
+/*
+ * The two zero-copy batches (@put: rdmx_kv_batch_put): check every item,
+ * group the items by server (every copy of a PUT), cut the groups into
+ * requests (zsplit), start them all, wait until every one ended. Memory:
+ * an index and a request record per item at most, and the requests'
+ * bytes while they start.
+ */
+static rdmx_status_t zbatch_run(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
+                                size_t n, const rdmx_kv_op_params_t *params,
+                                int put)
+{
+    const char *what = put ? "kv batch_put" : "kv batch_get";
+    unsigned copies = put ? kv->replicas : 1;
+    rdmx_status_t st = RDMX_OK, st1;
+    unsigned *srv = NULL;
+    size_t total, nidx = 0;
+    zbatch_t b;
+    kv_args_t a;
+
+    if (kv == NULL || (items == NULL && n > 0))
+        return rdmx__error(RDMX_ERR_INVALID, "%s: NULL argument", what);
+    if ((st = kv_args(params, 0, what, &a)) != RDMX_OK)
+        return st;
+    if (put && a.mode != RDMX_KV_PUT_SET)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "%s: mode %d; a batch only stores (SET)", what,
+                           (int)a.mode);
+    for (size_t i = 0; i < n; i++) {
+        items[i].status = RDMX_INPROGRESS; /* nothing known yet */
+        items[i].length = 0;
+        if ((st1 = zitem_check(&items[i], i, what)) != RDMX_OK) {
+            items[i].status = st1;
+            if (st == RDMX_OK)
+                st = st1;
+        }
+    }
+    if (st != RDMX_OK) {
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+        for (size_t i = 0; i < n; i++)
+            if (items[i].status == RDMX_INPROGRESS)
+                items[i].status = RDMX_ERR_CANCELED;
+        return rdmx__error(st, "%s", why);
+    }
+    if (n == 0)
+        return RDMX_OK;
+    total = n * copies;
+    memset(&b, 0, sizeof(b));
+    b.kv = kv;
+    b.put = put;
+    b.items = items;
+    b.idx = malloc(total * sizeof(*b.idx));
+    b.req = calloc(total, sizeof(*b.req));
+    srv = malloc(n * sizeof(*srv));
+    if (b.idx == NULL || b.req == NULL || srv == NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "%s: out of memory", what);
+        for (size_t i = 0; i < n; i++)
+            items[i].status = RDMX_ERR_CANCELED;
+        goto out_free;
+    }
+    /* Place every key once: channels may change state meanwhile. */
+    for (size_t i = 0; i < n; i++)
+        srv[i] = put ? rdmx_kv_server_of(kv, items[i].key, items[i].klen)
+                     : read_server(kv, items[i].key, items[i].klen);
+    for (unsigned c = 0; c < copies; c++) {
+        for (unsigned s = 0; s < kv->n; s++) {
+            size_t first = nidx;
+            for (size_t i = 0; i < n; i++)
+                if ((srv[i] + c) % kv->n == s)
+                    b.idx[nidx++] = i;
+            if (nidx > first)
+                zsplit(&b, s, &b.idx[first], nidx - first);
+        }
+    }
+    /* Start every request under the worker's lock, so that no completion
+     * runs before all started; pending holds one until then. */
+    rdmx__worker_lock(kv->w);
+    b.pending = 1;
+    for (size_t r = 0; r < b.nreq; r++) {
+        zreq_t *q = &b.req[r];
+        rdmx_call_params_t cp = {0};
+        kv_msg_t m;
+
+        msg_init(&m);
+        if ((st1 = zreq_encode(q, &m, &a)) != RDMX_OK) {
+            zreq_fail(q, st1);
+            continue;
+        }
+        cp.field_mask = RDMX_CALL_PARAM_FIELD_CB | RDMX_CALL_PARAM_FIELD_BULK;
+        cp.cb = zcall_done;
+        cp.arg = q;
+        cp.bulk = q->bulk;
+        cp.nbulk = q->nbulk;
+        if (a.has_timeout) {
+            cp.field_mask |= RDMX_CALL_PARAM_FIELD_TIMEOUT;
+            cp.timeout_ms = a.timeout_ms;
+        }
+        b.pending++;
+        st1 = rdmx_call_nb(kv->ch[q->server], put ? RDMX_KV_H_BPUT
+                                                  : RDMX_KV_H_BGET,
+                           m.data, m.len, &cp, NULL);
+        msg_free(&m);
+        if (st1 != RDMX_INPROGRESS) {
+            b.pending--;
+            zreq_fail(q, st1);
+        }
+    }
+    if (--b.pending == 0)
+        b.done = 1;
+    rdmx__worker_unlock(kv->w);
+    rdmx__wait_until(kv->w, &b.done);
+    for (size_t i = 0; i < n; i++)
+        if (items[i].status == RDMX_INPROGRESS) /* cannot: every request
+                                                   has its items */
+            items[i].status = RDMX_ERR_INTERNAL;
+out_free:
+    free(srv);
+    free(b.req);
+    free(b.idx);
+    return st;
+}
+
+rdmx_status_t rdmx_kv_batch_get(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
+                                size_t n, const rdmx_kv_op_params_t *params)
+{
+    return zbatch_run(kv, items, n, params, 0);
+}
+
+rdmx_status_t rdmx_kv_batch_put(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
+                                size_t n, const rdmx_kv_op_params_t *params)
+{
+    return zbatch_run(kv, items, n, params, 1);
+}
+
 /* --- every server, one server --------------------------------------------- */
 
 rdmx_status_t rdmx_kv_flush(rdmx_kv_t *kv)

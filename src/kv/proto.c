@@ -122,12 +122,17 @@ void rdmx__kv_batch_encode(const rdmx_kv_req_t *reqs, const size_t *inl,
 {
     size_t off = RDMX_KV_BATCH_HDR;
 
-    rdmx_put_le32(out, (uint32_t)n);
-    rdmx_put_le32(out + 4, 0);
+    rdmx__kv_batch_hdr_encode((uint32_t)n, out);
     for (size_t i = 0; i < n; i++) {
         rdmx__kv_req_encode(&reqs[i], inl ? inl[i] : 0, out + off);
         off += rdmx__kv_req_size(reqs[i].klen, inl ? inl[i] : 0);
     }
+}
+
+void rdmx__kv_batch_hdr_encode(uint32_t n, unsigned char *out)
+{
+    rdmx_put_le32(out, n);
+    rdmx_put_le32(out + 4, 0);
 }
 
 rdmx_status_t rdmx__kv_batch_decode(const void *buf, size_t len,
@@ -142,6 +147,53 @@ rdmx_status_t rdmx__kv_batch_decode(const void *buf, size_t len,
     if (n == 0 || n > RDMX_KV_BATCH_MAX || rdmx_get_le32(p + 4) != 0)
         return RDMX_ERR_PROTO;
     *count_p = n;
+    return RDMX_OK;
+}
+
+void rdmx__kv_zitem_encode(const rdmx_kv_zitem_t *z, unsigned char *out)
+{
+    unsigned char *loc = out + RDMX_KV_REQ_SIZE + z->r.klen;
+
+    rdmx__kv_req_encode(&z->r, 0, out);
+    rdmx_put_le64(loc, z->offset);
+    memset(loc + 8, 0, RDMX_KV_LOC_SIZE - 8);
+    loc[8] = z->bulk;
+}
+
+rdmx_status_t rdmx__kv_zitem_decode(const void *buf, size_t len,
+                                    rdmx_kv_zitem_t *z, size_t *used_p,
+                                    char *why, size_t why_size)
+{
+    const unsigned char *loc;
+    size_t used;
+    rdmx_status_t st;
+
+    memset(z, 0, sizeof(*z));
+    *used_p = 0;
+    st = rdmx__kv_req_decode(buf, len, RDMX_KV_VALUE_NONE, &z->r, &used, why,
+                             why_size);
+    if (st != RDMX_OK)
+        return st;
+    if (z->r.mode != 0 || z->r.cas != 0) {
+        snprintf(why, why_size, "mode %u, cas %llu (both must be 0)",
+                 z->r.mode, (unsigned long long)z->r.cas);
+        return RDMX_ERR_PROTO;
+    }
+    if (len - used < RDMX_KV_LOC_SIZE) {
+        snprintf(why, why_size, "slot locator of %d bytes, %zu present",
+                 RDMX_KV_LOC_SIZE, len - used);
+        return RDMX_ERR_PROTO;
+    }
+    loc = (const unsigned char *)buf + used;
+    for (int i = 9; i < RDMX_KV_LOC_SIZE; i++) {
+        if (loc[i] != 0) {
+            snprintf(why, why_size, "reserved locator bytes set");
+            return RDMX_ERR_PROTO;
+        }
+    }
+    z->offset = rdmx_get_le64(loc);
+    z->bulk = loc[8];
+    *used_p = used + RDMX_KV_LOC_SIZE;
     return RDMX_OK;
 }
 

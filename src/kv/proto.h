@@ -25,6 +25,8 @@
 #define RDMX_KV_H_PREFIX "kv.prefix"
 #define RDMX_KV_H_FLUSH  "kv.flush"
 #define RDMX_KV_H_STATS  "kv.stats"
+#define RDMX_KV_H_BGET   "kv.batch_get"
+#define RDMX_KV_H_BPUT   "kv.batch_put"
 
 typedef enum {
     RDMX_KV_SET = 0,     /* store */
@@ -128,10 +130,48 @@ size_t rdmx__kv_batch_size(const rdmx_kv_req_t *reqs, const size_t *inl,
 /* Encode the batch into @out (rdmx__kv_batch_size bytes). */
 void rdmx__kv_batch_encode(const rdmx_kv_req_t *reqs, const size_t *inl,
                            size_t n, unsigned char *out);
+/* Encode only a batch's header (@n keys) into @out (RDMX_KV_BATCH_HDR
+ * bytes). */
+void rdmx__kv_batch_hdr_encode(uint32_t n, unsigned char *out);
 /* Decode a batch's header: RDMX_OK and *count_p (1..RDMX_KV_BATCH_MAX), or
  * RDMX_ERR_PROTO. Its requests follow at RDMX_KV_BATCH_HDR. */
 rdmx_status_t rdmx__kv_batch_decode(const void *buf, size_t len,
                                     uint32_t *count_p);
+
+/* Zero-copy batches (kv.batch_get, kv.batch_put; docs/PROTOCOL.md, "KV
+ * zero-copy batches"): the batch header, then per key a request header
+ * (mode 0, cas 0; vlen: the slot's capacity or the value's length), the
+ * key, and a locator of RDMX_KV_LOC_SIZE bytes: u64 offset within bulk
+ * descriptor `bulk`, u8 bulk, 7 reserved. The answer is one result per
+ * key. */
+#define RDMX_KV_LOC_SIZE      16
+/* Most slot (GET) or value (PUT) bytes of one request with more than one
+ * key. */
+#define RDMX_KV_ZBATCH_BYTES  (64ull << 20)
+/* Most transfers the server runs at once for one request. */
+#define RDMX_KV_ZBATCH_WINDOW 16
+
+/* One key of a zero-copy batch. */
+typedef struct {
+    rdmx_kv_req_t r;  /* header and key (r.vlen: the slot's size) */
+    uint64_t offset;  /* the slot's offset within descriptor `bulk` */
+    uint8_t bulk;     /* index into the request's bulk descriptors */
+} rdmx_kv_zitem_t;
+
+/* Bytes of the encoded entry of @z. */
+static inline size_t rdmx__kv_zitem_size(const rdmx_kv_zitem_t *z)
+{
+    return RDMX_KV_REQ_SIZE + z->r.klen + RDMX_KV_LOC_SIZE;
+}
+/* Encode the entry of @z into @out (rdmx__kv_zitem_size bytes). */
+void rdmx__kv_zitem_encode(const rdmx_kv_zitem_t *z, unsigned char *out);
+/* Decode one entry from @buf (@len bytes left); *used_p = its bytes.
+ * RDMX_ERR_PROTO with the reason in @why when a length disagrees with the
+ * bytes present or a reserved field, cas or mode is set. Checks neither
+ * the key's length against 0 nor the locator against the descriptors. */
+rdmx_status_t rdmx__kv_zitem_decode(const void *buf, size_t len,
+                                    rdmx_kv_zitem_t *z, size_t *used_p,
+                                    char *why, size_t why_size);
 
 /* kv.prefix's answer: u32 keys present before the first miss. */
 #define RDMX_KV_PREFIX_SIZE 4

@@ -8,7 +8,10 @@
  * values inline and pulls larger ones with RDMA read into a reserved item
  * that becomes visible only when complete. An item is referenced while a
  * transfer reads it, so a concurrent PUT or DELETE never frees memory a GET
- * is still writing from. Each request is decoded once, by its handler.
+ * is still writing from. The zero-copy batches (kv.batch_get,
+ * kv.batch_put) do the same per key into or from the caller's lent slots,
+ * at most RDMX_KV_ZBATCH_WINDOW transfers at a time per request, and answer
+ * once with a result per key. Each request is decoded once, by its handler.
  */
 #define _GNU_SOURCE
 #include "kv/server.h"
@@ -584,6 +587,407 @@ static void h_prefix(rdmx_rpc_req_t *req, void *arg)
     h_batch(req, arg, BATCH_PREFIX);
 }
 
+/* --- zero-copy batches ------------------------------------------------- */
+
+typedef struct zbatch zbatch_t;
+
+/* One transfer of a zero-copy batch in flight (a window slot). */
+typedef struct {
+    zbatch_t *b;
+    uint32_t i;           /* the key's index in the request */
+    rdmx_kv_item_t *item; /* GET: referenced; PUT: reserved; NULL: free */
+} zxfer_t;
+
+/*
+ * A kv.batch_get or kv.batch_put being served: its keys decoded and
+ * checked, their results, and at most RDMX_KV_ZBATCH_WINDOW transfers in
+ * flight. Owned by the worker that runs the handler (its transfers
+ * complete in that worker's progress); freed when answered.
+ */
+struct zbatch {
+    rdmx_kv_server_t *s;
+    rdmx_rpc_req_t *req;
+    int put;                 /* kv.batch_put */
+    uint32_t n;              /* keys */
+    uint32_t next;           /* keys started so far */
+    unsigned inflight;       /* transfers not completed */
+    int pumping;             /* pump() runs: completions do not re-enter */
+    int wrote;               /* GET: some value was written */
+    int flushing;            /* GET: the endpoint flush was started */
+    rdmx_status_t stop;      /* not RDMX_OK: start nothing more, answer it */
+    rdmx_rmem_t *rmem[RDMX_RPC_BULK_MAX]; /* the request's descriptors */
+    rdmx_kv_zitem_t *z;      /* n keys (their keys point into req) */
+    unsigned char *out;      /* n results, RDMX_KV_RESULT_SIZE each */
+    zxfer_t x[RDMX_KV_ZBATCH_WINDOW];
+};
+
+static void zpump(zbatch_t *b);
+
+/* Note key @i's result. */
+static void zresult(zbatch_t *b, uint32_t i, rdmx_status_t st, uint32_t where,
+                    rdmx_kv_item_t *it, uint64_t cas, uint64_t length)
+{
+    rdmx_kv_result_t r = {.status = st, .where = where, .cas = cas,
+                          .length = length};
+
+    if (it != NULL) {
+        r.flags = rdmx__kv_item_flags(it);
+        r.cas = rdmx__kv_item_cas(it);
+    }
+    rdmx__kv_result_encode(&r, b->out + (size_t)i * RDMX_KV_RESULT_SIZE);
+}
+
+/* Answer @b and free it: its results, or the error that stopped it. */
+static void zanswer(zbatch_t *b, rdmx_status_t st)
+{
+    rdmx_kv_server_t *s = b->s;
+    const char *what = b->put ? RDMX_KV_H_BPUT : RDMX_KV_H_BGET;
+
+    if (st == RDMX_OK && b->stop != RDMX_OK)
+        rdmx_rpc_respond_error(b->req, b->stop,
+                               "%s: the call ended after %u of %u keys had "
+                               "started; the rest were not",
+                               what, b->next, b->n);
+    else if (st != RDMX_OK)
+        rdmx_rpc_respond_error(b->req, st,
+                               "%s: flushing the values to the caller "
+                               "failed: %s",
+                               what, rdmx_strerror(st));
+    else
+        rdmx_rpc_respond(b->req, b->out, (size_t)b->n * RDMX_KV_RESULT_SIZE);
+    free(b->out);
+    free(b->z);
+    free(b);
+    __atomic_sub_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
+}
+
+static void zflush_done(rdmx_status_t st, size_t length, void *arg)
+{
+    (void)length;
+    zanswer(arg, st);
+}
+
+/* Every transfer of @b completed: flush the endpoint after GET writes (the
+ * values must be at the caller before the answer), then answer. */
+static void zfinish(zbatch_t *b)
+{
+    rdmx_status_t st;
+
+    if (!b->put && b->wrote && b->stop == RDMX_OK) {
+        b->flushing = 1;
+        st = rdmx_ep_flush_nb(
+            rdmx_rpc_req_ep(b->req),
+            &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB,
+                                .cb = zflush_done,
+                                .arg = b});
+        if (st != RDMX_INPROGRESS)
+            zanswer(b, st);
+        return;
+    }
+    zanswer(b, RDMX_OK);
+}
+
+/* A GET's write into the caller's slot completed. */
+static void zget_done(rdmx_status_t st, size_t length, void *arg)
+{
+    zxfer_t *x = arg;
+    zbatch_t *b = x->b;
+
+    (void)length;
+    if (st == RDMX_OK)
+        b->wrote = 1;
+    zresult(b, x->i, st, st == RDMX_OK ? RDMX_KV_WHERE_BUFFER
+                                       : RDMX_KV_WHERE_NONE,
+            x->item, 0, rdmx__kv_item_length(x->item));
+    rdmx__kv_store_release(b->s->store, x->item);
+    x->item = NULL;
+    b->inflight--;
+    zpump(b);
+}
+
+/* A PUT's read from the caller's slot completed: commit, unless the call
+ * ended meanwhile (the caller may have its buffer back). */
+static void zput_done(rdmx_status_t st, size_t length, void *arg)
+{
+    zxfer_t *x = arg;
+    zbatch_t *b = x->b;
+    const rdmx_kv_req_t *r = &b->z[x->i].r;
+    uint64_t cas = 0;
+
+    (void)length;
+    if (st == RDMX_OK && rdmx_rpc_req_expired(b->req)) {
+        st = RDMX_ERR_TIMEOUT;
+        if (b->stop == RDMX_OK)
+            b->stop = st;
+    }
+    if (st != RDMX_OK)
+        rdmx__kv_store_abort(b->s->store, x->item);
+    else
+        st = rdmx__kv_store_commit(b->s->store, x->item, RDMX_KV_STORE_SET,
+                                   0, r->flags, r->ttl_ms, now_ms(), &cas);
+    zresult(b, x->i, st, RDMX_KV_WHERE_NONE, NULL, cas, r->vlen);
+    x->item = NULL;
+    b->inflight--;
+    zpump(b);
+}
+
+/* A free window slot of @b (one exists while inflight < window). */
+static zxfer_t *zslot(zbatch_t *b)
+{
+    for (unsigned k = 0; k < RDMX_KV_ZBATCH_WINDOW; k++)
+        if (b->x[k].item == NULL)
+            return &b->x[k];
+    return NULL;
+}
+
+/* Start key @i of a GET batch: a result at once, or a write in flight. */
+static void zget_start(zbatch_t *b, uint32_t i)
+{
+    rdmx_kv_server_t *s = b->s;
+    const rdmx_kv_zitem_t *z = &b->z[i];
+    rdmx_kv_item_t *it;
+    rdmx_status_t st;
+    zxfer_t *x;
+    size_t len;
+
+    st = rdmx__kv_store_get(s->store, z->r.key, z->r.klen, now_ms(), &it);
+    if (st != RDMX_OK) {
+        zresult(b, i, st, RDMX_KV_WHERE_NONE, NULL, 0, 0);
+        return;
+    }
+    len = rdmx__kv_item_length(it);
+    if (len > z->r.vlen || len == 0) {
+        /* too big for the slot: the length needed, nothing written */
+        zresult(b, i, len == 0 ? RDMX_OK : RDMX_ERR_TOO_BIG,
+                len == 0 ? RDMX_KV_WHERE_BUFFER : RDMX_KV_WHERE_NONE, it, 0,
+                len);
+        rdmx__kv_store_release(s->store, it);
+        return;
+    }
+    /* the slots are lent only until the call ends (docs/RPC.md, "Lent
+     * buffers"): asked right before each write */
+    if (!rdmx_rpc_req_may_write(b->req)) {
+        rdmx__kv_store_release(s->store, it);
+        b->stop = RDMX_ERR_TIMEOUT;
+        return;
+    }
+    x = zslot(b);
+    x->i = i;
+    x->item = it;
+    b->inflight++;
+    st = rdmx_put_nb(rdmx_rpc_req_ep(b->req), b->rmem[z->bulk], z->offset,
+                     rdmx__kv_item_value(s->store, it), len,
+                     &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
+                                                       RDMX_OP_PARAM_FIELD_MR,
+                                         .cb = zget_done,
+                                         .arg = x,
+                                         .mr = s->mr});
+    if (st != RDMX_INPROGRESS)
+        zget_done(st, len, x);
+}
+
+/* Start key @i of a PUT batch: a result at once, or a read in flight. */
+static void zput_start(zbatch_t *b, uint32_t i)
+{
+    rdmx_kv_server_t *s = b->s;
+    const rdmx_kv_zitem_t *z = &b->z[i];
+    rdmx_kv_item_t *it;
+    rdmx_status_t st;
+    uint64_t cas = 0;
+    zxfer_t *x;
+
+    if (z->r.vlen == 0) {
+        st = rdmx__kv_store_set(s->store, z->r.key, z->r.klen, "", 0,
+                                RDMX_KV_STORE_SET, 0, z->r.flags, z->r.ttl_ms,
+                                now_ms(), &cas);
+        zresult(b, i, st, RDMX_KV_WHERE_NONE, NULL, cas, 0);
+        return;
+    }
+    st = rdmx__kv_store_reserve(s->store, z->r.key, z->r.klen,
+                                (size_t)z->r.vlen, now_ms(), &it);
+    if (st != RDMX_OK) {
+        zresult(b, i, st, RDMX_KV_WHERE_NONE, NULL, 0, z->r.vlen);
+        return;
+    }
+    x = zslot(b);
+    x->i = i;
+    x->item = it;
+    b->inflight++;
+    st = rdmx_get_nb(rdmx_rpc_req_ep(b->req), b->rmem[z->bulk], z->offset,
+                     rdmx__kv_item_value(s->store, it), (size_t)z->r.vlen,
+                     &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
+                                                       RDMX_OP_PARAM_FIELD_MR,
+                                         .cb = zput_done,
+                                         .arg = x,
+                                         .mr = s->mr});
+    if (st != RDMX_INPROGRESS)
+        zput_done(st, (size_t)z->r.vlen, x);
+}
+
+/*
+ * Start keys of @b in order while the window has room and the call has
+ * not ended; once every started transfer completed and nothing more will
+ * start, finish (flush, answer, free: @b is gone then). Completions that
+ * run inside it only count down; the loop goes on for them.
+ */
+static void zpump(zbatch_t *b)
+{
+    if (b->pumping)
+        return;
+    b->pumping = 1;
+    while (b->stop == RDMX_OK && b->next < b->n &&
+           b->inflight < RDMX_KV_ZBATCH_WINDOW) {
+        if (rdmx_rpc_req_expired(b->req)) {
+            b->stop = RDMX_ERR_TIMEOUT;
+            break;
+        }
+        if (b->put)
+            zput_start(b, b->next++);
+        else
+            zget_start(b, b->next++);
+    }
+    b->pumping = 0;
+    if (b->inflight == 0 && !b->flushing &&
+        (b->stop != RDMX_OK || b->next == b->n))
+        zfinish(b);
+}
+
+/* Refuse a malformed zero-copy batch as a whole: PROTO, counted. */
+static void zrefuse(rdmx_kv_server_t *s, rdmx_rpc_req_t *req, const char *fmt,
+                    ...) __attribute__((format(printf, 3, 4)));
+
+static void zrefuse(rdmx_kv_server_t *s, rdmx_rpc_req_t *req, const char *fmt,
+                    ...)
+{
+    char msg[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    count_bad(s);
+    rdmx_rpc_respond_error(req, RDMX_ERR_PROTO, "%s: %s",
+                           rdmx_rpc_req_name(req), msg);
+}
+
+/*
+ * kv.batch_get (@put 0) and kv.batch_put: decode and check every key and
+ * its slot against the request's descriptors first — any fault refuses
+ * the whole request, nothing touched — then serve the keys through the
+ * window (zpump). docs/KV.md, "Zero-copy batches".
+ */
+static void h_zbatch(rdmx_rpc_req_t *req, rdmx_kv_server_t *s, int put)
+{
+    size_t left, used;
+    const unsigned char *p = rdmx_rpc_req_data(req, &left);
+    unsigned need = put ? RDMX_ACCESS_READ : RDMX_ACCESS_WRITE;
+    unsigned nbulk = rdmx_rpc_req_bulk_count(req);
+    rdmx_rmem_t *rmem[RDMX_RPC_BULK_MAX] = {0};
+    uint64_t total = 0;
+    rdmx_status_t st;
+    char why[160];
+    zbatch_t *b;
+    uint32_t n;
+
+    if (rdmx__kv_batch_decode(p, left, &n) != RDMX_OK) {
+        zrefuse(s, req, "bad batch header (1..%d keys)", RDMX_KV_BATCH_MAX);
+        return;
+    }
+    b = calloc(1, sizeof(*b));
+    if (b != NULL) {
+        b->z = calloc(n, sizeof(*b->z));
+        b->out = calloc(n, RDMX_KV_RESULT_SIZE);
+    }
+    if (b == NULL || b->z == NULL || b->out == NULL) {
+        if (b != NULL) {
+            free(b->z);
+            free(b->out);
+        }
+        free(b);
+        rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    p += RDMX_KV_BATCH_HDR;
+    left -= RDMX_KV_BATCH_HDR;
+    for (uint32_t i = 0; i < n; i++) {
+        rdmx_kv_zitem_t *z = &b->z[i];
+        uint64_t dlen;
+
+        if (rdmx__kv_zitem_decode(p, left, z, &used, why, sizeof(why)) !=
+            RDMX_OK) {
+            zrefuse(s, req, "key %u: %s", i, why);
+            goto err_free;
+        }
+        p += used;
+        left -= used;
+        if (z->r.klen == 0) {
+            zrefuse(s, req, "key %u: empty key", i);
+            goto err_free;
+        }
+        if (z->bulk >= nbulk) {
+            zrefuse(s, req, "key %u: descriptor %u of %u", i, z->bulk, nbulk);
+            goto err_free;
+        }
+        if (rmem[z->bulk] == NULL &&
+            (st = rdmx_rpc_req_bulk(req, z->bulk, &rmem[z->bulk])) !=
+                RDMX_OK) {
+            zrefuse(s, req, "key %u: descriptor %u: %s", i, z->bulk,
+                    rdmx_error_detail());
+            goto err_free;
+        }
+        if ((rdmx_rmem_access(rmem[z->bulk]) & need) != need) {
+            zrefuse(s, req, "key %u: descriptor %u does not grant %s", i,
+                    z->bulk, put ? "read" : "write");
+            goto err_free;
+        }
+        dlen = rdmx_rmem_length(rmem[z->bulk]);
+        if (z->offset > dlen || z->r.vlen > dlen - z->offset) {
+            zrefuse(s, req,
+                    "key %u: slot of %llu bytes at %llu passes the end of "
+                    "descriptor %u (%llu bytes)",
+                    i, (unsigned long long)z->r.vlen,
+                    (unsigned long long)z->offset, z->bulk,
+                    (unsigned long long)dlen);
+            goto err_free;
+        }
+        total += z->r.vlen; /* each <= a descriptor's length: no wrap */
+        if (n > 1 && total > RDMX_KV_ZBATCH_BYTES) {
+            zrefuse(s, req, "more than %llu bytes of slots in %u keys",
+                    (unsigned long long)RDMX_KV_ZBATCH_BYTES, n);
+            goto err_free;
+        }
+    }
+    if (left != 0) {
+        zrefuse(s, req, "%zu trailing bytes", left);
+        goto err_free;
+    }
+    b->s = s;
+    b->req = req;
+    b->put = put;
+    b->n = n;
+    memcpy(b->rmem, rmem, sizeof(rmem));
+    for (unsigned k = 0; k < RDMX_KV_ZBATCH_WINDOW; k++)
+        b->x[k].b = b;
+    __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
+    zpump(b);
+    return;
+
+err_free:
+    free(b->out);
+    free(b->z);
+    free(b);
+}
+
+static void h_bget(rdmx_rpc_req_t *req, void *arg)
+{
+    h_zbatch(req, arg, 0);
+}
+
+static void h_bput(rdmx_rpc_req_t *req, void *arg)
+{
+    h_zbatch(req, arg, 1);
+}
+
 /* --- lambda environment: the store, as a remote client sees it ---------- */
 
 static rdmx_status_t env_get(void *ctx, const void *key, size_t klen,
@@ -748,6 +1152,8 @@ static rdmx_status_t register_handlers(rdmx_kv_server_t *s)
         {RDMX_KV_H_MGET, h_mget, RDMX_RPC_IDEMPOTENT},
         {RDMX_KV_H_MPUT, h_mput, 0},
         {RDMX_KV_H_PREFIX, h_prefix, RDMX_RPC_IDEMPOTENT},
+        {RDMX_KV_H_BGET, h_bget, RDMX_RPC_IDEMPOTENT},
+        {RDMX_KV_H_BPUT, h_bput, 0},
         {RDMX_KV_H_FLUSH, h_flush, RDMX_RPC_IDEMPOTENT},
         {RDMX_KV_H_STATS, h_stats, RDMX_RPC_IDEMPOTENT},
     };
