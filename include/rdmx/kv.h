@@ -278,12 +278,12 @@ RDMX_API rdmx_status_t rdmx_kv_mput(rdmx_kv_t *kv, rdmx_kv_mput_t *items,
 typedef struct {
     const void *key;
     size_t klen;
-    rdmx_mr_t *mr;         /**< registered region holding buf (required) */
-    void *buf;             /**< GET: the slot; PUT: the value */
-    size_t size;           /**< GET: the slot's capacity; PUT: value length */
-    rdmx_status_t status;  /**< out: RDMX_OK, NOT_FOUND, TOO_BIG, ... */
-    size_t length;         /**< out, GET: value length (the needed length
-                                with TOO_BIG; nothing written then) */
+    rdmx_mr_t *mr;        /**< registered region holding buf (required) */
+    void *buf;            /**< GET: the slot; PUT: the value */
+    size_t size;          /**< GET: the slot's capacity; PUT: value length */
+    rdmx_status_t status; /**< out: RDMX_OK, NOT_FOUND, TOO_BIG, ... */
+    size_t length;        /**< out, GET: value length (the needed length
+                               with TOO_BIG; nothing written then) */
 } rdmx_kv_batch_item_t;
 
 /**
@@ -313,8 +313,9 @@ typedef struct {
  *     use(base, it[0].length);
  * @endcode
  */
-rdmx_status_t rdmx_kv_batch_get(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
-                                size_t n, const rdmx_kv_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_kv_batch_get(rdmx_kv_t *kv,
+                                         rdmx_kv_batch_item_t *items, size_t n,
+                                         const rdmx_kv_op_params_t *params);
 
 /**
  * PUT every item: the server pulls each value by RDMA read from the
@@ -323,8 +324,9 @@ rdmx_status_t rdmx_kv_batch_get(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
  * of any copy. params: timeout, ttl_ms, flags (stored with every value);
  * mode, if set, must be RDMX_KV_PUT_SET. @return as rdmx_kv_batch_get.
  */
-rdmx_status_t rdmx_kv_batch_put(rdmx_kv_t *kv, rdmx_kv_batch_item_t *items,
-                                size_t n, const rdmx_kv_op_params_t *params);
+RDMX_API rdmx_status_t rdmx_kv_batch_put(rdmx_kv_t *kv,
+                                         rdmx_kv_batch_item_t *items, size_t n,
+                                         const rdmx_kv_op_params_t *params);
 
 /** How many of @p keys, in order, are present before the first miss
  *  (single-server batches; keys on other servers are asked there). */
