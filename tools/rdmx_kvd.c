@@ -4,13 +4,15 @@
  * Parses its options into a server configuration, runs the KV server
  * (src/kv/server.h: the store over one registered region, the kv.* and
  * lambda.* handlers; docs/KV.md, docs/LAMBDA.md) until SIGINT or SIGTERM,
- * then stops it.
+ * then stops it. Prints the slow-path warnings at start and, with
+ * --metrics-listen, serves /metrics and /health (docs/OPERATIONS.md).
  */
 #define _GNU_SOURCE
 #include <rdmx/rdmx.h>
 
 #include "kv/server.h"
 #include "options.h"
+#include "rpc/health.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -42,6 +44,8 @@ static void usage(FILE *f)
         "      --auth-secret-file F   require clients to prove this secret\n"
         "      --transport T          auto|shm|tcp|rdma (default: RDMX_TRANSPORT\n"
         "                             or auto)\n"
+        "      --metrics-listen HOST:PORT  serve GET /metrics (Prometheus)\n"
+        "                             and GET /health (JSON) over HTTP\n"
         "Lambdas (lambda.eval/call/native: sandboxed Lua 5.4 with kv.get/put/\n"
         "delete/exists over this store; see docs/LAMBDA.md):\n"
         "      --no-lambda            do not serve lambdas\n"
@@ -56,6 +60,85 @@ static void usage(FILE *f)
         "      --lambda-cache N       compiled functions kept (default 256)\n"
         "  -h, --help\n"
         "Stops cleanly on SIGTERM or SIGINT. Prints its address at start.\n");
+}
+
+/*
+ * The levels among the stats answer's lines (gauges in /metrics); every
+ * other line only grows and is a counter. "pid" is left out.
+ */
+static int kv_stat_is_gauge(const char *name)
+{
+    static const char *const gauges[] = {
+        "uptime", "curr_connections", "curr_items", "bytes",
+        "limit_maxbytes", "lambda_cache_entries", "lambda_natives", NULL};
+
+    if (strncmp(name, "alloc_", 6) == 0 || strncmp(name, "hash_", 5) == 0)
+        return 1;
+    for (unsigned i = 0; gauges[i] != NULL; i++)
+        if (strcmp(name, gauges[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* One line of the stats answer as a metric rdmx_kv_NAME[_total]. */
+static void kv_metric(rdmx_metrics_page_t *page, const char *name,
+                      uint64_t value)
+{
+    char metric[128], help[160];
+    int gauge = kv_stat_is_gauge(name);
+
+    if (strcmp(name, "pid") == 0)
+        return;
+    snprintf(metric, sizeof(metric), "rdmx_kv_%s%s", name,
+             gauge ? "" : "_total");
+    snprintf(help, sizeof(help), "The stats answer's %s (docs/KV.md).",
+             name);
+    rdmx_metrics_page_add(page, metric,
+                          gauge ? RDMX_METRIC_GAUGE : RDMX_METRIC_COUNTER,
+                          help, NULL, value);
+}
+
+/* The collect callback of the metrics endpoint: every line of the stats
+ * answer, read as kv.stats reads them (rdmx__kv_server_stats: the store's
+ * counters copied under its mutex, the others relaxed loads). */
+static void kv_metrics(rdmx_metrics_page_t *page, void *arg)
+{
+    rdmx_kv_server_stats_t st;
+
+    rdmx__kv_server_stats(arg, &st);
+#define KV_METRIC(field, name)                                                 \
+    if (name[0] != '\0')                                                       \
+        kv_metric(page, name, st.field);
+    RDMX_KV_SERVER_STATS(KV_METRIC)
+#undef KV_METRIC
+    if (st.lambda_on) {
+#define KV_LAMBDA_METRIC(field, name) kv_metric(page, name, st.lambda.field);
+        RDMX_KV_LAMBDA_STATS(KV_LAMBDA_METRIC)
+#undef KV_LAMBDA_METRIC
+    }
+}
+
+/* The slow-path warnings (rpc/health.h) of the server as started, on
+ * stderr; /health lists the same. */
+static void print_warnings(const rdmx_kv_server_config_t *cfg,
+                           const rdmx_kv_server_info_t *info)
+{
+    char w[RDMX_HEALTH_WARNINGS_MAX][RDMX_HEALTH_WARNING_LEN];
+    rdmx_transport_t requested = RDMX_TRANSPORT_AUTO;
+    rdmx_health_facts_t f;
+    unsigned n;
+
+    if (cfg->context.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT)
+        requested = cfg->context.transport;
+    else if (getenv("RDMX_TRANSPORT") != NULL)
+        rdmx_transport_parse(getenv("RDMX_TRANSPORT"), &requested);
+    f.requested = requested;
+    f.chosen = info->transport;
+    f.memory = cfg->memory;
+    f.memlock_limit = rdmx__health_memlock_limit();
+    n = rdmx__health_warnings(&f, w, RDMX_HEALTH_WARNINGS_MAX);
+    for (unsigned i = 0; i < n && i < RDMX_HEALTH_WARNINGS_MAX; i++)
+        fprintf(stderr, "rdmx-kvd: WARNING: %s\n", w[i]);
 }
 
 int main(int argc, char **argv)
@@ -77,6 +160,7 @@ int main(int argc, char **argv)
         {"lambda-max-memory", required_argument, NULL, 'M'},
         {"lambda-max-time", required_argument, NULL, 't'},
         {"lambda-cache", required_argument, NULL, 'C'},
+        {"metrics-listen", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     rdmx_kv_server_config_t cfg = {
@@ -90,6 +174,8 @@ int main(int argc, char **argv)
     };
     rdmx_lambda_params_t *lp = &cfg.lambda_params;
     const char *secret_file = NULL;
+    const char *metrics_listen = NULL;
+    rdmx_metrics_http_t *metrics = NULL;
     int no_lambda = 0;
     char secret[4096];
     size_t secret_len = 0;
@@ -213,6 +299,7 @@ int main(int argc, char **argv)
             lp->cache_entries = (unsigned)v;
             break;
         }
+        case 'H': metrics_listen = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -274,11 +361,35 @@ int main(int argc, char **argv)
            host, info.port, cfg.memory >> 20, info.workers,
            rdmx_transport_name(info.transport), lam);
     fflush(stdout);
+    print_warnings(&cfg, &info);
+    if (metrics_listen != NULL) {
+        rdmx_metrics_http_params_t mp = {
+            .field_mask = RDMX_METRICS_HTTP_PARAM_FIELD_ADDRESS |
+                          RDMX_METRICS_HTTP_PARAM_FIELD_RPC_SERVER |
+                          RDMX_METRICS_HTTP_PARAM_FIELD_COLLECT_CB |
+                          RDMX_METRICS_HTTP_PARAM_FIELD_MEMORY,
+            .address = metrics_listen,
+            .rpc_server = info.rpc,
+            .collect_cb = kv_metrics,
+            .collect_arg = srv,
+            .memory = cfg.memory};
+        if ((st = rdmx_metrics_http_create(&mp, &metrics)) != RDMX_OK) {
+            fprintf(stderr, "rdmx-kvd: --metrics-listen: %s: %s\n",
+                    rdmx_strerror(st), rdmx_error_detail());
+            rdmx__kv_server_destroy(srv);
+            return 1;
+        }
+        rdmx_addr_parse(metrics_listen, host, sizeof(host), &port);
+        printf("rdmx-kvd: metrics on http://%s:%u/metrics\n", host,
+               rdmx_metrics_http_port(metrics));
+        fflush(stdout);
+    }
 
     while (sigwait(&stop_signals, &sig) != 0)
         ;
     printf("rdmx-kvd: shutting down\n");
     fflush(stdout);
+    rdmx_metrics_http_destroy(metrics);
     rdmx__kv_server_destroy(srv);
     return 0;
 }

@@ -20,6 +20,7 @@
 #include <rdmx/rpc.h>
 #include <rdmx/kv.h>
 #include <rdmx/lambda.h>
+#include <rdmx/metrics.h>
 
 #define RDMX_VERSION_MAJOR 0
 #define RDMX_VERSION_MINOR 1
