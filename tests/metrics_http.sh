@@ -5,6 +5,7 @@
 # page passes `promtool check metrics`, the counters moved by exactly the
 # traffic sent, /health is the documented JSON, and bad requests (unknown
 # path, wrong method, huge headers) get 404, 405, 431 and are counted.
+# rdmx-perf --rpc-only --metrics-listen is scraped around an rdmx-info ping.
 # Usage: metrics_http.sh BINDIR PEER
 set -eu
 bin=$1
@@ -150,5 +151,25 @@ health "$url" 2
 bad_requests "$url"
 kill -TERM $srv
 wait $srv || die "metrics_peer did not stop cleanly"
+srv=""
+
+# --- rdmx-perf's RPC server; rdmx-info's rdmx.ping is the traffic ------------
+"$bin/rdmx-perf" --listen 127.0.0.1:0 --rpc-only --poll sleep \
+    --metrics-listen 127.0.0.1:0 >"$tmp/perf.out" 2>&1 &
+srv=$!
+addr=$(wait_line "$tmp/perf.out" 's/^listening on \([^ ]*\).*/\1/p') ||
+    die "rdmx-perf did not start"
+url=$(wait_line "$tmp/perf.out" 's/.*metrics on \(http:[^ ]*\)\/metrics.*/\1/p') ||
+    die "rdmx-perf did not serve metrics"
+scrape "$url" "$tmp/perf0"
+"$bin/rdmx-info" --server "$addr" >/dev/null || [ $? -eq 1 ] ||
+    die "rdmx-info --server $addr"
+scrape "$url" "$tmp/perf1"
+moved "$tmp/perf0" "$tmp/perf1" 'rdmx_rpc_handler_calls_total{handler="rdmx.ping"}' 1
+moved "$tmp/perf0" "$tmp/perf1" 'rdmx_rpc_handler_calls_total{handler="perf.echo"}' 0
+moved "$tmp/perf0" "$tmp/perf1" rdmx_rpc_connections_total 1
+health "$url" 1
+kill -TERM $srv
+wait $srv || die "rdmx-perf did not stop cleanly"
 srv=""
 echo "metrics_http: ok"
