@@ -362,7 +362,8 @@ static void kv_metric(rdmx_metrics_page_t *page, const char *name,
 
 /* The collect callback of the metrics endpoint: every line of the stats
  * answer, read as kv.stats reads them (rdmx__kv_server_stats: the store's
- * counters copied under its mutex, the others relaxed loads). */
+ * and the lambda engine's counters copied under their mutexes, the RPC
+ * server's relaxed loads). */
 static void kv_metrics(rdmx_metrics_page_t *page, void *arg)
 {
     rdmx_kv_server_stats_t st;

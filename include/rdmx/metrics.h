@@ -58,7 +58,7 @@ enum {
 
 typedef struct {
     uint64_t field_mask;
-    /** "host:port" to listen on (a numeric IPv4 address or "localhost");
+    /** "host:port" to listen on (an IPv4 address or a host name);
      *  port 0 picks one. Default "127.0.0.1:0". */
     const char *address;
     /** The server whose counters, handlers, transport and workers the
