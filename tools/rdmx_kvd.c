@@ -228,6 +228,29 @@ static int kvd_option(kvd_options_t *o, int c, const char *arg)
     return 0;
 }
 
+/* The config file's values, kept for the process's lifetime (options
+ * point into them); a static root, so that leak checkers see them held. */
+typedef struct kvd_config_value {
+    struct kvd_config_value *next;
+    char text[];
+} kvd_config_value_t;
+
+static kvd_config_value_t *kvd_config_values;
+
+/* A copy of @text that lives as long as the process; NULL: no memory. */
+static const char *config_keep(const char *text)
+{
+    size_t len = strlen(text);
+    kvd_config_value_t *v = malloc(sizeof(*v) + len + 1);
+
+    if (v == NULL)
+        return NULL;
+    memcpy(v->text, text, len + 1);
+    v->next = kvd_config_values;
+    kvd_config_values = v;
+    return v->text;
+}
+
 /* A config file's boolean value: 1 yes, 0 no, -1 neither. */
 static int config_bool(const char *v)
 {
@@ -309,7 +332,7 @@ static int kvd_config_load(kvd_options_t *o, const char *path)
                     lineno, name);
             ret = 2;
         } else {
-            char *copy = strdup(value);
+            const char *copy = config_keep(value);
             if (copy == NULL) {
                 fprintf(stderr, "rdmx-kvd: out of memory\n");
                 ret = 2;
