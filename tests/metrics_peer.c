@@ -39,8 +39,8 @@ static void collect(rdmx_metrics_page_t *page, void *arg)
     unsigned long *n = arg;
 
     rdmx_metrics_page_add(page, "test_collects_total", RDMX_METRIC_COUNTER,
-                          "Pages the test's collect callback added to.",
-                          NULL, ++*n);
+                          "Pages the test's collect callback added to.", NULL,
+                          ++*n);
 }
 
 static int fail(const char *what, rdmx_status_t st)
@@ -55,11 +55,11 @@ static int server(const char *addr, const char *maddr)
     rdmx_context_params_t cp = {.field_mask =
                                     RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES,
                                 .net_devices = "lo"};
-    rdmx_rpc_server_params_t sp = {
-        .field_mask = RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
-                      RDMX_RPC_SERVER_PARAM_FIELD_WORKERS,
-        .address = addr,
-        .workers = 2};
+    rdmx_rpc_server_params_t sp = {.field_mask =
+                                       RDMX_RPC_SERVER_PARAM_FIELD_ADDRESS |
+                                       RDMX_RPC_SERVER_PARAM_FIELD_WORKERS,
+                                   .address = addr,
+                                   .workers = 2};
     rdmx_metrics_http_params_t mp = {
         .field_mask = RDMX_METRICS_HTTP_PARAM_FIELD_ADDRESS |
                       RDMX_METRICS_HTTP_PARAM_FIELD_RPC_SERVER |

@@ -42,10 +42,10 @@ int main(void)
 
     th_init("unit_health", 30);
     /* The fast paths: nothing. */
-    CHECK(warnings(A, S, GB, 0) == 0);          /* shm: nothing is pinned */
+    CHECK(warnings(A, S, GB, 0) == 0); /* shm: nothing is pinned */
     CHECK(warnings(R, R, GB, unlimited) == 0);
     CHECK(warnings(A, R, GB, 2 * GB) == 0);
-    CHECK(warnings(R, R, 0, 0) == 0);           /* nothing to register */
+    CHECK(warnings(R, R, 0, 0) == 0); /* nothing to register */
     CHECK(warnings(S, S, 0, 0) == 0);
 
     /* tcp: RMA emulated, and only that unless rdma was asked for. */
@@ -61,11 +61,11 @@ int main(void)
 
     /* memlock below the memory to register, with rdma asked for or used. */
     n = warnings(A, R, GB, 64 << 20);
-    CHECK(n == 1 && has(n, "memlock limit too low") &&
-          has(n, "67108864") && has(n, "1073741824"));
+    CHECK(n == 1 && has(n, "memlock limit too low") && has(n, "67108864") &&
+          has(n, "1073741824"));
     n = warnings(R, R, GB, GB - 1);
     CHECK(n == 1 && has(n, "memlock limit too low"));
-    CHECK(warnings(R, R, GB, GB) == 0);         /* exactly enough */
+    CHECK(warnings(R, R, GB, GB) == 0); /* exactly enough */
 
     /* All three; room for one: the count is still 3, one slot written. */
     {

@@ -43,7 +43,8 @@ enum { INFO_FAST = 0, INFO_SLOW = 1, INFO_USAGE = 2, INFO_ERROR = 3 };
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: rdmx-info [options]\n"
         "Prints the version, build options, backends, the transports this\n"
         "host can open and its devices; with --server, connects and prints\n"
@@ -98,11 +99,11 @@ static void list_transports(const char *net_devices)
 
     printf("transports:\n");
     for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        rdmx_context_params_t cp = {
-            .field_mask = RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
-                          RDMX_CONTEXT_PARAM_FIELD_NAME,
-            .transport = all[i],
-            .name = "rdmx-info"};
+        rdmx_context_params_t cp = {.field_mask =
+                                        RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                                        RDMX_CONTEXT_PARAM_FIELD_NAME,
+                                    .transport = all[i],
+                                    .name = "rdmx-info"};
         rdmx_context_t *ctx;
         rdmx_status_t st;
 
@@ -112,8 +113,8 @@ static void list_transports(const char *net_devices)
         }
         st = rdmx_context_create(&cp, &ctx);
         if (st != RDMX_OK) {
-            printf("  %-5s not available (%s)\n",
-                   rdmx_transport_name(all[i]), rdmx_strerror(st));
+            printf("  %-5s not available (%s)\n", rdmx_transport_name(all[i]),
+                   rdmx_strerror(st));
             continue;
         }
         if (all[i] == RDMX_TRANSPORT_AUTO)
@@ -173,11 +174,11 @@ static int probe_server(const char *server, const rdmx_context_params_t *cp,
                         const void *secret, size_t secret_len, int timeout_ms,
                         rdmx_transport_t *chosen_p)
 {
-    rdmx_channel_params_t chp = {
-        .field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
-                      RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT,
-        .timeout_ms = timeout_ms,
-        .connect_timeout_ms = timeout_ms};
+    rdmx_channel_params_t chp = {.field_mask =
+                                     RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                                     RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT,
+                                 .timeout_ms = timeout_ms,
+                                 .connect_timeout_ms = timeout_ms};
     rdmx_context_t *ctx = NULL;
     rdmx_worker_t *w = NULL;
     rdmx_channel_t *ch = NULL;
@@ -248,7 +249,9 @@ int main(int argc, char **argv)
 
     while ((c = getopt_long(argc, argv, "s:m:t:h", opts, NULL)) != -1) {
         switch (c) {
-        case 's': server = optarg; break;
+        case 's':
+            server = optarg;
+            break;
         case 'T':
             if (rdmx_transport_parse(optarg, &cp.transport) != RDMX_OK) {
                 fprintf(stderr, "rdmx-info: --transport auto|shm|tcp|rdma\n");
@@ -262,19 +265,27 @@ int main(int argc, char **argv)
                 return INFO_USAGE;
             }
             break;
-        case 'A': secret_file = optarg; break;
+        case 'A':
+            secret_file = optarg;
+            break;
         case 't': {
             size_t v;
             if (opt_size(optarg, &v) || v == 0 || v > 3600000) {
-                fprintf(stderr, "rdmx-info: --timeout '%s': milliseconds, "
-                                "1..3600000\n", optarg);
+                fprintf(stderr,
+                        "rdmx-info: --timeout '%s': milliseconds, "
+                        "1..3600000\n",
+                        optarg);
                 return INFO_USAGE;
             }
             timeout_ms = (int)v;
             break;
         }
-        case 'h': usage(stdout); return INFO_FAST;
-        default: usage(stderr); return INFO_USAGE;
+        case 'h':
+            usage(stdout);
+            return INFO_FAST;
+        default:
+            usage(stderr);
+            return INFO_USAGE;
         }
     }
     if (optind != argc) {
@@ -313,8 +324,8 @@ int main(int argc, char **argv)
 
     printf("rdmx %s\n", rdmx_version());
     printf("build: %s, %s, sanitizers %s, UCX %s, libmicrohttpd %s\n",
-           RDMX_BUILD_TYPE, RDMX_BUILD_CC, RDMX_BUILD_SANITIZE,
-           RDMX_BUILD_UCX, RDMX_BUILD_MHD);
+           RDMX_BUILD_TYPE, RDMX_BUILD_CC, RDMX_BUILD_SANITIZE, RDMX_BUILD_UCX,
+           RDMX_BUILD_MHD);
     printf("backends: ucx\n");
     list_transports(net_devices);
     printf("devices:\n");
@@ -328,8 +339,8 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     if (server != NULL) {
-        ret = probe_server(server, &cp, secret_file ? secret : NULL,
-                           secret_len, timeout_ms, &f.chosen);
+        ret = probe_server(server, &cp, secret_file ? secret : NULL, secret_len,
+                           timeout_ms, &f.chosen);
         if (ret != INFO_FAST)
             return ret;
     } else {

@@ -46,8 +46,7 @@ typedef enum {
 
 /** Add the program's own metrics to a /metrics page (on the endpoint's
  *  thread; must not block). */
-typedef void (*rdmx_metrics_collect_cb_t)(rdmx_metrics_page_t *page,
-                                          void *arg);
+typedef void (*rdmx_metrics_collect_cb_t)(rdmx_metrics_page_t *page, void *arg);
 
 enum {
     RDMX_METRICS_HTTP_PARAM_FIELD_ADDRESS = 1u << 0,

@@ -21,11 +21,10 @@ unsigned rdmx__health_warnings(const rdmx_health_facts_t *f,
                                unsigned max)
 {
     unsigned n = 0;
-    int rdma_wanted = f->requested == RDMX_TRANSPORT_RDMA ||
-                      f->chosen == RDMX_TRANSPORT_RDMA;
+    int rdma_wanted =
+        f->requested == RDMX_TRANSPORT_RDMA || f->chosen == RDMX_TRANSPORT_RDMA;
 
-    if (f->requested == RDMX_TRANSPORT_RDMA &&
-        f->chosen == RDMX_TRANSPORT_TCP)
+    if (f->requested == RDMX_TRANSPORT_RDMA && f->chosen == RDMX_TRANSPORT_TCP)
         warn(out, max, &n, "rdma was asked for and tcp was chosen");
     if (f->chosen == RDMX_TRANSPORT_TCP)
         warn(out, max, &n,

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 /* Longest warning, with its NUL; most warnings a call gives. */
-#define RDMX_HEALTH_WARNING_LEN 256
+#define RDMX_HEALTH_WARNING_LEN  256
 #define RDMX_HEALTH_WARNINGS_MAX 4
 
 /* What the warnings are decided from. */

@@ -32,24 +32,26 @@
 #define METRICS_HTTP_CONNECTIONS  32
 #define METRICS_HTTP_TIMEOUT_S    10
 
+/* Set at create and read-only afterwards, but for the HTTP counters. */
 struct rdmx_metrics_http {
-    struct MHD_Daemon *daemon;
-    uint16_t port;
-    rdmx_rpc_server_t *rpc;      /* or NULL; outlives the endpoint */
-    rdmx_metrics_collect_cb_t collect_cb;
+    struct MHD_Daemon *daemon;            /* its thread runs every callback */
+    uint16_t port;                        /* the port bound */
+    rdmx_rpc_server_t *rpc;               /* or NULL; outlives the endpoint */
+    rdmx_metrics_collect_cb_t collect_cb; /* or NULL */
     void *collect_arg;
-    uint64_t memory;
+    uint64_t memory; /* bytes the program registers */
     /* Markers in a request's con_cls: seen by the URI log (libmicrohttpd
      * may still refuse it) or handed to on_request. */
     char seen, handled;
-    /* HTTP counters: the HTTP thread's (relaxed atomics). */
+    /* HTTP counters: written by the HTTP thread (relaxed atomics). */
     uint64_t req_metrics, req_health, req_other, bad_requests;
 };
 
+/* A page being written, on the HTTP thread's stack. */
 struct rdmx_metrics_page {
-    char *buf;           /* malloc'd; NULL after an allocation failed */
-    size_t len, cap;
-    char last[128];      /* name of the last sample written */
+    char *buf;       /* malloc'd; NULL after an allocation failed */
+    size_t len, cap; /* bytes written, bytes allocated */
+    char last[128];  /* name of the last sample written */
 };
 
 /* --- page text ------------------------------------------------------------ */
@@ -136,14 +138,15 @@ void rdmx_metrics_page_add(rdmx_metrics_page_t *p, const char *name,
         page_printf(p, "%s %llu\n", name, (unsigned long long)value);
 }
 
-/* --- latency histograms ----------------------------------------------------- */
+/* --- latency histograms --------------------------------------------------- */
 
 /* Upper bounds of the histogram's buckets, in ns (docs/OPERATIONS.md). */
 static const uint64_t le_ns[] = {
-    1000,      2500,      5000,      10000,      25000,      50000,
-    100000,    250000,    500000,    1000000,    2500000,    5000000,
-    10000000,  25000000,  50000000,  100000000,  250000000,  500000000,
-    1000000000, 2500000000ull, 5000000000ull, 10000000000ull};
+    1000,          2500,          5000,      10000,      25000,
+    50000,         100000,        250000,    500000,     1000000,
+    2500000,       5000000,       10000000,  25000000,   50000000,
+    100000000,     250000000,     500000000, 1000000000, 2500000000ull,
+    5000000000ull, 10000000000ull};
 #define NLE (sizeof(le_ns) / sizeof(le_ns[0]))
 
 /* Range [lo, hi) of the server histogram's bucket @idx (rpc/metrics.c's
@@ -249,28 +252,28 @@ static unsigned warnings_of(const rdmx_metrics_http_t *m,
 /* The RPC server's counters (rdmx_rpc_server_stats_t): field, metric
  * name, help. */
 #define RPC_STAT_COUNTERS(X)                                                   \
-    X(connections_total, "rdmx_rpc_connections_total",                        \
+    X(connections_total, "rdmx_rpc_connections_total",                         \
       "Connections accepted since start.")                                     \
-    X(connections_refused, "rdmx_rpc_connections_refused_total",              \
+    X(connections_refused, "rdmx_rpc_connections_refused_total",               \
       "Connections refused over max_connections.")                             \
-    X(requests, "rdmx_rpc_requests_total",                                    \
+    X(requests, "rdmx_rpc_requests_total",                                     \
       "Requests and one-way messages received.")                               \
-    X(responses, "rdmx_rpc_responses_total",                                  \
+    X(responses, "rdmx_rpc_responses_total",                                   \
       "Responses sent, errors included.")                                      \
-    X(errors, "rdmx_rpc_errors_total", "Error responses sent.")               \
-    X(unknown_handler, "rdmx_rpc_unknown_handler_total",                      \
+    X(errors, "rdmx_rpc_errors_total", "Error responses sent.")                \
+    X(unknown_handler, "rdmx_rpc_unknown_handler_total",                       \
       "Requests for a handler not registered.")                                \
-    X(malformed, "rdmx_rpc_malformed_total",                                  \
+    X(malformed, "rdmx_rpc_malformed_total",                                   \
       "Requests with bad magic, version, kind or lengths.")                    \
-    X(too_big, "rdmx_rpc_too_big_total", "Requests over max_message.")        \
-    X(no_credit, "rdmx_rpc_no_credit_total",                                  \
+    X(too_big, "rdmx_rpc_too_big_total", "Requests over max_message.")         \
+    X(no_credit, "rdmx_rpc_no_credit_total",                                   \
       "Requests over a connection's credits.")                                 \
-    X(busy, "rdmx_rpc_busy_total",                                            \
+    X(busy, "rdmx_rpc_busy_total",                                             \
       "Requests refused at a worker's max_inflight.")                          \
-    X(expired, "rdmx_rpc_expired_total",                                      \
+    X(expired, "rdmx_rpc_expired_total",                                       \
       "Requests dropped past their deadline.")                                 \
-    X(canceled, "rdmx_rpc_canceled_total", "Requests canceled by the caller.")\
-    X(auth_failed, "rdmx_rpc_auth_failed_total",                              \
+    X(canceled, "rdmx_rpc_canceled_total", "Requests canceled by the caller.") \
+    X(auth_failed, "rdmx_rpc_auth_failed_total",                               \
       "Connections refused for a wrong or missing secret.")                    \
     X(pings, "rdmx_rpc_pings_total", "Heartbeats answered.")
 
@@ -313,10 +316,10 @@ static void rpc_metrics(rdmx_metrics_http_t *m, rdmx_metrics_page_t *p)
     if ((c = malloc(sizeof(*c))) == NULL)
         return;
 #define HANDLER_COUNTER(f, help)                                               \
-    for (unsigned k = 0; rdmx__rpc_server_counters(m->rpc, k, c, &hname);     \
+    for (unsigned k = 0; rdmx__rpc_server_counters(m->rpc, k, c, &hname);      \
          k++) {                                                                \
         handler_label(hname, label, sizeof(label));                            \
-        rdmx_metrics_page_add(p, "rdmx_rpc_handler_" #f "_total",             \
+        rdmx_metrics_page_add(p, "rdmx_rpc_handler_" #f "_total",              \
                               RDMX_METRIC_COUNTER, help, label, c->f);         \
     }
     HANDLER_COUNTER(calls, "Requests per handler.")
@@ -326,8 +329,7 @@ static void rpc_metrics(rdmx_metrics_http_t *m, rdmx_metrics_page_t *p)
     HANDLER_COUNTER(bytes_in, "Request payload bytes per handler.")
     HANDLER_COUNTER(bytes_out, "Response payload bytes per handler.")
 #undef HANDLER_COUNTER
-    for (unsigned k = 0; rdmx__rpc_server_counters(m->rpc, k, c, &hname);
-         k++) {
+    for (unsigned k = 0; rdmx__rpc_server_counters(m->rpc, k, c, &hname); k++) {
         handler_label(hname, label, sizeof(label));
         page_histogram(p, label, &c->hist);
     }
@@ -362,31 +364,26 @@ static char *metrics_page(rdmx_metrics_http_t *m, size_t *len_p)
     rdmx_metrics_page_add(&p, "rdmx_process_resident_memory_bytes",
                           RDMX_METRIC_GAUGE, "Resident set of the process.",
                           NULL, resident_bytes());
-    rdmx_metrics_page_add(&p, "rdmx_memory_registered_bytes",
-                          RDMX_METRIC_GAUGE,
+    rdmx_metrics_page_add(&p, "rdmx_memory_registered_bytes", RDMX_METRIC_GAUGE,
                           "Memory the program registers.", NULL, m->memory);
     if (memlock != UINT64_MAX)
-        rdmx_metrics_page_add(&p, "rdmx_memlock_limit_bytes",
-                              RDMX_METRIC_GAUGE, "RLIMIT_MEMLOCK.", NULL,
-                              memlock);
+        rdmx_metrics_page_add(&p, "rdmx_memlock_limit_bytes", RDMX_METRIC_GAUGE,
+                              "RLIMIT_MEMLOCK.", NULL, memlock);
     if (m->rpc != NULL)
         rpc_metrics(m, &p);
-    rdmx_metrics_page_add(&p, "rdmx_http_requests_total",
-                          RDMX_METRIC_COUNTER, "HTTP requests served.",
-                          "path=\"/metrics\"",
+    rdmx_metrics_page_add(&p, "rdmx_http_requests_total", RDMX_METRIC_COUNTER,
+                          "HTTP requests served.", "path=\"/metrics\"",
                           __atomic_load_n(&m->req_metrics, __ATOMIC_RELAXED));
-    rdmx_metrics_page_add(&p, "rdmx_http_requests_total",
-                          RDMX_METRIC_COUNTER, "HTTP requests served.",
-                          "path=\"/health\"",
+    rdmx_metrics_page_add(&p, "rdmx_http_requests_total", RDMX_METRIC_COUNTER,
+                          "HTTP requests served.", "path=\"/health\"",
                           __atomic_load_n(&m->req_health, __ATOMIC_RELAXED));
-    rdmx_metrics_page_add(&p, "rdmx_http_requests_total",
-                          RDMX_METRIC_COUNTER, "HTTP requests served.",
-                          "path=\"other\"",
+    rdmx_metrics_page_add(&p, "rdmx_http_requests_total", RDMX_METRIC_COUNTER,
+                          "HTTP requests served.", "path=\"other\"",
                           __atomic_load_n(&m->req_other, __ATOMIC_RELAXED));
-    rdmx_metrics_page_add(
-        &p, "rdmx_http_bad_requests_total", RDMX_METRIC_COUNTER,
-        "HTTP requests refused (404, 405, 400, 431).", NULL,
-        __atomic_load_n(&m->bad_requests, __ATOMIC_RELAXED));
+    rdmx_metrics_page_add(&p, "rdmx_http_bad_requests_total",
+                          RDMX_METRIC_COUNTER,
+                          "HTTP requests refused (404, 405, 400, 431).", NULL,
+                          __atomic_load_n(&m->bad_requests, __ATOMIC_RELAXED));
     if (m->collect_cb != NULL)
         m->collect_cb(&p, m->collect_arg);
     *len_p = p.len;
@@ -404,8 +401,9 @@ static char *health_page(rdmx_metrics_http_t *m, size_t *len_p)
 
     if ((p.buf = malloc(p.cap)) == NULL)
         return NULL;
-    page_printf(&p, "{\"status\":\"%s\",\"version\":\"%s\",\"backend\":"
-                    "\"ucx\"",
+    page_printf(&p,
+                "{\"status\":\"%s\",\"version\":\"%s\",\"backend\":"
+                "\"ucx\"",
                 n == 0 ? "ok" : "degraded", rdmx_version());
     if (facts_of(m, &f)) {
         rdmx_rpc_server_stats_t st;
@@ -438,7 +436,7 @@ static char *health_page(rdmx_metrics_http_t *m, size_t *len_p)
     return p.buf;
 }
 
-/* --- HTTP ------------------------------------------------------------------ */
+/* --- HTTP ----------------------------------------------------------------- */
 
 /* Queue an answer of @code with @body (malloc'd, taken; NULL: a fixed
  * short text) and @type. */
@@ -480,8 +478,7 @@ static char *error_text(const char *text, size_t *len_p)
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
-                                  const char *version,
-                                  const char *upload_data,
+                                  const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
     rdmx_metrics_http_t *m = cls;
@@ -503,8 +500,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         __atomic_add_fetch(&m->bad_requests, 1, __ATOMIC_RELAXED);
         body = error_text("method not allowed: GET or HEAD\n", &len);
-        return answer(c, MHD_HTTP_METHOD_NOT_ALLOWED, body, len,
-                      "text/plain");
+        return answer(c, MHD_HTTP_METHOD_NOT_ALLOWED, body, len, "text/plain");
     }
     if (is_metrics) {
         body = metrics_page(m, &len);
@@ -532,11 +528,10 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
         __atomic_add_fetch(&m->bad_requests, 1, __ATOMIC_RELAXED);
 }
 
-/* --- create, destroy ------------------------------------------------------- */
+/* --- create, destroy ------------------------------------------------------ */
 
 /* Resolve "host:port" into @sa (IPv4). */
-static rdmx_status_t parse_address(const char *address,
-                                   struct sockaddr_in *sa)
+static rdmx_status_t parse_address(const char *address, struct sockaddr_in *sa)
 {
     char host[256];
     uint16_t port;
@@ -547,8 +542,7 @@ static rdmx_status_t parse_address(const char *address,
                            "metrics: address '%s': not host:port", address);
     if (getaddrinfo(host, NULL, &hints, &ai) != 0 || ai == NULL)
         return rdmx__error(RDMX_ERR_INVALID,
-                           "metrics: address '%s': unknown IPv4 host",
-                           address);
+                           "metrics: address '%s': unknown IPv4 host", address);
     memcpy(sa, ai->ai_addr, sizeof(*sa));
     freeaddrinfo(ai);
     sa->sin_port = htons(port);
@@ -589,11 +583,11 @@ rdmx_status_t rdmx_metrics_http_create(const rdmx_metrics_http_params_t *params,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_HTTP_MEMORY_LIMIT,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNECTIONS,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, m,
-        MHD_OPTION_NOTIFY_COMPLETED, on_done, m, MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, m, MHD_OPTION_NOTIFY_COMPLETED,
+        on_done, m, MHD_OPTION_END);
     if (m->daemon == NULL) {
-        status = rdmx__error(RDMX_ERR_IO, "metrics: cannot listen on %s",
-                             address);
+        status =
+            rdmx__error(RDMX_ERR_IO, "metrics: cannot listen on %s", address);
         goto err_free;
     }
     di = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_BIND_PORT);
