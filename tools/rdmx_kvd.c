@@ -405,23 +405,15 @@ static void kv_metrics(rdmx_metrics_page_t *page, void *arg)
 }
 
 /* The slow-path warnings (rpc/health.h) of the server as started, on
- * stderr; /health lists the same. */
+ * stderr; /health lists the same, from the same facts. */
 static void print_warnings(const rdmx_kv_server_config_t *cfg,
                            const rdmx_kv_server_info_t *info)
 {
     char w[RDMX_HEALTH_WARNINGS_MAX][RDMX_HEALTH_WARNING_LEN];
-    rdmx_transport_t requested = RDMX_TRANSPORT_AUTO;
     rdmx_health_facts_t f;
     unsigned n;
 
-    if (cfg->context.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT)
-        requested = cfg->context.transport;
-    else if (getenv("RDMX_TRANSPORT") != NULL)
-        rdmx_transport_parse(getenv("RDMX_TRANSPORT"), &requested);
-    f.requested = requested;
-    f.chosen = info->transport;
-    f.memory = cfg->memory;
-    f.memlock_limit = rdmx__health_memlock_limit();
+    rdmx__health_facts_of_server(info->rpc, cfg->memory, &f);
     n = rdmx__health_warnings(&f, w, RDMX_HEALTH_WARNINGS_MAX);
     for (unsigned i = 0; i < n && i < RDMX_HEALTH_WARNINGS_MAX; i++)
         fprintf(stderr, "rdmx-kvd: WARNING: %s\n", w[i]);

@@ -4,6 +4,9 @@
  */
 #include "rpc/health.h"
 
+#include "core/upper.h"
+#include "rpc/internal.h"
+
 #include <stdio.h>
 #include <sys/resource.h>
 
@@ -50,4 +53,15 @@ uint64_t rdmx__health_memlock_limit(void)
     if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return UINT64_MAX;
     return (uint64_t)rl.rlim_cur;
+}
+
+void rdmx__health_facts_of_server(rdmx_rpc_server_t *server, uint64_t memory,
+                                  rdmx_health_facts_t *facts_p)
+{
+    rdmx_context_t *ctx = rdmx__rpc_server_context(server);
+
+    facts_p->requested = rdmx__context_requested(ctx);
+    facts_p->chosen = rdmx_context_transport(ctx);
+    facts_p->memory = memory;
+    facts_p->memlock_limit = rdmx__health_memlock_limit();
 }

@@ -11,6 +11,7 @@
 #define RDMX_RPC_HEALTH_H
 
 #include <rdmx/core.h>
+#include <rdmx/rpc.h>
 
 #include <stdint.h>
 
@@ -34,6 +35,12 @@ typedef struct {
 unsigned rdmx__health_warnings(const rdmx_health_facts_t *facts,
                                char (*out)[RDMX_HEALTH_WARNING_LEN],
                                unsigned max);
+
+/* The facts of a started RPC server: what its context was asked for and
+ * uses, @memory, and this process's memlock limit. rdmx-kvd's start-up
+ * warnings and /health both take them from here. */
+void rdmx__health_facts_of_server(rdmx_rpc_server_t *server, uint64_t memory,
+                                  rdmx_health_facts_t *facts_p);
 
 /* This process's RLIMIT_MEMLOCK soft limit in bytes; UINT64_MAX when
  * unlimited or unknown. */

@@ -11,7 +11,6 @@
 #define _GNU_SOURCE
 #include <rdmx/metrics.h>
 
-#include "core/upper.h"
 #include "rpc/health.h"
 #include "rpc/internal.h"
 
@@ -225,15 +224,9 @@ static uint64_t resident_bytes(void)
  * there is no context to judge). */
 static int facts_of(const rdmx_metrics_http_t *m, rdmx_health_facts_t *f)
 {
-    rdmx_context_t *ctx;
-
     if (m->rpc == NULL)
         return 0;
-    ctx = rdmx__rpc_server_context(m->rpc);
-    f->requested = rdmx__context_requested(ctx);
-    f->chosen = rdmx_context_transport(ctx);
-    f->memory = m->memory;
-    f->memlock_limit = rdmx__health_memlock_limit();
+    rdmx__health_facts_of_server(m->rpc, m->memory, f);
     return 1;
 }
 
