@@ -4,7 +4,8 @@
 # each: scrape, drive real traffic from another process, scrape again; every
 # page passes `promtool check metrics`, the counters moved by exactly the
 # traffic sent, /health is the documented JSON, and bad requests (unknown
-# path, wrong method, huge headers) get 404, 405, 431 and are counted.
+# path, wrong method, huge headers) get 404, 405, 431 and are counted; a
+# client stuck in its headers holds up neither KV traffic nor scrapes.
 # rdmx-perf --rpc-only --metrics-listen is scraped around an rdmx-info ping.
 # Usage: metrics_http.sh BINDIR PEER
 set -eu
@@ -34,7 +35,7 @@ wait_line() {
 
 # scrape URL FILE: GET /metrics into FILE, checked by promtool.
 scrape() {
-    curl -sf "$1/metrics" -o "$2" || die "GET $1/metrics"
+    curl -sf -m 10 "$1/metrics" -o "$2" || die "GET $1/metrics"
     promtool check metrics <"$2" || die "promtool check metrics: $2"
 }
 
@@ -67,6 +68,28 @@ bad_requests() {
     scrape "$1" "$tmp/bad1"
     moved "$tmp/bad0" "$tmp/bad1" rdmx_http_bad_requests_total 3
     moved "$tmp/bad0" "$tmp/bad1" 'rdmx_http_requests_total{path="other"}' 1
+}
+
+# stuck URL KVADDR: a client stuck in the middle of its headers holds no one
+# up: KV traffic and other scrapes go on while it hangs there.
+stuck() {
+    port=${1##*:}
+    python3 -c '
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Half: ")
+time.sleep(60)' "$port" &
+    hold=$!
+    sleep 0.5
+    scrape "$1" "$tmp/stuck0"
+    "$bin/rdmx-kv" -s "$2" put stuck v >/dev/null || die "put beside a stuck HTTP client"
+    "$bin/rdmx-kv" -s "$2" get stuck >/dev/null || die "get beside a stuck HTTP client"
+    scrape "$1" "$tmp/stuck1"
+    moved "$tmp/stuck0" "$tmp/stuck1" rdmx_kv_cmd_set_total 1
+    moved "$tmp/stuck0" "$tmp/stuck1" rdmx_kv_get_hits_total 1
+    kill -0 $hold || die "the stuck client did not stay"
+    kill $hold
+    wait $hold 2>/dev/null || true
 }
 
 # health URL WORKERS: /health is the documented object.
@@ -126,6 +149,7 @@ moved "$tmp/kv0" "$tmp/kv1" 'rdmx_http_requests_total{path="/metrics"}' 1
     die "registered bytes"
 health "$url" 2
 bad_requests "$url"
+stuck "$url" "$addr"
 kill -TERM $kvd
 wait $kvd || die "rdmx-kvd did not stop cleanly"
 kvd=""
