@@ -6,11 +6,15 @@
 set -euo pipefail
 
 # libclang-rt-14-dev: libFuzzer and sanitizer runtimes for `make fuzz` (clang
-# only recommends it, and recommends are not installed).
+# only recommends it, and recommends are not installed). libmicrohttpd-dev:
+# the metrics endpoint; curl and prometheus (promtool) test it; groff-base
+# checks the man pages; libsystemd-dev: rdmx-kvd's readiness under systemd;
+# python3: the ops tests' JSON and notify-socket checks.
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
-  libucx-dev ucx-utils libssl-dev liblua5.4-dev
+  libucx-dev ucx-utils libssl-dev liblua5.4-dev libmicrohttpd-dev
   iproute2 procps
+  libsystemd-dev curl prometheus groff-base python3
 )
 
 missing=()

@@ -20,5 +20,6 @@
 #include <rdmx/rpc.h>
 #include <rdmx/kv.h>
 #include <rdmx/lambda.h>
+#include <rdmx/metrics.h>
 
 #endif /* RDMX_H */

@@ -1283,4 +1283,5 @@ void rdmx__kv_server_info(const rdmx_kv_server_t *s,
     info_p->port = rdmx_rpc_server_port(s->rpc);
     info_p->workers = rdmx_rpc_server_workers(s->rpc);
     info_p->transport = rdmx_context_transport(s->ctx);
+    info_p->rpc = s->rpc;
 }

@@ -106,6 +106,8 @@ typedef struct {
     uint16_t port;               /* the port bound */
     unsigned workers;            /* RPC server threads */
     rdmx_transport_t transport;  /* the context's */
+    rdmx_rpc_server_t *rpc;      /* its RPC server (for the metrics
+                                    endpoint: rdmx_metrics_http_create) */
 } rdmx_kv_server_info_t;
 
 /*
@@ -132,7 +134,7 @@ void rdmx__kv_server_destroy(rdmx_kv_server_t *s);
 void rdmx__kv_server_stats(rdmx_kv_server_t *s,
                            rdmx_kv_server_stats_t *stats_p);
 
-/* Port, workers and transport of a started server. */
+/* Port, workers, transport and RPC server of a started server. */
 void rdmx__kv_server_info(const rdmx_kv_server_t *s,
                           rdmx_kv_server_info_t *info_p);
 

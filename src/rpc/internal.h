@@ -43,6 +43,14 @@ void rdmx__counters_merge(rdmx_rpc_counters_t *into,
 void rdmx__counters_export(const rdmx_rpc_counters_t *c, const char *name,
                            rdmx_rpc_metrics_t *out);
 
+/* Handler @k's counters summed over the workers (racy reads, as
+ * rdmx.stats makes) into @out, its name in @name_p; any thread. 0 once @k
+ * is past the last handler or before start, 1 otherwise. */
+int rdmx__rpc_server_counters(rdmx_rpc_server_t *s, unsigned k,
+                              rdmx_rpc_counters_t *out, const char **name_p);
+/* The context a server was created on. */
+rdmx_context_t *rdmx__rpc_server_context(const rdmx_rpc_server_t *s);
+
 /* --- links ------------------------------------------------------------------ */
 
 typedef enum { RDMX_RPC_LINK_SERVER = 1, RDMX_RPC_LINK_CHANNEL = 2 } rdmx_rpc_role_t;

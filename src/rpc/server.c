@@ -1341,3 +1341,20 @@ unsigned rdmx_rpc_server_metrics(rdmx_rpc_server_t *s,
     free(sum);
     return s->nhandlers;
 }
+
+int rdmx__rpc_server_counters(rdmx_rpc_server_t *s, unsigned k,
+                              rdmx_rpc_counters_t *out, const char **name_p)
+{
+    if (s == NULL || !s->started || k >= s->nhandlers)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    for (unsigned i = 0; i < s->nworkers; i++)
+        rdmx__counters_merge(out, &s->workers[i].counters[k]);
+    *name_p = s->handlers[k].name;
+    return 1;
+}
+
+rdmx_context_t *rdmx__rpc_server_context(const rdmx_rpc_server_t *s)
+{
+    return s->ctx;
+}

@@ -34,6 +34,7 @@ static void usage(FILE *f)
         "usage: rdmx-perf --listen [HOST:]PORT [--once] [--transport T]\n"
         "                 [--server-workers N] [--poll busy|adaptive|sleep] "
         "[--rpc-only]\n"
+        "                 [--metrics-listen HOST:PORT]\n"
         "       rdmx-perf HOST:PORT -t TEST[,TEST...|all|rpc] [-s "
         "SIZE[,SIZE...] "
         "| -a]\n"
@@ -80,6 +81,8 @@ static void usage(FILE *f)
         "               --once: until it had no client for 2 s); client: "
         "connect the\n"
         "               channels straight to it (several client processes)\n"
+        "  --metrics-listen HOST:PORT  --rpc-only server: serve GET /metrics\n"
+        "               and /health over HTTP (docs/OPERATIONS.md)\n"
         "  --transport  auto|shm|tcp|rdma (default auto, or "
         "RDMX_TRANSPORT)\n"
         "  --json       one JSON object per result line\n"
@@ -177,6 +180,7 @@ enum {
     OPT_POLL,
     OPT_RPC_ONLY,
     OPT_FUNCTION,
+    OPT_METRICS_LISTEN,
 };
 
 /* Option @p c of getopt_long() with its argument @p arg (but -a and -h,
@@ -220,6 +224,9 @@ static int parse_option(int c, const char *arg, opts_t *o)
         return 0;
     case OPT_RPC_ONLY:
         o->rpc_only = true;
+        return 0;
+    case OPT_METRICS_LISTEN:
+        o->metrics_listen = arg;
         return 0;
     case 'n':
         return opt_uint(arg, 1, UINT64_MAX, &o->iters) < 0 ? bad("-n", arg) : 0;
@@ -330,6 +337,7 @@ int perf_parse_args(int argc, char **argv, opts_t *o)
         {"poll", required_argument, NULL, OPT_POLL},
         {"rpc-only", no_argument, NULL, OPT_RPC_ONLY},
         {"function", required_argument, NULL, OPT_FUNCTION},
+        {"metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN},
         {"threads", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -367,6 +375,11 @@ int perf_parse_args(int argc, char **argv, opts_t *o)
         for (size_t s = 8; s <= 8u << 20; s *= 4) {
             o->sizes[o->nsizes++] = s;
         }
+    }
+    if (o->metrics_listen != NULL && (o->listen == NULL || !o->rpc_only)) {
+        fprintf(stderr, "rdmx-perf: --metrics-listen: only with --listen "
+                        "and --rpc-only\n");
+        return -1;
     }
     if (o->listen != NULL) {
         if (optind != argc) {

@@ -101,6 +101,7 @@ typedef struct {
     unsigned server_workers; /* RPC server workers; 0: the default (1) */
     int poll;                /* rdmx_rpc_poll_t; -1: the default (busy) */
     bool rpc_only;        /* server: an RPC server alone; client: no control */
+    const char *metrics_listen; /* --rpc-only server: HTTP /metrics, /health */
     const char *function; /* lambda_lat: --function FILE (NULL: "return") */
     char *function_src;   /* its source (malloc'd) */
     size_t function_len;

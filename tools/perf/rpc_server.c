@@ -465,6 +465,7 @@ int perf_run_rpc_server(perf_t *p, const opts_t *o, const char *host)
     int poll = o->poll >= 0 ? o->poll : RDMX_RPC_POLL_BUSY;
     uint64_t idle_since = 0;
     char address[300];
+    rdmx_metrics_http_t *metrics = NULL;
 
     if (s == NULL) {
         return perf_fail_msg("out of memory");
@@ -483,6 +484,25 @@ int perf_run_rpc_server(perf_t *p, const opts_t *o, const char *host)
     printf("listening on %s\n", address);
     printf("# rpc server: %u worker(s), poll %s, transport %s\n", workers,
            perf_poll_name(poll), rdmx_transport_name(o->transport));
+    if (o->metrics_listen != NULL) {
+        rdmx_metrics_http_params_t mp = {
+            .field_mask = RDMX_METRICS_HTTP_PARAM_FIELD_ADDRESS |
+                          RDMX_METRICS_HTTP_PARAM_FIELD_RPC_SERVER,
+            .address = o->metrics_listen,
+            .rpc_server = s->srv};
+        rdmx_status_t mst = rdmx_metrics_http_create(&mp, &metrics);
+        char mhost[256];
+        uint16_t mport;
+
+        if (mst != RDMX_OK) {
+            rpc_srv_stop(s, NULL);
+            free(s);
+            return perf_fail("serve --metrics-listen", mst);
+        }
+        rdmx_addr_parse(o->metrics_listen, mhost, sizeof(mhost), &mport);
+        printf("# metrics on http://%s:%u/metrics\n", mhost,
+               rdmx_metrics_http_port(metrics));
+    }
     fflush(stdout);
     while (!g_stop) {
         struct timespec ts = {0, 50000000};
@@ -501,6 +521,7 @@ int perf_run_rpc_server(perf_t *p, const opts_t *o, const char *host)
             }
         }
     }
+    rdmx_metrics_http_destroy(metrics);
     rpc_srv_stop(s, &st);
     free(s);
     fprintf(stderr,

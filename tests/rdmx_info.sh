@@ -1,0 +1,71 @@
+#!/bin/sh
+# rdmx-info (docs/OPERATIONS.md) against a real rdmx-kvd over the
+# transport RDMX_TRANSPORT names: the path lines, the WARNING lines and the
+# exit status agree (tcp: RMA emulated, warning, exit 1; shm: one-sided RMA,
+# no warning, exit 0); the local report names this build and its
+# transports; an unreachable server exits 3, a bad option 2.
+# Usage: rdmx_info.sh BINDIR
+set -eu
+bin=$1
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+tmp=$(mktemp -d)
+kvd=""
+trap '[ -z "$kvd" ] || kill $kvd 2>/dev/null || true; rm -rf "$tmp"' EXIT
+die() { echo "FAIL: $*" >&2; exit 1; }
+
+# Local: version, build, transports, devices; exit 0 or 1 as it warns.
+rc=0
+"$bin/rdmx-info" >"$tmp/local" 2>&1 || rc=$?
+cat "$tmp/local"
+grep -q "^rdmx [0-9]" "$tmp/local" || die "no version line"
+grep -q "^build: .*UCX" "$tmp/local" || die "no build line"
+grep -q "^backends: ucx" "$tmp/local" || die "no backends line"
+grep -q "^  tcp   available" "$tmp/local" || die "tcp not listed as available"
+grep -q "^  rdma  " "$tmp/local" || die "rdma not listed"
+if grep -q "^WARNING:" "$tmp/local"; then want=1; else want=0; fi
+[ $rc -eq $want ] || die "local: exit $rc with warnings=$want"
+
+# Against a server.
+"$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m >"$tmp/kvd.out" 2>&1 &
+kvd=$!
+addr=""
+for _ in $(seq 100); do
+    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/kvd.out")
+    [ -n "$addr" ] && break
+    sleep 0.1
+done
+[ -n "$addr" ] || die "rdmx-kvd did not start: $(cat "$tmp/kvd.out")"
+rc=0
+"$bin/rdmx-info" --server "$addr" >"$tmp/srv" 2>&1 || rc=$?
+cat "$tmp/srv"
+grep -q "^server: $addr (rdmx.ping answered" "$tmp/srv" || die "no server line"
+msg=$(sed -n 's/^path: messages  *//p' "$tmp/srv")
+grep -q "^path: rma " "$tmp/srv" || die "no rma path"
+grep -q "^path: atomics " "$tmp/srv" || die "no atomics path"
+case "${RDMX_TRANSPORT:-auto}" in
+tcp)
+    [ "$msg" = tcp ] || die "messages over $msg, not tcp"
+    grep -q "^path: rma  *emulated" "$tmp/srv" || die "rma not emulated on tcp"
+    grep -q "^WARNING: RMA emulated" "$tmp/srv" || die "no RMA warning on tcp"
+    [ $rc -eq 1 ] || die "tcp: exit $rc, not 1"
+    ;;
+shm)
+    [ "$msg" = shm ] || die "messages over $msg, not shm"
+    grep -q "^path: rma  *one-sided (shared memory)" "$tmp/srv" ||
+        die "rma not one-sided on shm"
+    if grep -q "^WARNING" "$tmp/srv"; then die "a warning on shm"; fi
+    [ $rc -eq 0 ] || die "shm: exit $rc, not 0"
+    ;;
+esac
+kill -TERM $kvd
+wait $kvd || die "rdmx-kvd did not stop cleanly"
+kvd=""
+
+# The server is gone: exit 3. A bad option: exit 2.
+rc=0
+"$bin/rdmx-info" --server "$addr" --timeout 500 >/dev/null 2>&1 || rc=$?
+[ $rc -eq 3 ] || die "unreachable server: exit $rc, not 3"
+rc=0
+"$bin/rdmx-info" --no-such-option >/dev/null 2>&1 || rc=$?
+[ $rc -eq 2 ] || die "bad option: exit $rc, not 2"
+echo "rdmx_info: ok"

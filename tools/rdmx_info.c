@@ -1,0 +1,359 @@
+/*
+ * rdmx-info: what this build of rdmx has, and which path each kind of
+ * operation takes against a server (as ucx_info and fi_info do for their
+ * stacks). docs/OPERATIONS.md, "rdmx-info", gives the output and the exit
+ * status; the warnings come from the function rdmx-kvd and /health use
+ * (rpc/health.h).
+ */
+#define _GNU_SOURCE
+#include <rdmx/rdmx.h>
+
+#include "options.h"
+#include "rpc/health.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Exit statuses (docs/OPERATIONS.md). */
+enum { INFO_FAST = 0, INFO_SLOW = 1, INFO_USAGE = 2, INFO_ERROR = 3 };
+
+#ifndef RDMX_BUILD_TYPE
+#define RDMX_BUILD_TYPE "unknown"
+#endif
+#ifndef RDMX_BUILD_CC
+#define RDMX_BUILD_CC "unknown"
+#endif
+#ifndef RDMX_BUILD_UCX
+#define RDMX_BUILD_UCX "unknown"
+#endif
+#ifndef RDMX_BUILD_MHD
+#define RDMX_BUILD_MHD "unknown"
+#endif
+#ifndef RDMX_BUILD_SANITIZE
+#define RDMX_BUILD_SANITIZE "off"
+#endif
+/* First UCX release whose atomics rdmx cannot use under peer failure
+ * detection (docs/CORE.md, "UCX versions"), as major * 100 + minor. */
+#define UCX_NO_ATOMICS 116
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: rdmx-info [options]\n"
+        "Prints the version, build options, backends, the transports this\n"
+        "host can open and its devices; with --server, connects and prints\n"
+        "the path messages, RMA and atomics take, with a WARNING for each\n"
+        "slow path (docs/OPERATIONS.md).\n"
+        "  -s, --server HOST:PORT     an rdmx RPC server (rdmx-kvd, ...)\n"
+        "      --transport T          auto|shm|tcp|rdma to ask for (default:\n"
+        "                             RDMX_TRANSPORT or auto)\n"
+        "  -m, --memory SIZE          memory that would be registered, for\n"
+        "                             the memlock check (default 0)\n"
+        "      --auth-secret-file F   the server's secret\n"
+        "  -t, --timeout MS           connect and ping limit (default 5000)\n"
+        "  -h, --help\n"
+        "exit: 0 fast path, 1 a WARNING was printed, 2 usage, 3 error\n");
+}
+
+/* The UCX version this build was compiled against, major * 100 + minor. */
+static unsigned build_ucx_version(void)
+{
+    unsigned major = 0, minor = 0;
+
+    if (sscanf(RDMX_BUILD_UCX, "%u.%u", &major, &minor) != 2)
+        return 0;
+    return major * 100 + minor;
+}
+
+/* Print the names in @dir (a /sys class) on one line, or "(none)". */
+static void list_dir(const char *what, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+
+    printf("  %-5s", what);
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        printf(" %s", e->d_name);
+        n++;
+    }
+    if (d != NULL)
+        closedir(d);
+    printf("%s   (%s)\n", n ? "" : " (none)", dir);
+}
+
+/* Which transports this host can open: one context each. */
+static void list_transports(const char *net_devices)
+{
+    static const rdmx_transport_t all[] = {
+        RDMX_TRANSPORT_SHM, RDMX_TRANSPORT_TCP, RDMX_TRANSPORT_RDMA,
+        RDMX_TRANSPORT_AUTO};
+
+    printf("transports:\n");
+    for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        rdmx_context_params_t cp = {.field_mask =
+                                        RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                                        RDMX_CONTEXT_PARAM_FIELD_NAME,
+                                    .transport = all[i],
+                                    .name = "rdmx-info"};
+        rdmx_context_t *ctx;
+        rdmx_status_t st;
+
+        if (net_devices != NULL) {
+            cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
+            cp.net_devices = net_devices;
+        }
+        st = rdmx_context_create(&cp, &ctx);
+        if (st != RDMX_OK) {
+            printf("  %-5s not available (%s)\n", rdmx_transport_name(all[i]),
+                   rdmx_strerror(st));
+            continue;
+        }
+        if (all[i] == RDMX_TRANSPORT_AUTO)
+            printf("  %-5s -> %s\n", rdmx_transport_name(all[i]),
+                   rdmx_transport_name(rdmx_context_transport(ctx)));
+        else
+            printf("  %-5s available\n", rdmx_transport_name(all[i]));
+        rdmx_context_destroy(ctx);
+    }
+}
+
+/* The path of one-sided operations on a connection over @t. */
+static const char *rma_path(rdmx_transport_t t)
+{
+    const char *env = getenv("RDMX_RMA");
+
+    if (t == RDMX_TRANSPORT_TCP)
+        return "emulated (carried by rdmx over messages to the target's "
+               "worker)";
+    if (env != NULL && strcmp(env, "rdmx") == 0)
+        return "carried by rdmx over messages (RDMX_RMA=rdmx)";
+    return t == RDMX_TRANSPORT_SHM ? "one-sided (shared memory)"
+                                   : "one-sided (RDMA)";
+}
+
+static const char *atomics_path(rdmx_transport_t t)
+{
+    const char *env = getenv("RDMX_ATOMICS");
+    unsigned ucx = build_ucx_version();
+
+    if (t == RDMX_TRANSPORT_TCP)
+        return "emulated (carried by rdmx over messages to the target's "
+               "worker)";
+    if (env != NULL && strcmp(env, "rdmx") == 0)
+        return "carried by rdmx over messages (RDMX_ATOMICS=rdmx)";
+    if (ucx == 0 || ucx >= UCX_NO_ATOMICS)
+        return "carried by rdmx over messages (UCX " RDMX_BUILD_UCX
+               " has none under peer failure detection)";
+    return t == RDMX_TRANSPORT_SHM ? "one-sided (shared memory)"
+                                   : "one-sided (RDMA)";
+}
+
+/* Print the warnings of @f; return how many. */
+static unsigned print_warnings(const rdmx_health_facts_t *f)
+{
+    char w[RDMX_HEALTH_WARNINGS_MAX][RDMX_HEALTH_WARNING_LEN];
+    unsigned n = rdmx__health_warnings(f, w, RDMX_HEALTH_WARNINGS_MAX);
+
+    for (unsigned i = 0; i < n && i < RDMX_HEALTH_WARNINGS_MAX; i++)
+        printf("WARNING: %s\n", w[i]);
+    return n;
+}
+
+/* Connect to @server over a context asking for @cp's transport, ping it,
+ * and print the paths; the connection's transport into @chosen_p. */
+static int probe_server(const char *server, const rdmx_context_params_t *cp,
+                        const void *secret, size_t secret_len, int timeout_ms,
+                        rdmx_transport_t *chosen_p)
+{
+    rdmx_channel_params_t chp = {.field_mask =
+                                     RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                                     RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT,
+                                 .timeout_ms = timeout_ms,
+                                 .connect_timeout_ms = timeout_ms};
+    rdmx_context_t *ctx = NULL;
+    rdmx_worker_t *w = NULL;
+    rdmx_channel_t *ch = NULL;
+    rdmx_ep_t *ep;
+    rdmx_status_t st;
+    struct timespec t0, t1;
+    char resp[64];
+    size_t len;
+    int ret = INFO_ERROR;
+
+    if (secret != NULL) {
+        chp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_AUTH_SECRET;
+        chp.auth_secret = secret;
+        chp.auth_secret_len = secret_len;
+    }
+    if ((st = rdmx_context_create(cp, &ctx)) != RDMX_OK ||
+        (st = rdmx_worker_create(ctx, NULL, &w)) != RDMX_OK ||
+        (st = rdmx_channel_create(w, server, &chp, &ch)) != RDMX_OK ||
+        (st = rdmx_channel_wait_ready(ch, timeout_ms)) != RDMX_OK)
+        goto fail;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((st = rdmx_call(ch, "rdmx.ping", NULL, 0, resp, sizeof(resp), NULL,
+                        &len)) != RDMX_OK)
+        goto fail;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if ((ep = rdmx_channel_ep(ch)) == NULL) {
+        st = RDMX_ERR_CONN_CLOSED;
+        goto fail;
+    }
+    *chosen_p = rdmx_ep_transport(ep);
+    printf("server: %s (rdmx.ping answered in %.3f ms)\n", server,
+           (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+               (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    printf("path: messages  %s\n", rdmx_transport_name(*chosen_p));
+    printf("path: rma       %s\n", rma_path(*chosen_p));
+    printf("path: atomics   %s\n", atomics_path(*chosen_p));
+    ret = INFO_FAST;
+    goto out;
+fail:
+    fprintf(stderr, "rdmx-info: %s: %s (%s)\n", server, rdmx_strerror(st),
+            rdmx_error_detail());
+out:
+    rdmx_channel_destroy(ch);
+    rdmx_worker_destroy(w);
+    rdmx_context_destroy(ctx);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"server", required_argument, NULL, 's'},
+        {"transport", required_argument, NULL, 'T'},
+        {"memory", required_argument, NULL, 'm'},
+        {"auth-secret-file", required_argument, NULL, 'A'},
+        {"timeout", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    rdmx_context_params_t cp = {.field_mask = RDMX_CONTEXT_PARAM_FIELD_NAME,
+                                .name = "rdmx-info"};
+    rdmx_health_facts_t f = {.requested = RDMX_TRANSPORT_AUTO};
+    const char *server = NULL, *secret_file = NULL, *env;
+    const char *net_devices = NULL;
+    char secret[4096], host[256];
+    size_t secret_len = 0, memory = 0;
+    uint16_t port;
+    int c, timeout_ms = 5000, ret;
+
+    while ((c = getopt_long(argc, argv, "s:m:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            server = optarg;
+            break;
+        case 'T':
+            if (rdmx_transport_parse(optarg, &cp.transport) != RDMX_OK) {
+                fprintf(stderr, "rdmx-info: --transport auto|shm|tcp|rdma\n");
+                return INFO_USAGE;
+            }
+            cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT;
+            break;
+        case 'm':
+            if (opt_size(optarg, &memory)) {
+                fprintf(stderr, "rdmx-info: --memory '%s': a size\n", optarg);
+                return INFO_USAGE;
+            }
+            break;
+        case 'A':
+            secret_file = optarg;
+            break;
+        case 't': {
+            size_t v;
+            if (opt_size(optarg, &v) || v == 0 || v > 3600000) {
+                fprintf(stderr,
+                        "rdmx-info: --timeout '%s': milliseconds, "
+                        "1..3600000\n",
+                        optarg);
+                return INFO_USAGE;
+            }
+            timeout_ms = (int)v;
+            break;
+        }
+        case 'h':
+            usage(stdout);
+            return INFO_FAST;
+        default:
+            usage(stderr);
+            return INFO_USAGE;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return INFO_USAGE;
+    }
+    if (secret_file != NULL) {
+        FILE *sf = fopen(secret_file, "r");
+        if (sf == NULL) {
+            fprintf(stderr, "rdmx-info: %s: %s\n", secret_file,
+                    strerror(errno));
+            return INFO_USAGE;
+        }
+        secret_len = fread(secret, 1, sizeof(secret), sf);
+        fclose(sf);
+        while (secret_len > 0 && (secret[secret_len - 1] == '\n' ||
+                                  secret[secret_len - 1] == '\r'))
+            secret_len--;
+    }
+    /* A loopback server: keep UCX on lo, as rdmx-kvd and rdmx-kv do. */
+    if (server != NULL &&
+        rdmx_addr_parse(server, host, sizeof(host), &port) == RDMX_OK &&
+        rdmx_host_is_loopback(host) && getenv("UCX_NET_DEVICES") == NULL) {
+        cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
+        cp.net_devices = net_devices = "lo";
+    }
+    if (cp.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT)
+        f.requested = cp.transport;
+    else if ((env = getenv("RDMX_TRANSPORT")) != NULL)
+        rdmx_transport_parse(env, &f.requested);
+    f.memory = memory;
+    f.memlock_limit = rdmx__health_memlock_limit();
+    /* Trying each transport leaves some of the environment rdmx sets for
+     * UCX unused; that is expected here, not worth UCX's warning. */
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+
+    printf("rdmx %s\n", rdmx_version());
+    printf("build: %s, %s, sanitizers %s, UCX %s, libmicrohttpd %s\n",
+           RDMX_BUILD_TYPE, RDMX_BUILD_CC, RDMX_BUILD_SANITIZE, RDMX_BUILD_UCX,
+           RDMX_BUILD_MHD);
+    printf("backends: ucx\n");
+    list_transports(net_devices);
+    printf("devices:\n");
+    list_dir("rdma", "/sys/class/infiniband");
+    list_dir("net", "/sys/class/net");
+    if (f.memlock_limit == UINT64_MAX)
+        printf("memlock: unlimited\n");
+    else
+        printf("memlock: %llu bytes (ulimit -l)\n",
+               (unsigned long long)f.memlock_limit);
+    fflush(stdout);
+
+    if (server != NULL) {
+        ret = probe_server(server, &cp, secret_file ? secret : NULL, secret_len,
+                           timeout_ms, &f.chosen);
+        if (ret != INFO_FAST)
+            return ret;
+    } else {
+        rdmx_context_t *ctx;
+        rdmx_status_t st = rdmx_context_create(&cp, &ctx);
+        if (st != RDMX_OK) {
+            fprintf(stderr, "rdmx-info: %s (%s)\n", rdmx_strerror(st),
+                    rdmx_error_detail());
+            return INFO_ERROR;
+        }
+        f.chosen = rdmx_context_transport(ctx);
+        printf("context: %s\n", rdmx_transport_name(f.chosen));
+        rdmx_context_destroy(ctx);
+    }
+    return print_warnings(&f) > 0 ? INFO_SLOW : INFO_FAST;
+}
