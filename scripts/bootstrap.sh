@@ -6,11 +6,13 @@
 set -euo pipefail
 
 # libclang-rt-14-dev: libFuzzer and sanitizer runtimes for `make fuzz` (clang
-# only recommends it, and recommends are not installed).
+# only recommends it, and recommends are not installed). python3-*: the
+# Python module and its tests (docs/PYTHON.md).
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libucx-dev ucx-utils libssl-dev liblua5.4-dev
   iproute2 procps
+  python3-dev python3-numpy python3-pytest python3-torch
 )
 
 missing=()
