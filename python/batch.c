@@ -190,7 +190,7 @@ static int single_slot(pyclient_t *c, PyObject *buf, PyObject *a2,
                             "pointer form: (key, ptr, size)");
             return -1;
         }
-        if ((len = PyLong_AsSize_t(a2)) == (size_t)-1 && PyErr_Occurred())
+        if ((len = rdmx_py_size(a2)) == (size_t)-1 && PyErr_Occurred())
             return -1;
         if ((*reg_p = rdmx_py_reg_find(c, p, len)) == NULL) {
             rdmx_py_raise(RDMX_ERR_INVALID,
@@ -205,7 +205,7 @@ static int single_slot(pyclient_t *c, PyObject *buf, PyObject *a2,
         0)
         return -1;
     if (a2 != NULL && a2 != Py_None &&
-        (off = PyLong_AsSize_t(a2)) == (size_t)-1 && PyErr_Occurred())
+        (off = rdmx_py_size(a2)) == (size_t)-1 && PyErr_Occurred())
         goto fail;
     if (off > (size_t)view->len) {
         rdmx_py_raise(RDMX_ERR_OUT_OF_RANGE, "offset past the buffer's end");
@@ -213,7 +213,7 @@ static int single_slot(pyclient_t *c, PyObject *buf, PyObject *a2,
     }
     len = (size_t)view->len - off;
     if (a3 != NULL && a3 != Py_None) {
-        size_t size = PyLong_AsSize_t(a3);
+        size_t size = rdmx_py_size(a3);
         if (size == (size_t)-1 && PyErr_Occurred())
             goto fail;
         if (size > len) {

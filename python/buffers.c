@@ -104,7 +104,7 @@ PyObject *rdmx_py_register_buffer(pyclient_t *c, PyObject *args)
     if (size_obj != NULL) {
         /* Mooncake's form: raw memory the caller keeps alive. */
         void *p = PyLong_AsVoidPtr(obj);
-        size_t n = PyLong_AsSize_t(size_obj);
+        size_t n = rdmx_py_size(size_obj);
         if (PyErr_Occurred())
             goto fail;
         r->addr = p;

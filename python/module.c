@@ -149,6 +149,18 @@ int rdmx_py_errors_init(PyObject *m)
     return 0;
 }
 
+size_t rdmx_py_size(PyObject *obj)
+{
+    PyObject *i = PyNumber_Index(obj);
+    size_t v;
+
+    if (i == NULL)
+        return (size_t)-1;
+    v = PyLong_AsSize_t(i);
+    Py_DECREF(i);
+    return v;
+}
+
 int rdmx_py_key(PyObject *obj, const char **key_p, size_t *klen_p)
 {
     Py_ssize_t len;
@@ -212,12 +224,67 @@ void rdmx_py_keys_release(rdmx_py_keys_t *k)
     memset(k, 0, sizeof(*k));
 }
 
+/* The array fast path of rdmx_py_sizes: a contiguous buffer of n native
+ * 64-bit integers (a numpy int64 or uint64 array). 1 if @seq is not one. */
+static int sizes_array(PyObject *seq, const char *what, size_t n,
+                       size_t **out_p)
+{
+    Py_buffer v;
+    const char *f;
+    size_t *out;
+    int rc = -1;
+
+    if (PyList_Check(seq) || PyTuple_Check(seq) || !PyObject_CheckBuffer(seq))
+        return 1;
+    if (PyObject_GetBuffer(seq, &v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    f = v.format != NULL ? v.format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (v.itemsize != 8 || f[0] == '\0' || f[1] != '\0' ||
+        strchr("qQlLnN", f[0]) == NULL) {
+        PyBuffer_Release(&v);
+        return 1;
+    }
+    if ((size_t)v.len / 8 != n) {
+        char detail[128];
+        snprintf(detail, sizeof(detail), "%s has %zd items for %zu keys",
+                 what, v.len / 8, n);
+        rdmx_py_raise(RDMX_ERR_INVALID, detail);
+        goto out;
+    }
+    if ((out = PyMem_Calloc(n + 1, sizeof(*out))) == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    memcpy(out, v.buf, n * sizeof(*out));
+    if (strchr("qln", f[0]) != NULL)
+        for (size_t i = 0; i < n; i++)
+            if ((int64_t)out[i] < 0) {
+                PyErr_Format(PyExc_OverflowError, "%s[%zu] is negative",
+                             what, i);
+                PyMem_Free(out);
+                goto out;
+            }
+    *out_p = out;
+    rc = 0;
+out:
+    PyBuffer_Release(&v);
+    return rc;
+}
+
 int rdmx_py_sizes(PyObject *seq, const char *what, size_t n, size_t **out_p)
 {
-    PyObject *fast = PySequence_Fast(seq, "expected a sequence of integers");
+    PyObject *fast;
     size_t *out;
+    int rc;
 
-    if (fast == NULL)
+    if ((rc = sizes_array(seq, what, n, out_p)) <= 0)
+        return rc;
+    if ((fast = PySequence_Fast(seq, "expected a sequence of integers")) ==
+        NULL)
         return -1;
     if ((size_t)PySequence_Fast_GET_SIZE(fast) != n) {
         char detail[128];
@@ -233,7 +300,7 @@ int rdmx_py_sizes(PyObject *seq, const char *what, size_t n, size_t **out_p)
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        size_t v = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(fast, i));
+        size_t v = rdmx_py_size(PySequence_Fast_GET_ITEM(fast, i));
         if (v == (size_t)-1 && PyErr_Occurred()) {
             PyMem_Free(out);
             Py_DECREF(fast);

@@ -75,8 +75,13 @@ typedef struct {
 int rdmx_py_keys_get(PyObject *seq, rdmx_py_keys_t *k);
 void rdmx_py_keys_release(rdmx_py_keys_t *k);
 
-/* A sequence of n non-negative integers into a new array (PyMem_Free it);
- * -1 with an exception. */
+/* A non-negative integer (any object with __index__); (size_t)-1 with an
+ * exception. */
+size_t rdmx_py_size(PyObject *obj);
+
+/* A sequence of n non-negative integers, or a contiguous array of n
+ * native 64-bit integers (numpy int64 / uint64: copied at once), into a
+ * new array (PyMem_Free it); -1 with an exception. */
 int rdmx_py_sizes(PyObject *seq, const char *what, size_t n, size_t **out_p);
 
 /* The transport argument (None or a name) into context params. */

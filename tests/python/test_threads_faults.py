@@ -11,6 +11,20 @@ import pytest
 import rdmx
 
 
+def stop(pid):
+    """SIGSTOP @pid and wait until the kernel says it is stopped (the
+    signal is delivered asynchronously)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        if state in ("T", "t"):
+            return
+        time.sleep(0.01)
+    raise AssertionError("process %d did not stop" % pid)
+
+
 def test_four_threads_share_a_client(client, key):
     nthreads, rounds, n, size = 4, 20, 8, 8 << 10
     buf = np.zeros(nthreads * n * size, dtype=np.uint8)
@@ -87,7 +101,7 @@ def test_gil_released_while_waiting(own_kvd, key):
                      timeout_ms=1500) as c:
         k = key()
         c.put(k, b"v")
-        os.kill(own_kvd.pid, signal.SIGSTOP)
+        stop(own_kvd.pid)
         outcome = []
 
         def waiter():

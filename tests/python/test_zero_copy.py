@@ -202,3 +202,69 @@ def test_close_releases_buffers(kvd, key):
     buf.extend(b"x")  # no export is left
     with pytest.raises(rdmx.Invalid):
         c.register_buffer(bytearray(10))
+
+
+def test_offsets_and_sizes_as_numpy_arrays(client, key):
+    n, size = 32, 4096
+    keys = [key() for _ in range(n)]
+    blocks = random_blocks(n, size, seed=11)
+    src = np.ascontiguousarray(blocks.reshape(-1))
+    client.register_buffer(src)
+    offsets = np.arange(n, dtype=np.int64) * size
+    sizes = np.full(n, size, dtype=np.uint64)
+    assert client.batch_put_from(keys, src, offsets, sizes) == [size] * n
+    dst = np.zeros_like(src)
+    client.register_buffer(dst)
+    assert client.batch_get_into(keys, dst, offsets[::-1].copy(), sizes) == [size] * n
+    assert np.array_equal(dst.reshape(n, size)[::-1], blocks)
+    ptrs = np.arange(n, dtype=np.uint64) * size + dst.ctypes.data
+    dst[:] = 0
+    assert client.batch_get_into(keys, ptrs, sizes) == [size] * n
+    assert np.array_equal(dst, src)
+    with pytest.raises(OverflowError):
+        client.batch_get_into(keys[:1], dst, np.array([-1]), np.array([1]))
+    with pytest.raises(rdmx.Invalid):
+        client.batch_get_into(keys, dst, offsets[:3], sizes)
+    # other integer arrays go through the sequence path
+    assert client.batch_get_into(keys[:2], dst, np.array([0, size], dtype=np.int32),
+                                 [size, size]) == [size, size]
+    client.unregister_buffer(src)
+    client.unregister_buffer(dst)
+
+
+def handler_bytes(channel, handler):
+    """bytes_in and bytes_out of @handler in the server's rdmx.stats."""
+    for line in channel.call("rdmx.stats").decode().splitlines():
+        f = line.split()
+        if f and f[0] == handler:
+            return int(f[4]), int(f[5])
+    raise AssertionError("no %s in rdmx.stats" % handler)
+
+
+def test_registered_buffers_move_outside_the_messages(kvd, client, key):
+    """Over shm a registered slot is written (GET) or read (PUT) by the
+    server directly: the values are not in the RPC messages. Over tcp they
+    are, registered or not."""
+    n, size = 8, 64 << 10
+    keys = [key() for _ in range(n)]
+    buf = np.zeros(n * size, dtype=np.uint8)
+    offsets, sizes = [i * size for i in range(n)], [size] * n
+    with rdmx.Channel(kvd.address, transport=kvd.transport) as ch:
+        in0, _ = handler_bytes(ch, "kv.put")
+        client.batch_put_from(keys, bytearray(buf), offsets, sizes)  # not registered
+        in1, _ = handler_bytes(ch, "kv.put")
+        assert in1 - in0 >= n * size
+
+        client.register_buffer(buf)
+        client.batch_put_from(keys, buf, offsets, sizes)
+        in2, _ = handler_bytes(ch, "kv.put")
+        _, out0 = handler_bytes(ch, "kv.get")
+        assert client.batch_get_into(keys, buf, offsets, sizes) == sizes
+        _, out1 = handler_bytes(ch, "kv.get")
+        client.unregister_buffer(buf)
+        if kvd.transport == "shm":
+            assert in2 - in1 < n * 1024
+            assert out1 - out0 < n * 1024
+        else:
+            assert in2 - in1 >= n * size
+            assert out1 - out0 >= n * size
