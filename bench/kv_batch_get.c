@@ -82,7 +82,8 @@ static void batch_get(rdmx_kv_t *kv, rdmx_worker_t *w, rdmx_mr_t *mr,
             rdmx_kv_op_params_t p = {0};
             rdmx_status_t st;
 
-            p.field_mask = RDMX_KV_OP_PARAM_FIELD_CB | RDMX_KV_OP_PARAM_FIELD_MR;
+            p.field_mask =
+                RDMX_KV_OP_PARAM_FIELD_CB | RDMX_KV_OP_PARAM_FIELD_MR;
             p.cb = get_cb;
             p.arg = &items[next];
             p.mr = mr;

@@ -334,6 +334,16 @@ static PyObject *batch_call(pyclient_t *c, PyObject *args, int put)
                           &kobj, &a1, &a2, &a3))
         return NULL;
     ptr_form = a3 == NULL;
+    if (ptr_form && !PyList_Check(a1) && !PyTuple_Check(a1) &&
+        PyObject_CheckBuffer(a1) && !PyObject_CheckBuffer(a2)) {
+        /* (keys, buf, offsets): a buffer form without its sizes */
+        PyErr_SetString(PyExc_TypeError,
+                        put ? "batch_put_from(keys, buf, offsets, sizes) or "
+                              "batch_put_from(keys, ptrs, sizes)"
+                            : "batch_get_into(keys, buf, offsets, sizes) or "
+                              "batch_get_into(keys, ptrs, sizes)");
+        return NULL;
+    }
     if (rdmx_py_keys_get(kobj, &keys) < 0)
         return NULL;
     if (rdmx_py_sizes(ptr_form ? a1 : a2, ptr_form ? "ptrs" : "offsets",

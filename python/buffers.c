@@ -38,17 +38,21 @@ static void table_del(pyclient_t *c, pyreg_t *r)
         }
 }
 
-/* Free @r, whose last reference went: deregister its region under the
- * mutex (taken with the GIL held: lock order), then release the export
- * with the mutex released. */
+/* Free @r, whose last reference went: out of the table, its region
+ * deregistered under the mutex (waited for without the GIL) unless close
+ * released it with the context, then the export released with the mutex
+ * free (that may run Python code). GIL held on entry and return. */
 static void reg_free(pyclient_t *c, pyreg_t *r)
 {
     table_del(c, r);
     if (r->mr != NULL) {
+        Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&c->lock);
-        rdmx_mem_deregister(r->mr);
+        if (!c->closed)
+            rdmx_mem_deregister(r->mr);
         r->mr = NULL;
         pthread_mutex_unlock(&c->lock);
+        Py_END_ALLOW_THREADS
     }
     if (r->view.obj != NULL)
         PyBuffer_Release(&r->view);
@@ -136,12 +140,24 @@ PyObject *rdmx_py_register_buffer(pyclient_t *c, PyObject *args)
         PyMem_Free(r);
         Py_RETURN_NONE;
     }
-    /* With the GIL held (lock order): the table changes under the GIL. */
+    /* The mutex is waited for without the GIL; the export keeps the
+     * memory in place meanwhile. */
+    Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&c->lock);
-    st = rdmx_mem_register(c->ctx, r->addr, r->length, REG_ACCESS, &r->mr);
+    st = c->closed ? RDMX_ERR_INVALID
+                   : rdmx_mem_register(c->ctx, r->addr, r->length,
+                                       REG_ACCESS, &r->mr);
     if (st != RDMX_OK)
-        snprintf(detail, sizeof(detail), "%s", rdmx_error_detail());
+        snprintf(detail, sizeof(detail), "%s",
+                 c->closed ? "client is closed" : rdmx_error_detail());
     pthread_mutex_unlock(&c->lock);
+    Py_END_ALLOW_THREADS
+    if (st == RDMX_OK && c->closed) {
+        /* closed meanwhile: the context took the region with it */
+        r->mr = NULL;
+        st = RDMX_ERR_INVALID;
+        snprintf(detail, sizeof(detail), "client is closed");
+    }
     if (st != RDMX_OK) {
         rdmx_py_raise(st, detail);
         goto fail;
@@ -207,6 +223,6 @@ void rdmx_py_regs_sweep(pyclient_t *c)
     for (size_t i = c->nregs; i-- > 0;) {
         pyreg_t *r = c->regs[i];
         if (r->refs == 0)
-            reg_free(c, r); /* (its region is gone: no mutex taken) */
+            reg_free(c, r); /* (r->mr is NULL: no mutex taken) */
     }
 }

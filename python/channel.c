@@ -107,15 +107,21 @@ static int channel_init(pychannel_t *c, PyObject *args, PyObject *kw)
     return 0;
 }
 
-/* As the client's: the mutex with the GIL held, then the teardown without
- * the GIL. */
+/* As the client's: wait for the mutex without the GIL, mark the channel
+ * closed with both, tear down without the GIL. */
 static void channel_close_(pychannel_t *c)
 {
     PyThreadState *ts;
 
     if (c->ctx == NULL)
         return;
+    ts = PyEval_SaveThread();
     pthread_mutex_lock(&c->lock);
+    PyEval_RestoreThread(ts);
+    if (c->ctx == NULL) { /* another thread closed it meanwhile */
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
     c->closed = 1;
     ts = PyEval_SaveThread();
     if (c->ch != NULL)

@@ -135,18 +135,23 @@ static int client_init(pyclient_t *c, PyObject *args, PyObject *kw)
     return 0;
 }
 
-/* Close: take the mutex with the GIL held (so after any operation in
- * flight, and before any other thread can look at the regions), mark the
- * client closed and deregister the regions; then, without the GIL,
- * destroy the KV client, the worker and the context; last, with the GIL
- * and without the mutex, release the buffers' exports. */
+/* Close: wait for the mutex without the GIL (so after any operation in
+ * flight); with both, mark the client closed and deregister the regions;
+ * then, with the mutex alone, destroy the KV client, the worker and the
+ * context; last, with the GIL alone, release the buffers' exports. */
 static void client_close_(pyclient_t *c)
 {
     PyThreadState *ts;
 
     if (c->ctx == NULL)
         return;
+    ts = PyEval_SaveThread();
     pthread_mutex_lock(&c->lock);
+    PyEval_RestoreThread(ts);
+    if (c->ctx == NULL) { /* another thread closed it meanwhile */
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
     c->closed = 1;
     rdmx_py_regs_close(c);
     ts = PyEval_SaveThread();
@@ -490,14 +495,16 @@ static PyObject *client_eval(pyclient_t *c, PyObject *args, PyObject *kw)
         return NULL;
     if (aobj != NULL && cstrings(aobj, &argv, "args") < 0)
         goto out;
-    p.field_mask = RDMX_KV_EVAL_PARAM_FIELD_KEYS | RDMX_KV_EVAL_PARAM_FIELD_ARGS;
+    p.field_mask =
+        RDMX_KV_EVAL_PARAM_FIELD_KEYS | RDMX_KV_EVAL_PARAM_FIELD_ARGS;
     p.keys = keys.keys;
     p.nkeys = (unsigned)keys.n;
     p.args = argv.keys;
     p.nargs = (unsigned)argv.n;
     if ((ts = rdmx_py_enter(c)) == NULL)
         goto out;
-    if (c->eval_out == NULL && (c->eval_out = malloc(EVAL_OUT_CAPACITY)) == NULL)
+    if (c->eval_out == NULL &&
+        (c->eval_out = malloc(EVAL_OUT_CAPACITY)) == NULL)
         st = RDMX_ERR_NO_MEMORY;
     else
         st = rdmx_kv_eval(c->kv, src, slen, &p, c->eval_out,

@@ -2,12 +2,12 @@
  * rdmx Python module — what its files share (docs/PYTHON.md).
  *
  * Locking: a client's (or channel's) mutex serializes everything that
- * touches its worker, KV client or regions. Lock order: the GIL, then the
- * mutex. Operations release the GIL before they wait for the mutex;
- * register, unregister and close take the mutex with the GIL held. Code
- * holding the mutex never takes the GIL (nor runs Python code, which
- * might). Members marked "GIL" are read and written only with the GIL
- * held.
+ * touches its worker, KV client or regions. Lock order: the mutex, then
+ * the GIL. Nothing waits for the mutex while holding the GIL (so the GIL
+ * is free during every wait); code holding the mutex may take the GIL for
+ * a moment (close) but runs no Python code meanwhile (no export released,
+ * no object freed), which might want the mutex again. Members marked "GIL"
+ * are read and written only with the GIL held.
  */
 #ifndef RDMX_PY_H
 #define RDMX_PY_H
@@ -27,8 +27,8 @@ typedef struct pyreg {
     int removed;        /* GIL: unregistered; found by no new operation */
     char *addr;         /* start of the region; immutable */
     size_t length;      /* its length; immutable */
-    rdmx_mr_t *mr;      /* deregistered (set NULL) with the GIL and the
-                           mutex held: by the last release, or by close */
+    rdmx_mr_t *mr;      /* set NULL under the mutex: by close (with the
+                           GIL too), or by the last release */
     Py_buffer view;     /* GIL; the export kept, view.obj NULL for a raw
                            pointer registration */
 } pyreg_t;
@@ -109,8 +109,8 @@ PyObject *rdmx_py_unregister_buffer(pyclient_t *c, PyObject *args);
 /* The registered region holding [p, p + len), with a reference taken;
  * NULL if none. GIL. */
 pyreg_t *rdmx_py_reg_find(pyclient_t *c, const void *p, size_t len);
-/* Drop a reference; the last deregisters the region (taking the mutex)
- * and releases the export. GIL. */
+/* Drop a reference; the last deregisters the region (waiting for the
+ * mutex without the GIL) and releases the export. GIL. */
 void rdmx_py_reg_put(pyclient_t *c, pyreg_t *r);
 /* close(), with the GIL and the mutex held: deregister every region and
  * drop the table's references. */

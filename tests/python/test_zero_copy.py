@@ -165,6 +165,8 @@ def test_batch_argument_checks(client, key):
     with pytest.raises(BufferError):
         client.register_buffer(b"read-only")
     assert client.batch_get_into([], buf, [], []) == []
+    with pytest.raises(TypeError):  # the sizes forgotten
+        client.batch_get_into([key()], buf, [0])
 
 
 def test_registered_buffer_cannot_be_resized_or_closed(client):
