@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One key of a batch: the layout of the C client's rdmx_kv_batch_item_t. */
+/* One key of a batch: the key, its slot (GET) or value (PUT) and the
+ * region holding it in; the outcome out. */
 typedef struct {
     const void *key;
     size_t klen;

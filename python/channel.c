@@ -68,7 +68,7 @@ static int channel_init(pychannel_t *c, PyObject *args, PyObject *kw)
     rdmx_status_t st;
     char detail[512] = "";
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|i$O", names, &address,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iO", names, &address,
                                      &timeout_ms, &transport))
         return -1;
     if (c->ch != NULL) {

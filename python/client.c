@@ -88,7 +88,7 @@ static int client_init(pyclient_t *c, PyObject *args, PyObject *kw)
     const char *list;
     detail_t d;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Ii$O", names, &servers,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|IiO", names, &servers,
                                      &replicas, &timeout_ms, &transport))
         return -1;
     if (c->kv != NULL) {
