@@ -22,8 +22,9 @@ first call not counted); kv_batch_get does the same with rdmx_kv_get_nb
 requests in flight on a registered malloc'd buffer. With --single SIZE,
 ROUNDS + 1 single-key reads into a registered buffer: get_into against
 rdmx_kv_get. Prints each side's median and minimum time per call, the
-throughput, and the ratio of throughputs Python / C (targets: batches
->= 0.9, single-key latency over shm C / Python >= 1 / 1.5).
+throughput, and py/c, C's median time over Python's (Python's throughput
+over C's). The targets: py/c >= 0.9 for the batches; for the single-key
+latency over shm, Python at most 1.5 x C's, i.e. py/c >= 0.67.
 """
 import argparse
 import os
