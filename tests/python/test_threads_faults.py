@@ -156,3 +156,25 @@ def test_close_while_other_threads_use_the_client(kvd, key):
         assert not th.is_alive()
     assert seen == ["closed"] * 3
     buf.extend(b"x")  # the registration's export was released
+
+
+def test_replicas_survive_a_killed_server(kvd, own_kvd, key):
+    n, size = 16, 16 << 10
+    keys = [key() for _ in range(n)]
+    src = np.random.default_rng(5).integers(0, 256, n * size, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    offsets, sizes = [i * size for i in range(n)], [size] * n
+    with rdmx.Client([kvd.address, own_kvd.address], replicas=2,
+                     transport=kvd.transport) as c:
+        c.register_buffer(src)
+        c.register_buffer(dst)
+        assert c.batch_put_from(keys, src, offsets, sizes) == sizes
+        os.kill(own_kvd.pid, signal.SIGKILL)
+        own_kvd.proc.wait()
+        # the first operation may still reach the dead server and learn
+        # that it is down; from then on every read goes to the other copy
+        first = c.batch_get_into(keys, dst, offsets, sizes)
+        assert all(r == size or (r < 0 and r != rdmx.ERR_NOT_FOUND) for r in first)
+        dst[:] = 0
+        assert c.batch_get_into(keys, dst, offsets, sizes) == sizes
+        assert np.array_equal(src, dst)
