@@ -4,6 +4,7 @@
  */
 #include "rdmx_py.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -339,9 +340,23 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* How long rdmx_py_wait polls after the last event before it sleeps: as
- * the C library's blocking calls do by default (RDMX_SPIN_US). */
-#define WAIT_SPIN_NS 100000ull
+/* How long rdmx_py_wait polls after the last event before it sleeps, as
+ * the C library's blocking calls: RDMX_SPIN_US from the environment (0:
+ * sleep at once), default 50 us. Set at import. */
+static uint64_t wait_spin_ns = 50000;
+
+static void wait_spin_init(void)
+{
+    const char *env = getenv("RDMX_SPIN_US");
+    char *end;
+    unsigned long us;
+
+    if (env == NULL || *env == '\0')
+        return;
+    us = strtoul(env, &end, 10);
+    if (*end == '\0' && us <= 1000000)
+        wait_spin_ns = (uint64_t)us * 1000;
+}
 
 void rdmx_py_wait(rdmx_worker_t *w, volatile size_t *done, size_t want)
 {
@@ -354,12 +369,12 @@ void rdmx_py_wait(rdmx_worker_t *w, volatile size_t *done, size_t want)
             idle_since = 0;
             continue;
         }
-        if ((++spins & 63) != 0)
+        if (wait_spin_ns != 0 && (++spins & 63) != 0)
             continue;
         now = now_ns();
         if (idle_since == 0)
             idle_since = now;
-        else if (now - idle_since >= WAIT_SPIN_NS)
+        if (now - idle_since >= wait_spin_ns)
             rdmx_worker_wait(w, 100);
     }
 }
@@ -401,6 +416,7 @@ PyMODINIT_FUNC PyInit_rdmx(void)
 
     if (m == NULL)
         return NULL;
+    wait_spin_init();
     if (rdmx_py_errors_init(m) < 0 || PyType_Ready(&pyclient_type) < 0 ||
         PyType_Ready(&pychannel_type) < 0 ||
         PyModule_AddObjectRef(m, "Client", (PyObject *)&pyclient_type) < 0 ||

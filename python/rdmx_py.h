@@ -87,9 +87,9 @@ int rdmx_py_sizes(PyObject *seq, const char *what, size_t n, size_t **out_p);
 /* The transport argument (None or a name) into context params. */
 int rdmx_py_transport(PyObject *obj, rdmx_context_params_t *cp);
 
-/* Progress @w until *@done reaches @want: poll for a short while after
- * the last event, then sleep on the worker's fd (100 ms at most at a
- * time). The operations waited for must all complete by themselves (they
+/* Progress @w until *@done reaches @want: poll for RDMX_SPIN_US (default
+ * 50 us) after the last event, then sleep on the worker's fd (100 ms at
+ * most at a time). The operations waited for must all complete by themselves (they
  * carry deadlines). Called with the owner's mutex held, without the GIL. */
 void rdmx_py_wait(rdmx_worker_t *w, volatile size_t *done, size_t want);
 
