@@ -185,11 +185,17 @@ int rdmx_py_key(PyObject *obj, const char **key_p, size_t *klen_p)
 
 int rdmx_py_keys_get(PyObject *seq, rdmx_py_keys_t *k)
 {
-    PyObject *fast = PySequence_Fast(seq, "keys must be a sequence");
+    PyObject *fast;
     Py_ssize_t n;
 
     memset(k, 0, sizeof(*k));
-    if (fast == NULL)
+    if (PyUnicode_Check(seq) || PyBytes_Check(seq)) {
+        /* (a sequence too, of its characters: surely a mistake) */
+        PyErr_SetString(PyExc_TypeError,
+                        "keys must be a sequence of keys, not one key");
+        return -1;
+    }
+    if ((fast = PySequence_Fast(seq, "keys must be a sequence")) == NULL)
         return -1;
     n = PySequence_Fast_GET_SIZE(fast);
     k->objs = PyMem_Calloc((size_t)n + 1, sizeof(*k->objs));

@@ -103,6 +103,8 @@ def test_key_types(client):
         client.get(42)
     with pytest.raises(TypeError):
         client.batch_is_exist([b"a", 3])
+    with pytest.raises(TypeError):  # one key, not a list of them
+        client.prefix_hits("abc")
     with pytest.raises(rdmx.Invalid):
         client.get("")
     with pytest.raises(rdmx.TooBig):  # over the server's --max-key
