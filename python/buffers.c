@@ -162,6 +162,11 @@ PyObject *rdmx_py_register_buffer(pyclient_t *c, PyObject *args)
         rdmx_py_raise(st, detail);
         goto fail;
     }
+    if (reg_exact(c, r->addr, r->length) != NULL) {
+        /* another thread registered the same memory meanwhile */
+        reg_free(c, r);
+        Py_RETURN_NONE;
+    }
     r->refs = 1;
     if (table_add(c, r) < 0) {
         reg_free(c, r);

@@ -178,3 +178,18 @@ def test_replicas_survive_a_killed_server(kvd, own_kvd, key):
         dst[:] = 0
         assert c.batch_get_into(keys, dst, offsets, sizes) == sizes
         assert np.array_equal(src, dst)
+
+
+def test_threads_register_the_same_buffer_once(client):
+    for _ in range(20):
+        buf = bytearray(1 << 16)
+        threads = [threading.Thread(target=client.register_buffer, args=(buf,))
+                   for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+        client.unregister_buffer(buf)
+        buf.extend(b"x")  # no second registration kept an export
+        with pytest.raises(rdmx.NotFound):
+            client.unregister_buffer(buf)
