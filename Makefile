@@ -11,7 +11,8 @@
 #                   pkg-config file) in build-ucx/, run the suite with DIR/lib
 #                   first on the library path (docs/CORE.md, "UCX versions")
 #   make demo       build, then run rdmx-demo's modes between two processes
-#   make install    install into PREFIX (default /usr/local)
+#   make install    install into PREFIX (default /usr/local); the Python
+#                   module into PREFIX/lib/python3.X/dist-packages
 #   make format     clang-format the sources
 #   make fuzz       libFuzzer targets of the RPC wire decoders in build-fuzz/
 #   make fuzz-smoke run each fuzz target FUZZ_SECONDS (default 10) seconds
@@ -36,7 +37,7 @@ define cmake_build
 endef
 
 build: deps
-	$(call cmake_build,build,RelWithDebInfo,)
+	$(call cmake_build,build,RelWithDebInfo,-DRDMX_PYTHON=ON)
 
 debug: deps
 	$(call cmake_build,build-debug,Debug,)

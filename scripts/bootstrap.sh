@@ -8,13 +8,15 @@ set -euo pipefail
 # libclang-rt-14-dev: libFuzzer and sanitizer runtimes for `make fuzz` (clang
 # only recommends it, and recommends are not installed). libmicrohttpd-dev:
 # the metrics endpoint; curl and prometheus (promtool) test it; groff-base
-# checks the man pages; libsystemd-dev: rdmx-kvd's readiness under systemd;
-# python3: the ops tests' JSON and notify-socket checks.
+# checks the man pages; libsystemd-dev: rdmx-kvd's readiness under systemd.
+# python3-*: the Python module and its tests (docs/PYTHON.md), and the ops
+# tests' JSON and notify-socket checks.
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libucx-dev ucx-utils libssl-dev liblua5.4-dev libmicrohttpd-dev
   iproute2 procps
-  libsystemd-dev curl prometheus groff-base python3
+  libsystemd-dev curl prometheus groff-base
+  python3 python3-dev python3-numpy python3-pytest python3-torch
 )
 
 missing=()
