@@ -15,10 +15,8 @@
  * transport comes from RDMX_TRANSPORT, the network devices from
  * UCX_NET_DEVICES.
  *
- * A batch is batch_get() below: up to 128 rdmx_kv_get_nb in flight, each
- * with the buffer's region, then progress until all completed — what the
- * module does (python/batch.c, batch_get); both become one
- * rdmx_kv_batch_get call where the C client has it.
+ * A batch is batch_get() below: one rdmx_kv_batch_get over the buffer's
+ * region — what the module does (python/batch.c, batch_get).
  *
  * Output, one line on stdout:
  *   kv_batch_get count=N size=S rounds=R median_us=.. min_us=.. gbps=..
@@ -26,8 +24,9 @@
  * the median). Exit status 0 if every read returned its value in full.
  *
  * Build (bench/python_kv.py does this, after make):
- *   cc -O2 -I include -o kv_batch_get bench/kv_batch_get.c \
- *      build/lib/librdmx.a $(pkg-config --libs ucx libcrypto lua5.4) \
+ *   cc -O2 -I include -I build/include -o kv_batch_get bench/kv_batch_get.c \
+ *      build/lib/librdmx.a \
+ *      $(pkg-config --libs ucx libcrypto lua5.4 libmicrohttpd) \
  *      -lpthread -ldl -lm
  */
 #define _GNU_SOURCE
@@ -38,7 +37,6 @@
 #include <string.h>
 #include <time.h>
 
-#define WINDOW 128
 #define KEY_MAX 64
 
 typedef struct {
@@ -49,8 +47,6 @@ typedef struct {
     size_t length;
 } item_t;
 
-static volatile size_t g_done;
-
 static double now_us(void)
 {
     struct timespec ts;
@@ -59,45 +55,38 @@ static double now_us(void)
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-static void get_cb(rdmx_status_t status, const rdmx_kv_meta_t *meta,
-                   void *arg)
-{
-    item_t *it = arg;
-
-    it->status = status;
-    it->length = meta != NULL ? meta->length : 0;
-    g_done++;
-}
-
-/* Read every item's key into its slot: WINDOW requests in flight, then
- * progress until all completed. */
+/* Read every item's key into its slot of the region: one
+ * rdmx_kv_batch_get (the server writes every slot, one request per
+ * server), as the module does (python/batch.c, batch_get). */
 static void batch_get(rdmx_kv_t *kv, rdmx_worker_t *w, rdmx_mr_t *mr,
                       item_t *items, size_t n, size_t size)
 {
-    size_t next = 0, started = 0;
+    static rdmx_kv_batch_item_t *b;
+    static size_t bn;
+    rdmx_status_t st;
 
-    g_done = 0;
-    while (next < n || g_done < started) {
-        while (next < n && started - g_done < WINDOW) {
-            rdmx_kv_op_params_t p = {0};
-            rdmx_status_t st;
-
-            p.field_mask =
-                RDMX_KV_OP_PARAM_FIELD_CB | RDMX_KV_OP_PARAM_FIELD_MR;
-            p.cb = get_cb;
-            p.arg = &items[next];
-            p.mr = mr;
-            st = rdmx_kv_get_nb(kv, items[next].key, items[next].klen,
-                                items[next].buf, size, &p);
-            if (st == RDMX_ERR_NO_RESOURCE)
-                break;
-            if (st == RDMX_INPROGRESS)
-                started++;
-            else
-                items[next].status = st;
-            next++;
+    (void)w;
+    if (bn < n) {
+        free(b);
+        b = calloc(n, sizeof(*b));
+        bn = b != NULL ? n : 0;
+        if (b == NULL) {
+            for (size_t i = 0; i < n; i++)
+                items[i].status = RDMX_ERR_NO_MEMORY;
+            return;
         }
-        rdmx_worker_progress(w);
+    }
+    for (size_t i = 0; i < n; i++) {
+        b[i].key = items[i].key;
+        b[i].klen = items[i].klen;
+        b[i].mr = mr;
+        b[i].buf = items[i].buf;
+        b[i].size = size;
+    }
+    st = rdmx_kv_batch_get(kv, b, n, NULL);
+    for (size_t i = 0; i < n; i++) {
+        items[i].status = st == RDMX_OK ? b[i].status : st;
+        items[i].length = b[i].length;
     }
 }
 

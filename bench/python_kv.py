@@ -82,10 +82,11 @@ def start_kvd(transport, memory):
 
 def compile_helper(work):
     exe = os.path.join(work, "kv_batch_get")
-    libs = subprocess.run(["pkg-config", "--libs", "ucx", "libcrypto", "lua5.4"],
+    libs = subprocess.run(["pkg-config", "--libs", "ucx", "libcrypto", "lua5.4",
+                           "libmicrohttpd"],
                           check=True, capture_output=True, text=True).stdout.split()
     cmd = [os.environ.get("CC", "cc"), "-O2", "-I", os.path.join(ROOT, "include"),
-           "-o", exe, os.path.join(ROOT, "bench", "kv_batch_get.c"),
+           "-I", os.path.join(BUILD, "include"), "-o", exe, os.path.join(ROOT, "bench", "kv_batch_get.c"),
            os.path.join(BUILD, "lib", "librdmx.a"), *libs, "-lpthread", "-ldl", "-lm"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:

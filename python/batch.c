@@ -11,16 +11,9 @@
 #include <string.h>
 
 /* One key of a batch: the key, its slot (GET) or value (PUT) and the
- * region holding it in; the outcome out. */
-typedef struct {
-    const void *key;
-    size_t klen;
-    rdmx_mr_t *mr;         /* registered region holding buf, or NULL */
-    void *buf;             /* GET: the slot; PUT: the value */
-    size_t size;           /* GET: slot capacity; PUT: value length */
-    rdmx_status_t status;  /* out */
-    size_t length;         /* out, GET: value length (needed with TOO_BIG) */
-} batch_item_t;
+ * region holding it in (NULL: a buffer that is not registered); the
+ * outcome out. */
+typedef rdmx_kv_batch_item_t batch_item_t;
 
 /* Requests of one batch in flight at once: within a channel's default
  * credits (256), so none waits in its queue. */
@@ -50,7 +43,9 @@ static void batch_cb(rdmx_status_t status, const rdmx_kv_meta_t *meta,
 }
 
 /*
- * Run a batch of GETs (@put 0) or PUTs (@put 1) to the end: at most
+ * A batch with a slot outside every registered buffer (the buffer form on
+ * an unregistered object): the values travel inside the messages, key by
+ * key. Run a batch of GETs (@put 0) or PUTs (@put 1) to the end: at most
  * BATCH_WINDOW non-blocking requests in flight, each with its item's
  * region, then progress until every one completed; each item gets its
  * status and length. Bounded by the requests' deadlines (the client's
@@ -108,19 +103,37 @@ static rdmx_status_t batch_run(rdmx_kv_t *kv, rdmx_worker_t *w,
     return RDMX_OK;
 }
 
+static int all_registered(const batch_item_t *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (items[i].mr == NULL)
+            return 0;
+    return 1;
+}
+
 /*
  * The batch operations of the module, each issued here alone: read each
- * item's key into its slot / store each slot under its key. Mutex held,
- * no GIL.
+ * item's key into its slot / store each slot under its key. In registered
+ * memory they are the C client's zero-copy batches (the server writes or
+ * reads every slot itself, one request per server). Mutex held, no GIL.
  */
 static rdmx_status_t batch_get(pyclient_t *c, batch_item_t *items, size_t n)
 {
+    if (n > 0 && all_registered(items, n))
+        return rdmx_kv_batch_get(c->kv, items, n, NULL);
     return batch_run(c->kv, c->w, items, n, 0);
 }
 
 static rdmx_status_t batch_put(pyclient_t *c, batch_item_t *items, size_t n)
 {
-    return batch_run(c->kv, c->w, items, n, 1);
+    rdmx_status_t st;
+
+    if (n == 0 || !all_registered(items, n))
+        return batch_run(c->kv, c->w, items, n, 1);
+    st = rdmx_kv_batch_put(c->kv, items, n, NULL);
+    for (size_t i = 0; i < n; i++) /* a stored value's length: all of it */
+        items[i].length = items[i].status == RDMX_OK ? items[i].size : 0;
+    return st;
 }
 
 /* --- the regions an operation holds --------------------------------------- */
