@@ -9,7 +9,7 @@ set -euo pipefail
 # only recommends it, and recommends are not installed).
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
-  libucx-dev ucx-utils libssl-dev liblua5.4-dev
+  libucx-dev ucx-utils libssl-dev liblua5.4-dev libfabric-dev libfabric-bin
   iproute2 procps
 )
 
