@@ -40,8 +40,9 @@ static void usage(FILE *f)
         "      --eviction lru|none    full memory: evict least recently used\n"
         "                             (default) or refuse writes (NO_MEMORY)\n"
         "      --auth-secret-file F   require clients to prove this secret\n"
-        "      --transport T          auto|shm|tcp|rdma (default: RDMX_TRANSPORT\n"
-        "                             or auto)\n"
+        "      --transport T          auto|shm|tcp|rdma (UCX) or ofi[:PROVIDER]\n"
+        "                             (libfabric: ofi:tcp, ofi:shm, ...)\n"
+        "                             (default: RDMX_TRANSPORT or auto)\n"
         "Lambdas (lambda.eval/call/native: sandboxed Lua 5.4 with kv.get/put/\n"
         "delete/exists over this store; see docs/LAMBDA.md):\n"
         "      --no-lambda            do not serve lambdas\n"
@@ -158,10 +159,13 @@ int main(int argc, char **argv)
             break;
         case 'A': secret_file = optarg; break;
         case 'T':
-            cfg.context.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT;
+            cfg.context.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                                      RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME;
+            cfg.context.transport_name = optarg;
             if (rdmx_transport_parse(optarg, &cfg.context.transport) !=
                 RDMX_OK) {
-                fprintf(stderr, "rdmx-kvd: --transport auto|shm|tcp|rdma\n");
+                fprintf(stderr, "rdmx-kvd: --transport "
+                                "auto|shm|tcp|rdma|ofi[:PROVIDER]\n");
                 return 2;
             }
             break;
@@ -269,10 +273,18 @@ int main(int argc, char **argv)
         snprintf(lam, sizeof(lam), "on, %llu natives",
                  (unsigned long long)stats.lambda.natives);
     rdmx_addr_parse(cfg.listen, host, sizeof(host), &port);
-    printf("rdmx-kvd: listening on %s:%u (memory %zu MiB, %u workers, "
-           "transport %s, lambda %s)\n",
-           host, info.port, cfg.memory >> 20, info.workers,
-           rdmx_transport_name(info.transport), lam);
+    {
+        /* The backend: the spec when it names libfabric's, else UCX. */
+        const char *spec = cfg.context.transport_name;
+        if (spec == NULL && !(cfg.context.field_mask &
+                              RDMX_CONTEXT_PARAM_FIELD_TRANSPORT))
+            spec = getenv("RDMX_TRANSPORT");
+        printf("rdmx-kvd: listening on %s:%u (memory %zu MiB, %u workers, "
+               "transport %s, backend %s, lambda %s)\n",
+               host, info.port, cfg.memory >> 20, info.workers,
+               rdmx_transport_name(info.transport),
+               spec != NULL && !strncmp(spec, "ofi", 3) ? spec : "ucx", lam);
+    }
     fflush(stdout);
 
     while (sigwait(&stop_signals, &sig) != 0)
