@@ -487,7 +487,7 @@ static void on_error(ofi_worker_t *ow)
     }
     {
         ofi_req_t *r = (ofi_req_t *)c;
-        char why[320];
+        char why[640];
         snprintf(why, sizeof(why), "ofi %s: send failed: %s (%s, prov_errno %d)",
                  ow->ctx->prov, fi_strerror(e.err), detail, e.prov_errno);
         rdmx__error(st, "%s", why);
