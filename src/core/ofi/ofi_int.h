@@ -25,7 +25,7 @@
 #define OFI_NAME_MAX   256 /* fi_getname() bytes we accept */
 #define OFI_PROV_MAX   32  /* prov_name bytes in the address, NUL padded */
 #define OFI_ADDR_MAGIC 0x49464f52u /* "ROFI" little-endian */
-#define OFI_ADDR_HDR   48          /* address blob header (ofi.c) */
+#define OFI_ADDR_HDR   48          /* address blob header (ofi.c, ofi_ep.c) */
 #define OFI_RX_BUFS    64          /* receive buffers per worker (at most) */
 #define OFI_RX_RESERVE 8           /* posted buffers never lent to a handler */
 #define OFI_REQ_CHUNK  64          /* requests allocated (and registered) at once */
@@ -68,6 +68,7 @@ typedef struct {
     rdmx_list_t link;           /* worker->peers */
     fi_addr_t fi_addr;
     unsigned refs;              /* endpoints toward it */
+    unsigned inflight;          /* sends and reads the provider holds */
     size_t name_len;
     unsigned char name[OFI_NAME_MAX];
 } ofi_peer_t;
@@ -120,6 +121,7 @@ struct ofi_rdesc {
     ofi_opctx_t c;              /* first (descriptor and request handle) */
     ofi_worker_t *worker;
     ofi_ep_t *ep;               /* NULL once its endpoint closed */
+    ofi_peer_t *peer;           /* the sender, held while reads are out */
     rdmx_list_t link;           /* ep->rdescs */
     rdmx_list_t qlink;          /* worker->pulls while reads wait */
     rdmx_list_t wlink;          /* worker->rdesc_all until freed */
@@ -143,6 +145,7 @@ typedef struct {
     ofi_opctx_t c;              /* first */
     ofi_worker_t *worker;
     ofi_ep_t *ep;               /* NULL once its endpoint closed */
+    ofi_peer_t *peer;           /* its destination, held while posted */
     rdmx_op_t *op;              /* NULL: nobody waits (fire and forget) */
     rdmx_list_t link;           /* ep->reqs while not completed */
     rdmx_list_t qlink;          /* worker->pending, ->done or ->free */
@@ -186,7 +189,7 @@ struct ofi_worker {
     unsigned char addr[OFI_ADDR_HDR + OFI_NAME_MAX];
     size_t addr_len;
     uint64_t instance;          /* random, in the address */
-    rdmx_list_t peers;          /* ofi_peer_t */
+    rdmx_list_t peers;          /* ofi_peer_t, in the AV (idle ones too) */
     rdmx_list_t eps;            /* ofi_ep_t, oldest first */
     uint64_t ep_seq;
     ofi_slot_t *slots;          /* endpoint ids */
@@ -246,10 +249,18 @@ void rdmx__ofi_release(void *tw, void *data);
 void rdmx__ofi_req_forget(void *req);
 
 /* ofi.c */
+rdmx_status_t rdmx__ofi_status(int fi_err);
+
+/* ofi_ep.c */
+rdmx_status_t rdmx__ofi_ep_create(void *tw, const void *addr, size_t len,
+                                  rdmx_tep_t **tep_p);
+rdmx_transport_t rdmx__ofi_ep_transport(rdmx_tep_t *tep);
+rdmx_status_t rdmx__ofi_ep_close(void *tw, rdmx_tep_t *tep, int force,
+                                 void *closer, void **req_p);
 ofi_ep_t *rdmx__ofi_ep_lookup(ofi_worker_t *ow, uint32_t id);
 ofi_peer_t *rdmx__ofi_peer_by_addr(ofi_worker_t *ow, fi_addr_t a);
-rdmx_status_t rdmx__ofi_status(int fi_err);
 void rdmx__ofi_peer_failed(ofi_worker_t *ow, ofi_peer_t *peer,
                            rdmx_status_t st, const char *why);
+void rdmx__ofi_peer_io_done(ofi_worker_t *ow, ofi_peer_t *peer);
 
 #endif /* RDMX_CORE_OFI_INT_H */

@@ -166,6 +166,7 @@ static void req_put(ofi_req_t *r)
     rdmx_list_del(&r->link);
     r->state = OFI_REQ_FREE;
     r->ep = NULL;
+    r->peer = NULL;
     r->op = NULL;
     r->forgotten = 0;
     rdmx_list_insert_tail(&r->worker->free, &r->qlink);
@@ -179,6 +180,8 @@ static void req_finish(ofi_req_t *r, rdmx_status_t st)
     rdmx_op_t *op = r->op;
 
     rdmx_list_del(&r->link);
+    if (r->state == OFI_REQ_POSTED)
+        rdmx__ofi_peer_io_done(r->worker, r->peer);
     r->state = OFI_REQ_DONE;
     if (op == NULL || r->forgotten) {
         if (op != NULL)
@@ -241,6 +244,7 @@ static unsigned retry_pending(ofi_worker_t *ow)
         n++;
         if (ret == 0) {
             r->state = OFI_REQ_POSTED;
+            r->peer->inflight++;
             continue;
         }
         rdmx__error(rdmx__ofi_status((int)ret), "ofi %s: send: %s",
@@ -278,6 +282,7 @@ rdmx_status_t rdmx__ofi_frame_send(ofi_ep_t *ep, unsigned kind, unsigned id,
     r->len = RDMX_OFI_FRAME_SIZE + hlen + length;
     r->dest = ep->peer->fi_addr;
     r->ep = ep;
+    r->peer = ep->peer;
     r->op = (flags & RDMX_TP_SEND_NOW) ? NULL : op;
     rdmx_list_insert_tail(&ep->reqs, &r->link);
     if (!rdmx_list_empty(&ow->pending)) {
@@ -298,6 +303,7 @@ rdmx_status_t rdmx__ofi_frame_send(ofi_ep_t *ep, unsigned kind, unsigned id,
                            ow->ctx->prov, fi_strerror((int)-ret));
     } else {
         r->state = OFI_REQ_POSTED;
+        r->peer->inflight++;
     }
     if (r->op == NULL)
         return RDMX_OK; /* freed when it completes */

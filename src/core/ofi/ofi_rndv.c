@@ -201,6 +201,7 @@ void rdmx__ofi_on_rts(ofi_worker_t *ow, ofi_ep_t *ep,
     d->c.kind = OFI_CTX_RDESC;
     d->worker = ow;
     d->ep = ep;
+    d->peer = ep->peer;
     d->id = f->rndv_id;
     d->raddr = f->raddr;
     d->key = f->key;
@@ -266,7 +267,7 @@ static void pull_issue(ofi_rdesc_t *d)
             break;
         }
         ret = fi_read(ow->ep, d->buf + d->issued, n, d->ldesc,
-                      d->ep->peer->fi_addr, raddr, d->key, &rd->c.fctx);
+                      d->peer->fi_addr, raddr, d->key, &rd->c.fctx);
         if (ret == -FI_EAGAIN) {
             rdmx_list_insert_tail(&ow->pulls, &d->qlink);
             return;
@@ -280,6 +281,7 @@ static void pull_issue(ofi_rdesc_t *d)
         rd->len = n;
         d->issued += n;
         d->inflight++;
+        d->peer->inflight++;
     }
     if (d->inflight == 0 && (d->status != RDMX_OK || d->issued == d->want))
         pull_finish(d);
@@ -290,6 +292,7 @@ void rdmx__ofi_read_done(ofi_read_t *rd, rdmx_status_t st)
     ofi_rdesc_t *d = rd->d;
 
     d->inflight--;
+    rdmx__ofi_peer_io_done(d->worker, d->peer);
     d->got += rd->len;
     rd->len = 0;
     if (st != RDMX_OK && d->status == RDMX_OK)
