@@ -5,7 +5,9 @@
 #   make asan       ASan+UBSan build in build-asan/
 #   make test       build, check the layering (scripts/check-layers.sh), run
 #                   the test suite (CTest) over tcp and shm, then fuzz-smoke
-#   make test-asan  the suite under ASan+UBSan
+#   make test-asan  the suite under ASan+UBSan (without the libfabric
+#                   backend's label, ofi: the CI time budget)
+#   make test-ofi   build, run the libfabric backend's tests (ctest -L ofi)
 #   make test-ucx UCX_PREFIX=DIR
 #                   build against the UCX installed in DIR (its headers and
 #                   pkg-config file) in build-ucx/, run the suite with DIR/lib
@@ -24,7 +26,7 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 10
 FUZZ_LONG_SECONDS ?= 300
 
-.PHONY: all build debug release asan test test-asan test-ucx demo install format clean deps
+.PHONY: all build debug release asan test test-asan test-ofi test-ucx demo install format clean deps
 
 all: build
 
@@ -36,17 +38,21 @@ define cmake_build
 	@cmake --build $(1) -j $(JOBS)
 endef
 
+# The libfabric backend is required here (-DRDMX_OFI=ON): a build without it
+# fails loudly instead of skipping its tests.
+OFI_FLAGS ?= -DRDMX_OFI=ON
+
 build: deps
-	$(call cmake_build,build,RelWithDebInfo,-DRDMX_PYTHON=ON)
+	$(call cmake_build,build,RelWithDebInfo,-DRDMX_PYTHON=ON $(OFI_FLAGS))
 
 debug: deps
-	$(call cmake_build,build-debug,Debug,)
+	$(call cmake_build,build-debug,Debug,$(OFI_FLAGS))
 
 release: deps
-	$(call cmake_build,build-release,Release,)
+	$(call cmake_build,build-release,Release,$(OFI_FLAGS))
 
 asan: deps
-	$(call cmake_build,build-asan,Debug,-DRDMX_SANITIZE=ON)
+	$(call cmake_build,build-asan,Debug,-DRDMX_SANITIZE=ON $(OFI_FLAGS))
 
 test: build
 	@scripts/check-layers.sh
@@ -55,7 +61,10 @@ test: build
 
 test-asan: asan
 	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	  ctest --output-on-failure --timeout 600 -j 2
+	  ctest --output-on-failure --timeout 600 -j 2 -LE ofi
+
+test-ofi: build
+	cd build && ctest --output-on-failure --timeout 300 -j 2 -L ofi
 
 # (UCX warns about any UCX_* variable it does not know: keep this one out of
 # the tests' environment.)

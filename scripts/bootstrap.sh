@@ -14,6 +14,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libucx-dev ucx-utils libssl-dev liblua5.4-dev libmicrohttpd-dev
+  libfabric-dev libfabric-bin
   iproute2 procps
   libsystemd-dev curl prometheus groff-base
   python3 python3-dev python3-numpy python3-pytest python3-torch

@@ -13,6 +13,9 @@
 #     lambda/lambda_int.h); nothing in src/ or tools/ includes a file from
 #     third_party/; every folder there has a README.md (upstream, version,
 #     changes) and a LICENSE.
+#  4. libfabric's names (fi_, FI_, fid_) and headers (<rdma/...>) appear only
+#     in the libfabric backend, src/core/ofi/; only it includes its headers
+#     (core/ofi/...).
 # tests/ and bench/ are exempt: raw-transport peers and baselines need UCX.
 # Prints each offending line; exits 1 if there is any.
 set -euo pipefail
@@ -35,6 +38,13 @@ while IFS= read -r f; do
     echo "check-layers: $f includes the UCX backend's header" >&2
     status=1
   fi
+  case "$f" in src/core/ofi/*) ;; *)
+    if hits=$(grep -nE '\b(fi|FI|fid)_[A-Za-z0-9_]+|#include *<rdma/|#include "core/ofi/' "$f"); then
+      echo "check-layers: $f uses libfabric outside src/core/ofi:" >&2
+      echo "$hits" | sed 's/^/  /' >&2
+      status=1
+    fi ;;
+  esac
   case "$f" in src/core/*) continue ;; esac
   if grep -n '#include "core/internal.h"' "$f" >/dev/null; then
     echo "check-layers: $f includes core/internal.h (use core/upper.h)" >&2
@@ -73,5 +83,5 @@ for d in third_party/*/; do
     done < <(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]((util|core|rpc|kv|lambda)\/[^">]+)[">].*/\1/p' "$f")
   done < <(find "$d" -name '*.[ch]' | sort)
 done
-[ "$status" -eq 0 ] && echo "check-layers: ok (UCX only in src/core/ucx; third_party/ apart)"
+[ "$status" -eq 0 ] && echo "check-layers: ok (UCX only in src/core/ucx, libfabric only in src/core/ofi; third_party/ apart)"
 exit "$status"

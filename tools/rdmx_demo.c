@@ -192,9 +192,10 @@ static void usage(FILE *f)
             "                    the chosen one is printed as\n"
             "                    \"listening on HOST:PORT\")\n"
             "  --host H          address to listen on (default 0.0.0.0)\n"
-            "  --transport T     auto, shm, tcp or rdma (default: "
-            "$RDMX_TRANSPORT,\n"
-            "                    else auto)\n"
+            "  --transport T     auto, shm, tcp, rdma (UCX) or "
+            "ofi[:PROVIDER]\n"
+            "                    (libfabric) (default: $RDMX_TRANSPORT, "
+            "else auto)\n"
             "  --size N          bytes to move, with K/M/G suffixes "
             "(default 1M;\n"
             "                    lambda: bytes of input, default 64K)\n"
@@ -313,6 +314,10 @@ static void notify_cb(rdmx_ep_t *ep, const rdmx_notify_t *n, void *arg)
     g.notify_ok = 1;
 }
 
+/* --transport or RDMX_TRANSPORT as given: an "ofi[:PROVIDER]" spec picks
+ * the libfabric backend (docs/FABRIC.md). */
+static const char *transport_spec;
+
 /* The context, and the worker unless @p with_worker is 0 (an RPC server
  * makes its own). */
 static void create_context(rdmx_transport_t transport, const char *host,
@@ -327,6 +332,10 @@ static void create_context(rdmx_transport_t transport, const char *host,
         RDMX_CONTEXT_PARAM_FIELD_TRANSPORT | RDMX_CONTEXT_PARAM_FIELD_NAME;
     cp.transport = transport;
     cp.name = "rdmx-demo";
+    if (transport_spec != NULL && !strncmp(transport_spec, "ofi", 3)) {
+        cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME;
+        cp.transport_name = transport_spec;
+    }
     /* Project rule: loopback traffic stays on the loopback device. */
     if (rdmx_host_is_loopback(host) && (devs == NULL || *devs == '\0')) {
         cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
@@ -335,6 +344,9 @@ static void create_context(rdmx_transport_t transport, const char *host,
     st = rdmx_context_create(&cp, &g.ctx);
     if (st != RDMX_OK)
         die_st("creating the rdmx context", st);
+    if (cp.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME)
+        fprintf(stderr, "rdmx-demo: backend %s\n",
+                rdmx_context_backend(g.ctx));
     if (!with_worker)
         return;
     st = rdmx_worker_create(g.ctx, NULL, &g.worker);
@@ -1503,9 +1515,11 @@ int main(int argc, char **argv)
         if (transport_name && *transport_name == '\0')
             transport_name = NULL;
     }
+    transport_spec = transport_name;
     if (transport_name &&
         rdmx_transport_parse(transport_name, &transport) != RDMX_OK)
-        usage_error("unknown transport '%s' (auto, shm, tcp or rdma)",
+        usage_error("unknown transport '%s' (auto, shm, tcp, rdma or "
+                    "ofi[:PROVIDER])",
                     transport_name);
 
     if (listen) {

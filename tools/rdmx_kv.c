@@ -285,7 +285,7 @@ static void usage(FILE *f)
         "  -r, --replicas R        copies of each key (default 1)\n"
         "  -t, --timeout MS        per operation (default 5000)\n"
         "      --auth-secret-file F\n"
-        "      --transport auto|shm|tcp|rdma\n"
+        "      --transport auto|shm|tcp|rdma|ofi[:PROVIDER]\n"
         "exit: 0 ok/found, 1 not found, 2 error\n");
 }
 
@@ -1017,9 +1017,12 @@ int main(int argc, char **argv)
             break;
         }
         case 'X':
-            o.cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT;
+            o.cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                               RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME;
+            o.cp.transport_name = optarg;
             if (rdmx_transport_parse(optarg, &o.cp.transport) != RDMX_OK) {
-                fprintf(stderr, "rdmx-kv: --transport auto|shm|tcp|rdma\n");
+                fprintf(stderr, "rdmx-kv: --transport "
+                                "auto|shm|tcp|rdma|ofi[:PROVIDER]\n");
                 return 2;
             }
             break;

@@ -13,6 +13,7 @@
 #include "kv/server.h"
 #include "options.h"
 #include "rpc/health.h"
+#include "rpc/internal.h" /* rdmx__rpc_server_context */
 
 #include <errno.h>
 #include <getopt.h>
@@ -46,8 +47,9 @@ static void usage(FILE *f)
         "      --eviction lru|none    full memory: evict least recently used\n"
         "                             (default) or refuse writes (NO_MEMORY)\n"
         "      --auth-secret-file F   require clients to prove this secret\n"
-        "      --transport T          auto|shm|tcp|rdma (default: RDMX_TRANSPORT\n"
-        "                             or auto)\n"
+        "      --transport T          auto|shm|tcp|rdma (UCX) or ofi[:PROVIDER]\n"
+        "                             (libfabric: ofi:tcp, ofi:shm, ...)\n"
+        "                             (default: RDMX_TRANSPORT or auto)\n"
         "      --metrics-listen HOST:PORT  serve GET /metrics (Prometheus)\n"
         "                             and GET /health (JSON) over HTTP\n"
         "Lambdas (lambda.eval/call/native: sandboxed Lua 5.4 with kv.get/put/\n"
@@ -166,10 +168,13 @@ static int kvd_option(kvd_options_t *o, int c, const char *arg)
         break;
     case 'A': o->secret_file = arg; break;
     case 'T':
-        cfg->context.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT;
+        cfg->context.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                                   RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME;
+        cfg->context.transport_name = arg;
         if (rdmx_transport_parse(arg, &cfg->context.transport) !=
             RDMX_OK) {
-            fprintf(stderr, "rdmx-kvd: --transport auto|shm|tcp|rdma\n");
+            fprintf(stderr, "rdmx-kvd: --transport "
+                            "auto|shm|tcp|rdma|ofi[:PROVIDER]\n");
             return 2;
         }
         break;
@@ -527,9 +532,10 @@ int main(int argc, char **argv)
                  (unsigned long long)stats.lambda.natives);
     rdmx_addr_parse(cfg.listen, host, sizeof(host), &port);
     printf("rdmx-kvd: listening on %s:%u (memory %zu MiB, %u workers, "
-           "transport %s, lambda %s)\n",
+           "transport %s, backend %s, lambda %s)\n",
            host, info.port, cfg.memory >> 20, info.workers,
-           rdmx_transport_name(info.transport), lam);
+           rdmx_transport_name(info.transport),
+           rdmx_context_backend(rdmx__rpc_server_context(info.rpc)), lam);
     fflush(stdout);
     print_warnings(&cfg, &info);
     if (metrics_listen != NULL) {

@@ -61,6 +61,7 @@ enum {
     RDMX_CONTEXT_PARAM_FIELD_TRANSPORT = 1u << 0,
     RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES = 1u << 1,
     RDMX_CONTEXT_PARAM_FIELD_NAME = 1u << 2,
+    RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME = 1u << 3,
 };
 
 typedef struct {
@@ -75,6 +76,12 @@ typedef struct {
     const char *net_devices;
     /** Name shown in logs. Default "rdmx". */
     const char *name;
+    /** The transport as text, backend included: "auto", "shm", "tcp",
+     *  "rdma" (UCX) or "ofi[:PROVIDER]" (libfabric: "ofi:tcp", "ofi:shm",
+     *  "ofi:efa", any prov_name; "ofi" alone: the first provider with the
+     *  capabilities rdmx needs). Wins over @transport; the environment's
+     *  RDMX_TRANSPORT takes the same forms. docs/FABRIC.md. */
+    const char *transport_name;
 } rdmx_context_params_t;
 
 /**
@@ -116,9 +123,16 @@ RDMX_API rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context);
 /** "auto", "shm", "tcp", "rdma"; NULL for an unknown value. */
 RDMX_API const char *rdmx_transport_name(rdmx_transport_t transport);
 
-/** Parse "auto", "shm", "tcp" or "rdma". */
+/** Parse "auto", "shm", "tcp" or "rdma"; also "ofi[:PROVIDER]", for which
+ *  it writes the medium (ofi:tcp: tcp, ofi:shm: shm, ofi:efa/verbs/cxi/psm:
+ *  rdma, else auto) — pass the text itself as transport_name to select the
+ *  libfabric backend. */
 RDMX_API rdmx_status_t rdmx_transport_parse(const char *name,
                                             rdmx_transport_t *transport_p);
+
+/** The backend a context runs, for start lines: "ucx", or "ofi 1.17
+ *  tcp;ofi_rxm, domain lo" (libfabric's version, provider and domain). */
+RDMX_API const char *rdmx_context_backend(const rdmx_context_t *context);
 
 /* ------------------------------------------------------------------------ */
 /* Worker                                                                   */

@@ -18,9 +18,36 @@ const char *rdmx_transport_name(rdmx_transport_t transport)
     return transport_names[transport];
 }
 
+/* Is @name an ofi spec: "ofi" or "ofi:PROVIDER"? */
+static int is_ofi_spec(const char *name)
+{
+    return name != NULL && !strncmp(name, "ofi", 3) &&
+           (name[3] == '\0' || (name[3] == ':' && name[4] != '\0'));
+}
+
+/* The medium an ofi spec names (rdmx_transport_parse). */
+static rdmx_transport_t ofi_medium(const char *name)
+{
+    static const char *const rdma[] = {"efa", "verbs", "cxi", "psm", "opx"};
+    const char *p = name[3] == ':' ? name + 4 : "";
+
+    if (!strncmp(p, "tcp", 3))
+        return RDMX_TRANSPORT_TCP;
+    if (!strcmp(p, "shm"))
+        return RDMX_TRANSPORT_SHM;
+    for (unsigned i = 0; i < sizeof(rdma) / sizeof(rdma[0]); i++)
+        if (!strncmp(p, rdma[i], strlen(rdma[i])))
+            return RDMX_TRANSPORT_RDMA;
+    return RDMX_TRANSPORT_AUTO;
+}
+
 rdmx_status_t rdmx_transport_parse(const char *name,
                                    rdmx_transport_t *transport_p)
 {
+    if (is_ofi_spec(name) && strlen(name) < 64) {
+        *transport_p = ofi_medium(name);
+        return RDMX_OK;
+    }
     for (unsigned i = 0; name && i < 4; i++) {
         if (!strcmp(name, transport_names[i])) {
             *transport_p = (rdmx_transport_t)i;
@@ -28,8 +55,16 @@ rdmx_status_t rdmx_transport_parse(const char *name,
         }
     }
     return rdmx__error(RDMX_ERR_INVALID,
-                       "transport '%s': expected auto, shm, tcp or rdma",
+                       "transport '%s': expected auto, shm, tcp, rdma or "
+                       "ofi[:PROVIDER]",
                        name ? name : "(null)");
+}
+
+const char *rdmx_context_backend(const rdmx_context_t *context)
+{
+    if (context->tp->ctx_describe != NULL)
+        return context->tp->ctx_describe(context->tctx);
+    return context->tp->name;
 }
 
 uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx)
@@ -69,7 +104,7 @@ rdmx_status_t rdmx_context_create_v(unsigned api_version,
     rdmx_context_params_t p = {0};
     rdmx_context_t *ctx;
     rdmx_status_t status;
-    const char *env;
+    const char *env, *spec = NULL;
 
     if (context_p == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "context_create: NULL output");
@@ -87,20 +122,36 @@ rdmx_status_t rdmx_context_create_v(unsigned api_version,
                            api_version & 0xff, api_version >> 16);
     if (params != NULL)
         p = *params;
-    if (!(p.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT)) {
+    if ((p.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME) &&
+        p.transport_name != NULL) {
+        if (rdmx_transport_parse(p.transport_name, &p.transport) != RDMX_OK)
+            return RDMX_ERR_INVALID;
+        spec = p.transport_name;
+    } else if (!(p.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT)) {
         p.transport = RDMX_TRANSPORT_AUTO;
         env = getenv("RDMX_TRANSPORT");
         if (env != NULL && *env != '\0' &&
             rdmx_transport_parse(env, &p.transport) != RDMX_OK)
             return rdmx__error(RDMX_ERR_INVALID,
-                               "RDMX_TRANSPORT='%s': expected auto, shm, tcp "
-                               "or rdma",
+                               "RDMX_TRANSPORT='%s': expected auto, shm, tcp, "
+                               "rdma or ofi[:PROVIDER]",
                                env);
+        spec = env;
     }
+    if (!is_ofi_spec(spec))
+        spec = NULL;
+#ifndef RDMX_HAVE_OFI
+    if (spec != NULL)
+        return rdmx__error(RDMX_ERR_UNSUPPORTED,
+                           "transport %s: this librdmx was built without "
+                           "libfabric",
+                           spec);
+#endif
     if (rdmx_transport_name(p.transport) == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "context: unknown transport %d",
                            (int)p.transport);
-    if (p.transport == RDMX_TRANSPORT_RDMA && !have_rdma_device())
+    if (spec == NULL && p.transport == RDMX_TRANSPORT_RDMA &&
+        !have_rdma_device())
         return rdmx__error(RDMX_ERR_UNSUPPORTED,
                            "transport rdma: no RDMA device on this host "
                            "(/sys/class/infiniband is empty); use shm or tcp");
@@ -110,7 +161,9 @@ rdmx_status_t rdmx_context_create_v(unsigned api_version,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
     ctx->transport = p.transport;
     ctx->transport_used = p.transport;
-    if (p.transport == RDMX_TRANSPORT_AUTO)
+    snprintf(ctx->backend_spec, sizeof(ctx->backend_spec), "%s",
+             spec != NULL ? spec : "ucx");
+    if (spec == NULL && p.transport == RDMX_TRANSPORT_AUTO)
         ctx->transport_used =
             have_rdma_device() ? RDMX_TRANSPORT_RDMA : RDMX_TRANSPORT_TCP;
     ctx->spin_ns = RDMX_SPIN_NS;
@@ -145,14 +198,23 @@ rdmx_status_t rdmx_context_create_v(unsigned api_version,
                   (p.transport == RDMX_TRANSPORT_AUTO && have_rdma_device());
     if ((env = getenv("RDMX_RMA")) != NULL && !strcmp(env, "rdmx"))
         ctx->tp_rma = 0;
+    /* The ofi backend carries one-sided access in rdmx on every provider
+     * for now (docs/FABRIC.md), and moves large messages only by messages
+     * the receiver copies in. */
+    if (spec != NULL)
+        ctx->tp_rma = 0;
     /* Over tcp UCX moves a large message only as messages the receiver
      * copies in; elsewhere its rendezvous may write straight into the
      * receiver's memory, from the sender's side (access.c). */
-    ctx->rndv_safe = p.transport == RDMX_TRANSPORT_TCP;
+    ctx->rndv_safe = p.transport == RDMX_TRANSPORT_TCP || spec != NULL;
     if ((status = rdmx__random(ctx->grant_key, sizeof(ctx->grant_key))) !=
         RDMX_OK)
         goto err_map;
     ctx->tp = &rdmx_tp_ucx;
+#ifdef RDMX_HAVE_OFI
+    if (spec != NULL)
+        ctx->tp = &rdmx_tp_ofi;
+#endif
     status = ctx->tp->ctx_create(
         ctx, p.transport,
         (p.field_mask & RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES) ? p.net_devices
@@ -160,6 +222,8 @@ rdmx_status_t rdmx_context_create_v(unsigned api_version,
         ctx->tp_rma, &ctx->tctx);
     if (status != RDMX_OK)
         goto err_map;
+    if (ctx->tp->ctx_transport != NULL)
+        ctx->transport_used = ctx->tp->ctx_transport(ctx->tctx);
     ctx->tp_atomics = ctx->tp_rma && ctx->tp->has_atomics != NULL &&
                       ctx->tp->atomic != NULL &&
                       ctx->tp->has_atomics(ctx->tctx);

@@ -259,6 +259,8 @@ struct rdmx_context {
     unsigned char grant_key[32]; /* keys descriptors' MACs (mem.c) */
     rdmx_transport_t transport;      /* as requested (AUTO stays AUTO) */
     rdmx_transport_t transport_used; /* AUTO resolved: rdmx_context_transport */
+    char backend_spec[64]; /* "ucx", or the ofi spec ("ofi", "ofi:shm") the
+                              ofi backend reads in ctx_create */
     uint64_t spin_ns; /* blocking waits poll this long before they sleep,
                          RPC server workers twice as long (RDMX_SPIN_US) */
     char name[32];

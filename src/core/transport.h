@@ -3,7 +3,7 @@
  * operations, matching, descriptors, waiting, the bootstrap) asks of a
  * backend, and what a backend reports back. A backend is an operations
  * table; UCX's is src/core/ucx/ (the only code that includes UCX headers),
- * and a libfabric one plugs in the same way.
+ * libfabric's src/core/ofi/ (the only code that includes libfabric's).
  *
  * Objects: a backend context per rdmx context (memory registration lives
  * there), a backend worker per rdmx worker (progress, a wake-up fd, its own
@@ -64,6 +64,12 @@ typedef struct {
                                 const char *net_devices, int one_sided,
                                 void **tctx_p);
     void (*ctx_destroy)(void *tctx);
+    /* Optional (NULL: the backend's name): what rdmx_context_backend()
+     * says, e.g. "ofi 1.17 tcp;ofi_rxm, domain lo". */
+    const char *(*ctx_describe)(void *tctx);
+    /* Optional (NULL: the transport asked for): the medium the backend
+     * chose, for rdmx_context_transport(). */
+    rdmx_transport_t (*ctx_transport)(void *tctx);
     /* Register (or, with @allocate, allocate and register) memory for
      * local use and remote access with @access (RDMX_ACCESS_*). Writes the
      * registration, the address (allocated memory's), and a packed remote
@@ -151,6 +157,9 @@ typedef struct {
 } rdmx_tp_ops_t;
 
 extern const rdmx_tp_ops_t rdmx_tp_ucx;
+#ifdef RDMX_HAVE_OFI
+extern const rdmx_tp_ops_t rdmx_tp_ofi; /* src/core/ofi/ (docs/FABRIC.md) */
+#endif
 
 /* --- what a backend reports to the core ------------------------------------ */
 

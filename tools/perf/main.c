@@ -286,8 +286,10 @@ int main(int argc, char **argv)
     signal(SIGALRM, perf_watchdog);
 
     if (o.transport_set) {
-        cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT;
+        cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                         RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME;
         cp.transport = o.transport;
+        cp.transport_name = o.transport_name;
     }
     if (rdmx_host_is_loopback(o.host) && getenv("UCX_NET_DEVICES") == NULL) {
         cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
@@ -301,6 +303,9 @@ int main(int argc, char **argv)
         return 1;
     }
     o.transport = rdmx_context_transport(p->ctx);
+    if (strncmp(rdmx_context_backend(p->ctx), "ofi", 3) == 0)
+        fprintf(stderr, "rdmx-perf: backend %s\n",
+                rdmx_context_backend(p->ctx));
     st = rdmx_worker_create(p->ctx, NULL, &p->worker);
     if (st != RDMX_OK) {
         perf_fail("create worker", st);

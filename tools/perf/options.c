@@ -83,7 +83,8 @@ static void usage(FILE *f)
         "               channels straight to it (several client processes)\n"
         "  --metrics-listen HOST:PORT  --rpc-only server: serve GET /metrics\n"
         "               and /health over HTTP (docs/OPERATIONS.md)\n"
-        "  --transport  auto|shm|tcp|rdma (default auto, or "
+        "  --transport  auto|shm|tcp|rdma, or ofi[:PROVIDER] for libfabric\n"
+        "               (default auto, or "
         "RDMX_TRANSPORT)\n"
         "  --json       one JSON object per result line\n"
         "  --once       server: exit after the first client\n"
@@ -248,6 +249,7 @@ static int parse_option(int c, const char *arg, opts_t *o)
             return -1;
         }
         o->transport_set = true;
+        o->transport_name = arg;
         return 0;
     case OPT_JSON:
         o->json = true;

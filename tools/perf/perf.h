@@ -91,6 +91,7 @@ typedef struct {
     uint64_t window;
     rdmx_transport_t transport;
     bool transport_set;
+    const char *transport_name; /* --transport as given (ofi[:PROVIDER]) */
     bool json;
     bool once;
     bool flush_windows; /* put_bw/get_bw: flush per window (else at end) */

@@ -448,6 +448,15 @@ static rdmx_status_t ucx_ep_create(void *tw, const void *addr, size_t len,
     ucx_ep_t *ep;
     void *copy;
 
+    /* A libfabric backend's address (docs/FABRIC.md, "Address": it starts
+     * with "ROFI") would make UCX abort in its address parser: refuse it
+     * in words. (A UCX address's first byte holds its format version in
+     * the high bits: 0x20 from UCX 1.13, never 'R'.) */
+    if (len >= 4 && memcmp(addr, "ROFI", 4) == 0)
+        return rdmx__error(RDMX_ERR_UNREACHABLE,
+                           "the peer's transport address is a libfabric "
+                           "one (this worker uses backend ucx: both sides "
+                           "need the same --transport family)");
     /* UCX reads the address without a length: give it a zero tail so a
      * short one cannot make it read past the buffer. */
     copy = calloc(1, len + 4096);

@@ -1,0 +1,656 @@
+/*
+ * The libfabric backend (src/core/transport.h): its operations table,
+ * the context (one fabric and domain per rdmx context) and workers (one
+ * FI_EP_RDM endpoint with its CQ and address vector per rdmx worker, and
+ * the wake-up fd) (docs/FABRIC.md). Endpoints live in ofi_ep.c, messages
+ * in ofi_msg.c, large messages in ofi_rndv.c.
+ *
+ * Facts of libfabric 1.17 this code lives by (docs/FABRIC.md, "Providers"):
+ * - shm's CQ has no wait object, and fi_trywait on a CQ without one
+ *   crashes: only a CQ opened with FI_WAIT_FD is ever passed to it; the
+ *   others wake their worker with a 1 ms timer.
+ * - rxm connects lazily: sends return -FI_EAGAIN until the connection is
+ *   up (ofi_msg.c queues them), and it handles connection requests every
+ *   FI_OFI_RXM_CM_PROGRESS_INTERVAL microseconds (1000 unless set).
+ * - An AV entry removed with FI_AV_REMOVE_CLEANUP=1 closes rxm's
+ *   connection and cancels what is queued on it (ofi_ep.c says when
+ *   entries go: rarely).
+ */
+#include "core/ofi/ofi_int.h"
+
+#include "util/endian.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#define OFI_API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
+#define OFI_POLL_NS     1000000 /* wake-up period without a CQ fd */
+
+/* libfabric's error numbers in rdmx's terms: connection-level failures
+ * keep their meaning; anything unexpected is an I/O error. */
+rdmx_status_t rdmx__ofi_status(int fi_err)
+{
+    switch (fi_err < 0 ? -fi_err : fi_err) {
+    case 0:
+        return RDMX_OK;
+    case FI_ECANCELED:
+        return RDMX_ERR_CANCELED;
+    case FI_ETRUNC:
+    case FI_ETOOSMALL:
+    case FI_EMSGSIZE:
+        return RDMX_ERR_TOO_BIG;
+    case FI_EACCES:
+    case FI_EPERM:
+        return RDMX_ERR_DENIED;
+    case FI_EAGAIN:
+        return RDMX_ERR_NO_RESOURCE;
+    case FI_ENOMEM:
+        return RDMX_ERR_NO_MEMORY;
+    case FI_ETIMEDOUT:
+        return RDMX_ERR_TIMEOUT;
+    case FI_ECONNRESET:
+    case FI_ECONNABORTED:
+    case FI_ENOTCONN:
+    case FI_EIO:
+        return RDMX_ERR_CONN_RESET;
+    case FI_ECONNREFUSED:
+        return RDMX_ERR_CONN_REFUSED;
+    case FI_EHOSTUNREACH:
+    case FI_ENETUNREACH:
+    case FI_EADDRNOTAVAIL:
+        return RDMX_ERR_UNREACHABLE;
+    case FI_ENOSYS:
+    case FI_EOPNOTSUPP:
+        return RDMX_ERR_UNSUPPORTED;
+    default:
+        return RDMX_ERR_IO;
+    }
+}
+
+/* --- context ------------------------------------------------------------------ */
+
+/* The provider a spec names: "ofi" (NULL: the first answer), "ofi:tcp"
+ * (rxm over tcp in 1.17), "ofi:shm", "ofi:NAME" (a prov_name as is). */
+static const char *spec_provider(const char *spec)
+{
+    if (spec == NULL || strncmp(spec, "ofi", 3) != 0 || spec[3] != ':' ||
+        spec[4] == '\0')
+        return NULL;
+    if (!strcmp(spec + 4, "tcp"))
+        return "tcp;ofi_rxm";
+    return spec + 4;
+}
+
+static rdmx_transport_t prov_medium(const char *prov)
+{
+    if (!strncmp(prov, "shm", 3))
+        return RDMX_TRANSPORT_SHM;
+    if (strstr(prov, "tcp") != NULL || strstr(prov, "sockets") != NULL ||
+        strstr(prov, "net") != NULL)
+        return RDMX_TRANSPORT_TCP;
+    if (strstr(prov, "verbs") != NULL || strstr(prov, "efa") != NULL ||
+        strstr(prov, "cxi") != NULL || strstr(prov, "psm") != NULL ||
+        strstr(prov, "opx") != NULL)
+        return RDMX_TRANSPORT_RDMA;
+    return RDMX_TRANSPORT_AUTO;
+}
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+/* libfabric reads its parameters from the environment when first used;
+ * values the user set win. */
+static void env_defaults(void)
+{
+    setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
+    setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
+}
+
+/* The providers fi_getinfo offers for FI_EP_RDM, for an error message. */
+static void list_providers(char *out, size_t size)
+{
+    struct fi_info *hints = fi_allocinfo(), *list = NULL, *i;
+    size_t n = 0;
+
+    out[0] = '\0';
+    if (hints == NULL)
+        return;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_MSG;
+    if (fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list) == 0) {
+        for (i = list; i != NULL && n + 2 < size; i = i->next) {
+            const char *p = i->fabric_attr->prov_name;
+            if (strstr(out, p) != NULL)
+                continue;
+            n += (size_t)snprintf(out + n, size - n, "%s%s", n ? ", " : "",
+                                  p);
+        }
+        fi_freeinfo(list);
+    }
+    fi_freeinfo(hints);
+}
+
+static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
+                                    const char *net_devices, int one_sided,
+                                    void **tctx_p)
+{
+    const char *prov = spec_provider(ctx->backend_spec);
+    struct fi_info *hints, *info = NULL, *list = NULL;
+    rdmx_status_t st;
+    ofi_ctx_t *oc;
+    int ret;
+
+    (void)t;
+    pthread_once(&env_once, env_defaults);
+    oc = calloc(1, sizeof(*oc));
+    hints = fi_allocinfo();
+    if (oc == NULL || hints == NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
+        goto err_free;
+    }
+    hints->ep_attr->type = FI_EP_RDM;
+    /* FI_SOURCE: the receiver learns the sending worker from the provider,
+     * not from anything the peer writes. No FI_TAGGED: rdmx matches. */
+    /* FI_READ/FI_REMOTE_READ: large messages are pulled by the receiver
+     * from a registration of exactly their bytes. */
+    hints->caps = FI_MSG | FI_SOURCE | FI_RMA | FI_READ | FI_REMOTE_READ;
+    if (one_sided)
+        hints->caps |= FI_WRITE | FI_REMOTE_WRITE | FI_ATOMIC;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
+                                  FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                  FI_MR_ENDPOINT | FI_MR_RAW;
+    hints->domain_attr->threading = FI_THREAD_COMPLETION;
+    hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+    hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+    hints->tx_attr->msg_order = FI_ORDER_SAS;
+    hints->rx_attr->msg_order = FI_ORDER_SAS;
+    if (prov != NULL && (hints->fabric_attr->prov_name = strdup(prov)) ==
+                            NULL) {
+        st = rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
+        goto err_free;
+    }
+    ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
+    /* tcp's domains are interfaces: net_devices "lo" picks loopback's
+     * answer (rxm does not filter by a domain name in the hints); without
+     * a match, or without net_devices, the first answer. */
+    if (ret == 0 && list != NULL) {
+        struct fi_info *pick = list;
+        for (struct fi_info *i = list; net_devices != NULL && i != NULL;
+             i = i->next) {
+            if (i->domain_attr->name != NULL &&
+                !strcmp(i->domain_attr->name, net_devices)) {
+                pick = i;
+                break;
+            }
+        }
+        info = fi_dupinfo(pick);
+        fi_freeinfo(list);
+    }
+    if (ret != 0 || info == NULL) {
+        char provs[256];
+        list_providers(provs, sizeof(provs));
+        st = rdmx__error(RDMX_ERR_UNSUPPORTED,
+                         "transport %s: no libfabric provider%s%s offers "
+                         "reliable datagram endpoints with FI_MSG, "
+                         "FI_READ%s and FI_SOURCE (fi_getinfo: %s); "
+                         "providers here: %s",
+                         ctx->backend_spec, prov ? " " : "", prov ? prov : "",
+                         one_sided ? ", FI_WRITE, FI_ATOMIC" : "",
+                         fi_strerror(-ret), provs[0] ? provs : "none");
+        goto err_free;
+    }
+    oc->info = info;
+    snprintf(oc->prov, sizeof(oc->prov), "%s", info->fabric_attr->prov_name);
+    /* shm names its regions after the process id ("fi_shm://PID", then
+     * ":UID:EP" per endpoint): a region a killed process left in /dev/shm
+     * makes a later process with the same id fail fi_endpoint with EBUSY.
+     * A random part keeps each context's names its own. */
+    if (info->addr_format == FI_ADDR_STR && !strcmp(oc->prov, "shm")) {
+        uint64_t r = 0;
+        char *name = malloc(64);
+        if (name == NULL || rdmx__random(&r, sizeof(r)) != RDMX_OK) {
+            free(name);
+            st = rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
+            goto err_info;
+        }
+        snprintf(name, 64, "fi_shm://%d-%016llx", (int)getpid(),
+                 (unsigned long long)r);
+        free(info->src_addr);
+        info->src_addr = name;
+        info->src_addrlen = strlen(name) + 1;
+    }
+    oc->medium = prov_medium(oc->prov);
+    oc->mr_mode = (uint64_t)info->domain_attr->mr_mode;
+    /* A frame fits a receive buffer; shared memory sends up to its inject
+     * size complete locally (larger ones wait for the receiver). */
+    oc->eager_max = OFI_EAGER_MAX;
+    if (info->ep_attr->max_msg_size <
+        oc->eager_max + RDMX_OFI_FRAME_SIZE + RDMX_OFI_FRAME_HDR_MAX)
+        oc->eager_max = info->ep_attr->max_msg_size - RDMX_OFI_FRAME_SIZE -
+                        RDMX_OFI_FRAME_HDR_MAX;
+    oc->frame_max = oc->eager_max + RDMX_OFI_FRAME_SIZE +
+                    RDMX_OFI_FRAME_HDR_MAX;
+    oc->chunk = 4u << 20;
+    if (info->ep_attr->max_msg_size < oc->chunk)
+        oc->chunk = info->ep_attr->max_msg_size;
+    oc->key_size = info->domain_attr->mr_key_size;
+    if (oc->key_size == 0 || oc->key_size > 8)
+        oc->key_size = 8;
+    oc->wait_fd = 1; /* until a CQ says otherwise (worker_create) */
+    ret = fi_fabric(info->fabric_attr, &oc->fabric, NULL);
+    if (ret != 0) {
+        st = rdmx__error(RDMX_ERR_IO, "ofi %s: fi_fabric: %s", oc->prov,
+                         fi_strerror(-ret));
+        goto err_info;
+    }
+    ret = fi_domain(oc->fabric, info, &oc->domain, NULL);
+    if (ret != 0) {
+        st = rdmx__error(RDMX_ERR_IO, "ofi %s: fi_domain %s: %s", oc->prov,
+                         info->domain_attr->name, fi_strerror(-ret));
+        goto err_fabric;
+    }
+    {
+        uint32_t v = fi_version();
+        snprintf(oc->describe, sizeof(oc->describe),
+                 "ofi %u.%u %s, domain %s", FI_MAJOR(v), FI_MINOR(v),
+                 oc->prov, info->domain_attr->name);
+    }
+    fi_freeinfo(hints);
+    *tctx_p = oc;
+    return RDMX_OK;
+
+err_fabric:
+    fi_close(&oc->fabric->fid);
+err_info:
+    fi_freeinfo(info);
+err_free:
+    if (hints != NULL)
+        fi_freeinfo(hints);
+    free(oc);
+    return st;
+}
+
+static void ofi_ctx_destroy(void *tctx)
+{
+    ofi_ctx_t *oc = tctx;
+
+    fi_close(&oc->domain->fid);
+    fi_close(&oc->fabric->fid);
+    fi_freeinfo(oc->info);
+    free(oc);
+}
+
+static const char *ofi_ctx_describe(void *tctx)
+{
+    return ((ofi_ctx_t *)tctx)->describe;
+}
+
+static rdmx_transport_t ofi_ctx_transport(void *tctx)
+{
+    return ((ofi_ctx_t *)tctx)->medium;
+}
+
+/* Memory registration comes with the provider's one-sided operations;
+ * until then a region needs no registration of the backend (messages
+ * are copied through the backend's own buffers, large ones registered
+ * for their pull), and its packed key says so (docs/FABRIC.md, "Packed
+ * key"):
+ *  0 u32 magic "OFK1"  4 u8 version 1  5 u8 flags (8: no transport key)
+ *  6 u16 0  8 u64 base  16 u64 length  24 u32 FNV-1a of prov_name  28 u32 0
+ */
+#define OFI_KEY_MAGIC  0x314b464fu /* "OFK1" little-endian */
+#define OFI_KEY_SIZE   32
+#define OFI_KEY_NOKEY  8
+
+static uint32_t fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static rdmx_status_t ofi_mem_map(void *tctx, void *addr, size_t length,
+                                 int allocate, unsigned access, void **tmr_p,
+                                 void **addr_p, void **rkey_p,
+                                 size_t *rkey_len_p)
+{
+    ofi_ctx_t *oc = tctx;
+    unsigned char *key = malloc(OFI_KEY_SIZE);
+    void *p = addr;
+
+    (void)access;
+    if (key == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "mem: out of memory");
+    if (allocate) {
+        if (posix_memalign(&p, 4096, length ? length : 1) != 0) {
+            free(key);
+            return rdmx__error(RDMX_ERR_NO_MEMORY,
+                               "mem: cannot allocate %zu bytes", length);
+        }
+        memset(p, 0, length);
+    }
+    rdmx_put_le32(key, OFI_KEY_MAGIC);
+    key[4] = 1;
+    key[5] = OFI_KEY_NOKEY;
+    rdmx_put_le16(key + 6, 0);
+    rdmx_put_le64(key + 8, (uint64_t)(uintptr_t)p);
+    rdmx_put_le64(key + 16, length);
+    rdmx_put_le32(key + 24, fnv1a(oc->prov));
+    rdmx_put_le32(key + 28, 0);
+    *tmr_p = allocate ? p : NULL;
+    *addr_p = p;
+    *rkey_p = key;
+    *rkey_len_p = OFI_KEY_SIZE;
+    return RDMX_OK;
+}
+
+static void ofi_mem_unmap(void *tctx, void *tmr, void *rkey)
+{
+    (void)tctx;
+    free(rkey);
+    free(tmr); /* what mem_map allocated, or NULL */
+}
+
+/* --- workers -------------------------------------------------------------------- */
+
+static int epoll_add(int epfd, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* The address peers get through the bootstrap (docs/FABRIC.md):
+ *  0 u32 magic "ROFI"  4 u8 version 1  5 u8 0  6 u16 n
+ *  8 u64 worker instance (random)  16 char[32] prov_name, NUL padded
+ * 48 n bytes: fi_getname(). */
+static rdmx_status_t make_address(ofi_worker_t *ow)
+{
+    size_t n = OFI_NAME_MAX;
+    int ret;
+
+    ret = fi_getname(&ow->ep->fid, ow->addr + OFI_ADDR_HDR, &n);
+    if (ret != 0 || n == 0 || n > OFI_NAME_MAX)
+        return rdmx__error(RDMX_ERR_IO, "ofi %s: fi_getname: %s",
+                           ow->ctx->prov,
+                           ret ? fi_strerror(-ret) : "bad length");
+    rdmx_put_le32(ow->addr, OFI_ADDR_MAGIC);
+    ow->addr[4] = 1;
+    ow->addr[5] = 0;
+    rdmx_put_le16(ow->addr + 6, (uint16_t)n);
+    rdmx_put_le64(ow->addr + 8, ow->instance);
+    memset(ow->addr + 16, 0, OFI_PROV_MAX);
+    memcpy(ow->addr + 16, ow->ctx->prov, strlen(ow->ctx->prov));
+    ow->addr_len = OFI_ADDR_HDR + n;
+    return RDMX_OK;
+}
+
+static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
+                                       int threaded, void **tw_p, int *efd_p,
+                                       const void **addr_p,
+                                       size_t *addr_len_p)
+{
+    ofi_ctx_t *oc = tctx;
+    struct fi_cq_attr cqa = {0};
+    struct fi_av_attr ava = {0};
+    ofi_worker_t *ow;
+    rdmx_status_t st;
+    int ret, cqfd = -1;
+
+    (void)threaded; /* the core serializes calls (FI_THREAD_COMPLETION) */
+    ow = calloc(1, sizeof(*ow));
+    if (ow == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
+    ow->ctx = oc;
+    ow->w = w;
+    ow->epfd = ow->evfd = ow->tfd = -1;
+    rdmx_list_init(&ow->peers);
+    rdmx_list_init(&ow->eps);
+    rdmx_list_init(&ow->chunks);
+    rdmx_list_init(&ow->free);
+    rdmx_list_init(&ow->pending);
+    rdmx_list_init(&ow->done);
+    rdmx_list_init(&ow->rts_done);
+    rdmx_list_init(&ow->pulls);
+    rdmx_list_init(&ow->rts_all);
+    rdmx_list_init(&ow->rdesc_all);
+    if ((st = rdmx__random(&ow->instance, sizeof(ow->instance))) != RDMX_OK)
+        goto err_free;
+    cqa.format = FI_CQ_FORMAT_DATA;
+    cqa.size = oc->info->tx_attr->size + oc->info->rx_attr->size + 64;
+    cqa.wait_obj = oc->wait_fd ? FI_WAIT_FD : FI_WAIT_NONE;
+    ret = fi_cq_open(oc->domain, &cqa, &ow->cq, NULL);
+    if (ret == -FI_ENOSYS || ret == -FI_EINVAL || ret == -FI_EOPNOTSUPP) {
+        /* (shm in 1.17: no wait objects; the timer below wakes us) */
+        cqa.wait_obj = FI_WAIT_NONE;
+        ret = fi_cq_open(oc->domain, &cqa, &ow->cq, NULL);
+    }
+    if (ret != 0) {
+        st = rdmx__error(RDMX_ERR_IO, "ofi %s: fi_cq_open: %s", oc->prov,
+                         fi_strerror(-ret));
+        goto err_free;
+    }
+    if (cqa.wait_obj == FI_WAIT_FD &&
+        fi_control(&ow->cq->fid, FI_GETWAIT, &cqfd) != 0)
+        cqfd = -1;
+    ava.type = FI_AV_TABLE;
+    ava.count = 64;
+    ret = fi_av_open(oc->domain, &ava, &ow->av, NULL);
+    if (ret != 0) {
+        st = rdmx__error(RDMX_ERR_IO, "ofi %s: fi_av_open: %s", oc->prov,
+                         fi_strerror(-ret));
+        goto err_cq;
+    }
+    ret = fi_endpoint(oc->domain, oc->info, &ow->ep, NULL);
+    if (ret == 0)
+        ret = fi_ep_bind(ow->ep, &ow->av->fid, 0);
+    if (ret == 0)
+        ret = fi_ep_bind(ow->ep, &ow->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (ret == 0)
+        ret = fi_enable(ow->ep);
+    if (ret != 0) {
+        st = rdmx__error(RDMX_ERR_IO, "ofi %s: endpoint: %s", oc->prov,
+                         fi_strerror(-ret));
+        goto err_ep;
+    }
+    if ((st = make_address(ow)) != RDMX_OK)
+        goto err_ep;
+    ow->epfd = epoll_create1(EPOLL_CLOEXEC);
+    ow->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (cqfd < 0)
+        ow->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (ow->epfd < 0 || ow->evfd < 0 || (cqfd < 0 && ow->tfd < 0) ||
+        epoll_add(ow->epfd, ow->evfd) != 0 ||
+        epoll_add(ow->epfd, cqfd >= 0 ? cqfd : ow->tfd) != 0) {
+        st = rdmx__error(RDMX_ERR_NO_RESOURCE, "worker: wake-up fds: %s",
+                         strerror(errno));
+        goto err_fds;
+    }
+    if ((st = rdmx__ofi_rx_init(ow)) != RDMX_OK)
+        goto err_fds;
+    *tw_p = ow;
+    *efd_p = ow->epfd;
+    *addr_p = ow->addr;
+    *addr_len_p = ow->addr_len;
+    return RDMX_OK;
+
+err_fds:
+    if (ow->tfd >= 0)
+        close(ow->tfd);
+    if (ow->evfd >= 0)
+        close(ow->evfd);
+    if (ow->epfd >= 0)
+        close(ow->epfd);
+err_ep:
+    if (ow->ep != NULL)
+        fi_close(&ow->ep->fid);
+    fi_close(&ow->av->fid);
+err_cq:
+    fi_close(&ow->cq->fid);
+err_free:
+    rdmx__ofi_bufs_cleanup(ow);
+    free(ow);
+    return st;
+}
+
+static void ofi_worker_destroy(void *tw)
+{
+    ofi_worker_t *ow = tw;
+    rdmx_list_t *e;
+
+    /* The endpoint first: the provider lets go of every buffer. */
+    fi_close(&ow->ep->fid);
+    fi_close(&ow->av->fid);
+    fi_close(&ow->cq->fid);
+    rdmx__ofi_rndv_cleanup(ow);
+    while ((e = rdmx_list_pop(&ow->eps)) != NULL)
+        free(rdmx_container_of(e, ofi_ep_t, link));
+    while ((e = rdmx_list_pop(&ow->peers)) != NULL)
+        free(rdmx_container_of(e, ofi_peer_t, link));
+    rdmx__ofi_bufs_cleanup(ow);
+    free(ow->slots);
+    if (ow->tfd >= 0)
+        close(ow->tfd);
+    close(ow->evfd);
+    close(ow->epfd);
+    free(ow);
+}
+
+static unsigned ofi_progress(void *tw)
+{
+    return rdmx__ofi_poll(tw);
+}
+
+/* Safe to sleep when nothing waits for a retry or a repost, and the CQ
+ * says so (fi_trywait) — or, without a CQ fd, with the timer armed. */
+static rdmx_status_t ofi_arm(void *tw)
+{
+    ofi_worker_t *ow = tw;
+    uint64_t v;
+    int ret;
+
+    if (!rdmx_list_empty(&ow->pending) || !rdmx_list_empty(&ow->done) ||
+        !rdmx_list_empty(&ow->rts_done) || !rdmx_list_empty(&ow->pulls))
+        return RDMX_ERR_BUSY;
+    if (ow->rx_posted + OFI_RX_RESERVE < ow->rx_count) {
+        rdmx__ofi_rx_repost(ow);
+        if (ow->rx_posted == 0)
+            return RDMX_ERR_BUSY;
+    }
+    while (read(ow->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v)) {
+    }
+    if (ow->tfd >= 0) {
+        struct itimerspec its = {.it_value = {0, OFI_POLL_NS}};
+        while (read(ow->tfd, &v, sizeof(v)) == (ssize_t)sizeof(v)) {
+        }
+        if (timerfd_settime(ow->tfd, 0, &its, NULL) != 0)
+            return RDMX_ERR_BUSY;
+        return RDMX_OK;
+    }
+    {
+        struct fid *fids[1] = {&ow->cq->fid};
+        ret = fi_trywait(ow->ctx->fabric, fids, 1);
+    }
+    if (ret == FI_SUCCESS)
+        return RDMX_OK;
+    if (ret == -FI_EAGAIN)
+        return RDMX_ERR_BUSY;
+    return rdmx__error(RDMX_ERR_IO, "ofi %s: fi_trywait: %s", ow->ctx->prov,
+                       fi_strerror(-ret));
+}
+
+static void ofi_signal(void *tw)
+{
+    uint64_t one = 1;
+
+    if (write(((ofi_worker_t *)tw)->evfd, &one, sizeof(one)) < 0) {
+        /* (full: a wake-up is pending anyway) */
+    }
+}
+
+static rdmx_status_t ofi_set_handler(void *tw, unsigned id, int hold)
+{
+    if (id >= RDMX_MSG_ID_MAX)
+        return rdmx__error(RDMX_ERR_INVALID, "message id %u", id);
+    ((ofi_worker_t *)tw)->hold[id] = hold;
+    return RDMX_OK;
+}
+
+static rdmx_status_t ofi_rkey_unpack(rdmx_tep_t *tep, const void *rkey,
+                                     size_t len, void **trkey_p)
+{
+    return rdmx__error(RDMX_ERR_BAD_DESCRIPTOR,
+                       "descriptor: ofi %s: the transport's own one-sided "
+                       "access is not available",
+                       ((ofi_ep_t *)tep)->worker->ctx->prov);
+}
+
+static void ofi_rkey_destroy(void *trkey)
+{
+    (void)trkey;
+}
+
+static rdmx_status_t ofi_rma_unsupported(const char *what)
+{
+    return rdmx__error(RDMX_ERR_UNSUPPORTED,
+                       "ofi: %s by the transport is not available (rdmx "
+                       "carries one-sided access)",
+                       what);
+}
+
+static rdmx_status_t ofi_put(rdmx_tep_t *tep, const void *buf, size_t length,
+                             void *tmr, uint64_t raddr, void *trkey,
+                             rdmx_op_t *op, void **req_p)
+{
+    return ofi_rma_unsupported("put");
+}
+
+static rdmx_status_t ofi_get(rdmx_tep_t *tep, void *buf, size_t length,
+                             void *tmr, uint64_t raddr, void *trkey,
+                             rdmx_op_t *op, void **req_p)
+{
+    return ofi_rma_unsupported("get");
+}
+
+/* Nothing of the transport's own one-sided access is ever in flight. */
+static rdmx_status_t ofi_flush(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p)
+{
+    return RDMX_OK;
+}
+
+const rdmx_tp_ops_t rdmx_tp_ofi = {
+    .name = "ofi",
+    .ctx_create = ofi_ctx_create,
+    .ctx_destroy = ofi_ctx_destroy,
+    .ctx_describe = ofi_ctx_describe,
+    .ctx_transport = ofi_ctx_transport,
+    .mem_map = ofi_mem_map,
+    .mem_unmap = ofi_mem_unmap,
+    .worker_create = ofi_worker_create,
+    .worker_destroy = ofi_worker_destroy,
+    .progress = ofi_progress,
+    .arm = ofi_arm,
+    .signal = ofi_signal,
+    .set_handler = ofi_set_handler,
+    .ep_create = rdmx__ofi_ep_create,
+    .ep_transport = rdmx__ofi_ep_transport,
+    .ep_close = rdmx__ofi_ep_close,
+    .send = rdmx__ofi_send,
+    .recv = rdmx__ofi_recv,
+    .release = rdmx__ofi_release,
+    .rkey_unpack = ofi_rkey_unpack,
+    .rkey_destroy = ofi_rkey_destroy,
+    .put = ofi_put,
+    .get = ofi_get,
+    .flush = ofi_flush,
+    .req_forget = rdmx__ofi_req_forget,
+};
