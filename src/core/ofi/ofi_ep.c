@@ -47,7 +47,7 @@ static int ep_id_alloc(ofi_worker_t *ow, ofi_ep_t *ep)
 
     if (ow->free_slot != 0) {
         slot = ow->free_slot - 1;
-        ow->free_slot = (uint32_t)(uintptr_t)ow->slots[slot].ep;
+        ow->free_slot = ow->slots[slot].next_free;
     } else {
         if (ow->nslots >= OFI_SLOT_MASK - 1)
             return -1;
@@ -62,19 +62,21 @@ static int ep_id_alloc(ofi_worker_t *ow, ofi_ep_t *ep)
         slot = (uint32_t)ow->nslots++;
         ow->slots[slot].gen = 0;
     }
+    ow->slots[slot].next_free = 0;
     ow->slots[slot].gen = (ow->slots[slot].gen + 1) & 0xfff;
     ow->slots[slot].ep = ep;
     ep->id = (ow->slots[slot].gen << OFI_SLOT_BITS) | (slot + 1);
     return 0;
 }
 
-/* Free @ep's slot: the free list threads through the slots' ep fields
- * (as slot + 1 of the next free one). */
+/* Free @ep's slot: its ep is NULL (a frame naming it finds nothing), and
+ * the free list threads through next_free. */
 static void ep_id_free(ofi_worker_t *ow, ofi_ep_t *ep)
 {
     uint32_t slot = (ep->id & OFI_SLOT_MASK) - 1;
 
-    ow->slots[slot].ep = (ofi_ep_t *)(uintptr_t)ow->free_slot;
+    ow->slots[slot].ep = NULL;
+    ow->slots[slot].next_free = ow->free_slot;
     ow->free_slot = slot + 1;
 }
 

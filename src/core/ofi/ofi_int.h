@@ -172,8 +172,9 @@ typedef struct {
 } ofi_rxbuf_t;
 
 typedef struct {
-    ofi_ep_t *ep;
+    ofi_ep_t *ep;       /* NULL while the slot is free */
     uint32_t gen;
+    uint32_t next_free; /* free: slot + 1 of the next free one, or 0 */
 } ofi_slot_t;
 
 struct ofi_worker {
