@@ -190,8 +190,8 @@ static int cmd_put(const opts_t *o, client_t *c, const char *key,
         data = strdup(value);
         len = strlen(value);
     } else {
-        FILE *f = o->file && strcmp(o->file, "-") ? fopen(o->file, "rb")
-                                                  : stdin;
+        FILE *f =
+            o->file && strcmp(o->file, "-") != 0 ? fopen(o->file, "rb") : stdin;
         if (f == NULL) {
             fprintf(stderr, "rdmx-kv: %s: %s\n", o->file, strerror(errno));
             return 2;
