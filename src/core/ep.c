@@ -610,8 +610,10 @@ static void on_ctl_event(rdmx_sock_t *s, uint32_t events)
             }
         }
     }
-    if ((events & EPOLLOUT) && rdmx__sock_flush(s) < 0)
-        events |= EPOLLERR;
+    /* (a send error shows again in the read below, as the connection's
+     * end) */
+    if (events & EPOLLOUT)
+        (void)rdmx__sock_flush(s);
     while ((rc = rdmx__sock_read_frame(s, &type, &body, &len)) > 0) {
         if (ep->accept_cb == NULL && ep->state == RDMX_EP_CONNECTING &&
             ep->status == RDMX_OK)

@@ -257,7 +257,6 @@ static int run_server(perf_t *p, const opts_t *o, const char *host)
         if (rc < 0) {
             fprintf(stderr, "rdmx-perf: client dropped; waiting for the "
                             "next one\n");
-            rc = 0;
         }
     }
 out:
