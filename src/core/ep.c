@@ -789,8 +789,9 @@ rdmx_status_t rdmx_connect(rdmx_worker_t *w, const char *address,
     rdmx_ep_t *ep;
     rdmx_status_t st;
 
-    if (ep_p != NULL)
-        *ep_p = NULL;
+    if (ep_p == NULL)
+        return rdmx__error(RDMX_ERR_INVALID, "connect: NULL argument");
+    *ep_p = NULL;
     if (params != NULL && (params->field_mask & RDMX_EP_PARAM_FIELD_CONNECT_CB))
         return rdmx__error(RDMX_ERR_INVALID,
                            "connect: params->connect_cb is for connect_nb");
