@@ -110,7 +110,7 @@ static int parse_tests(const char *arg, opts_t *o)
         fprintf(stderr, "rdmx-perf: -t: list too long\n");
         return -1;
     }
-    strcpy(buf, arg);
+    snprintf(buf, sizeof(buf), "%s", arg);
     for (char *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         bool found = false;
@@ -145,7 +145,7 @@ static int parse_sizes(const char *arg, opts_t *o)
         fprintf(stderr, "rdmx-perf: -s: list too long\n");
         return -1;
     }
-    strcpy(buf, arg);
+    snprintf(buf, sizeof(buf), "%s", arg);
     o->nsizes = 0;
     for (char *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
