@@ -1066,7 +1066,7 @@ static void *worker_main(void *arg)
     uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
 
-    while (!s->stop) {
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
             spins = 0;
             if (s->poll == RDMX_RPC_POLL_ADAPTIVE)
@@ -1216,7 +1216,7 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
             st = rdmx__error(RDMX_ERR_NO_RESOURCE, "rpc server: cannot start "
                                                    "worker thread %u",
                              i);
-            s->stop = 1;
+            __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
             goto err;
         }
         s->workers[i].running = 1;
@@ -1228,7 +1228,7 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
 
 err:
     free(ws);
-    s->stop = 1;
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
     for (i = 0; s->workers != NULL && i < s->nworkers; i++) {
         if (s->workers[i].running) {
             rdmx_worker_signal(s->workers[i].w);
@@ -1268,7 +1268,7 @@ void rdmx_rpc_server_destroy(rdmx_rpc_server_t *s)
     if (s == NULL)
         return;
     if (s->started) {
-        s->stop = 1;
+        __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
         for (unsigned i = 0; i < s->nworkers; i++)
             rdmx_worker_signal(s->workers[i].w);
         for (unsigned i = 0; i < s->nworkers; i++)
