@@ -393,7 +393,7 @@ static void kv_metrics(rdmx_metrics_page_t *page, void *arg)
 
     rdmx__kv_server_stats(arg, &st);
 #define KV_METRIC(field, name)                                                 \
-    if (name[0] != '\0')                                                       \
+    if ((name)[0] != '\0')                                                     \
         kv_metric(page, name, st.field);
     RDMX_KV_SERVER_STATS(KV_METRIC)
 #undef KV_METRIC

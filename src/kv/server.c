@@ -1093,7 +1093,7 @@ static void h_stats(rdmx_rpc_req_t *req, void *arg)
     t.len = 0;
     t.full = 0;
 #define LINE(field, name)                                                      \
-    if (name[0] != '\0')                                                       \
+    if ((name)[0] != '\0')                                                     \
         text_line(&t, name, st.field);
     RDMX_KV_SERVER_STATS(LINE)
 #undef LINE
