@@ -558,7 +558,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         w->tp->signal(w->tw); /* the progress thread may be asleep */
         while (!*done) {
             struct timespec ts;
-            if ((now = rdmx_now_ns()) >= deadline_ns) {
+            if (rdmx_now_ns() >= deadline_ns) {
                 rc = -1;
                 break;
             }

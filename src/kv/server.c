@@ -929,8 +929,7 @@ static void h_zbatch(rdmx_rpc_req_t *req, rdmx_kv_server_t *s, int put)
             goto err_free;
         }
         if (rmem[z->bulk] == NULL &&
-            (st = rdmx_rpc_req_bulk(req, z->bulk, &rmem[z->bulk])) !=
-                RDMX_OK) {
+            rdmx_rpc_req_bulk(req, z->bulk, &rmem[z->bulk]) != RDMX_OK) {
             zrefuse(s, req, "key %u: descriptor %u: %s", i, z->bulk,
                     rdmx_error_detail());
             goto err_free;
