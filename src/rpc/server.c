@@ -273,7 +273,7 @@ static rdmx_status_t add_handler(rdmx_rpc_server_t *s, const char *name,
     }
     h = &s->handlers[s->nhandlers++];
     memset(h, 0, sizeof(*h));
-    strcpy(h->name, name);
+    snprintf(h->name, sizeof(h->name), "%s", name);
     h->id = id;
     h->flags = flags;
     h->fn = fn;
