@@ -280,7 +280,10 @@ static void handler_label(const char *name, char *buf, size_t size)
     for (; *name != '\0' && n + 4 < size; name++) {
         if (*name == '\\' || *name == '"')
             buf[n++] = '\\';
-        buf[n++] = (unsigned char)*name < 0x20 ? ' ' : *name;
+        if ((unsigned char)*name < 0x20)
+            buf[n++] = ' ';
+        else
+            buf[n++] = *name;
     }
     buf[n++] = '"';
     buf[n] = '\0';
