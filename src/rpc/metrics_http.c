@@ -481,7 +481,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     int is_metrics = strcmp(url, "/metrics") == 0;
     int is_health = strcmp(url, "/health") == 0;
     char *body;
-    size_t len;
+    size_t len = 0; /* (a page that failed to build leaves it unset) */
 
     *con_cls = &m->handled;
     __atomic_add_fetch(is_metrics  ? &m->req_metrics
