@@ -635,6 +635,8 @@ static int bench_procs(const opts_t *o, bench_sum_t *sum, uint64_t **lat_p,
         pid[p] = fork();
         if (pid[p] < 0) {
             perror("rdmx-kv: fork");
+            free(pid);
+            free(fd);
             return 2;
         }
         if (pid[p] == 0) {
