@@ -884,7 +884,6 @@ static void h_zbatch(rdmx_rpc_req_t *req, rdmx_kv_server_t *s, int put)
     unsigned nbulk = rdmx_rpc_req_bulk_count(req);
     rdmx_rmem_t *rmem[RDMX_RPC_BULK_MAX] = {0};
     uint64_t total = 0;
-    rdmx_status_t st;
     char why[160];
     zbatch_t *b;
     uint32_t n;
