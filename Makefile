@@ -22,7 +22,7 @@
 #   make format-check  clang-format on the lines changed since .ci/format-base
 #   make clang      compile everything with clang in build-clang/ (no tests)
 #   make tidy       clang-tidy (.clang-tidy) on src/, tools/ and python/
-#   make tsan       ThreadSanitizer build in build-tsan/
+#   make tsan       ThreadSanitizer build in build-tsan/ (TSAN_TARGETS only)
 #   make test-tsan  the threaded tests (TSAN_TESTS) under ThreadSanitizer
 #   make deb        Debian packages (debian/) into build-deb/
 #   make test-deb   build the packages, unpack them into a scratch root and
@@ -110,13 +110,17 @@ tidy: build
 # (not lambda_sandbox: TSan's slowdown makes its memory-budget cases hit
 # their 1 s time budget first; docs/DEVELOPMENT.md).
 TSAN_TESTS ?= ^(progress_thread|worker_tasks|rpc_calls|kv_ops)($$|\.)
+# What they run (kv_ops starts rdmx-kvd and rdmx-kv): only these are built.
+TSAN_TARGETS ?= test_progress_thread test_worker_tasks test_rpc_calls \
+  test_kv_ops rdmx-kvd rdmx-kv
 TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
 tsan: deps
-	$(call cmake_build,build-tsan,RelWithDebInfo,-DRDMX_PYTHON=OFF \
-	  -DCMAKE_C_FLAGS="$(TSAN_FLAGS)" \
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DRDMX_PYTHON=OFF -DCMAKE_C_FLAGS="$(TSAN_FLAGS)" \
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
 	  -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread \
-	  -DCMAKE_MODULE_LINKER_FLAGS=-fsanitize=thread)
+	  -DCMAKE_MODULE_LINKER_FLAGS=-fsanitize=thread $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target $(TSAN_TARGETS)
 
 # UCX's memory hooks crash under TSan when a thread exits: they stay off.
 test-tsan: tsan
