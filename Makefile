@@ -19,6 +19,16 @@
 #   make fuzz       libFuzzer targets of the RPC wire decoders in build-fuzz/
 #   make fuzz-smoke run each fuzz target FUZZ_SECONDS (default 10) seconds
 #   make fuzz-long  the same, FUZZ_LONG_SECONDS (default 300) seconds each
+#
+# CI gates (.ci/run, docs/DEVELOPMENT.md):
+#   make format-check  clang-format on the lines changed since .ci/format-base
+#   make clang      compile everything with clang in build-clang/ (no tests)
+#   make tidy       clang-tidy (.clang-tidy) on src/, tools/ and python/
+#   make tsan       ThreadSanitizer build in build-tsan/ (TSAN_TARGETS only)
+#   make test-tsan  the threaded tests (TSAN_TESTS) under ThreadSanitizer
+#   make deb        Debian packages (debian/) into build-deb/
+#   make test-deb   build the packages, unpack them into a scratch root and
+#                   run the installed tools and Python module from it
 
 PREFIX ?= /usr/local
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
@@ -27,6 +37,7 @@ FUZZ_SECONDS ?= 10
 FUZZ_LONG_SECONDS ?= 300
 
 .PHONY: all build debug release asan test test-asan test-ofi test-ucx demo install format clean deps
+.PHONY: format-check clang tidy tsan test-tsan deb test-deb
 
 all: build
 
@@ -90,7 +101,47 @@ format:
 	clang-format -i include/rdmx/*.h src/*/*.[ch] tools/*.c tools/*/*.[ch] tests/*.[ch]
 
 clean:
-	rm -rf build build-debug build-release build-asan build-ucx
+	rm -rf build build-debug build-release build-asan build-ucx build-clang \
+	  build-tsan build-deb
+
+# --- CI gates (docs/DEVELOPMENT.md) -------------------------------------------
+format-check:
+	scripts/check-format.sh
+
+clang: deps
+	$(call cmake_build,build-clang,RelWithDebInfo,-DCMAKE_C_COMPILER=clang -DRDMX_PYTHON=ON)
+
+# clang-tidy reads compile_commands.json from build/ (the default gcc build).
+tidy: build
+	run-clang-tidy -p build -quiet -j $(JOBS) '^$(CURDIR)/(src|tools|python)/.*\.c$$'
+
+# The tests that run threads of their own next to the test's main thread
+# (not lambda_sandbox: TSan's slowdown makes its memory-budget cases hit
+# their 1 s time budget first; docs/DEVELOPMENT.md).
+TSAN_TESTS ?= ^(progress_thread|worker_tasks|rpc_calls|kv_ops)($$|\.)
+# What they run (kv_ops starts rdmx-kvd and rdmx-kv): only these are built.
+TSAN_TARGETS ?= test_progress_thread test_worker_tasks test_rpc_calls \
+  test_kv_ops rdmx-kvd rdmx-kv
+TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
+tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DRDMX_PYTHON=OFF -DCMAKE_C_FLAGS="$(TSAN_FLAGS)" \
+	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
+	  -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread \
+	  -DCMAKE_MODULE_LINKER_FLAGS=-fsanitize=thread $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build-tsan -j $(JOBS) --target $(TSAN_TARGETS)
+
+# UCX's memory hooks crash under TSan when a thread exits: they stay off.
+test-tsan: tsan
+	cd build-tsan && UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no \
+	  TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure --timeout 600 -j 2 -R '$(TSAN_TESTS)'
+
+deb: deps
+	scripts/build-deb.sh
+
+test-deb: deb
+	scripts/test-deb.sh build-deb
 
 # --- fuzzing (fuzz/fuzz.mk: clang + libFuzzer, no UCX) -----------------------
 .PHONY: fuzz fuzz-smoke fuzz-long fuzz-clean

@@ -143,7 +143,7 @@ int rdmx_py_errors_init(PyObject *m)
 
     /* rdmx.OK, rdmx.ERR_NOT_FOUND, ...: the C names without "RDMX_". */
 #define RDMX_PY_CONST_(name, value, desc)                                      \
-    if (PyModule_AddIntConstant(m, #name + 5, value) < 0)                      \
+    if (PyModule_AddIntConstant(m, &#name[5], value) < 0)                      \
         return -1;
     RDMX_STATUS_LIST(RDMX_PY_CONST_)
 #undef RDMX_PY_CONST_

@@ -190,8 +190,8 @@ static int cmd_put(const opts_t *o, client_t *c, const char *key,
         data = strdup(value);
         len = strlen(value);
     } else {
-        FILE *f = o->file && strcmp(o->file, "-") ? fopen(o->file, "rb")
-                                                  : stdin;
+        FILE *f =
+            o->file && strcmp(o->file, "-") != 0 ? fopen(o->file, "rb") : stdin;
         if (f == NULL) {
             fprintf(stderr, "rdmx-kv: %s: %s\n", o->file, strerror(errno));
             return 2;
@@ -231,6 +231,8 @@ static int cmd_eval(const opts_t *o, client_t *c, int argc, char **argv)
     out = malloc(cap);
     if (src == NULL || out == NULL) {
         fprintf(stderr, "rdmx-kv: out of memory\n");
+        free(src);
+        free(out);
         return 2;
     }
     st = rdmx_kv_eval(c->kv, src, slen,
@@ -625,12 +627,16 @@ static int bench_procs(const opts_t *o, bench_sum_t *sum, uint64_t **lat_p,
         int pfd[2];
         if (pipe(pfd) != 0) {
             perror("rdmx-kv: pipe");
+            free(pid);
+            free(fd);
             return 2;
         }
         fflush(NULL);
         pid[p] = fork();
         if (pid[p] < 0) {
             perror("rdmx-kv: fork");
+            free(pid);
+            free(fd);
             return 2;
         }
         if (pid[p] == 0) {
@@ -827,9 +833,12 @@ static int run(const opts_t *o, client_t *c, int argc, char **argv)
     }
     if (strcmp(cmd, "mget") == 0) {
         size_t n = (size_t)argc - 1;
-        rdmx_kv_mget_t *items = calloc(n ? n : 1, sizeof(*items));
+        rdmx_kv_mget_t *items;
         int rc = 0;
         NEED(1);
+        items = calloc(n, sizeof(*items));
+        if (items == NULL)
+            die("mget", RDMX_ERR_NO_MEMORY);
         for (size_t i = 0; i < n; i++) {
             items[i].key = argv[i + 1];
             items[i].klen = strlen(argv[i + 1]);
@@ -1038,8 +1047,12 @@ int main(int argc, char **argv)
     argc -= optind;
     argv += optind;
     if (o.ntail > 0 && strcmp(argv[0], "eval") != 0) {
-        /* the options are parsed: append the tail to the arguments */
-        char **all = calloc((size_t)(argc + o.ntail + 1), sizeof(*all));
+        /* the options are parsed: append the tail to the arguments (kept
+         * under a static root: they live until exit) */
+        static char **all;
+        all = calloc((size_t)argc + (size_t)o.ntail + 1, sizeof(*all));
+        if (all == NULL)
+            die("arguments", RDMX_ERR_NO_MEMORY);
         memcpy(all, argv, (size_t)argc * sizeof(*all));
         memcpy(all + argc, o.tail, (size_t)o.ntail * sizeof(*all));
         argv = all;

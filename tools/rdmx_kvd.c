@@ -113,6 +113,9 @@ static int kvd_option(kvd_options_t *o, int c, const char *arg)
     rdmx_kv_server_config_t *cfg = &o->cfg;
     rdmx_lambda_params_t *lp = &cfg->lambda_params;
 
+    /* getopt_long and the config file reader give every option that takes
+     * a value a non-NULL @arg, which the analyzer cannot see. */
+    /* NOLINTBEGIN(clang-analyzer-core.NonNullParamChecker) */
     switch (c) {
     case 'l': cfg->listen = arg; break;
     case 'm':
@@ -230,6 +233,7 @@ static int kvd_option(kvd_options_t *o, int c, const char *arg)
     case 'F': o->config_file = arg; break;
     default: return 2;
     }
+    /* NOLINTEND(clang-analyzer-core.NonNullParamChecker) */
     return 0;
 }
 
@@ -398,7 +402,7 @@ static void kv_metrics(rdmx_metrics_page_t *page, void *arg)
 
     rdmx__kv_server_stats(arg, &st);
 #define KV_METRIC(field, name)                                                 \
-    if (name[0] != '\0')                                                       \
+    if ((name)[0] != '\0')                                                     \
         kv_metric(page, name, st.field);
     RDMX_KV_SERVER_STATS(KV_METRIC)
 #undef KV_METRIC

@@ -273,7 +273,7 @@ static void *progress_thread(void *arg)
     rdmx_worker_t *w = arg;
     struct pollfd pfd = {.fd = w->epfd, .events = POLLIN};
 
-    while (!w->stop) {
+    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
         unsigned n;
         rdmx_status_t st = RDMX_ERR_BUSY;
         int sleep_ms = 100;
@@ -437,7 +437,7 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     if (w == NULL)
         return;
     if (w->mt) {
-        w->stop = 1;
+        __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
         w->tp->signal(w->tw);
         pthread_join(w->thread, NULL);
         w->mt = 0; /* only this thread from here on */
@@ -558,7 +558,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         w->tp->signal(w->tw); /* the progress thread may be asleep */
         while (!*done) {
             struct timespec ts;
-            if ((now = rdmx_now_ns()) >= deadline_ns) {
+            if (rdmx_now_ns() >= deadline_ns) {
                 rc = -1;
                 break;
             }
@@ -762,8 +762,9 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
 
     rdmx__lock(w);
     if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
-        !rdmx_list_empty(&w->ep_events) || w->handoff_pending ||
-        w->post_pending || w->hooks_due ||
+        !rdmx_list_empty(&w->ep_events) ||
+        __atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&w->post_pending, __ATOMIC_ACQUIRE) || w->hooks_due ||
         rdmx__worker_poll_sockets(w) > 0) {
         st = RDMX_ERR_BUSY;
     } else {

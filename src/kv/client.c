@@ -1175,7 +1175,7 @@ rdmx_status_t rdmx_kv_prefix_hits(rdmx_kv_t *kv, const void *const *keys,
             if (check_key(klens[j], keys[j]) != RDMX_OK ||
                 read_server(kv, keys[j], klens[j]) != s)
                 break;
-        reqs = calloc(m, sizeof(*reqs));
+        reqs = calloc(m ? m : 1, sizeof(*reqs));
         if (reqs == NULL)
             return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
         for (size_t k = 0; k < m; k++) {

@@ -884,7 +884,6 @@ static void h_zbatch(rdmx_rpc_req_t *req, rdmx_kv_server_t *s, int put)
     unsigned nbulk = rdmx_rpc_req_bulk_count(req);
     rdmx_rmem_t *rmem[RDMX_RPC_BULK_MAX] = {0};
     uint64_t total = 0;
-    rdmx_status_t st;
     char why[160];
     zbatch_t *b;
     uint32_t n;
@@ -929,8 +928,7 @@ static void h_zbatch(rdmx_rpc_req_t *req, rdmx_kv_server_t *s, int put)
             goto err_free;
         }
         if (rmem[z->bulk] == NULL &&
-            (st = rdmx_rpc_req_bulk(req, z->bulk, &rmem[z->bulk])) !=
-                RDMX_OK) {
+            rdmx_rpc_req_bulk(req, z->bulk, &rmem[z->bulk]) != RDMX_OK) {
             zrefuse(s, req, "key %u: descriptor %u: %s", i, z->bulk,
                     rdmx_error_detail());
             goto err_free;
@@ -1093,7 +1091,7 @@ static void h_stats(rdmx_rpc_req_t *req, void *arg)
     t.len = 0;
     t.full = 0;
 #define LINE(field, name)                                                      \
-    if (name[0] != '\0')                                                       \
+    if ((name)[0] != '\0')                                                     \
         text_line(&t, name, st.field);
     RDMX_KV_SERVER_STATS(LINE)
 #undef LINE

@@ -88,7 +88,7 @@ rdmx_status_t rdmx__lambda_decode(rdmx__lambda_kind_t kind, const void *p,
     off = hdr + 4 * (size_t)req->nargs;
     total = (uint64_t)req->source_len + req->input_len;
     for (i = 0; i < req->nargs; i++) {
-        req->args[i].len = rdmx_get_le32(b + hdr + 4 * i);
+        req->args[i].len = rdmx_get_le32(b + hdr + 4 * (size_t)i);
         total += req->args[i].len;
     }
     if (total != len - off)
@@ -192,7 +192,7 @@ rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
         rdmx_put_le32(b + 36, (uint32_t)input_len);
     }
     for (i = 0; i < nargs; i++)
-        rdmx_put_le32(b + hdr + 4 * i, (uint32_t)alen[i]);
+        rdmx_put_le32(b + hdr + 4 * (size_t)i, (uint32_t)alen[i]);
     off = hdr + 4 * (size_t)nargs;
     if (source_len > 0) {
         memcpy(b + off, source, source_len);

@@ -141,7 +141,8 @@ static void set_state(rdmx_channel_t *ch, rdmx_channel_state_t state,
 {
     if (ch->state == state)
         return;
-    ch->state = state;
+    /* (rdmx_channel_state() reads it from any thread) */
+    __atomic_store_n(&ch->state, state, __ATOMIC_RELAXED);
     report(ch, status);
 }
 
@@ -212,9 +213,11 @@ static void call_free(call_t *c)
         c->ch = NULL; /* freed by the last completion that holds it */
         return;
     }
+    /* (a call is freed once, after it left ch->sent or ch->calls; the
+     * analyzer loses track of the intrusive lists and sees it freed twice) */
     if (c->buf != c->inl)
-        free(c->buf);
-    free(c->resp);
+        free(c->buf); /* NOLINT(clang-analyzer-unix.Malloc) */
+    free(c->resp);    /* NOLINT(clang-analyzer-unix.Malloc) */
     if (c->ch != NULL && c->ch->nspare < CH_SPARE_MAX) {
         c->next_spare = c->ch->spare;
         c->ch->spare = c;
@@ -1106,7 +1109,7 @@ void rdmx_channel_destroy(rdmx_channel_t *ch)
 
 rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *ch)
 {
-    return ch->state;
+    return __atomic_load_n(&ch->state, __ATOMIC_RELAXED);
 }
 
 rdmx_breaker_state_t rdmx_channel_breaker(const rdmx_channel_t *ch)
@@ -1131,22 +1134,29 @@ rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
                        : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000;
 
     for (;;) {
+        rdmx_status_t st = RDMX_INPROGRESS;
+
+        /* (a progress thread changes the channel under the worker's lock) */
+        rdmx__worker_lock(ch->w);
         if (ch->state == RDMX_CHANNEL_READY)
-            return RDMX_OK;
-        if (ch->state == RDMX_CHANNEL_CLOSED)
-            return rdmx__error(ch->last_error ? ch->last_error
-                                              : RDMX_ERR_CONN_CLOSED,
-                               "channel %s: %s", ch->address,
-                               ch->last_message);
+            st = RDMX_OK;
+        else if (ch->state == RDMX_CHANNEL_CLOSED)
+            st = rdmx__error(ch->last_error ? ch->last_error
+                                            : RDMX_ERR_CONN_CLOSED,
+                             "channel %s: %s", ch->address, ch->last_message);
         /* The server said no (at its connection limit): say so now rather
          * than after the timeout; the channel keeps trying. */
-        if (ch->state == RDMX_CHANNEL_DOWN && ch->conn_error == RDMX_ERR_BUSY)
-            return rdmx__error(RDMX_ERR_BUSY, "channel %s: %s", ch->address,
-                               ch->conn_message);
-        if (rdmx_now_ns() >= deadline)
-            return rdmx__error(RDMX_ERR_TIMEOUT, "channel %s: not ready "
-                                                 "after %d ms",
-                               ch->address, timeout_ms);
+        else if (ch->state == RDMX_CHANNEL_DOWN &&
+                 ch->conn_error == RDMX_ERR_BUSY)
+            st = rdmx__error(RDMX_ERR_BUSY, "channel %s: %s", ch->address,
+                             ch->conn_message);
+        else if (rdmx_now_ns() >= deadline)
+            st = rdmx__error(RDMX_ERR_TIMEOUT,
+                             "channel %s: not ready after %d ms", ch->address,
+                             timeout_ms);
+        rdmx__worker_unlock(ch->w);
+        if (st != RDMX_INPROGRESS)
+            return st;
         if (rdmx__worker_threaded(ch->w)) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);

@@ -27,6 +27,14 @@ typedef struct {
     uint32_t bucket[RDMX_HIST_BUCKETS];
 } rdmx_hist_t;
 
+/* A counter that one thread writes and others read racily: the writer adds
+ * with a relaxed atomic store, readers take relaxed atomic loads, so that a
+ * reader sees a recent value, never a torn one (plain accesses would be a
+ * data race in C11). */
+#define RDMX_COUNT_ADD(field, n)                                               \
+    __atomic_store_n(&(field), (field) + (n), __ATOMIC_RELAXED)
+#define RDMX_COUNT_READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+
 void rdmx__hist_add(rdmx_hist_t *h, uint64_t ns);
 void rdmx__hist_merge(rdmx_hist_t *into, const rdmx_hist_t *from);
 /* The value at quantile @q (0..1), 0 for an empty histogram. */

@@ -34,19 +34,21 @@ static uint64_t bucket_value(unsigned idx)
 
 void rdmx__hist_add(rdmx_hist_t *h, uint64_t ns)
 {
-    h->bucket[bucket_of(ns)]++;
-    h->count++;
+    RDMX_COUNT_ADD(h->bucket[bucket_of(ns)], 1);
+    RDMX_COUNT_ADD(h->count, 1);
     if (ns > h->max)
-        h->max = ns;
+        __atomic_store_n(&h->max, ns, __ATOMIC_RELAXED);
 }
 
 void rdmx__hist_merge(rdmx_hist_t *into, const rdmx_hist_t *from)
 {
+    uint64_t max = RDMX_COUNT_READ(from->max);
+
     for (unsigned i = 0; i < RDMX_HIST_BUCKETS; i++)
-        into->bucket[i] += from->bucket[i];
-    into->count += from->count;
-    if (from->max > into->max)
-        into->max = from->max;
+        into->bucket[i] += RDMX_COUNT_READ(from->bucket[i]);
+    into->count += RDMX_COUNT_READ(from->count);
+    if (max > into->max)
+        into->max = max;
 }
 
 uint64_t rdmx__hist_quantile(const rdmx_hist_t *h, double q)
@@ -74,11 +76,11 @@ uint64_t rdmx__hist_quantile(const rdmx_hist_t *h, double q)
 void rdmx__counters_merge(rdmx_rpc_counters_t *into,
                           const rdmx_rpc_counters_t *from)
 {
-    into->calls += from->calls;
-    into->errors += from->errors;
-    into->timeouts += from->timeouts;
-    into->bytes_in += from->bytes_in;
-    into->bytes_out += from->bytes_out;
+    into->calls += RDMX_COUNT_READ(from->calls);
+    into->errors += RDMX_COUNT_READ(from->errors);
+    into->timeouts += RDMX_COUNT_READ(from->timeouts);
+    into->bytes_in += RDMX_COUNT_READ(from->bytes_in);
+    into->bytes_out += RDMX_COUNT_READ(from->bytes_out);
     rdmx__hist_merge(&into->hist, &from->hist);
 }
 

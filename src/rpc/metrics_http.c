@@ -280,7 +280,10 @@ static void handler_label(const char *name, char *buf, size_t size)
     for (; *name != '\0' && n + 4 < size; name++) {
         if (*name == '\\' || *name == '"')
             buf[n++] = '\\';
-        buf[n++] = (unsigned char)*name < 0x20 ? ' ' : *name;
+        if ((unsigned char)*name < 0x20)
+            buf[n++] = ' ';
+        else
+            buf[n++] = *name;
     }
     buf[n++] = '"';
     buf[n] = '\0';
@@ -478,7 +481,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     int is_metrics = strcmp(url, "/metrics") == 0;
     int is_health = strcmp(url, "/health") == 0;
     char *body;
-    size_t len;
+    size_t len = 0; /* (a page that failed to build leaves it unset) */
 
     *con_cls = &m->handled;
     __atomic_add_fetch(is_metrics  ? &m->req_metrics

@@ -155,6 +155,12 @@ typedef struct {
 #undef FIELD_WORKER
 } worker_stats_t;
 
+/* Count one more in @sw's field @f: a relaxed atomic store, as the worker's
+ * thread is the only writer and rdmx_rpc_server_stats() reads the fields
+ * from other threads (a plain ++ is a data race in C11). */
+#define STAT_INC(sw, f)                                                        \
+    __atomic_store_n(&(sw)->stats.f, (sw)->stats.f + 1, __ATOMIC_RELAXED)
+
 struct server_worker {
     rdmx_rpc_server_t *srv;
     unsigned index;
@@ -267,7 +273,7 @@ static rdmx_status_t add_handler(rdmx_rpc_server_t *s, const char *name,
     }
     h = &s->handlers[s->nhandlers++];
     memset(h, 0, sizeof(*h));
-    strcpy(h->name, name);
+    snprintf(h->name, sizeof(h->name), "%s", name);
     h->id = id;
     h->flags = flags;
     h->fn = fn;
@@ -410,8 +416,8 @@ static void send_error(conn_t *c, uint64_t id, uint32_t handler,
     rdmx__rpc_hdr(&h, RDMX_RPC_MSG_ERROR, handler, id);
     h.status = status;
     h.payload = (uint32_t)n;
-    c->sw->stats.errors++;
-    c->sw->stats.responses++;
+    STAT_INC(c->sw, errors);
+    STAT_INC(c->sw, responses);
     rdmx__rpc_send(c->ep, &h, msg, (size_t)n);
 }
 
@@ -481,15 +487,15 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
     req->answered = 1;
     if (req == sw->current)
         sw->current_answered = 1;
-    m->calls++;
+    RDMX_COUNT_ADD(m->calls, 1);
     if (status != RDMX_OK)
-        m->errors++;
+        RDMX_COUNT_ADD(m->errors, 1);
     if (req->oneway || c->ep == NULL) {
         /* nothing to send */
     } else if (rdmx_rpc_req_expired(req)) {
         /* The caller gave up: a short ERROR returns its credit. */
-        m->timeouts++;
-        sw->stats.expired++;
+        RDMX_COUNT_ADD(m->timeouts, 1);
+        STAT_INC(sw, expired);
         send_error(c, req->id, req->handler->id,
                    req->canceled ? RDMX_ERR_CANCELED : RDMX_ERR_TIMEOUT,
                    "dropped: the call %s before the handler answered",
@@ -505,8 +511,8 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
         } else {
             rdmx__rpc_hdr(&h, RDMX_RPC_MSG_RESPONSE, req->handler->id, req->id);
             h.payload = (uint32_t)len;
-            sw->stats.responses++;
-            m->bytes_out += len;
+            STAT_INC(sw, responses);
+            RDMX_COUNT_ADD(m->bytes_out, len);
             st = rdmx__rpc_send(c->ep, &h, data, len);
         }
     } else {
@@ -623,7 +629,7 @@ static int run_request(rdmx_rpc_req_t *req)
         rdmx_rpc_bulk_decode(req->data, req->aux_len, req->bulk,
                              RDMX_RPC_BULK_MAX, &req->nbulk, why,
                              sizeof(why)) != RDMX_OK) {
-        sw->stats.malformed++;
+        STAT_INC(sw, malformed);
         req->nbulk = 0;
         answer(req, RDMX_ERR_PROTO, NULL, 0, why);
         return 1;
@@ -632,7 +638,7 @@ static int run_request(rdmx_rpc_req_t *req)
         req->rmem[i] = NULL;
         req->cached[i] = NULL;
     }
-    sw->counters[req->hidx].bytes_in += req->len;
+    RDMX_COUNT_ADD(sw->counters[req->hidx].bytes_in, req->len);
     /* Handlers may nest (a handler's own operation completing inside it
      * can finish another request): save the outer one. */
     sw->current = req;
@@ -677,9 +683,9 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     handler_t *hd;
     unsigned hidx = 0;
 
-    sw->stats.requests++;
+    STAT_INC(sw, requests);
     if (c->state != CONN_READY) {
-        sw->stats.malformed++;
+        STAT_INC(sw, malformed);
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_PROTO,
                        "request before the handshake (HELLO)");
@@ -687,14 +693,14 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     }
     hd = handler_find(s, h->handler, &hidx);
     if (hd == NULL) {
-        sw->stats.unknown_handler++;
+        STAT_INC(sw, unknown_handler);
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_NOT_FOUND,
                        "no handler with id 0x%08x", h->handler);
         return RDMX_OK;
     }
     if (h->payload > s->max_message) {
-        sw->stats.too_big++;
+        STAT_INC(sw, too_big);
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_TOO_BIG,
                        "request of %u bytes to '%s' exceeds the limit of "
@@ -704,14 +710,14 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         return RDMX_OK;
     }
     if (!oneway && c->inflight >= s->credits) {
-        sw->stats.no_credit++;
+        STAT_INC(sw, no_credit);
         send_error(c, h->id, h->handler, RDMX_ERR_NO_RESOURCE,
                    "more than %u requests in flight on this connection",
                    s->credits);
         return RDMX_OK;
     }
     if (sw->deferred >= s->max_inflight) {
-        sw->stats.busy++;
+        STAT_INC(sw, busy);
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_BUSY,
                        "server worker holds %u requests", sw->deferred);
@@ -719,7 +725,7 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     }
     req = req_get(sw);
     if (req == NULL) {
-        sw->stats.busy++;
+        STAT_INC(sw, busy);
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_NO_MEMORY,
                        "server out of memory");
@@ -804,7 +810,7 @@ static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
 
     if (c->state != CONN_HELLO || m->h.aux != RDMX_RPC_HELLO_SIZE ||
         m->h.payload != 0 || p[0] | p[1] | p[2] | p[3]) {
-        c->sw->stats.malformed++;
+        STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, 0, RDMX_ERR_PROTO,
                    "HELLO: unexpected, or %u bytes with features set",
                    m->h.aux);
@@ -836,7 +842,7 @@ static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
     if (__atomic_add_fetch(&s->conns_now, 1, __ATOMIC_RELAXED) >
         s->max_connections) {
         __atomic_sub_fetch(&s->conns_now, 1, __ATOMIC_RELAXED);
-        sw->stats.connections_refused++;
+        STAT_INC(sw, connections_refused);
         rdmx_warn("rpc: refusing %s: %u connections open", rdmx__ep_peer(ep),
                   s->max_connections);
         return NULL;
@@ -854,7 +860,7 @@ static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
     c->state = CONN_HELLO;
     snprintf(c->peer, sizeof(c->peer), "%s", rdmx__ep_peer(ep));
     rdmx_list_insert_tail(&sw->conns, &c->node);
-    sw->stats.connections_total++;
+    STAT_INC(sw, connections_total);
     rdmx__ep_set_upper(ep, c);
     return c;
 }
@@ -918,7 +924,7 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     (void)ep;
     if (m->rndv && m->h.kind != RDMX_RPC_MSG_REQUEST &&
         m->h.kind != RDMX_RPC_MSG_ONEWAY) {
-        c->sw->stats.malformed++;
+        STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
                    "message of kind %u too large", m->h.kind);
         return RDMX_OK;
@@ -931,18 +937,18 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         req = rdmx_ptrmap_get(&c->deferred, (void *)(uintptr_t)m->h.id);
         if (req != NULL && !req->canceled) {
             req->canceled = 1;
-            c->sw->stats.canceled++;
+            STAT_INC(c->sw, canceled);
         }
         return RDMX_OK;
     case RDMX_RPC_MSG_PING:
-        c->sw->stats.pings++;
+        STAT_INC(c->sw, pings);
         rdmx__rpc_send_ctl(c->ep, RDMX_RPC_MSG_PONG, m->h.id, 0);
         return RDMX_OK;
     case RDMX_RPC_MSG_HELLO:
         on_hello(c, m);
         return RDMX_OK;
     default:
-        c->sw->stats.malformed++;
+        STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
                    "a server does not take messages of kind %u", m->h.kind);
         return RDMX_OK;
@@ -955,7 +961,7 @@ void rdmx__server_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     conn_t *c = (conn_t *)link;
 
     (void)ep;
-    c->sw->stats.malformed++;
+    STAT_INC(c->sw, malformed);
     rdmx_debug("rpc: malformed message from %s: %s", c->peer, why);
     if (h->kind != RDMX_RPC_MSG_ONEWAY && h->kind != RDMX_RPC_MSG_ERROR &&
         h->kind != RDMX_RPC_MSG_RESPONSE)
@@ -1047,6 +1053,9 @@ static void worker_shutdown(server_worker_t *sw)
                     req = c->deferred.slots[i].value;
             if (req == NULL)
                 break;
+            /* (answer removes req from c->deferred before it frees it: the
+             * analyzer loses track) */
+            /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc) */
             answer(req, RDMX_ERR_CANCELED, NULL, 0,
                    "the server is shutting down");
         }
@@ -1066,7 +1075,7 @@ static void *worker_main(void *arg)
     uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
 
-    while (!s->stop) {
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
             spins = 0;
             if (s->poll == RDMX_RPC_POLL_ADAPTIVE)
@@ -1216,7 +1225,7 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
             st = rdmx__error(RDMX_ERR_NO_RESOURCE, "rpc server: cannot start "
                                                    "worker thread %u",
                              i);
-            s->stop = 1;
+            __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
             goto err;
         }
         s->workers[i].running = 1;
@@ -1228,7 +1237,7 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
 
 err:
     free(ws);
-    s->stop = 1;
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
     for (i = 0; s->workers != NULL && i < s->nworkers; i++) {
         if (s->workers[i].running) {
             rdmx_worker_signal(s->workers[i].w);
@@ -1268,7 +1277,7 @@ void rdmx_rpc_server_destroy(rdmx_rpc_server_t *s)
     if (s == NULL)
         return;
     if (s->started) {
-        s->stop = 1;
+        __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
         for (unsigned i = 0; i < s->nworkers; i++)
             rdmx_worker_signal(s->workers[i].w);
         for (unsigned i = 0; i < s->nworkers; i++)

@@ -40,7 +40,8 @@ const char *rdmx_error_detail(void)
     return error_detail;
 }
 
-rdmx_status_t rdmx__error(rdmx_status_t status, const char *fmt, ...)
+/* (The name in parentheses: error.h may define rdmx__error as a macro.) */
+rdmx_status_t(rdmx__error)(rdmx_status_t status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

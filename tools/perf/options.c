@@ -12,13 +12,13 @@
 #include <stdlib.h>
 
 const perf_test_t g_tests[TEST_COUNT] = {
-    [TEST_SEND_LAT] = {"send_lat", false, true},
-    [TEST_SEND_BW] = {"send_bw", true, false},
-    [TEST_PUT_LAT] = {"put_lat", false, true},
-    [TEST_PUT_BW] = {"put_bw", true, false},
-    [TEST_GET_LAT] = {"get_lat", false, false},
-    [TEST_GET_BW] = {"get_bw", true, false},
-    [TEST_ATOMIC_LAT] = {"atomic_lat", false, false},
+    [TEST_SEND_LAT] = {"send_lat", false, true, false, 0, 0},
+    [TEST_SEND_BW] = {"send_bw", true, false, false, 0, 0},
+    [TEST_PUT_LAT] = {"put_lat", false, true, false, 0, 0},
+    [TEST_PUT_BW] = {"put_bw", true, false, false, 0, 0},
+    [TEST_GET_LAT] = {"get_lat", false, false, false, 0, 0},
+    [TEST_GET_BW] = {"get_bw", true, false, false, 0, 0},
+    [TEST_ATOMIC_LAT] = {"atomic_lat", false, false, false, 0, 0},
     [TEST_RPC_LAT] = {"rpc_lat", false, false, true, 64, 1},
     [TEST_RPC_RATE] = {"rpc_rate", true, false, true, 64, 32},
     [TEST_RPC_BULK] = {"rpc_bulk", false, false, true, 64u << 20, 1},
@@ -111,7 +111,7 @@ static int parse_tests(const char *arg, opts_t *o)
         fprintf(stderr, "rdmx-perf: -t: list too long\n");
         return -1;
     }
-    strcpy(buf, arg);
+    snprintf(buf, sizeof(buf), "%s", arg);
     for (char *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         bool found = false;
@@ -146,7 +146,7 @@ static int parse_sizes(const char *arg, opts_t *o)
         fprintf(stderr, "rdmx-perf: -s: list too long\n");
         return -1;
     }
-    strcpy(buf, arg);
+    snprintf(buf, sizeof(buf), "%s", arg);
     o->nsizes = 0;
     for (char *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {

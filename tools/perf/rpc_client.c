@@ -152,7 +152,7 @@ static int rpc_phase_lat(rpc_thread_t *t, uint64_t count, bool measure)
             perf_rpc_thread_fail(t, "call", st, rdmx_error_detail());
             return -1;
         }
-        if (got != run->size || (i == 0 && memcmp(t->resp, t->req, got))) {
+        if (got != run->size || (i == 0 && memcmp(t->resp, t->req, got) != 0)) {
             perf_rpc_thread_fail(t, "echo", RDMX_ERR_PROTO,
                                  "the answer differs from the request");
             return -1;
