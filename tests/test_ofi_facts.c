@@ -94,17 +94,16 @@ static void test_frames(void)
     CHECK(rdmx__ofi_frame_parse(NULL, 100, &f) != 0);
     rdmx__ofi_frame_pack(b, 0, 17, 0, 5, 9); /* unknown kind */
     CHECK(rdmx__ofi_frame_parse(b, sizeof(b), &f) != 0);
-    rdmx__ofi_frame_pack(b, RDMX_OFI_FRAME_EAGER, RDMX_OFI_FRAME_ID_MAX, 0,
-                         5, 9);
+    rdmx__ofi_frame_pack(b, RDMX_OFI_FRAME_EAGER, RDMX_OFI_FRAME_ID_MAX, 0, 5,
+                         9);
     CHECK(rdmx__ofi_frame_parse(b, sizeof(b), &f) != 0);
-    rdmx__ofi_frame_pack(b, RDMX_OFI_FRAME_EAGER, 1,
-                         RDMX_OFI_FRAME_HDR_MAX + 1, 5, 9);
+    rdmx__ofi_frame_pack(b, RDMX_OFI_FRAME_EAGER, 1, RDMX_OFI_FRAME_HDR_MAX + 1,
+                         5, 9);
     CHECK(rdmx__ofi_frame_parse(b, sizeof(b), &f) != 0);
     rdmx__ofi_frame_pack(b, RDMX_OFI_FRAME_EAGER, 1, 0, 0, 9); /* src 0 */
     CHECK(rdmx__ofi_frame_parse(b, sizeof(b), &f) != 0);
     rdmx__ofi_frame_pack(b, RDMX_OFI_FRAME_EAGER, 1, 0, 5, 0);
-    CHECK(rdmx__ofi_frame_parse(b, RDMX_OFI_FRAME_SIZE, &f) == 0 &&
-          f.len == 0);
+    CHECK(rdmx__ofi_frame_parse(b, RDMX_OFI_FRAME_SIZE, &f) == 0 && f.len == 0);
     b[13] = 1; /* reserved */
     CHECK(rdmx__ofi_frame_parse(b, sizeof(b), &f) != 0);
 
@@ -160,8 +159,8 @@ static void on_op(rdmx_status_t st, size_t len, void *arg)
     ops_done++;
 }
 
-static void progress2(rdmx_worker_t *a, rdmx_worker_t *b, int *flag,
-                      int want, const char *what)
+static void progress2(rdmx_worker_t *a, rdmx_worker_t *b, int *flag, int want,
+                      const char *what)
 {
     double t0 = th_now_ms();
 
@@ -169,8 +168,7 @@ static void progress2(rdmx_worker_t *a, rdmx_worker_t *b, int *flag,
         rdmx_worker_progress(a);
         if (b != NULL)
             rdmx_worker_progress(b);
-        CHECKF(th_now_ms() - t0 < 10000.0 * TH_SLOW, "%s: no progress",
-               what);
+        CHECKF(th_now_ms() - t0 < 10000.0 * TH_SLOW, "%s: no progress", what);
     }
 }
 
@@ -300,8 +298,7 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
     /* A worker that arms and sleeps (rdmx_worker_wait) still gets a
      * message. */
     ops_done = 0;
-    CHECK(rdmx_recv_nb(accepted, in[0], sizeof(in[0]), &op) ==
-          RDMX_INPROGRESS);
+    CHECK(rdmx_recv_nb(accepted, in[0], sizeof(in[0]), &op) == RDMX_INPROGRESS);
     {
         double t0 = th_now_ms();
         while (rdmx_worker_arm(sw) != RDMX_OK) {

@@ -345,8 +345,7 @@ static void create_context(rdmx_transport_t transport, const char *host,
     if (st != RDMX_OK)
         die_st("creating the rdmx context", st);
     if (cp.field_mask & RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME)
-        fprintf(stderr, "rdmx-demo: backend %s\n",
-                rdmx_context_backend(g.ctx));
+        fprintf(stderr, "rdmx-demo: backend %s\n", rdmx_context_backend(g.ctx));
     if (!with_worker)
         return;
     st = rdmx_worker_create(g.ctx, NULL, &g.worker);

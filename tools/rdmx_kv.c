@@ -259,7 +259,8 @@ static int cmd_eval(const opts_t *o, client_t *c, int argc, char **argv)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: rdmx-kv [options] COMMAND [ARGS]\n"
         "commands:\n"
         "  get KEY                 value to stdout\n"
@@ -270,7 +271,8 @@ static void usage(FILE *f)
         "  mget KEY...             one line per key: KEY LENGTH VALUE|-\n"
         "  stats [--server I]      flush\n"
         "  eval FILE.lua [KEY...] [-- ARG...]\n"
-        "                          run a Lua function on the server owning the\n"
+        "                          run a Lua function on the server owning "
+        "the\n"
         "                          keys (FILE - = stdin); it sees KEYS, ARGV\n"
         "                          and kv.get/put/delete/exists; its result\n"
         "                          to stdout (docs/LAMBDA.md)\n"

@@ -30,16 +30,19 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
+    fprintf(
+        f,
         "usage: rdmx-kvd [options]\n"
-        "  -l, --listen HOST:PORT     address (default " KVD_DEFAULT_LISTEN ")\n"
+        "  -l, --listen HOST:PORT     address (default " KVD_DEFAULT_LISTEN
+        ")\n"
         "  -m, --memory SIZE          value memory, registered at start\n"
         "                             (default 64m; k/m/g suffixes)\n"
         "  -w, --workers N            server threads (default: one per CPU)\n"
         "  -c, --max-connections N    clients at once (default 1024); more\n"
         "                             get RDMX_ERR_BUSY at once. Each costs a\n"
         "                             file descriptor or two: see ulimit -n\n"
-        "      --max-key BYTES        longest key (default 250, at most 65535)\n"
+        "      --max-key BYTES        longest key (default 250, at most "
+        "65535)\n"
         "      --max-value SIZE       largest value (default 1m)\n"
         "      --inline-threshold SIZE values up to this size are answered\n"
         "                             inline; larger ones are RDMA-written\n"
@@ -47,7 +50,8 @@ static void usage(FILE *f)
         "      --eviction lru|none    full memory: evict least recently used\n"
         "                             (default) or refuse writes (NO_MEMORY)\n"
         "      --auth-secret-file F   require clients to prove this secret\n"
-        "      --transport T          auto|shm|tcp|rdma (UCX) or ofi[:PROVIDER]\n"
+        "      --transport T          auto|shm|tcp|rdma (UCX) or "
+        "ofi[:PROVIDER]\n"
         "                             (libfabric: ofi:tcp, ofi:shm, ...)\n"
         "                             (default: RDMX_TRANSPORT or auto)\n"
         "      --metrics-listen HOST:PORT  serve GET /metrics (Prometheus)\n"
@@ -55,7 +59,8 @@ static void usage(FILE *f)
         "Lambdas (lambda.eval/call/native: sandboxed Lua 5.4 with kv.get/put/\n"
         "delete/exists over this store; see docs/LAMBDA.md):\n"
         "      --no-lambda            do not serve lambdas\n"
-        "      --plugin-dir DIR       load the native plugins DIR/*.so at start\n"
+        "      --plugin-dir DIR       load the native plugins DIR/*.so at "
+        "start\n"
         "                             (refused if DIR or a plugin is world-\n"
         "                             writable)\n"
         "      --lambda-max-instructions N  work units per call (default 10M)\n"

@@ -50,9 +50,8 @@ int rdmx__ofi_frame_parse(const void *buf, size_t len, rdmx_ofi_frame_t *f)
     f->src = rdmx_get_le32(p + 4);
     f->dst = rdmx_get_le32(p + 8);
     if (f->kind < RDMX_OFI_FRAME_EAGER || f->kind > RDMX_OFI_FRAME_FIN ||
-        f->id >= RDMX_OFI_FRAME_ID_MAX ||
-        f->hlen > RDMX_OFI_FRAME_HDR_MAX || f->src == 0 ||
-        rdmx_get_le32(p + 12) != 0 ||
+        f->id >= RDMX_OFI_FRAME_ID_MAX || f->hlen > RDMX_OFI_FRAME_HDR_MAX ||
+        f->src == 0 || rdmx_get_le32(p + 12) != 0 ||
         f->hlen > len - RDMX_OFI_FRAME_SIZE)
         return -1;
     f->hdr = p + RDMX_OFI_FRAME_SIZE;

@@ -45,9 +45,9 @@ typedef struct {
     const unsigned char *data; /* what follows it */
     size_t len;                /* bytes of @data */
     /* RTS and FIN only: */
-    uint64_t rndv_id;          /* never 0 */
+    uint64_t rndv_id;            /* never 0 */
     uint64_t length, raddr, key; /* RTS */
-    int32_t status;            /* FIN: an rdmx_status_t */
+    int32_t status;              /* FIN: an rdmx_status_t */
 } rdmx_ofi_frame_t;
 
 /* Write a frame header into @out (RDMX_OFI_FRAME_SIZE bytes). */

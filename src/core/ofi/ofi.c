@@ -74,7 +74,8 @@ rdmx_status_t rdmx__ofi_status(int fi_err)
     }
 }
 
-/* --- context ------------------------------------------------------------------ */
+/* --- context
+ * ------------------------------------------------------------------ */
 
 /* The provider a spec names: "ofi" (NULL: the first answer), "ofi:tcp"
  * (rxm over tcp in 1.17), "ofi:shm", "ofi:NAME" (a prov_name as is). */
@@ -128,8 +129,7 @@ static void list_providers(char *out, size_t size)
             const char *p = i->fabric_attr->prov_name;
             if (strstr(out, p) != NULL)
                 continue;
-            n += (size_t)snprintf(out + n, size - n, "%s%s", n ? ", " : "",
-                                  p);
+            n += (size_t)snprintf(out + n, size - n, "%s%s", n ? ", " : "", p);
         }
         fi_freeinfo(list);
     }
@@ -171,8 +171,8 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
     hints->tx_attr->msg_order = FI_ORDER_SAS;
     hints->rx_attr->msg_order = FI_ORDER_SAS;
-    if (prov != NULL && (hints->fabric_attr->prov_name = strdup(prov)) ==
-                            NULL) {
+    if (prov != NULL &&
+        (hints->fabric_attr->prov_name = strdup(prov)) == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");
         goto err_free;
     }
@@ -235,8 +235,8 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
         oc->eager_max + RDMX_OFI_FRAME_SIZE + RDMX_OFI_FRAME_HDR_MAX)
         oc->eager_max = info->ep_attr->max_msg_size - RDMX_OFI_FRAME_SIZE -
                         RDMX_OFI_FRAME_HDR_MAX;
-    oc->frame_max = oc->eager_max + RDMX_OFI_FRAME_SIZE +
-                    RDMX_OFI_FRAME_HDR_MAX;
+    oc->frame_max =
+        oc->eager_max + RDMX_OFI_FRAME_SIZE + RDMX_OFI_FRAME_HDR_MAX;
     oc->chunk = 4u << 20;
     if (info->ep_attr->max_msg_size < oc->chunk)
         oc->chunk = info->ep_attr->max_msg_size;
@@ -258,9 +258,8 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     }
     {
         uint32_t v = fi_version();
-        snprintf(oc->describe, sizeof(oc->describe),
-                 "ofi %u.%u %s, domain %s", FI_MAJOR(v), FI_MINOR(v),
-                 oc->prov, info->domain_attr->name);
+        snprintf(oc->describe, sizeof(oc->describe), "ofi %u.%u %s, domain %s",
+                 FI_MAJOR(v), FI_MINOR(v), oc->prov, info->domain_attr->name);
     }
     fi_freeinfo(hints);
     *tctx_p = oc;
@@ -305,9 +304,9 @@ static rdmx_transport_t ofi_ctx_transport(void *tctx)
  *  0 u32 magic "OFK1"  4 u8 version 1  5 u8 flags (8: no transport key)
  *  6 u16 0  8 u64 base  16 u64 length  24 u32 FNV-1a of prov_name  28 u32 0
  */
-#define OFI_KEY_MAGIC  0x314b464fu /* "OFK1" little-endian */
-#define OFI_KEY_SIZE   32
-#define OFI_KEY_NOKEY  8
+#define OFI_KEY_MAGIC 0x314b464fu /* "OFK1" little-endian */
+#define OFI_KEY_SIZE  32
+#define OFI_KEY_NOKEY 8
 
 static uint32_t fnv1a(const char *s)
 {
@@ -360,7 +359,8 @@ static void ofi_mem_unmap(void *tctx, void *tmr, void *rkey)
     free(tmr); /* what mem_map allocated, or NULL */
 }
 
-/* --- workers -------------------------------------------------------------------- */
+/* --- workers
+ * -------------------------------------------------------------------- */
 
 static int epoll_add(int epfd, int fd)
 {
@@ -380,8 +380,7 @@ static rdmx_status_t make_address(ofi_worker_t *ow)
 
     ret = fi_getname(&ow->ep->fid, ow->addr + OFI_ADDR_HDR, &n);
     if (ret != 0 || n == 0 || n > OFI_NAME_MAX)
-        return rdmx__error(RDMX_ERR_IO, "ofi %s: fi_getname: %s",
-                           ow->ctx->prov,
+        return rdmx__error(RDMX_ERR_IO, "ofi %s: fi_getname: %s", ow->ctx->prov,
                            ret ? fi_strerror(-ret) : "bad length");
     rdmx_put_le32(ow->addr, OFI_ADDR_MAGIC);
     ow->addr[4] = 1;
@@ -396,8 +395,7 @@ static rdmx_status_t make_address(ofi_worker_t *ow)
 
 static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
                                        int threaded, void **tw_p, int *efd_p,
-                                       const void **addr_p,
-                                       size_t *addr_len_p)
+                                       const void **addr_p, size_t *addr_len_p)
 {
     ofi_ctx_t *oc = tctx;
     struct fi_cq_attr cqa = {0};

@@ -22,7 +22,8 @@ ofi_peer_t *rdmx__ofi_peer_by_addr(ofi_worker_t *ow, fi_addr_t a)
 
     if (a == FI_ADDR_NOTAVAIL)
         return NULL;
-    rdmx_list_for_each(e, &ow->peers) {
+    rdmx_list_for_each(e, &ow->peers)
+    {
         ofi_peer_t *p = rdmx_container_of(e, ofi_peer_t, link);
         if (p->fi_addr == a)
             return p;
@@ -111,19 +112,20 @@ static rdmx_status_t parse_address(ofi_worker_t *ow, const unsigned char *a,
         if (n != 16)
             return rdmx__error(RDMX_ERR_UNREACHABLE,
                                "malformed ofi address (IPv4 name of %zu "
-                               "bytes)", n);
+                               "bytes)",
+                               n);
         break;
     case FI_SOCKADDR_IN6:
         if (n != 28)
             return rdmx__error(RDMX_ERR_UNREACHABLE,
                                "malformed ofi address (IPv6 name of %zu "
-                               "bytes)", n);
+                               "bytes)",
+                               n);
         break;
     case FI_ADDR_STR:
         /* (shm opens whatever name it is given: only its own shape) */
         if (a[OFI_ADDR_HDR + n - 1] != '\0' ||
-            memchr(a + OFI_ADDR_HDR, '\0', n) !=
-                a + OFI_ADDR_HDR + n - 1 ||
+            memchr(a + OFI_ADDR_HDR, '\0', n) != a + OFI_ADDR_HDR + n - 1 ||
             (strstr(ow->ctx->prov, "shm") != NULL &&
              strncmp((const char *)a + OFI_ADDR_HDR, "fi_shm://", 9) != 0))
             return rdmx__error(RDMX_ERR_UNREACHABLE,
@@ -163,7 +165,8 @@ static unsigned peers_evict_idle(ofi_worker_t *ow)
     rdmx_list_t *e, *t;
     unsigned n = 0;
 
-    rdmx_list_for_each_safe(e, t, &ow->peers) {
+    rdmx_list_for_each_safe(e, t, &ow->peers)
+    {
         ofi_peer_t *p = rdmx_container_of(e, ofi_peer_t, link);
         if (p->refs == 0 && p->inflight == 0) {
             fi_av_remove(ow->av, &p->fi_addr, 1, 0);
@@ -182,7 +185,8 @@ static rdmx_status_t peer_get(ofi_worker_t *ow, const unsigned char *name,
     ofi_peer_t *p;
     int ret;
 
-    rdmx_list_for_each(e, &ow->peers) {
+    rdmx_list_for_each(e, &ow->peers)
+    {
         p = rdmx_container_of(e, ofi_peer_t, link);
         if (p->name_len == n && !memcmp(p->name, name, n)) {
             p->refs++;
@@ -273,12 +277,13 @@ rdmx_status_t rdmx__ofi_ep_close(void *tw, rdmx_tep_t *tep, int force,
 
 /* A connection-level error on @peer: every endpoint toward it fails (one
  * AV entry carries them all). */
-void rdmx__ofi_peer_failed(ofi_worker_t *ow, ofi_peer_t *peer,
-                           rdmx_status_t st, const char *why)
+void rdmx__ofi_peer_failed(ofi_worker_t *ow, ofi_peer_t *peer, rdmx_status_t st,
+                           const char *why)
 {
     rdmx_list_t *e, *t;
 
-    rdmx_list_for_each_safe(e, t, &ow->eps) {
+    rdmx_list_for_each_safe(e, t, &ow->eps)
+    {
         ofi_ep_t *ep = rdmx_container_of(e, ofi_ep_t, link);
         if (ep->peer == peer && !ep->tep.failed)
             rdmx__tp_ep_failed(&ep->tep, st, why);

@@ -22,7 +22,8 @@
 #define OFI_POLL_BATCH 16
 #define OFI_POLL_MAX   64 /* completions handled per progress call */
 
-/* --- buffers -------------------------------------------------------------------- */
+/* --- buffers
+ * -------------------------------------------------------------------- */
 
 /* Register @len bytes at @buf for local sends and receives (only when the
  * provider asks for FI_MR_LOCAL; bound to the endpoint under
@@ -36,8 +37,8 @@ static rdmx_status_t local_mr(ofi_worker_t *ow, void *buf, size_t len,
     *desc_p = NULL;
     if (!(ow->ctx->mr_mode & FI_MR_LOCAL))
         return RDMX_OK;
-    ret = fi_mr_reg(ow->ctx->domain, buf, len, FI_SEND | FI_RECV, 0, 0, 0,
-                    mr_p, NULL);
+    ret = fi_mr_reg(ow->ctx->domain, buf, len, FI_SEND | FI_RECV, 0, 0, 0, mr_p,
+                    NULL);
     if (ret == 0 && (ow->ctx->mr_mode & FI_MR_ENDPOINT)) {
         ret = fi_mr_bind(*mr_p, &ow->ep->fid, 0);
         if (ret == 0)
@@ -61,8 +62,7 @@ static void rx_post(ofi_worker_t *ow, unsigned i)
     int ret;
 
     ret = fi_recv(ow->ep, ow->rx_slab + (size_t)i * ow->ctx->frame_max,
-                  ow->ctx->frame_max, ow->rx_desc, FI_ADDR_UNSPEC,
-                  &rx->c.fctx);
+                  ow->ctx->frame_max, ow->rx_desc, FI_ADDR_UNSPEC, &rx->c.fctx);
     if (ret == 0) {
         rx->posted = 1;
         ow->rx_posted++;
@@ -140,8 +140,8 @@ static ofi_req_t *req_get(ofi_worker_t *ow)
             free(c);
             return NULL;
         }
-        if (local_mr(ow, c->bytes, OFI_REQ_CHUNK * ow->ctx->frame_max,
-                     &c->mr, &desc) != RDMX_OK) {
+        if (local_mr(ow, c->bytes, OFI_REQ_CHUNK * ow->ctx->frame_max, &c->mr,
+                     &desc) != RDMX_OK) {
             free(c->bytes);
             free(c);
             return NULL;
@@ -221,12 +221,12 @@ void rdmx__ofi_ep_drop_reqs(ofi_ep_t *ep)
     }
 }
 
-/* --- sending -------------------------------------------------------------------- */
+/* --- sending
+ * -------------------------------------------------------------------- */
 
 static ssize_t req_post(ofi_req_t *r)
 {
-    return fi_send(r->worker->ep, r->buf, r->len, r->desc, r->dest,
-                   &r->c.fctx);
+    return fi_send(r->worker->ep, r->buf, r->len, r->desc, r->dest, &r->c.fctx);
 }
 
 /* Retry queued requests in order until the provider pushes back. */
@@ -260,8 +260,7 @@ static unsigned retry_pending(ofi_worker_t *ow)
 rdmx_status_t rdmx__ofi_frame_send(ofi_ep_t *ep, unsigned kind, unsigned id,
                                    const void *hdr, size_t hlen,
                                    const void *data, size_t length,
-                                   unsigned flags, rdmx_op_t *op,
-                                   void **req_p)
+                                   unsigned flags, rdmx_op_t *op, void **req_p)
 {
     ofi_worker_t *ow = ep->worker;
     ofi_req_t *r;
@@ -323,8 +322,7 @@ rdmx_status_t rdmx__ofi_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
 
     (void)tmr;
     if (hlen > RDMX_OFI_FRAME_HDR_MAX || id >= RDMX_MSG_ID_MAX)
-        return rdmx__error(RDMX_ERR_INVALID, "send: header of %zu bytes",
-                           hlen);
+        return rdmx__error(RDMX_ERR_INVALID, "send: header of %zu bytes", hlen);
     if (id == RDMX_AM_BIND)
         ep->sent_bind = 1;
     if (length <= ow->ctx->eager_max)
@@ -340,7 +338,8 @@ rdmx_status_t rdmx__ofi_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
     return rdmx__ofi_rts_send(ep, id, hdr, hlen, data, length, op, req_p);
 }
 
-/* --- receiving ------------------------------------------------------------------- */
+/* --- receiving
+ * ------------------------------------------------------------------- */
 
 /* Which of our endpoints a frame from @src is for (docs/FABRIC.md,
  * "Pairing"); NULL to drop it, counting why. */
@@ -378,7 +377,8 @@ static ofi_ep_t *frame_ep(ofi_worker_t *ow, const rdmx_ofi_frame_t *f,
         ow->w->stats.proto_errors++;
         return NULL;
     }
-    rdmx_list_for_each(e, &ow->eps) {
+    rdmx_list_for_each(e, &ow->eps)
+    {
         ep = rdmx_container_of(e, ofi_ep_t, link);
         if (ep->peer == peer && ep->remote == 0 && !ep->sent_bind) {
             best = ep;
@@ -404,8 +404,7 @@ static void on_recv(ofi_worker_t *ow, ofi_rxbuf_t *rx, size_t len,
 
     rx->posted = 0;
     ow->rx_posted--;
-    if (len > ow->ctx->frame_max ||
-        rdmx__ofi_frame_parse(buf, len, &f) != 0) {
+    if (len > ow->ctx->frame_max || rdmx__ofi_frame_parse(buf, len, &f) != 0) {
         ow->w->stats.proto_errors++;
         rx_post(ow, i);
         return;
@@ -423,8 +422,8 @@ static void on_recv(ofi_worker_t *ow, ofi_rxbuf_t *rx, size_t len,
     /* Lend the buffer only while enough others stay posted. */
     if (ow->hold[f.id] && ow->rx_posted >= OFI_RX_RESERVE)
         flags |= RDMX_MSG_HOLDABLE;
-    if (rdmx__tp_deliver(ow->w, f.id, &ep->tep, f.hdr, f.hlen,
-                         (void *)f.data, f.len, flags) == RDMX_INPROGRESS &&
+    if (rdmx__tp_deliver(ow->w, f.id, &ep->tep, f.hdr, f.hlen, (void *)f.data,
+                         f.len, flags) == RDMX_INPROGRESS &&
         (flags & RDMX_MSG_HOLDABLE)) {
         rx->held = 1;
         return;
@@ -485,8 +484,9 @@ static void on_error(ofi_worker_t *ow)
     }
     if (c->kind == OFI_CTX_READ) {
         ofi_read_t *rd = (ofi_read_t *)c;
-        rdmx__error(st, "ofi %s: read of a large message failed: %s (%s, "
-                        "prov_errno %d)",
+        rdmx__error(st,
+                    "ofi %s: read of a large message failed: %s (%s, "
+                    "prov_errno %d)",
                     ow->ctx->prov, fi_strerror(e.err), detail, e.prov_errno);
         rdmx__ofi_read_done(rd, st);
         return;
@@ -494,11 +494,11 @@ static void on_error(ofi_worker_t *ow)
     {
         ofi_req_t *r = (ofi_req_t *)c;
         char why[640];
-        snprintf(why, sizeof(why), "ofi %s: send failed: %s (%s, prov_errno %d)",
-                 ow->ctx->prov, fi_strerror(e.err), detail, e.prov_errno);
+        snprintf(why, sizeof(why),
+                 "ofi %s: send failed: %s (%s, prov_errno %d)", ow->ctx->prov,
+                 fi_strerror(e.err), detail, e.prov_errno);
         rdmx__error(st, "%s", why);
-        if (r->ep != NULL && st != RDMX_ERR_CANCELED &&
-            st != RDMX_ERR_TOO_BIG)
+        if (r->ep != NULL && st != RDMX_ERR_CANCELED && st != RDMX_ERR_TOO_BIG)
             rdmx__ofi_peer_failed(ow, r->ep->peer, st, why);
         req_finish(r, st);
     }

@@ -24,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --- sender -------------------------------------------------------------------- */
+/* --- sender
+ * -------------------------------------------------------------------- */
 
 static void rts_free(ofi_rts_t *r)
 {
@@ -68,8 +69,7 @@ static rdmx_status_t rts_register(ofi_worker_t *ow, const void *data,
             fi_close(&(*mr_p)->fid);
     }
     if (ret != 0)
-        return rdmx__error(ret == -FI_ENOMEM ? RDMX_ERR_NO_MEMORY
-                                             : RDMX_ERR_IO,
+        return rdmx__error(ret == -FI_ENOMEM ? RDMX_ERR_NO_MEMORY : RDMX_ERR_IO,
                            "ofi %s: cannot register %zu bytes for a large "
                            "message: %s",
                            oc->prov, length, fi_strerror(-ret));
@@ -78,8 +78,8 @@ static rdmx_status_t rts_register(ofi_worker_t *ow, const void *data,
 }
 
 rdmx_status_t rdmx__ofi_rts_send(ofi_ep_t *ep, unsigned id, const void *hdr,
-                                 size_t hlen, const void *data,
-                                 size_t length, rdmx_op_t *op, void **req_p)
+                                 size_t hlen, const void *data, size_t length,
+                                 rdmx_op_t *op, void **req_p)
 {
     ofi_worker_t *ow = ep->worker;
     unsigned char body[RDMX_OFI_RTS_SIZE];
@@ -101,11 +101,10 @@ rdmx_status_t rdmx__ofi_rts_send(ofi_ep_t *ep, unsigned id, const void *hdr,
         free(r);
         return st;
     }
-    rdmx__ofi_rts_pack(body, length, r->id,
-                       (ow->ctx->mr_mode & FI_MR_VIRT_ADDR)
-                           ? (uint64_t)(uintptr_t)data
-                           : 0,
-                       key);
+    rdmx__ofi_rts_pack(
+        body, length, r->id,
+        (ow->ctx->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)data : 0,
+        key);
     st = rdmx__ofi_frame_send(ep, RDMX_OFI_FRAME_RTS, id, hdr, hlen, body,
                               sizeof(body), 0, NULL, NULL);
     if (st != RDMX_OK) {
@@ -142,12 +141,12 @@ static void rts_finish(ofi_rts_t *r, rdmx_status_t st)
     rdmx__tp_done(op, r, st, 0); /* (calls req_forget, now or later) */
 }
 
-void rdmx__ofi_on_fin(ofi_worker_t *ow, ofi_ep_t *ep,
-                      const rdmx_ofi_frame_t *f)
+void rdmx__ofi_on_fin(ofi_worker_t *ow, ofi_ep_t *ep, const rdmx_ofi_frame_t *f)
 {
     rdmx_list_t *e;
 
-    rdmx_list_for_each(e, &ep->rts) {
+    rdmx_list_for_each(e, &ep->rts)
+    {
         ofi_rts_t *r = rdmx_container_of(e, ofi_rts_t, link);
         if (r->id == f->rndv_id) {
             /* Dropped unread by the receiver (CANCELED) still frees the
@@ -161,7 +160,8 @@ void rdmx__ofi_on_fin(ofi_worker_t *ow, ofi_ep_t *ep,
     ow->w->stats.proto_errors++; /* a FIN for nothing we sent */
 }
 
-/* --- receiver ------------------------------------------------------------------ */
+/* --- receiver
+ * ------------------------------------------------------------------ */
 
 static void rdesc_free(ofi_rdesc_t *d)
 {
@@ -186,8 +186,7 @@ static void send_fin(ofi_rdesc_t *d, rdmx_status_t st)
                    rdmx_error_detail());
 }
 
-void rdmx__ofi_on_rts(ofi_worker_t *ow, ofi_ep_t *ep,
-                      const rdmx_ofi_frame_t *f)
+void rdmx__ofi_on_rts(ofi_worker_t *ow, ofi_ep_t *ep, const rdmx_ofi_frame_t *f)
 {
     ofi_rdesc_t *d = calloc(1, sizeof(*d));
 
@@ -214,8 +213,7 @@ void rdmx__ofi_on_rts(ofi_worker_t *ow, ofi_ep_t *ep,
     rdmx_list_insert_tail(&ep->rdescs, &d->link);
     rdmx_list_insert_tail(&ow->rdesc_all, &d->wlink);
     if (rdmx__tp_deliver(ow->w, f->id, &ep->tep, f->hdr, f->hlen, d,
-                         (size_t)f->length, RDMX_MSG_RNDV) ==
-        RDMX_INPROGRESS)
+                         (size_t)f->length, RDMX_MSG_RNDV) == RDMX_INPROGRESS)
         return; /* the core took it: recv or release follows */
     send_fin(d, RDMX_ERR_CANCELED);
     rdesc_free(d);
@@ -266,8 +264,8 @@ static void pull_issue(ofi_rdesc_t *d)
             d->status = RDMX_ERR_CANCELED;
             break;
         }
-        ret = fi_read(ow->ep, d->buf + d->issued, n, d->ldesc,
-                      d->peer->fi_addr, raddr, d->key, &rd->c.fctx);
+        ret = fi_read(ow->ep, d->buf + d->issued, n, d->ldesc, d->peer->fi_addr,
+                      raddr, d->key, &rd->c.fctx);
         if (ret == -FI_EAGAIN) {
             rdmx_list_insert_tail(&ow->pulls, &d->qlink);
             return;
@@ -386,7 +384,8 @@ unsigned rdmx__ofi_rndv_poll(ofi_worker_t *ow)
     }
     if (!rdmx_list_empty(&ow->pulls)) {
         rdmx_list_t *t;
-        rdmx_list_for_each_safe(e, t, &ow->pulls) {
+        rdmx_list_for_each_safe(e, t, &ow->pulls)
+        {
             pull_issue(rdmx_container_of(e, ofi_rdesc_t, qlink));
             n++;
         }
