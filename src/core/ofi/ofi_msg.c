@@ -59,7 +59,7 @@ static rdmx_status_t local_mr(ofi_worker_t *ow, void *buf, size_t len,
 static void rx_post(ofi_worker_t *ow, unsigned i)
 {
     ofi_rxbuf_t *rx = &ow->rx[i];
-    int ret;
+    ssize_t ret;
 
     ret = fi_recv(ow->ep, ow->rx_slab + (size_t)i * ow->ctx->frame_max,
                   ow->ctx->frame_max, ow->rx_desc, FI_ADDR_UNSPEC, &rx->c.fctx);
