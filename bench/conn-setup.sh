@@ -259,10 +259,10 @@ run_one() { # system round
 cp "$RDMX_KVD" "$WORK/rdmx-kvd" || die "cannot copy $RDMX_KVD"
 BIN_TIME=$(date -u -r "$RDMX_KVD" '+%Y-%m-%d %H:%M UTC')
 RDMX_KVD=$WORK/rdmx-kvd
-if pkg-config --exists ucx libcrypto lua5.4 libmicrohttpd 2>/dev/null; then
-    read -r -a deplibs <<<"$(pkg-config --libs ucx libcrypto lua5.4 libmicrohttpd)"
+if pkg-config --exists ucx libcrypto lua5.4 libmicrohttpd libfabric 2>/dev/null; then
+    read -r -a deplibs <<<"$(pkg-config --libs ucx libcrypto lua5.4 libmicrohttpd libfabric)"
 else
-    deplibs=(-lucp -luct -lucs -lucm -lcrypto -llua5.4 -lmicrohttpd)
+    deplibs=(-lucp -luct -lucs -lucm -lcrypto -llua5.4 -lmicrohttpd -lfabric)
 fi
 bench_cc conn_setup_client "$RDMX_LIB" "${deplibs[@]}" -lpthread -ldl -lm ||
     die "cannot compile bench/conn_setup_client.c:" \

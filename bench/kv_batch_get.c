@@ -25,9 +25,7 @@
  *
  * Build (bench/python_kv.py does this, after make):
  *   cc -O2 -I include -I build/include -o kv_batch_get bench/kv_batch_get.c \
- *      build/lib/librdmx.a \
- *      $(pkg-config --libs ucx libcrypto lua5.4 libmicrohttpd) \
- *      -lpthread -ldl -lm
+ *      -L build/lib -Wl,-rpath,build/lib -lrdmx
  */
 #define _GNU_SOURCE
 #include <rdmx/rdmx.h>

@@ -82,12 +82,11 @@ def start_kvd(transport, memory):
 
 def compile_helper(work):
     exe = os.path.join(work, "kv_batch_get")
-    libs = subprocess.run(["pkg-config", "--libs", "ucx", "libcrypto", "lua5.4",
-                           "libmicrohttpd"],
-                          check=True, capture_output=True, text=True).stdout.split()
+    lib = os.path.join(BUILD, "lib")
     cmd = [os.environ.get("CC", "cc"), "-O2", "-I", os.path.join(ROOT, "include"),
-           "-I", os.path.join(BUILD, "include"), "-o", exe, os.path.join(ROOT, "bench", "kv_batch_get.c"),
-           os.path.join(BUILD, "lib", "librdmx.a"), *libs, "-lpthread", "-ldl", "-lm"]
+           "-I", os.path.join(BUILD, "include"), "-o", exe,
+           os.path.join(ROOT, "bench", "kv_batch_get.c"),
+           "-L", lib, "-Wl,-rpath," + lib, "-lrdmx"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit("python_kv: compiling kv_batch_get.c failed:\n" + res.stderr)
