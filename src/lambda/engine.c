@@ -613,7 +613,7 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
         return finish(e, RDMX_ERR_NO_MEMORY, res, 0, -1);
     }
     st = rdmx__lambda_run(&r, spare);
-    rdmx__lambda_states_done(e->states, spare);
+    rdmx__lambda_states_done(e->states, spare, !fresh);
     res->output = r.out.data;
     res->output_len = r.out.len;
     res->type = st == RDMX_OK ? r.type : RDMX_LAMBDA_NIL;

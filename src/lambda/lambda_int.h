@@ -118,10 +118,12 @@ void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st);
  * (0). NULL when out of memory. */
 rdmx__lambda_spare_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
                                                int *ready_p);
-/* A state a call is done with: the keeper closes it (or this call, with
- * no keeper). */
+/* A state a call is done with: the keeper closes it, unless the call built
+ * it itself (@p built_here: its memory is this thread's, and freeing it
+ * from the keeper's thread would contend for this thread's allocator), or
+ * there is no keeper. */
 void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
-                              rdmx__lambda_spare_t *s);
+                              rdmx__lambda_spare_t *s, int built_here);
 
 /* sandbox.c: charge @p units of library work to the running call; raises
  * the budget error (a Lua error that cannot be caught for good) when a

@@ -159,11 +159,11 @@ rdmx__lambda_spare_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
 }
 
 void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
-                              rdmx__lambda_spare_t *s)
+                              rdmx__lambda_spare_t *s, int built_here)
 {
     int queued = 0;
 
-    if (st->running) {
+    if (st->running && !built_here) {
         pthread_mutex_lock(&st->lock);
         if (st->nused < USED_MAX) {
             s->next = st->used;
