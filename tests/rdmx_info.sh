@@ -1,9 +1,11 @@
 #!/bin/sh
 # rdmx-info (docs/OPERATIONS.md) against a real rdmx-kvd over the
 # transport RDMX_TRANSPORT names: the path lines, the WARNING lines and the
-# exit status agree (tcp: RMA emulated, warning, exit 1; shm: one-sided RMA,
-# no warning, exit 0); the local report names this build and its
-# transports; an unreachable server exits 3, a bad option 2.
+# exit status agree (tcp and ofi:tcp: RMA emulated, warning, exit 1; shm:
+# one-sided RMA, no warning, exit 0) and the backend line names the server
+# connection's backend; the local report names this build, its backends
+# and its transports; --version prints the version; an unreachable server
+# exits 3, a bad option 2.
 # Usage: rdmx_info.sh BINDIR
 set -eu
 bin=$1
@@ -20,8 +22,17 @@ cat "$tmp/local"
 grep -q "^rdmx [0-9]" "$tmp/local" || die "no version line"
 grep -q "^build: .*UCX" "$tmp/local" || die "no build line"
 grep -q "^backends: ucx" "$tmp/local" || die "no backends line"
-grep -q "^  tcp   available" "$tmp/local" || die "tcp not listed as available"
+grep -q "^  tcp  *available (ucx)" "$tmp/local" || die "tcp not listed as available"
 grep -q "^  rdma  " "$tmp/local" || die "rdma not listed"
+if grep -q "^backends: ucx, ofi" "$tmp/local"; then
+    grep -q "^  ofi:tcp  *available (ofi [0-9.]* tcp;ofi_rxm, domain lo)" \
+        "$tmp/local" || die "ofi:tcp not listed on lo"
+fi
+if grep -q "unused env variable" "$tmp/local"; then
+    die "UCX warned about the environment rdmx set"
+fi
+"$bin/rdmx-info" --version | grep -q "^rdmx-info (rdmx [0-9]" ||
+    die "--version"
 if grep -q "^WARNING:" "$tmp/local"; then want=1; else want=0; fi
 [ $rc -eq $want ] || die "local: exit $rc with warnings=$want"
 
@@ -40,10 +51,15 @@ rc=0
 cat "$tmp/srv"
 grep -q "^server: $addr (rdmx.ping answered" "$tmp/srv" || die "no server line"
 msg=$(sed -n 's/^path: messages  *//p' "$tmp/srv")
+backend=$(sed -n 's/^backend: //p' "$tmp/srv")
 grep -q "^path: rma " "$tmp/srv" || die "no rma path"
 grep -q "^path: atomics " "$tmp/srv" || die "no atomics path"
 case "${RDMX_TRANSPORT:-auto}" in
-tcp)
+ofi:*) [ "${backend%% *}" = ofi ] || die "backend '$backend', not ofi" ;;
+*) [ "$backend" = ucx ] || die "backend '$backend', not ucx" ;;
+esac
+case "${RDMX_TRANSPORT:-auto}" in
+tcp | ofi:tcp)
     [ "$msg" = tcp ] || die "messages over $msg, not tcp"
     grep -q "^path: rma  *emulated" "$tmp/srv" || die "rma not emulated on tcp"
     grep -q "^WARNING: RMA emulated" "$tmp/srv" || die "no RMA warning on tcp"

@@ -9,6 +9,7 @@
 #include <rdmx/rdmx.h>
 
 #include "options.h"
+#include "core/upper.h"
 #include "rpc/health.h"
 
 #include <dirent.h>
@@ -51,12 +52,13 @@ static void usage(FILE *f)
         "the path messages, RMA and atomics take, with a WARNING for each\n"
         "slow path (docs/OPERATIONS.md).\n"
         "  -s, --server HOST:PORT     an rdmx RPC server (rdmx-kvd, ...)\n"
-        "      --transport T          auto|shm|tcp|rdma to ask for (default:\n"
-        "                             RDMX_TRANSPORT or auto)\n"
+        "      --transport T          auto|shm|tcp|rdma|ofi[:PROVIDER] to ask\n"
+        "                             for (default: RDMX_TRANSPORT or auto)\n"
         "  -m, --memory SIZE          memory that would be registered, for\n"
         "                             the memlock check (default 0)\n"
         "      --auth-secret-file F   the server's secret\n"
         "  -t, --timeout MS           connect and ping limit (default 5000)\n"
+        "  -V, --version              print the version and exit\n"
         "  -h, --help\n"
         "exit: 0 fast path, 1 a WARNING was printed, 2 usage, 3 error\n");
 }
@@ -90,71 +92,117 @@ static void list_dir(const char *what, const char *dir)
     printf("%s   (%s)\n", n ? "" : " (none)", dir);
 }
 
-/* Which transports this host can open: one context each. */
+/* Set by the user (1) or not (0): UCX_MM_ERROR_HANDLING, which the UCX
+ * backend sets for contexts that may use shared memory. */
+static int user_mm_env;
+
+/* This tool makes contexts of several transports in one process: a tcp
+ * context after a shared-memory one would find the backend's
+ * UCX_MM_ERROR_HANDLING unused, and UCX would warn about it. */
+static void ucx_env_for(rdmx_transport_t t)
+{
+    if (!user_mm_env && t == RDMX_TRANSPORT_TCP)
+        unsetenv("UCX_MM_ERROR_HANDLING");
+}
+
+/* Make a context for the transport spec @spec ("shm", "ofi:tcp", ...);
+ * NULL with the reason in @why when it cannot be made. */
+static rdmx_context_t *try_context(const char *spec, const char *net_devices,
+                                   char *why, size_t why_len)
+{
+    rdmx_context_params_t cp = {.field_mask =
+                                    RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                                    RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME |
+                                    RDMX_CONTEXT_PARAM_FIELD_NAME,
+                                .transport_name = spec,
+                                .name = "rdmx-info"};
+    rdmx_context_t *ctx;
+    rdmx_status_t st;
+
+    if (net_devices != NULL) {
+        cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
+        cp.net_devices = net_devices;
+    }
+    if ((st = rdmx_transport_parse(spec, &cp.transport)) == RDMX_OK)
+        ucx_env_for(cp.transport);
+    if (st != RDMX_OK || (st = rdmx_context_create(&cp, &ctx)) != RDMX_OK) {
+        snprintf(why, why_len, "%s: %s", rdmx_strerror(st),
+                 rdmx_error_detail());
+        return NULL;
+    }
+    return ctx;
+}
+
+/* The backends built in, and the transports this host can open through
+ * each: one context of each. */
 static void list_transports(const char *net_devices)
 {
-    static const rdmx_transport_t all[] = {
-        RDMX_TRANSPORT_SHM, RDMX_TRANSPORT_TCP, RDMX_TRANSPORT_RDMA,
-        RDMX_TRANSPORT_AUTO};
+    static const char *const specs[] = {"shm",  "tcp",     "rdma",
+                                        "auto", "ofi:tcp", "ofi:shm"};
+    rdmx_context_t *ctx;
+    char why[512];
 
+    if ((ctx = try_context("ofi", net_devices, why, sizeof(why))) != NULL) {
+        printf("backends: ucx, ofi\n");
+        rdmx_context_destroy(ctx);
+    } else {
+        printf("backends: ucx (ofi: %s)\n", why);
+    }
     printf("transports:\n");
-    for (unsigned i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        rdmx_context_params_t cp = {.field_mask =
-                                        RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
-                                        RDMX_CONTEXT_PARAM_FIELD_NAME,
-                                    .transport = all[i],
-                                    .name = "rdmx-info"};
-        rdmx_context_t *ctx;
-        rdmx_status_t st;
-
-        if (net_devices != NULL) {
-            cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
-            cp.net_devices = net_devices;
-        }
-        st = rdmx_context_create(&cp, &ctx);
-        if (st != RDMX_OK) {
-            printf("  %-5s not available (%s)\n", rdmx_transport_name(all[i]),
-                   rdmx_strerror(st));
+    for (unsigned i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+        if ((ctx = try_context(specs[i], net_devices, why, sizeof(why))) ==
+            NULL) {
+            printf("  %-8s not available (%s)\n", specs[i], why);
             continue;
         }
-        if (all[i] == RDMX_TRANSPORT_AUTO)
-            printf("  %-5s -> %s\n", rdmx_transport_name(all[i]),
+        if (strcmp(specs[i], "auto") == 0)
+            printf("  %-8s -> %s\n", specs[i],
                    rdmx_transport_name(rdmx_context_transport(ctx)));
         else
-            printf("  %-5s available\n", rdmx_transport_name(all[i]));
+            printf("  %-8s available (%s)\n", specs[i],
+                   rdmx_context_backend(ctx));
         rdmx_context_destroy(ctx);
     }
 }
 
-/* The path of one-sided operations on a connection over @t. */
-static const char *rma_path(rdmx_transport_t t)
+/* The path put/get take on a connection over @t from a context whose
+ * one-sided access goes by the transport (@one_sided) or not. */
+static const char *rma_path(rdmx_transport_t t, int one_sided, int ofi)
 {
     const char *env = getenv("RDMX_RMA");
 
+    if (one_sided)
+        return ofi ? "one-sided (the libfabric provider's RMA)"
+               : t == RDMX_TRANSPORT_SHM ? "one-sided (shared memory)"
+                                         : "one-sided (RDMA)";
     if (t == RDMX_TRANSPORT_TCP)
         return "emulated (carried by rdmx over messages to the target's "
                "worker)";
     if (env != NULL && strcmp(env, "rdmx") == 0)
         return "carried by rdmx over messages (RDMX_RMA=rdmx)";
-    return t == RDMX_TRANSPORT_SHM ? "one-sided (shared memory)"
-                                   : "one-sided (RDMA)";
+    return "carried by rdmx over messages (this backend's choice)";
 }
 
-static const char *atomics_path(rdmx_transport_t t)
+/* The path atomics take, as rma_path. */
+static const char *atomics_path(rdmx_transport_t t, int one_sided,
+                                int rma_one_sided, int ofi)
 {
     const char *env = getenv("RDMX_ATOMICS");
     unsigned ucx = build_ucx_version();
 
+    if (one_sided)
+        return ofi ? "one-sided (the libfabric provider's atomics)"
+               : t == RDMX_TRANSPORT_SHM ? "one-sided (shared memory)"
+                                         : "one-sided (RDMA)";
     if (t == RDMX_TRANSPORT_TCP)
         return "emulated (carried by rdmx over messages to the target's "
                "worker)";
     if (env != NULL && strcmp(env, "rdmx") == 0)
         return "carried by rdmx over messages (RDMX_ATOMICS=rdmx)";
-    if (ucx == 0 || ucx >= UCX_NO_ATOMICS)
+    if (rma_one_sided && !ofi && (ucx == 0 || ucx >= UCX_NO_ATOMICS))
         return "carried by rdmx over messages (UCX " RDMX_BUILD_UCX
                " has none under peer failure detection)";
-    return t == RDMX_TRANSPORT_SHM ? "one-sided (shared memory)"
-                                   : "one-sided (RDMA)";
+    return "carried by rdmx over messages to the target's worker";
 }
 
 /* Print the warnings of @f; return how many. */
@@ -185,6 +233,8 @@ static int probe_server(const char *server, const rdmx_context_params_t *cp,
     rdmx_ep_t *ep;
     rdmx_status_t st;
     struct timespec t0, t1;
+    const char *backend;
+    int rma, atomics, ofi;
     char resp[64];
     size_t len;
     int ret = INFO_ERROR;
@@ -194,6 +244,7 @@ static int probe_server(const char *server, const rdmx_context_params_t *cp,
         chp.auth_secret = secret;
         chp.auth_secret_len = secret_len;
     }
+    ucx_env_for(cp->transport);
     if ((st = rdmx_context_create(cp, &ctx)) != RDMX_OK ||
         (st = rdmx_worker_create(ctx, NULL, &w)) != RDMX_OK ||
         (st = rdmx_channel_create(w, server, &chp, &ch)) != RDMX_OK ||
@@ -209,12 +260,16 @@ static int probe_server(const char *server, const rdmx_context_params_t *cp,
         goto fail;
     }
     *chosen_p = rdmx_ep_transport(ep);
+    backend = rdmx_context_backend(ctx);
+    ofi = strncmp(backend, "ofi", 3) == 0;
+    rdmx__context_one_sided(ctx, &rma, &atomics);
     printf("server: %s (rdmx.ping answered in %.3f ms)\n", server,
            (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    printf("backend: %s\n", backend);
     printf("path: messages  %s\n", rdmx_transport_name(*chosen_p));
-    printf("path: rma       %s\n", rma_path(*chosen_p));
-    printf("path: atomics   %s\n", atomics_path(*chosen_p));
+    printf("path: rma       %s\n", rma_path(*chosen_p, rma, ofi));
+    printf("path: atomics   %s\n", atomics_path(*chosen_p, atomics, rma, ofi));
     ret = INFO_FAST;
     goto out;
 fail:
@@ -235,6 +290,7 @@ int main(int argc, char **argv)
         {"memory", required_argument, NULL, 'm'},
         {"auth-secret-file", required_argument, NULL, 'A'},
         {"timeout", required_argument, NULL, 't'},
+        {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     rdmx_context_params_t cp = {.field_mask = RDMX_CONTEXT_PARAM_FIELD_NAME,
@@ -247,17 +303,21 @@ int main(int argc, char **argv)
     uint16_t port;
     int c, timeout_ms = 5000, ret;
 
-    while ((c = getopt_long(argc, argv, "s:m:t:h", opts, NULL)) != -1) {
+    user_mm_env = getenv("UCX_MM_ERROR_HANDLING") != NULL;
+    while ((c = getopt_long(argc, argv, "s:m:t:Vh", opts, NULL)) != -1) {
         switch (c) {
         case 's':
             server = optarg;
             break;
         case 'T':
             if (rdmx_transport_parse(optarg, &cp.transport) != RDMX_OK) {
-                fprintf(stderr, "rdmx-info: --transport auto|shm|tcp|rdma\n");
+                fprintf(stderr, "rdmx-info: --transport "
+                                "auto|shm|tcp|rdma|ofi[:PROVIDER]\n");
                 return INFO_USAGE;
             }
-            cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT;
+            cp.field_mask |= RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                             RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME;
+            cp.transport_name = optarg;
             break;
         case 'm':
             if (opt_size(optarg, &memory)) {
@@ -280,6 +340,9 @@ int main(int argc, char **argv)
             timeout_ms = (int)v;
             break;
         }
+        case 'V':
+            printf("rdmx-info (rdmx %s)\n", rdmx_version());
+            return INFO_FAST;
         case 'h':
             usage(stdout);
             return INFO_FAST;
@@ -318,16 +381,17 @@ int main(int argc, char **argv)
         rdmx_transport_parse(env, &f.requested);
     f.memory = memory;
     f.memlock_limit = rdmx__health_memlock_limit();
-    /* Trying each transport leaves some of the environment rdmx sets for
-     * UCX unused; that is expected here, not worth UCX's warning. */
-    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
-
     printf("rdmx %s\n", rdmx_version());
     printf("build: %s, %s, sanitizers %s, UCX %s, libmicrohttpd %s\n",
            RDMX_BUILD_TYPE, RDMX_BUILD_CC, RDMX_BUILD_SANITIZE, RDMX_BUILD_UCX,
            RDMX_BUILD_MHD);
-    printf("backends: ucx\n");
-    list_transports(net_devices);
+    /* The listing opens a context of each backend: on the devices the
+     * environment names, where it names any (libfabric's tcp provider
+     * takes its interface from the same name). */
+    list_transports(net_devices != NULL ? net_devices
+                    : getenv("UCX_NET_DEVICES") != NULL
+                        ? getenv("UCX_NET_DEVICES")
+                        : getenv("FI_TCP_IFACE"));
     printf("devices:\n");
     list_dir("rdma", "/sys/class/infiniband");
     list_dir("net", "/sys/class/net");
@@ -345,14 +409,18 @@ int main(int argc, char **argv)
             return ret;
     } else {
         rdmx_context_t *ctx;
-        rdmx_status_t st = rdmx_context_create(&cp, &ctx);
+        rdmx_status_t st;
+
+        ucx_env_for(cp.transport);
+        st = rdmx_context_create(&cp, &ctx);
         if (st != RDMX_OK) {
             fprintf(stderr, "rdmx-info: %s (%s)\n", rdmx_strerror(st),
                     rdmx_error_detail());
             return INFO_ERROR;
         }
         f.chosen = rdmx_context_transport(ctx);
-        printf("context: %s\n", rdmx_transport_name(f.chosen));
+        printf("context: %s (%s)\n", rdmx_transport_name(f.chosen),
+               rdmx_context_backend(ctx));
         rdmx_context_destroy(ctx);
     }
     return print_warnings(&f) > 0 ? INFO_SLOW : INFO_FAST;

@@ -82,6 +82,13 @@ rdmx_transport_t rdmx__context_requested(const rdmx_context_t *ctx)
     return ctx->transport;
 }
 
+void rdmx__context_one_sided(const rdmx_context_t *ctx, int *rma_p,
+                             int *atomics_p)
+{
+    *rma_p = ctx->tp_rma;
+    *atomics_p = ctx->tp_atomics;
+}
+
 /* Does this host have an RDMA device (InfiniBand, RoCE, iWARP)? */
 static int have_rdma_device(void)
 {

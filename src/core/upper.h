@@ -104,6 +104,11 @@ rdmx_context_t *rdmx__worker_context(const rdmx_worker_t *w);
 /* The transport the context was created for (RDMX_TRANSPORT_AUTO stays
  * AUTO here, unlike rdmx_context_transport). */
 rdmx_transport_t rdmx__context_requested(const rdmx_context_t *ctx);
+/* Whether the context's put/get (@rma_p) and atomics (@atomics_p) go by
+ * the transport, one-sided (1), or are carried by rdmx over messages to
+ * the target's worker (0), as decided at its creation. */
+void rdmx__context_one_sided(const rdmx_context_t *ctx, int *rma_p,
+                             int *atomics_p);
 /* How long waits poll before they sleep, in ns (RDMX_SPIN_US). */
 uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx);
 /* Non-zero when the worker has a progress thread of its own. */
