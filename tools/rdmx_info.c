@@ -385,13 +385,11 @@ int main(int argc, char **argv)
     printf("build: %s, %s, sanitizers %s, UCX %s, libmicrohttpd %s\n",
            RDMX_BUILD_TYPE, RDMX_BUILD_CC, RDMX_BUILD_SANITIZE, RDMX_BUILD_UCX,
            RDMX_BUILD_MHD);
-    /* The listing opens a context of each backend: on the devices the
-     * environment names, where it names any (libfabric's tcp provider
-     * takes its interface from the same name). */
+    /* The listing opens a context of each backend on the devices
+     * UCX_NET_DEVICES names, if any (the libfabric backend takes its tcp
+     * interface from the same name). */
     list_transports(net_devices != NULL ? net_devices
-                    : getenv("UCX_NET_DEVICES") != NULL
-                        ? getenv("UCX_NET_DEVICES")
-                        : getenv("FI_TCP_IFACE"));
+                                        : getenv("UCX_NET_DEVICES"));
     printf("devices:\n");
     list_dir("rdma", "/sys/class/infiniband");
     list_dir("net", "/sys/class/net");
