@@ -20,6 +20,7 @@
  * caller's count of requests in flight always matches the server's.
  */
 #include "rpc/internal.h"
+#include "util/bufcache.h"
 
 #include "util/time.h"
 
@@ -216,8 +217,8 @@ static void call_free(call_t *c)
     /* (a call is freed once, after it left ch->sent or ch->calls; the
      * analyzer loses track of the intrusive lists and sees it freed twice) */
     if (c->buf != c->inl)
-        free(c->buf); /* NOLINT(clang-analyzer-unix.Malloc) */
-    free(c->resp);    /* NOLINT(clang-analyzer-unix.Malloc) */
+        rdmx__buf_free(c->buf);
+    rdmx__buf_free(c->resp);
     if (c->ch != NULL && c->ch->nspare < CH_SPARE_MAX) {
         c->next_spare = c->ch->spare;
         c->ch->spare = c;
@@ -784,7 +785,7 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             return RDMX_OK;
         }
         if (m->rndv) {
-            if ((c->resp = malloc(m->length ? m->length : 1)) == NULL) {
+            if ((c->resp = rdmx__buf_alloc(m->length)) == NULL) {
                 answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
                                13);
                 return RDMX_OK;
@@ -1246,7 +1247,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
         return NULL;
     }
     memset(c, 0, offsetof(call_t, inl));
-    c->buf = aux + length <= CH_INLINE ? c->inl : malloc(aux + length);
+    c->buf = aux + length <= CH_INLINE ? c->inl : rdmx__buf_alloc(aux + length);
     if (c->buf == NULL) {
         free(c);
         *st_p = rdmx__error(RDMX_ERR_NO_MEMORY, "call: out of memory for "
@@ -1271,7 +1272,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
                               dsize[i], &got);
             if (st != RDMX_OK) {
                 if (c->buf != c->inl)
-                    free(c->buf);
+                    rdmx__buf_free(c->buf);
                 free(c);
                 *st_p = st;
                 return NULL;
