@@ -117,7 +117,7 @@ struct rdmx_channel {
     char last_message[256];
     int wait_for_ready;         /* calls wait through DOWN (rpc.h) */
     rdmx_status_t conn_error;   /* why the last connection ended or failed */
-    char conn_message[256];
+    char conn_message[384];
     rdmx_hook_t hook;
     rdmx_list_t ctl_rndv; /* ctl_pend_t: large control messages arriving */
     method_t *methods;
@@ -1152,9 +1152,13 @@ rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
             st = rdmx__error(RDMX_ERR_BUSY, "channel %s: %s", ch->address,
                              ch->conn_message);
         else if (rdmx_now_ns() >= deadline)
+            /* (with the last attempt's failure: what the user can fix) */
             st = rdmx__error(RDMX_ERR_TIMEOUT,
-                             "channel %s: not ready after %d ms", ch->address,
-                             timeout_ms);
+                             "channel %s: not ready after %d ms%s%s%s",
+                             ch->address, timeout_ms,
+                             ch->conn_error ? " (last attempt: " : "",
+                             ch->conn_error ? ch->conn_message : "",
+                             ch->conn_error ? ")" : "");
         rdmx__worker_unlock(ch->w);
         if (st != RDMX_INPROGRESS)
             return st;
