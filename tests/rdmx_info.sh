@@ -3,7 +3,8 @@
 # transport RDMX_TRANSPORT names: the path lines, the WARNING lines and the
 # exit status agree (tcp and ofi:tcp: RMA emulated, warning, exit 1; shm:
 # one-sided RMA, no warning, exit 0) and the backend line names the server
-# connection's backend; the local report names this build, its backends
+# connection's backend; a UCX client of an ofi server is refused with the
+# reason; the local report names this build, its backends
 # and its transports; --version prints the version; an unreachable server
 # exits 3, a bad option 2.
 # Usage: rdmx_info.sh BINDIR
@@ -41,7 +42,7 @@ if grep -q "^WARNING:" "$tmp/local"; then want=1; else want=0; fi
 kvd=$!
 addr=""
 for _ in $(seq 100); do
-    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/kvd.out")
+    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/kvd.out" 2>/dev/null || true)
     [ -n "$addr" ] && break
     sleep 0.1
 done
@@ -71,6 +72,18 @@ shm)
         die "rma not one-sided on shm"
     if grep -q "^WARNING" "$tmp/srv"; then die "a warning on shm"; fi
     [ $rc -eq 0 ] || die "shm: exit $rc, not 0"
+    ;;
+esac
+# A client of the other backend is refused, and told why.
+case "${RDMX_TRANSPORT:-auto}" in
+ofi:*)
+    rc=0
+    "$bin/rdmx-info" --server "$addr" --transport tcp --timeout 1500 \
+        >"$tmp/cross" 2>&1 || rc=$?
+    cat "$tmp/cross"
+    [ $rc -eq 3 ] || die "a UCX client of an ofi server: exit $rc, not 3"
+    grep -q "not a libfabric one.*same --transport family" "$tmp/cross" ||
+        die "the refusal does not say why"
     ;;
 esac
 kill -TERM $kvd

@@ -15,7 +15,7 @@
  *    R1 sends a HELLO whose "transport address" is 4 KiB of random bytes:
  *    the server answers CHALLENGE (16-byte nonce), never WELCOME, so the
  *    address has not been handed to the transport (a server that did would
- *    answer "cannot reach your transport address" or worse); a wrong proof
+ *    answer "your transport address: ..." or worse); a wrong proof
  *    gets REFUSE DENIED "authentication failed" and the socket closes.
  *    R2 sends a real worker address and a correct proof: WELCOME with the
  *    proof flag, and the test verifies the server's proof (over both

@@ -860,8 +860,7 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
                         &tep);
         if (st != RDMX_OK) {
             rdmx_bs_msg_t r = {.status = st};
-            snprintf(r.message, sizeof(r.message),
-                     "the server cannot reach your transport address: %s",
+            snprintf(r.message, sizeof(r.message), "your transport address: %s",
                      rdmx_error_detail());
             rdmx__sock_send(&ep->ctl, RDMX_BS_REFUSE, &r);
             goto fail;

@@ -13,6 +13,7 @@
 #include "kv/proto.h"
 #include "lambda/lambda_int.h"
 #include "rpc/internal.h"
+#include "util/bufcache.h"
 #include "util/hash.h"
 
 #include <stdio.h>
@@ -234,14 +235,14 @@ static void msg_init(kv_msg_t *m)
 static unsigned char *msg_alloc(kv_msg_t *m, size_t len)
 {
     m->len = len;
-    m->data = len <= sizeof(m->space) ? m->space : malloc(len);
+    m->data = len <= sizeof(m->space) ? m->space : rdmx__buf_alloc(len);
     return m->data;
 }
 
 static void msg_free(kv_msg_t *m)
 {
     if (m->data != m->space)
-        free(m->data);
+        rdmx__buf_free(m->data);
     m->data = NULL;
 }
 

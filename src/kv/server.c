@@ -17,6 +17,8 @@
 #include "kv/server.h"
 
 #include "kv/proto.h"
+#include "rpc/respond.h"
+#include "util/bufcache.h"
 #include "util/error.h"
 #include "util/time.h"
 
@@ -72,17 +74,21 @@ static void reply(rdmx_rpc_req_t *req, rdmx_status_t status, uint32_t where,
     rdmx_kv_result_t r = {.status = status, .where = where, .flags = flags,
                           .cas = cas, .length = length};
 
+    /* A large answer is built in a buffer the RPC layer takes over and
+     * sends from: one copy of the value, into memory kept warm between
+     * answers (util/bufcache.h), not two into fresh pages. */
     if (RDMX_KV_RESULT_SIZE + vlen > sizeof(stack) &&
-        (out = malloc(RDMX_KV_RESULT_SIZE + vlen)) == NULL) {
+        (out = rdmx__buf_alloc(RDMX_KV_RESULT_SIZE + vlen)) == NULL) {
         rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
         return;
     }
     rdmx__kv_result_encode(&r, out);
     if (vlen != 0)
         memcpy(out + RDMX_KV_RESULT_SIZE, value, vlen);
-    rdmx_rpc_respond(req, out, RDMX_KV_RESULT_SIZE + vlen);
     if (out != stack)
-        free(out);
+        rdmx__rpc_respond_owned(req, out, RDMX_KV_RESULT_SIZE + vlen);
+    else
+        rdmx_rpc_respond(req, out, RDMX_KV_RESULT_SIZE + vlen);
 }
 
 /* A failed operation: status and a message after the header. */

@@ -20,6 +20,7 @@
  * caller's count of requests in flight always matches the server's.
  */
 #include "rpc/internal.h"
+#include "util/bufcache.h"
 
 #include "util/time.h"
 
@@ -116,7 +117,7 @@ struct rdmx_channel {
     char last_message[256];
     int wait_for_ready;         /* calls wait through DOWN (rpc.h) */
     rdmx_status_t conn_error;   /* why the last connection ended or failed */
-    char conn_message[256];
+    char conn_message[384];
     rdmx_hook_t hook;
     rdmx_list_t ctl_rndv; /* ctl_pend_t: large control messages arriving */
     method_t *methods;
@@ -216,8 +217,8 @@ static void call_free(call_t *c)
     /* (a call is freed once, after it left ch->sent or ch->calls; the
      * analyzer loses track of the intrusive lists and sees it freed twice) */
     if (c->buf != c->inl)
-        free(c->buf); /* NOLINT(clang-analyzer-unix.Malloc) */
-    free(c->resp);    /* NOLINT(clang-analyzer-unix.Malloc) */
+        rdmx__buf_free(c->buf);
+    rdmx__buf_free(c->resp);
     if (c->ch != NULL && c->ch->nspare < CH_SPARE_MAX) {
         c->next_spare = c->ch->spare;
         c->ch->spare = c;
@@ -784,7 +785,7 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             return RDMX_OK;
         }
         if (m->rndv) {
-            if ((c->resp = malloc(m->length ? m->length : 1)) == NULL) {
+            if ((c->resp = rdmx__buf_alloc(m->length)) == NULL) {
                 answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
                                13);
                 return RDMX_OK;
@@ -1151,9 +1152,13 @@ rdmx_status_t rdmx_channel_wait_ready(rdmx_channel_t *ch, int timeout_ms)
             st = rdmx__error(RDMX_ERR_BUSY, "channel %s: %s", ch->address,
                              ch->conn_message);
         else if (rdmx_now_ns() >= deadline)
+            /* (with the last attempt's failure: what the user can fix) */
             st = rdmx__error(RDMX_ERR_TIMEOUT,
-                             "channel %s: not ready after %d ms", ch->address,
-                             timeout_ms);
+                             "channel %s: not ready after %d ms%s%s%s",
+                             ch->address, timeout_ms,
+                             ch->conn_error ? " (last attempt: " : "",
+                             ch->conn_error ? ch->conn_message : "",
+                             ch->conn_error ? ")" : "");
         rdmx__worker_unlock(ch->w);
         if (st != RDMX_INPROGRESS)
             return st;
@@ -1246,7 +1251,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
         return NULL;
     }
     memset(c, 0, offsetof(call_t, inl));
-    c->buf = aux + length <= CH_INLINE ? c->inl : malloc(aux + length);
+    c->buf = aux + length <= CH_INLINE ? c->inl : rdmx__buf_alloc(aux + length);
     if (c->buf == NULL) {
         free(c);
         *st_p = rdmx__error(RDMX_ERR_NO_MEMORY, "call: out of memory for "
@@ -1271,7 +1276,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
                               dsize[i], &got);
             if (st != RDMX_OK) {
                 if (c->buf != c->inl)
-                    free(c->buf);
+                    rdmx__buf_free(c->buf);
                 free(c);
                 *st_p = st;
                 return NULL;

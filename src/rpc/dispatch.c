@@ -9,6 +9,7 @@
  * send, else copied into a send record freed at completion.
  */
 #include "rpc/internal.h"
+#include "util/bufcache.h"
 
 #include "util/hash.h"
 
@@ -62,7 +63,7 @@ static void tx_done(rdmx_status_t status, size_t length, void *arg)
 {
     (void)status;
     (void)length;
-    free(arg);
+    rdmx__buf_free(arg);
 }
 
 rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
@@ -81,7 +82,7 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
         return rdmx__msg_send(ep, RDMX_AM_RPC, hdr, hlen, data, len,
                              keep_cb, keep_arg);
     }
-    copy = malloc(len ? len : 1);
+    copy = rdmx__buf_alloc(len);
     if (copy == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory for %zu "
                                                "bytes",
@@ -91,7 +92,7 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
     st = rdmx__msg_send(ep, RDMX_AM_RPC, hdr, hlen, copy, len, tx_done,
                        copy);
     if (st != RDMX_INPROGRESS)
-        free(copy);
+        rdmx__buf_free(copy);
     return st == RDMX_INPROGRESS ? RDMX_OK : st;
 }
 

@@ -10,6 +10,8 @@
  * for work that expired or was canceled (then only a short ERROR travels).
  */
 #include "rpc/internal.h"
+#include "rpc/respond.h"
+#include "util/bufcache.h"
 
 #include <pthread.h>
 
@@ -454,7 +456,7 @@ static void req_finish(rdmx_rpc_req_t *req)
     }
     if (req->ucx_data != NULL)
         rdmx__msg_release(sw->w, req->ucx_data);
-    free(req->own);
+    rdmx__buf_free(req->own);
     if (req->deferred) {
         sw->deferred--;
         rdmx_ptrmap_del(&c->deferred, (void *)(uintptr_t)req->id);
@@ -470,9 +472,20 @@ static void req_finish(rdmx_rpc_req_t *req)
     conn_put(c);
 }
 
-/* Answer @req: RESPONSE when @status is RDMX_OK, else ERROR with @msg. */
-static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
-                            const void *data, size_t len, const char *msg)
+/* The transport is done with an answer's buffer (answer_owned). */
+static void owned_sent(rdmx_status_t status, size_t length, void *arg)
+{
+    (void)status;
+    (void)length;
+    rdmx__buf_free(arg);
+}
+
+/* Answer @req: RESPONSE when @status is RDMX_OK, else ERROR with @msg.
+ * @owned (NULL: none) is a buffer from rdmx__buf_alloc that holds @data:
+ * it is sent without a copy and freed once sent, whatever happens. */
+static rdmx_status_t answer_owned(rdmx_rpc_req_t *req, rdmx_status_t status,
+                                  const void *data, size_t len, const char *msg,
+                                  void *owned)
 {
     conn_t *c = req->conn;
     server_worker_t *sw = c->sw;
@@ -480,10 +493,12 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
     rdmx_status_t st = RDMX_OK;
     rdmx_rpc_hdr_t h;
 
-    if (req->answered)
+    if (req->answered) {
+        rdmx__buf_free(owned);
         return rdmx__error(RDMX_ERR_INVALID, "request %llu of '%s' was "
                                              "already answered",
                            (unsigned long long)req->id, req->handler->name);
+    }
     req->answered = 1;
     if (req == sw->current)
         sw->current_answered = 1;
@@ -513,7 +528,16 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
             h.payload = (uint32_t)len;
             STAT_INC(sw, responses);
             RDMX_COUNT_ADD(m->bytes_out, len);
-            st = rdmx__rpc_send(c->ep, &h, data, len);
+            if (owned != NULL) {
+                st = rdmx__rpc_send_keep(c->ep, &h, data, len, owned_sent,
+                                         owned);
+                if (st == RDMX_INPROGRESS) { /* owned_sent frees it */
+                    owned = NULL;
+                    st = RDMX_OK;
+                }
+            } else {
+                st = rdmx__rpc_send(c->ep, &h, data, len);
+            }
         }
     } else {
         send_error(c, req->id, req->handler->id, status, "%s", msg);
@@ -521,7 +545,24 @@ static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
     /* arrival to the answer handed to the transport */
     rdmx__hist_add(&m->hist, rdmx_now_ns() - req->arrival_ns);
     req_finish(req);
+    rdmx__buf_free(owned);
     return st;
+}
+
+static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
+                            const void *data, size_t len, const char *msg)
+{
+    return answer_owned(req, status, data, len, msg, NULL);
+}
+
+rdmx_status_t rdmx__rpc_respond_owned(rdmx_rpc_req_t *req, void *buf,
+                                      size_t length)
+{
+    if (req == NULL || buf == NULL) {
+        rdmx__buf_free(buf);
+        return rdmx__error(RDMX_ERR_INVALID, "respond: NULL argument");
+    }
+    return answer_owned(req, RDMX_OK, buf, length, NULL, buf);
 }
 
 rdmx_status_t rdmx_rpc_respond(rdmx_rpc_req_t *req, const void *data,
@@ -746,7 +787,7 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         req->deadline_ns = req->arrival_ns + (uint64_t)h->deadline_us * 1000;
 
     if (m->rndv) {
-        req->own = malloc(m->length ? m->length : 1);
+        req->own = rdmx__buf_alloc(m->length);
         if (req->own == NULL) {
             rdmx__msg_release(sw->w, m->data);
             answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
@@ -760,7 +801,7 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     }
     if (!m->can_hold && m->length != 0) {
         /* UCX cannot lend this buffer past the callback: copy it now. */
-        req->own = malloc(m->length);
+        req->own = rdmx__buf_alloc(m->length);
         if (req->own == NULL) {
             answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
             return RDMX_OK;
