@@ -72,6 +72,7 @@ enum {
     RDMX_LAMBDA_PARAM_FIELD_MAX_TIME = 1u << 6,
     RDMX_LAMBDA_PARAM_FIELD_CACHE_BYTES = 1u << 7,
     RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES = 1u << 8,
+    RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES = 1u << 9,
 };
 
 /* Earlier names, kept for one release. */
@@ -114,11 +115,17 @@ typedef struct {
     /** Wall-clock limit of one call, ms, besides the caller's deadline.
      *  Default 1000; RDMX_TIMEOUT_INFINITE: only the caller's deadline. */
     int max_time_ms;
-    /** Fresh Lua states a keeper thread of the engine builds ahead of the
-     *  calls, and closes after them, so that neither is on a call's path;
-     *  every call still runs in a state no other call used. Default 2; 0:
-     *  no thread, each call builds and closes its own. At most 64. */
+    /** In the fresh_states mode: fresh Lua states a keeper thread of the
+     *  engine builds ahead of the calls, and closes after them, so that
+     *  neither is on a call's path. Default 2; 0: no thread, each call
+     *  builds and closes its own. At most 64. Unused when states are
+     *  reused. */
     unsigned spare_states;
+    /** 0 (the default): calls reuse long-lived sandbox states, each call
+     *  in a fresh environment over frozen libraries (docs/LAMBDA.md,
+     *  "Sandbox states"). 1: every call runs in a Lua state built for it
+     *  and closed after it (slower; the same sandbox). */
+    int fresh_states;
 } rdmx_lambda_params_t;
 
 /** Near-data access for kv.get/put/delete/exists, supplied by the host
