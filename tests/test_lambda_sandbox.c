@@ -17,7 +17,10 @@
  * - natives: the sample plugin (tests/plugins/upper.c), unknown names,
  *   output limit, broken plugins refused;
  * - the RPC request format: round trips, every truncation and bad field;
- * - per-call cost (printed): fresh state + compile vs + cached bytecode.
+ * - isolation between the calls of one reused state: hostile pairs (one
+ *   call plants, the next looks), in both state modes;
+ * - per-call cost (printed): compile vs cached bytecode, reused states vs
+ *   fresh ones.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -1710,7 +1713,12 @@ static void test_perf(void)
     rdmx_lambda_params_t p = {.field_mask =
                                   RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES,
                               .cache_entries = 0};
+    rdmx_lambda_params_t fp = {.field_mask =
+                                   RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES |
+                                   RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES,
+                               .fresh_states = 1};
     rdmx_lambda_engine_t *nocache = mk_engine(&p), *e = mk_engine(NULL);
+    rdmx_lambda_engine_t *fresh = mk_engine(&fp);
     unsigned n = TH_SANITIZED ? 2000 : 20000;
     static char big[8192];
     size_t off = 0;
@@ -1724,7 +1732,7 @@ static void test_perf(void)
                                 "= 1, a do t[i] = b .. i end return #t end\n",
                                 i);
     snprintf(big + off, sizeof(big) - off, "return input .. f1(2, 'x')");
-    th_log("per call (fresh state each), 1 thread, %u calls:", n);
+    th_log("per call (reused states), 1 thread, %u calls:", n);
     th_log("  trivial, source (compiled):  %9.0f calls/s",
            rate(nocache, trivial, 0, n));
     th_log("  trivial, eval, cached:       %9.0f calls/s",
@@ -1735,6 +1743,11 @@ static void test_perf(void)
            rate(nocache, big, 0, n / 4));
     th_log("  %zu B source, by id:        %9.0f calls/s", strlen(big),
            rate(e, big, 1, n / 4));
+    th_log("  trivial, by id, fresh_states: %8.0f calls/s",
+           rate(fresh, trivial, 1, n / 4));
+    th_log("  %zu B source, by id, fresh_states: %4.0f calls/s", strlen(big),
+           rate(fresh, big, 1, n / 8));
+    rdmx_lambda_engine_destroy(fresh);
     rdmx_lambda_engine_destroy(nocache);
     rdmx_lambda_engine_destroy(e);
 }

@@ -98,7 +98,7 @@ typedef struct {
      *  1000), plus library work (pattern-matching steps, elements moved,
      *  64 bytes allocated, ...). Default 10,000,000; at least 1000. */
     uint64_t max_instructions;
-    /** Bytes the call's Lua state may hold (input included). Default
+    /** Bytes a call may add to its Lua state (input included). Default
      *  64 MiB; at least 256 KiB. */
     size_t max_memory;
     /** Longest source. Default 1 MiB. */
@@ -213,7 +213,7 @@ typedef struct {
     /** The error message ("" on success), also in rdmx_error_detail(). */
     char message[256];
     uint64_t instructions; /**< work units used (see max_instructions) */
-    size_t memory_peak;    /**< the Lua state's peak, bytes */
+    size_t memory_peak;    /**< the call's peak bytes in its Lua state */
     uint64_t elapsed_ns;   /**< the whole call: state, load, run */
     uint8_t id[RDMX_LAMBDA_ID_LEN]; /**< the function's id */
     int cached;                     /**< compiled code came from the cache */
@@ -280,7 +280,7 @@ typedef struct {
     uint64_t cache_bytes;   /**< now */
     uint64_t natives;       /**< native functions registered */
     uint64_t native_calls;
-    uint64_t states_ready;   /**< calls that found a fresh state ready */
+    uint64_t states_ready;   /**< calls that found a state ready */
     uint64_t states_built;   /**< calls that built their own */
 } rdmx_lambda_stats_t;
 
