@@ -1116,11 +1116,13 @@ static int pmain(lua_State *L)
     int base, nres, st;
     unsigned i, nkeys;
 
-    lua_settop(L, 0);
+    /* 1: the call's globals, 2: the closure the state keeps, or nil */
+    lua_settop(L, 2);
     /* the call's globals: a new table over the frozen ones, the registry's
      * globals while the call runs (lua_setglobal below, load without an
      * env); it has room for the contract's names without growing */
     lua_createtable(L, 0, 8);
+    lua_replace(L, 1);
     lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_mt_ref);
     lua_setmetatable(L, 1);
     lua_pushvalue(L, 1);
@@ -1165,7 +1167,8 @@ static int pmain(lua_State *L)
         open_kv(L, c->env);
 
     /* the function, with _ENV (its one upvalue) the call's globals */
-    if (r->keep_fns > 0 && fn_find(L, state, r->id)) {
+    if (lua_type(L, 2) == LUA_TFUNCTION) {
+        lua_pushvalue(L, 2);
         lua_pushvalue(L, 1);
         lua_setupvalue(L, -2, 1);
     } else {
@@ -1329,14 +1332,16 @@ static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     lua_State *L = s->L;
 
     lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+    /* 1: the kept closure (or nil: none, or loaded by this call) */
+    lua_settop(L, 1);
+    if (lua_type(L, 1) == LUA_TFUNCTION ||
+        (r->keep_fns > 0 && fn_find(L, s, r->id))) {
+        lua_pushnil(L);
+        lua_setupvalue(L, -2, 1);
+    }
     lua_settop(L, 0);
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->globals_ref);
     lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-    if (r->keep_fns > 0 && fn_find(L, s, r->id)) {
-        lua_pushnil(L);
-        lua_setupvalue(L, -2, 1);
-        lua_pop(L, 1);
-    }
     s->owner.mem = r->mem;
     s->owner.stop_ref = r->stop_ref;
     s->owner.armed = 1;
@@ -1386,9 +1391,14 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     r->state = s;
     r->L = r->current = L;
 
+    /* the closure this state keeps for the function, if any: looked up
+     * once, for pmain and for hand_back (the stack is empty here) */
+    if (r->keep_fns == 0 || !fn_find(L, s, r->id))
+        lua_pushnil(L);
     lua_pushcfunction(L, pmain);
     lua_pushlightuserdata(L, r);
-    st = lua_pcall(L, 1, 0, 0);
+    lua_pushvalue(L, 1);
+    st = lua_pcall(L, 2, 0, 0);
     if (st != LUA_OK) {
         if (r->stop) {
             r->limit = (rdmx_lambda_limit_t)r->stop;
