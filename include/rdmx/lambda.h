@@ -4,13 +4,14 @@
  * operator installed as a plugin.
  *
  * - Engine: shared by any number of threads (an RPC server's workers). Every
- *   call runs in its own fresh Lua state that no other call can see; only
- *   the cache of compiled functions (keyed by the SHA-256 of the source) is
- *   shared, under a mutex.
+ *   call has a sandbox state to itself while it runs (reused from a pool,
+ *   or, with fresh_states, built for it) and its own globals: nothing a
+ *   call sets is seen by another. The cache of compiled functions (keyed by
+ *   the SHA-256 of the source) and the pool are shared, under mutexes.
  * - Sandbox: base (no dofile/loadfile/warn; load is text-only; print writes
  *   into the output; collectgarbage only "count"), string (no dump),
- *   table, math, utf8, coroutine, os.time/clock/date/difftime. No io,
- *   package/require, debug, binary chunks.
+ *   table, math, utf8, coroutine, os.time/clock/date/difftime, the library
+ *   tables read-only. No io, package/require, debug, binary chunks.
  * - Budgets per call: VM instructions plus the work of library functions
  *   (max_instructions), memory (max_memory), wall-clock time (max_time_ms
  *   and the caller's deadline), output (max_output), source (max_source).
