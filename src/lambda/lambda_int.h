@@ -29,6 +29,9 @@
 #define RDMX__LAMBDA_DEF_SPARES       2u
 #define RDMX__LAMBDA_MAX_SPARES       64u
 
+/* Names every call's environment holds (sandbox.c, env_names). */
+#define RDMX__LAMBDA_ENV_NAMES 5
+
 /* VM instructions between two budget checks while the state is small; the
  * interval shrinks as the state grows (see sandbox.c, hook_interval). */
 #define RDMX__LAMBDA_HOOK_EVERY 1000
@@ -108,6 +111,7 @@ typedef struct rdmx__lambda_state {
     int globals_ref;          /* registry ref of the frozen globals */
     int seed_ref;             /* registry ref of math.randomseed */
     int fns_ref;              /* registry ref of id -> loaded closure */
+    int name_ref[RDMX__LAMBDA_ENV_NAMES]; /* refs of the env's names */
     unsigned nfns;            /* entries in that table */
     size_t sandbox_mem;       /* bytes held right after the build */
     size_t clean_mem;         /* bytes held after the last full collect */

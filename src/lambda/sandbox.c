@@ -851,6 +851,12 @@ static void set_nil(lua_State *L, int t, const char *name)
     lua_setfield(L, t, name);
 }
 
+/* The names every environment holds, interned once per state (the state's
+ * name_ref, in this order). */
+static const char *const env_names[RDMX__LAMBDA_ENV_NAMES] = {
+    "_G", "input", "args", "KEYS", "ARGV"};
+enum { NAME_G, NAME_INPUT, NAME_ARGS, NAME_KEYS, NAME_ARGV };
+
 /* Open the sandboxed libraries into the globals, then freeze what calls
  * share (see the top of the file); fills @p s's references. */
 static void open_sandbox(lua_State *L, rdmx__lambda_state_t *s)
@@ -980,6 +986,10 @@ static void open_sandbox(lua_State *L, rdmx__lambda_state_t *s)
     s->globals_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops g */
     lua_newtable(L);
     s->fns_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    for (i = 0; i < RDMX__LAMBDA_ENV_NAMES; i++) {
+        lua_pushstring(L, env_names[i]);
+        s->name_ref[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
 }
 
 static const char *stop_message(rdmx__lambda_run_t *r, int limit, char *buf,
@@ -1096,13 +1106,10 @@ static void fn_keep(lua_State *L, rdmx__lambda_state_t *s, const uint8_t *id,
     s->nfns++;
 }
 
-/* Set the value at the top as the global @p name of the call's environment
- * (stack index 1 of pmain), raw: no __newindex. */
-static void env_set(lua_State *L, const char *name)
+/* Push the name @p n of env_names. */
+static void env_name(lua_State *L, const rdmx__lambda_state_t *s, int n)
 {
-    lua_pushstring(L, name);
-    lua_insert(L, -2);
-    lua_rawset(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->name_ref[n]);
 }
 
 /* Everything that touches the state for a call runs here, under lua_pcall:
@@ -1127,8 +1134,10 @@ static int pmain(lua_State *L)
     lua_setmetatable(L, 1);
     lua_pushvalue(L, 1);
     lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    /* its names, set raw (no __newindex): _G, input, args, KEYS, ARGV */
+    env_name(L, state, NAME_G);
     lua_pushvalue(L, 1);
-    env_set(L, "_G");
+    lua_rawset(L, 1);
     /* a seed of this call's own, if an earlier call used the generator
      * (math.random and randomseed tell, l_random) */
     if (state->random_used) {
@@ -1138,31 +1147,35 @@ static int pmain(lua_State *L)
         lua_call(L, 2, 0);
         state->random_used = 0;
     }
+    env_name(L, state, NAME_INPUT);
     lua_pushlstring(L, c->input != NULL ? c->input : "", c->input_len);
-    env_set(L, "input");
+    lua_rawset(L, 1);
+    env_name(L, state, NAME_ARGS);
     lua_createtable(L, (int)c->nargs, 0);
     for (i = 0; i < c->nargs; i++) {
         lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
                         c->args[i].len);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    env_set(L, "args");
+    lua_rawset(L, 1);
     /* KEYS and ARGV: the same strings split at nkeys (Redis scripts' names) */
     nkeys = c->nkeys < c->nargs ? c->nkeys : c->nargs;
+    env_name(L, state, NAME_KEYS);
     lua_createtable(L, (int)nkeys, 0);
     for (i = 0; i < nkeys; i++) {
         lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
                         c->args[i].len);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    env_set(L, "KEYS");
+    lua_rawset(L, 1);
+    env_name(L, state, NAME_ARGV);
     lua_createtable(L, (int)(c->nargs - nkeys), 0);
     for (i = nkeys; i < c->nargs; i++) {
         lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
                         c->args[i].len);
         lua_rawseti(L, -2, (lua_Integer)(i - nkeys) + 1);
     }
-    env_set(L, "ARGV");
+    lua_rawset(L, 1);
     if (c->env != NULL)
         open_kv(L, c->env);
 
