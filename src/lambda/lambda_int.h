@@ -111,13 +111,14 @@ typedef struct rdmx__lambda_state {
     int globals_ref;          /* registry ref of the frozen globals */
     int seed_ref;             /* registry ref of math.randomseed */
     int fns_ref;              /* registry ref of id -> loaded closure */
-    int name_ref[RDMX__LAMBDA_ENV_NAMES]; /* refs of the env's names */
     unsigned nfns;            /* entries in that table */
     size_t sandbox_mem;       /* bytes held right after the build */
     size_t clean_mem;         /* bytes held after the last full collect */
     uint64_t calls;           /* calls run in this state */
     int random_used;          /* math.random used since the last seed */
     int broken;               /* not to be reused (host out of memory) */
+    /* registry refs of the names every environment holds */
+    int name_ref[RDMX__LAMBDA_ENV_NAMES];
     rdmx__lambda_run_t owner; /* allocator ud while no call owns the state */
 } rdmx__lambda_state_t;
 
