@@ -17,7 +17,10 @@
  * - natives: the sample plugin (tests/plugins/upper.c), unknown names,
  *   output limit, broken plugins refused;
  * - the RPC request format: round trips, every truncation and bad field;
- * - per-call cost (printed): fresh state + compile vs + cached bytecode.
+ * - isolation between the calls of one reused state: hostile pairs (one
+ *   call plants, the next looks), in both state modes;
+ * - per-call cost (printed): compile vs cached bytecode, reused states vs
+ *   fresh ones.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -511,6 +514,221 @@ static void test_sandbox(void)
     rdmx_lambda_engine_destroy(e);
 }
 
+/* --- isolation between calls of one state --------------------------------- */
+
+/* Hostile pairs: each plant tries to leave something for a later call;
+ * its look must see nothing of it, run before the plant (the baseline),
+ * after it, and after the plant once more (the second run of a cached
+ * closure). The plant's own outcome is checked too: every attempt on a
+ * shared table is refused. */
+static const struct {
+    const char *what, *plant, *plant_out, *look, *look_out;
+} hostile[] = {
+    {"globals",
+     "x = 1 rawset(_G, 'y', 2) _ENV.z = 3 _G._G = nil print = nil "
+     "return tostring(x) .. y .. z .. tostring(print)",
+     "123nil",
+     "return tostring(x) .. tostring(y) .. tostring(z) .. type(print) .. "
+     "tostring(_G == _ENV)",
+     "nilnilnilfunctiontrue"},
+    {"library fields",
+     "local n = 0 for _, f in ipairs({"
+     "function() string.x = 1 end, function() string.upper = nil end, "
+     "function() rawset(string, 'x', 1) end, "
+     "function() rawset(table, 'insert', print) end, "
+     "function() table.insert(math, 'x') end, "
+     "function() table.move({1}, 1, 1, 1, os) end, "
+     "function() math.pi = 3 end, function() os.time = nil end, "
+     "function() coroutine.x = 1 end, function() utf8.x = 1 end, "
+     "function() load('x = 1', 'c', 't', string)() end, "
+     "function() load('upper = nil', 'c', 't', string)() end}) do "
+     "local ok, e = pcall(f) "
+     "if not ok and e:find('read%-only table') then n = n + 1 end end "
+     "return n",
+     "12",
+     "local n = 0 for k in pairs(string) do n = n + 1 end "
+     "return tostring(string.x) .. tostring(rawget(string, 'x')) .. n .. "
+     "('a'):upper() .. type(table.insert) .. tostring(math.x) .. "
+     "math.pi .. type(os.time) .. tostring(coroutine.x) .. "
+     "tostring(utf8.x)",
+     "nilnil16Afunctionnil3.1415926535898functionnilnil"},
+    {"metatables",
+     "local m = tostring(getmetatable(string)) .. "
+     "tostring(getmetatable(_G)) local n = 0 for _, f in ipairs({"
+     "function() setmetatable(string, {}) end, "
+     "function() setmetatable(_G, {__index = function() return 'p' end}) "
+     "end, "
+     "function() getmetatable('').__index = {} end, "
+     "function() getmetatable('').__index.upper = nil end, "
+     "function() getmetatable('').x = 1 end, "
+     "function() rawset(getmetatable(''), '__index', {}) end, "
+     "function() rawset(getmetatable('').__index, 'x', 1) end}) do "
+     "if not pcall(f) then n = n + 1 end end "
+     "return m .. n .. tostring(getmetatable(_G).__index('x'))",
+     "nilnil6p",
+     "return tostring(nosuch) .. tostring(getmetatable('').x) .. "
+     "('b'):upper() .. tostring(getmetatable('').__index == string) .. "
+     "tostring(string.x)",
+     "nilnilBtruenil"},
+    {"load",
+     "load('leak = 1')() load('leak2 = 2', 'c', 't', _G)() "
+     "local ok = pcall(load('string.x = 1')) "
+     "return leak .. leak2 .. tostring(ok)",
+     "12false",
+     "return tostring(leak) .. tostring(leak2) .. "
+     "tostring(load('return leak')()) .. tostring(string.x) .. "
+     "tostring(load('return _G')() == _G)",
+     "nilnilnilniltrue"},
+    {"coroutines",
+     "co = coroutine.create(function() while true do "
+     "coroutine.yield(1) end end) coroutine.resume(co) "
+     "w = coroutine.wrap(function() local c <close> = setmetatable({}, "
+     "{__close = function() print('closed') end}) coroutine.yield() end) "
+     "w() return coroutine.status(co)",
+     "suspended",
+     "collectgarbage() local _, main = coroutine.running() "
+     "return tostring(co) .. tostring(w) .. tostring(main)",
+     "nilniltrue"},
+    {"cached closure",
+     "local n = 0 counter = function() n = n + 1 return n end "
+     "keep = function() return _ENV end "
+     "return counter() .. counter()",
+     "12", "return tostring(counter) .. tostring(keep)", "nilnil"},
+    {"string.dump",
+     "local n = 0 for _, f in ipairs({"
+     "function() string.dump = print end, "
+     "function() rawset(string, 'dump', print) end, "
+     "function() getmetatable('').__index.dump = print end}) do "
+     "if not pcall(f) then n = n + 1 end end return n",
+     "3",
+     "return tostring(string.dump) .. "
+     "tostring(getmetatable('').__index.dump) .. tostring(('x').dump)",
+     "nilnilnil"},
+    {"random seed", "math.randomseed(42) return math.random(1, 1 << 40)",
+     NULL, /* the first draw of seed 42: the look must not repeat it */
+     "return math.random(1, 1 << 40)", NULL},
+};
+
+/* The error values and memory a call leaves, and the registry's globals
+ * seen through load. */
+static void isolation_extra(rdmx_lambda_engine_t *e)
+{
+    rdmx_lambda_params_t p = {.field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY,
+                              .max_memory = 1u << 20};
+    rdmx_lambda_call_params_t call = {.field_mask =
+                                          RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT};
+    rdmx_lambda_engine_t *small;
+    rdmx_lambda_result_t r;
+    int i;
+
+    /* an error value (a table, _G itself) is dropped with the call */
+    EXPECT_ERR(e, "leak = 'x' error(_G)", RDMX_ERR_INVALID,
+               "(error object is a table value)");
+    EXPECT_ERR(e,
+               "error(setmetatable({}, {__tostring = function() "
+               "return 'planted' end}))",
+               RDMX_ERR_INVALID, "(error object is a table value)");
+    EXPECT_OUT(e, "return tostring(leak)", "nil");
+    /* load without an env binds to the running call's globals */
+    for (i = 0; i < 3; i++) {
+        call.input = i % 2 ? "odd" : "even";
+        call.input_len = strlen(call.input);
+        expect_out_(__FILE__, __LINE__, e,
+                    "mine = input return load('return mine')()", &call,
+                    call.input);
+    }
+    /* a stopped call leaves its state able to serve the next one */
+    EXPECT_ERR(e,
+               "co = coroutine.wrap(function() while true do end end) "
+               "co()",
+               RDMX_ERR_NO_RESOURCE, "instruction budget");
+    EXPECT_OUT(e,
+               "return tostring(co) .. coroutine.status("
+               "coroutine.create(print))",
+               "nilsuspended");
+
+    /* memory: a call's garbage neither counts against the next call nor
+     * gives it room past its budget */
+    small = mk_engine(&p);
+    for (i = 0; i < 3; i++) { /* string.rep peaks at twice its result */
+        EXPECT_OUT(small, "big = string.rep('x', 400000) return #big",
+                   "400000");
+        EXPECT_OUT(small, "return collectgarbage('count') < 300", "true");
+        EXPECT_OUT(small, "local s = string.rep('y', 450000) return #s",
+                   "450000");
+        EXPECT_ERR(small, "local s = string.rep('y', 600000) return #s",
+                   RDMX_ERR_NO_RESOURCE, "memory budget");
+    }
+    CHECK_OK(ev(small,
+                "local t = {} for i = 1, 20000 do t[i] = i end "
+                "return #t",
+                NULL, &r));
+    CHECKF(r.memory_peak > 100000 && r.memory_peak <= (1u << 20), "peak %zu",
+           r.memory_peak);
+    rdmx_lambda_result_free(&r);
+    rdmx_lambda_engine_destroy(small);
+}
+
+static void test_isolation(void)
+{
+    rdmx_lambda_params_t p = {.field_mask =
+                                  RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES |
+                                  RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES};
+    rdmx_lambda_stats_t s;
+    rdmx_lambda_result_t r;
+    char first[64];
+    int fresh;
+    unsigned i, round;
+
+    for (fresh = 0; fresh <= 1; fresh++) {
+        rdmx_lambda_engine_t *e;
+        p.fresh_states = fresh;
+        e = mk_engine(&p);
+        th_log("isolation (%s states): %zu hostile pairs",
+               fresh ? "fresh" : "reused",
+               sizeof(hostile) / sizeof(hostile[0]));
+        for (i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
+            if (hostile[i].plant_out == NULL) { /* the random seed */
+                CHECK_OK(ev(e, hostile[i].plant, NULL, &r));
+                snprintf(first, sizeof(first), "%s", r.output);
+                rdmx_lambda_result_free(&r);
+                for (round = 0; round < 3; round++) {
+                    CHECK_OK(ev(e, hostile[i].look, NULL, &r));
+                    CHECKF(strcmp(r.output, first) != 0,
+                           "random: the seed of an earlier call reached "
+                           "this one (%s)",
+                           first);
+                    rdmx_lambda_result_free(&r);
+                }
+                continue;
+            }
+            for (round = 0; round < 2; round++) {
+                expect_out_(__FILE__, __LINE__, e, hostile[i].look, NULL,
+                            hostile[i].look_out);
+                expect_out_(__FILE__, __LINE__, e, hostile[i].plant, NULL,
+                            hostile[i].plant_out);
+                expect_out_(__FILE__, __LINE__, e, hostile[i].look, NULL,
+                            hostile[i].look_out);
+            }
+        }
+        /* and every plant before every look, in one state */
+        for (i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++)
+            if (hostile[i].plant_out != NULL)
+                expect_out_(__FILE__, __LINE__, e, hostile[i].plant, NULL,
+                            hostile[i].plant_out);
+        for (i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++)
+            if (hostile[i].look_out != NULL)
+                expect_out_(__FILE__, __LINE__, e, hostile[i].look, NULL,
+                            hostile[i].look_out);
+        isolation_extra(e);
+        rdmx_lambda_engine_stats(e, &s);
+        if (!fresh) /* one thread: one state served every call */
+            CHECKF(s.states_built == 1, "%llu states built",
+                   (unsigned long long)s.states_built);
+        rdmx_lambda_engine_destroy(e);
+    }
+}
+
 /* --- errors, inputs, outputs ----------------------------------------------- */
 
 static void test_contract(void)
@@ -627,9 +845,13 @@ static void test_contract(void)
     EXPECT_OUT(e, "do local x <close> = setmetatable({}, {__close = "
                   "function() print('closed') end}) end return 'after'",
                "closed\nafter");
-    /* every call gets a fresh state: nothing survives */
-    EXPECT_OUT(e, "leak = 'secret' string.upper = nil return 'set'", "set");
-    EXPECT_OUT(e, "return tostring(leak) .. ('x'):upper()", "nilX");
+    /* nothing survives a call: its globals are its own, the libraries are
+     * read-only (the hostile pairs are in test_isolation) */
+    EXPECT_OUT(e, "leak = 'secret' string = nil return 'set'", "set");
+    EXPECT_ERR(e, "string.upper = nil", RDMX_ERR_INVALID,
+               "lambda:1: attempt to modify a read-only table");
+    EXPECT_OUT(e, "return tostring(leak) .. ('x'):upper() .. string.upper('y')",
+               "nilXY");
     rdmx_lambda_engine_destroy(e);
 }
 
@@ -659,8 +881,10 @@ static void test_spares(void)
 {
     rdmx_lambda_params_t p = {.field_mask =
                                   RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES |
-                                  RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY,
-                              .max_memory = RDMX__LAMBDA_MIN_MEMORY};
+                                  RDMX_LAMBDA_PARAM_FIELD_MAX_MEMORY |
+                                  RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES,
+                              .max_memory = RDMX__LAMBDA_MIN_MEMORY,
+                              .fresh_states = 1};
     rdmx_lambda_engine_t *e0, *e2, *x = NULL;
     rdmx_lambda_stats_t s;
     size_t peak0 = 0, peak2 = 0;
@@ -692,7 +916,7 @@ static void test_spares(void)
          tries++) {
         usleep(5000);
         int first = spare_call(e2,
-                               "leak = 'secret' string.upper = nil "
+                               "leak = 'secret' string = nil "
                                "input = 'x' args[9] = 1 KEYS[9] = 1 "
                                "ARGV[1] = 1 return 'set'",
                                "set", NULL);
@@ -1489,7 +1713,12 @@ static void test_perf(void)
     rdmx_lambda_params_t p = {.field_mask =
                                   RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES,
                               .cache_entries = 0};
+    rdmx_lambda_params_t fp = {.field_mask =
+                                   RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES |
+                                   RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES,
+                               .fresh_states = 1};
     rdmx_lambda_engine_t *nocache = mk_engine(&p), *e = mk_engine(NULL);
+    rdmx_lambda_engine_t *fresh = mk_engine(&fp);
     unsigned n = TH_SANITIZED ? 2000 : 20000;
     static char big[8192];
     size_t off = 0;
@@ -1503,7 +1732,7 @@ static void test_perf(void)
                                 "= 1, a do t[i] = b .. i end return #t end\n",
                                 i);
     snprintf(big + off, sizeof(big) - off, "return input .. f1(2, 'x')");
-    th_log("per call (fresh state each), 1 thread, %u calls:", n);
+    th_log("per call (reused states), 1 thread, %u calls:", n);
     th_log("  trivial, source (compiled):  %9.0f calls/s",
            rate(nocache, trivial, 0, n));
     th_log("  trivial, eval, cached:       %9.0f calls/s",
@@ -1514,6 +1743,11 @@ static void test_perf(void)
            rate(nocache, big, 0, n / 4));
     th_log("  %zu B source, by id:        %9.0f calls/s", strlen(big),
            rate(e, big, 1, n / 4));
+    th_log("  trivial, by id, fresh_states: %8.0f calls/s",
+           rate(fresh, trivial, 1, n / 4));
+    th_log("  %zu B source, by id, fresh_states: %4.0f calls/s", strlen(big),
+           rate(fresh, big, 1, n / 8));
+    rdmx_lambda_engine_destroy(fresh);
     rdmx_lambda_engine_destroy(nocache);
     rdmx_lambda_engine_destroy(e);
 }
@@ -1528,6 +1762,7 @@ int main(int argc, char **argv)
     CHECK(mkdtemp(tmpdir) != NULL);
     chmod(tmpdir, 0755);
     test_contract();
+    test_isolation();
     test_spares();
     test_sandbox();
     test_cache();

@@ -4,13 +4,14 @@
  * operator installed as a plugin.
  *
  * - Engine: shared by any number of threads (an RPC server's workers). Every
- *   call runs in its own fresh Lua state that no other call can see; only
- *   the cache of compiled functions (keyed by the SHA-256 of the source) is
- *   shared, under a mutex.
+ *   call has a sandbox state to itself while it runs (reused from a pool,
+ *   or, with fresh_states, built for it) and its own globals: nothing a
+ *   call sets is seen by another. The cache of compiled functions (keyed by
+ *   the SHA-256 of the source) and the pool are shared, under mutexes.
  * - Sandbox: base (no dofile/loadfile/warn; load is text-only; print writes
  *   into the output; collectgarbage only "count"), string (no dump),
- *   table, math, utf8, coroutine, os.time/clock/date/difftime. No io,
- *   package/require, debug, binary chunks.
+ *   table, math, utf8, coroutine, os.time/clock/date/difftime, the library
+ *   tables read-only. No io, package/require, debug, binary chunks.
  * - Budgets per call: VM instructions plus the work of library functions
  *   (max_instructions), memory (max_memory), wall-clock time (max_time_ms
  *   and the caller's deadline), output (max_output), source (max_source).
@@ -72,6 +73,7 @@ enum {
     RDMX_LAMBDA_PARAM_FIELD_MAX_TIME = 1u << 6,
     RDMX_LAMBDA_PARAM_FIELD_CACHE_BYTES = 1u << 7,
     RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES = 1u << 8,
+    RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES = 1u << 9,
 };
 
 /* Earlier names, kept for one release. */
@@ -97,7 +99,7 @@ typedef struct {
      *  1000), plus library work (pattern-matching steps, elements moved,
      *  64 bytes allocated, ...). Default 10,000,000; at least 1000. */
     uint64_t max_instructions;
-    /** Bytes the call's Lua state may hold (input included). Default
+    /** Bytes a call may add to its Lua state (input included). Default
      *  64 MiB; at least 256 KiB. */
     size_t max_memory;
     /** Longest source. Default 1 MiB. */
@@ -114,11 +116,17 @@ typedef struct {
     /** Wall-clock limit of one call, ms, besides the caller's deadline.
      *  Default 1000; RDMX_TIMEOUT_INFINITE: only the caller's deadline. */
     int max_time_ms;
-    /** Fresh Lua states a keeper thread of the engine builds ahead of the
-     *  calls, and closes after them, so that neither is on a call's path;
-     *  every call still runs in a state no other call used. Default 2; 0:
-     *  no thread, each call builds and closes its own. At most 64. */
+    /** In the fresh_states mode: fresh Lua states a keeper thread of the
+     *  engine builds ahead of the calls, and closes after them, so that
+     *  neither is on a call's path. Default 2; 0: no thread, each call
+     *  builds and closes its own. At most 64. Unused when states are
+     *  reused. */
     unsigned spare_states;
+    /** 0 (the default): calls reuse long-lived sandbox states, each call
+     *  in a fresh environment over frozen libraries (docs/LAMBDA.md,
+     *  "Sandbox states"). 1: every call runs in a Lua state built for it
+     *  and closed after it (slower; the same sandbox). */
+    int fresh_states;
 } rdmx_lambda_params_t;
 
 /** Near-data access for kv.get/put/delete/exists, supplied by the host
@@ -206,7 +214,7 @@ typedef struct {
     /** The error message ("" on success), also in rdmx_error_detail(). */
     char message[256];
     uint64_t instructions; /**< work units used (see max_instructions) */
-    size_t memory_peak;    /**< the Lua state's peak, bytes */
+    size_t memory_peak;    /**< the call's peak bytes in its Lua state */
     uint64_t elapsed_ns;   /**< the whole call: state, load, run */
     uint8_t id[RDMX_LAMBDA_ID_LEN]; /**< the function's id */
     int cached;                     /**< compiled code came from the cache */
@@ -273,7 +281,7 @@ typedef struct {
     uint64_t cache_bytes;   /**< now */
     uint64_t natives;       /**< native functions registered */
     uint64_t native_calls;
-    uint64_t states_ready;   /**< calls that found a fresh state ready */
+    uint64_t states_ready;   /**< calls that found a state ready */
     uint64_t states_built;   /**< calls that built their own */
 } rdmx_lambda_stats_t;
 

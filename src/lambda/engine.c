@@ -6,8 +6,9 @@
  * engine itself dumped after compiling that source (never bytecode from a
  * client), in a hash table with an LRU list, bounded by cache_entries and
  * cache_bytes. A call takes a reference on its entry under the mutex and
- * loads the bytecode into its own fresh state without the lock; an entry
- * evicted meanwhile is freed by its last reference.
+ * loads the bytecode into its sandbox state without the lock (a reused
+ * state keeps the loaded closure, sandbox.c); an entry evicted meanwhile is
+ * freed by its last reference.
  */
 #define _GNU_SOURCE
 #include "lambda/lambda_int.h"
@@ -48,6 +49,7 @@ struct rdmx_lambda_engine {
     size_t max_memory, max_source, max_output, cache_bytes;
     unsigned cache_entries;
     uint64_t max_time_ns;
+    int fresh_states; /* one state per call (else states are reused) */
 
     pthread_mutex_t lock;
     lambda_fn_t **buckets;
@@ -395,6 +397,8 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
     p.spare_states = (m & RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES)
                          ? params->spare_states
                          : RDMX__LAMBDA_DEF_SPARES;
+    p.fresh_states =
+        (m & RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES) ? params->fresh_states : 0;
     if (p.spare_states > RDMX__LAMBDA_MAX_SPARES)
         return rdmx__error(RDMX_ERR_INVALID, "lambda: spare_states %u over %u",
                            p.spare_states, RDMX__LAMBDA_MAX_SPARES);
@@ -420,6 +424,7 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
     e->max_output = p.max_output;
     e->cache_entries = p.cache_entries;
     e->cache_bytes = p.cache_bytes;
+    e->fresh_states = p.fresh_states != 0;
     /* (0 ns: no limit; a limit of 0 ms stops every call at once) */
     e->max_time_ns = time_ms < 0    ? 0
                      : time_ms == 0 ? 1
@@ -435,7 +440,7 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
         }
         e->nbuckets = nb;
     }
-    e->states = rdmx__lambda_states_create(p.spare_states);
+    e->states = rdmx__lambda_states_create(e->fresh_states, p.spare_states);
     if (e->states == NULL) { /* nothing else is set up yet */
         free(e->buckets);
         free(e);
@@ -523,9 +528,9 @@ static void result_init(rdmx_lambda_result_t *res)
     memset(res, 0, sizeof(*res));
 }
 
-/* Count the outcome, set the detail. */
-/* @p fresh: 1 the call ran in a ready spare, 0 it built its state, -1 it
- * ran no Lua state. */
+/* Count the outcome, set the detail. @p fresh: 1 the call ran in a state
+ * found ready (a spare or a pooled state), 0 it built its state, -1 it ran
+ * no Lua state. */
 static rdmx_status_t finish(rdmx_lambda_engine_t *e, rdmx_status_t st,
                             rdmx_lambda_result_t *res, int syntax, int fresh)
 {
@@ -570,7 +575,7 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
     rdmx_lambda_call_params_t c = {0};
     uint64_t m = call != NULL ? call->field_mask : 0;
     rdmx__lambda_run_t r;
-    rdmx__lambda_spare_t *spare;
+    rdmx__lambda_state_t *state;
     rdmx_status_t st;
     int fresh;
 
@@ -601,6 +606,9 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
     r.code_len = len;
     r.binary = binary;
     r.want_dump = want_dump;
+    r.id = res->id;
+    r.keep_fns = e->fresh_states ? 0 : e->cache_entries;
+    r.fresh = e->fresh_states;
     if (r.call->nargs > RDMX_LAMBDA_ARGS_MAX ||
         (r.call->nargs > 0 && r.call->args == NULL) ||
         (r.call->input == NULL && r.call->input_len > 0)) {
@@ -609,14 +617,14 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
                  r.call->nargs, RDMX_LAMBDA_ARGS_MAX);
         return finish(e, RDMX_ERR_INVALID, res, 0, -1);
     }
-    spare = rdmx__lambda_states_take(e->states, &fresh);
-    if (spare == NULL) {
+    state = rdmx__lambda_states_take(e->states, &fresh);
+    if (state == NULL) {
         snprintf(res->message, sizeof(res->message),
-                 "lambda: out of memory (a fresh state)");
+                 "lambda: out of memory (a sandbox state)");
         return finish(e, RDMX_ERR_NO_MEMORY, res, 0, -1);
     }
-    st = rdmx__lambda_run(&r, spare);
-    rdmx__lambda_states_done(e->states, spare, !fresh);
+    st = rdmx__lambda_run(&r, state);
+    rdmx__lambda_states_done(e->states, state, !fresh);
     res->output = r.out.data;
     res->output_len = r.out.len;
     res->type = st == RDMX_OK ? r.type : RDMX_LAMBDA_NIL;

@@ -1,9 +1,10 @@
 /*
  * rdmx lambda — internals shared by engine.c (engine, cache, natives,
- * plugins), sandbox.c (one call in a fresh Lua state), states.c (fresh
- * states built ahead, used ones closed, by a keeper thread), rpc.c (wire
- * format, handlers, client) and the Lua library functions rewritten to
- * charge their work (third_party/lua-5.4-safelib/).
+ * plugins), sandbox.c (the frozen sandbox state, one call in it), states.c
+ * (the engine's pool of states: reused, or fresh ones built ahead and
+ * closed by a keeper thread), rpc.c (wire format, handlers, client) and
+ * the Lua library functions rewritten to charge their work
+ * (third_party/lua-5.4-safelib/).
  */
 #ifndef RDMX_LAMBDA_INT_H
 #define RDMX_LAMBDA_INT_H
@@ -28,6 +29,9 @@
 #define RDMX__LAMBDA_DEF_SPARES       2u
 #define RDMX__LAMBDA_MAX_SPARES       64u
 
+/* Names every call's environment holds (sandbox.c, env_names). */
+#define RDMX__LAMBDA_ENV_NAMES 5
+
 /* VM instructions between two budget checks while the state is small; the
  * interval shrinks as the state grows (see sandbox.c, hook_interval). */
 #define RDMX__LAMBDA_HOOK_EVERY 1000
@@ -45,6 +49,8 @@ typedef struct {
 /* Append; -1 past max (nothing appended), -2 out of memory. */
 int rdmx__lambda_buf_append(rdmx__lambda_buf_t *b, const void *p, size_t n);
 
+struct rdmx__lambda_state;
+
 /* One call: what to run, its limits, its accounting and its result. */
 typedef struct rdmx__lambda_run {
     /* --- in --- */
@@ -57,6 +63,9 @@ typedef struct rdmx__lambda_run {
     size_t code_len;
     int binary;                    /* code is the engine's own lua_dump */
     int want_dump;                 /* dump the compiled function (cache) */
+    const uint8_t *id;             /* the function's id (SHA-256 of source) */
+    unsigned keep_fns;             /* loaded closures a state keeps; 0: none */
+    int fresh;                     /* the state is closed after this call */
 
     /* --- accounting (one thread; the state's allocator ud) --- */
     uint64_t units;                /* work used */
@@ -64,11 +73,16 @@ typedef struct rdmx__lambda_run {
     uint64_t deadline_ns;          /* effective: min(caller's, max_time) */
     int deadline_is_callers;
     int hook_count;                /* current hook interval */
-    size_t mem, mem_peak;
+    size_t mem;                    /* bytes the state holds */
+    size_t mem_base;               /* ... when the call began */
+    size_t mem_limit;              /* mem_base + max_memory (saturated) */
+    size_t mem_peak;               /* highest mem */
+    size_t mem_shown;              /* the sandbox's own size (count) */
     int mem_refused;               /* an allocation hit max_memory */
     int armed;                     /* the function runs: budgets apply */
     int stop;                      /* rdmx_lambda_limit_t that stopped it */
     int closing;
+    struct rdmx__lambda_state *state; /* the state the call runs in */
     lua_State *L;                  /* main thread */
     lua_State *current;            /* the thread running now */
     int stop_ref;                  /* registry ref of the stop message */
@@ -85,45 +99,63 @@ typedef struct rdmx__lambda_run {
     uint64_t elapsed_ns;
 } rdmx__lambda_run_t;
 
-/* A fresh state: the sandbox opened, nothing run in it (a spare), or,
- * once a call is done with it, a stopped state waiting to be closed. */
-typedef struct rdmx__lambda_spare {
-    struct rdmx__lambda_spare *next;
+/* A sandbox state: the libraries opened and frozen once, then either one
+ * call (the fresh_states mode; a spare before it) or many calls, each in
+ * its own environment (docs/LAMBDA.md, "Sandbox states"). Owned by one
+ * thread at a time: the pool hands it over under its mutex. */
+typedef struct rdmx__lambda_state {
+    struct rdmx__lambda_state *next; /* pool list link (states.c) */
     lua_State *L;
     int stop_ref;             /* registry ref of the stop message */
+    int env_mt_ref;           /* registry ref of the environments' metatable */
+    int globals_ref;          /* registry ref of the frozen globals */
+    int seed_ref;             /* registry ref of math.randomseed */
+    int fns_ref;              /* registry ref of id -> loaded closure */
+    unsigned nfns;            /* entries in that table */
+    size_t sandbox_mem;       /* bytes held right after the build */
+    size_t clean_mem;         /* bytes held after the last full collect */
+    uint64_t calls;           /* calls run in this state */
+    int random_used;          /* math.random used since the last seed */
+    int broken;               /* not to be reused (host out of memory) */
+    /* registry refs of the names every environment holds */
+    int name_ref[RDMX__LAMBDA_ENV_NAMES];
     rdmx__lambda_run_t owner; /* allocator ud while no call owns the state */
-} rdmx__lambda_spare_t;
+} rdmx__lambda_state_t;
 
-/* sandbox.c: build a spare's state (any thread). RDMX_ERR_NO_MEMORY. */
-rdmx_status_t rdmx__lambda_spare_build(rdmx__lambda_spare_t *s);
-/* sandbox.c: close a spare's state, built or used (any thread). */
-void rdmx__lambda_spare_close(rdmx__lambda_spare_t *s);
+/* sandbox.c: build a state (any thread). RDMX_ERR_NO_MEMORY. */
+rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s);
+/* sandbox.c: close a state, built or used (any thread). */
+void rdmx__lambda_state_close(rdmx__lambda_state_t *s);
 
-/* sandbox.c: run one call in @p s's state (built, never used); @p s is
- * handed back stopped, to be closed. Returns the status; r->msg, r->out,
- * r->type, r->limit, r->units, r->mem_peak are filled. */
-rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s);
+/* sandbox.c: run one call in @p s's state, in a fresh environment; the
+ * state is handed back idle, reusable unless s->broken. Returns the
+ * status; r->msg, r->out, r->type, r->limit, r->units, r->mem_peak (the
+ * call's bytes) are filled. */
+rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s);
 
-/* states.c: the spares of an engine and the keeper thread that builds
- * them ahead and closes used ones (docs/LAMBDA.md, "Fresh states off the
- * call's path"). */
+/* states.c: the states of an engine. Reused (@p fresh 0): a free list,
+ * states built on demand and pushed back after each call. Fresh (@p fresh
+ * 1): spares built ahead by a keeper thread and closed after one call
+ * (docs/LAMBDA.md, "Fresh states"). */
 typedef struct rdmx__lambda_states rdmx__lambda_states_t;
 
-/* @p target spares kept ready (0: no thread, calls build and close their
- * own). NULL when out of memory or the thread cannot start. */
-rdmx__lambda_states_t *rdmx__lambda_states_create(unsigned target);
-/* Stop the keeper, close every state it holds. */
+/* @p target spares kept ready in the fresh mode (0: no thread, calls build
+ * and close their own); ignored when reusing. NULL when out of memory or
+ * the thread cannot start. */
+rdmx__lambda_states_t *rdmx__lambda_states_create(int fresh, unsigned target);
+/* Stop the keeper, close every state the pool holds. */
 void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st);
-/* A state nobody used: a ready spare (*@p ready_p 1) or one built now
- * (0). NULL when out of memory. */
-rdmx__lambda_spare_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
+/* A state for one call: a pooled or spare one (*@p ready_p 1) or one built
+ * now (0). NULL when out of memory. */
+rdmx__lambda_state_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
                                                int *ready_p);
-/* A state a call is done with: the keeper closes it, unless the call built
- * it itself (@p built_here: its memory is this thread's, and freeing it
- * from the keeper's thread would contend for this thread's allocator), or
- * there is no keeper. */
+/* A state a call is done with. Reused: back on the free list (closed if
+ * broken). Fresh: the keeper closes it, unless the call built it itself
+ * (@p built_here: its memory is this thread's, and freeing it from the
+ * keeper's thread would contend for this thread's allocator), or there is
+ * no keeper. */
 void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
-                              rdmx__lambda_spare_t *s, int built_here);
+                              rdmx__lambda_state_t *s, int built_here);
 
 /* sandbox.c: charge @p units of library work to the running call; raises
  * the budget error (a Lua error that cannot be caught for good) when a

@@ -1,15 +1,31 @@
 /*
- * rdmx lambda — one call in a fresh Lua state: the budgeted allocator, the
- * instruction/deadline hook, the sandboxed libraries, the globals of the
+ * rdmx lambda — the sandbox state and one call in it: the budgeted
+ * allocator, the instruction/deadline hook, the sandboxed libraries opened
+ * once and frozen, the call's own environment with the globals of the
  * function contract (input, args, kv), and the conversion of the result.
- * The state is built before the call (a spare, states.c) and closed after
- * it, maybe on another thread: the allocator's user data, the record every
- * budget is counted in, is the call's only while the call owns the state.
+ * A state serves many calls one after the other (or one, in the
+ * fresh_states mode), maybe on different threads: the allocator's user
+ * data, the record every budget is counted in, is a call's only while that
+ * call owns the state (docs/LAMBDA.md, "Sandbox states").
+ *
+ * Isolation between calls of one state
+ * - What calls share is frozen: the library tables a function sees are
+ *   empty proxies whose protected metatables read through to the real
+ *   tables and refuse writes; rawset refuses them; the string metatable is
+ *   protected the same way. The real tables are reachable from no Lua code.
+ * - What a call changes is its own: its globals are a new table (_ENV, _G)
+ *   reading the frozen globals through a protected metatable; the registry's
+ *   globals point to it while the call runs (load without an env); the
+ *   cached closure's one upvalue (_ENV) is bound to it and reset after; the
+ *   stack is emptied; math.random is reseeded.
  *
  * Budgets
- * - Memory: the state's allocator refuses to grow past max_memory; Lua then
- *   collects and raises "not enough memory" (reported as the memory
- *   budget).
+ * - Memory: the state's allocator refuses to grow more than max_memory
+ *   past what the state held when the call began; Lua then collects and
+ *   raises "not enough memory" (reported as the memory budget). Garbage of
+ *   earlier calls the call frees gives it room: the state is collected
+ *   fully after a call that leaves it more than gc_slack() above its clean
+ *   size, which bounds that room.
  * - Work ("instructions"): a count hook every hook_count VM instructions
  *   adds them up; library functions whose work is not VM instructions
  *   charge it (third_party/lua-5.4-safelib/, the wrappers below, 1 unit per
@@ -20,8 +36,9 @@
  *   very next VM instruction of every thread (count hook of 1), coroutines
  *   can no longer be resumed, and the final status comes from r->stop, not
  *   from what the function did with the error.
- * - Closing: finalizers (__gc) of the function's objects run in lua_close;
- *   they meet the same stop at their first instruction.
+ * - After the call, and while a state is closed: the hook stays on every
+ *   instruction with the state marked closing, so Lua code met there stops
+ *   at once (there is none: __gc is refused, Lua's own finalizers are C).
  */
 #include "lambda/lambda_int.h"
 
@@ -40,6 +57,7 @@
 #define CLOCK_EVERY 4096u
 
 static void hook(lua_State *L, lua_Debug *ar);
+static void env_own(lua_State *L, int idx);
 
 static inline rdmx__lambda_run_t *run_of(lua_State *L)
 {
@@ -170,7 +188,7 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
     if (nsize > old) {
         size_t grow = nsize - old;
         int charge = r->armed && !r->closing && !r->stop;
-        if (grow > r->max_memory - r->mem) {
+        if (grow > r->mem_limit - r->mem) {
             r->mem_refused = 1;
             if (charge) {
                 /* Lua collects everything before it gives up: charge that
@@ -239,7 +257,8 @@ static int l_print(lua_State *L)
     return 0;
 }
 
-/* setmetatable: no __gc. Lua runs finalizers with hooks off (lgc.c,
+/* setmetatable: no __gc; a call's globals become a plain table first
+ * (env_own). Lua runs finalizers with hooks off (lgc.c,
  * GCTM), so a finalizer would escape every budget. An object is marked for
  * finalization only here, by a raw look at mt.__gc: refusing it is exact. */
 static int l_setmetatable(lua_State *L)
@@ -249,6 +268,7 @@ static int l_setmetatable(lua_State *L)
         return luaL_error(L, "__gc metamethods are not allowed in the "
                              "sandbox");
     lua_settop(L, 2);
+    env_own(L, 1); /* a metatable on the globals: make them a plain table */
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, 2, 1);
@@ -283,9 +303,11 @@ static int l_collectgarbage(lua_State *L)
     rdmx__lambda_run_t *r = run_of(L);
     const char *opt = luaL_optstring(L, 1, "collect");
     if (strcmp(opt, "count") == 0) {
-        int kb = lua_gc(L, LUA_GCCOUNT);
-        int b = lua_gc(L, LUA_GCCOUNTB);
-        lua_pushnumber(L, (lua_Number)kb + ((lua_Number)b / 1024));
+        /* the sandbox's own size and the call's bytes: nothing that tells
+         * what other calls left in the state */
+        size_t b =
+            r->mem_shown + (r->mem > r->mem_base ? r->mem - r->mem_base : 0);
+        lua_pushnumber(L, (lua_Number)b / 1024);
         return 1;
     }
     if (strcmp(opt, "isrunning") == 0) {
@@ -615,6 +637,206 @@ static void open_kv(lua_State *L, const rdmx_lambda_env_t *env)
     lua_setglobal(L, "kv");
 }
 
+/* math.random and math.randomseed (upvalue 1): mark the state's generator
+ * as used, so that the next call gets a seed of its own. */
+static int l_random(lua_State *L)
+{
+    rdmx__lambda_run_t *r = run_of(L);
+    if (r->state != NULL)
+        r->state->random_used = 1;
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* --- frozen tables ------------------------------------------------------- */
+
+/* The keys (their addresses) that mark a frozen table's metatable and the
+ * environments' metatable. */
+static const char frozen_tag, env_tag;
+
+/* 1 if the metatable of the value at @p idx holds @p tag. */
+static int mt_has(lua_State *L, int idx, const char *tag)
+{
+    int has;
+    if (!lua_getmetatable(L, idx))
+        return 0;
+    has = lua_rawgetp(L, -1, tag) != LUA_TNIL;
+    lua_pop(L, 2);
+    return has;
+}
+
+/* Make the call's environment at @p idx a plain table: a copy of every
+ * frozen global it does not hold yet, and no metatable. Done when the call
+ * hides a frozen global (assigns it nil) or sets a metatable on its
+ * globals, so that both behave exactly as on any table. */
+static void env_own(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    if (!mt_has(L, idx, &env_tag))
+        return;
+    lua_getmetatable(L, idx);
+    lua_pushliteral(L, "__index");
+    lua_rawget(L, -2); /* mt, the frozen globals */
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pushvalue(L, -2);
+        if (lua_rawget(L, idx) == LUA_TNIL) {
+            lua_pop(L, 1);
+            lua_pushvalue(L, -2);
+            lua_insert(L, -2);
+            lua_rawset(L, idx);
+        } else
+            lua_pop(L, 2);
+    }
+    lua_pop(L, 2);
+    lua_pushnil(L);
+    lua_setmetatable(L, idx);
+}
+
+/* __newindex of a call's environment: a new global. Hiding a frozen one
+ * (assigning it nil) first makes the environment its own (env_own). */
+static int env_newindex(lua_State *L)
+{
+    lua_settop(L, 3);
+    if (lua_isnil(L, 3)) {
+        lua_pushvalue(L, 2);
+        if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
+            env_own(L, 1);
+        lua_pop(L, 1);
+    }
+    lua_rawset(L, 1);
+    return 0;
+}
+
+/* __newindex of a frozen proxy. */
+static int frozen_newindex(lua_State *L)
+{
+    return luaL_error(L, "attempt to modify a read-only table");
+}
+
+/* The iterator __pairs gives for a frozen proxy: next over the real table
+ * (upvalue 1), whatever table it is passed; the real table itself never
+ * reaches Lua code. */
+static int frozen_next(lua_State *L)
+{
+    lua_settop(L, 2);
+    if (lua_next(L, lua_upvalueindex(1)))
+        return 2;
+    lua_pushnil(L);
+    return 1;
+}
+
+/* __pairs of a frozen proxy: (frozen_next of its real table, proxy, nil). */
+static int frozen_pairs(lua_State *L)
+{
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushvalue(L, 1);
+    lua_pushnil(L);
+    return 3;
+}
+
+/* rawset, refusing frozen proxies (luaB_rawset otherwise); hiding a frozen
+ * global makes the environment its own first. */
+static int l_rawset(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checkany(L, 2);
+    luaL_checkany(L, 3);
+    if (mt_has(L, 1, &frozen_tag))
+        return luaL_error(L, "attempt to modify a read-only table");
+    if (lua_isnil(L, 3))
+        env_own(L, 1);
+    lua_settop(L, 3);
+    lua_rawset(L, 1);
+    return 1;
+}
+
+/* getmetatable: nil for a frozen proxy and a call's environment, whose
+ * metatables are the sandbox's (luaB_getmetatable, upvalue 1, otherwise). */
+static int l_getmetatable(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    if (mt_has(L, 1, &frozen_tag) || mt_has(L, 1, &env_tag)) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_settop(L, 1);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+/* Replace the table at the top of the stack with its frozen proxy: an empty
+ * table whose protected metatable reads the real one (__index), refuses
+ * writes (__newindex) and lists its fields (__pairs). */
+static void freeze(lua_State *L)
+{
+    lua_newtable(L);          /* real, proxy */
+    lua_createtable(L, 0, 6); /* real, proxy, mt */
+    lua_pushvalue(L, -3);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, frozen_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushvalue(L, -3);
+    lua_pushcclosure(L, frozen_next, 1);
+    lua_pushcclosure(L, frozen_pairs, 1);
+    lua_setfield(L, -2, "__pairs");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -2, &frozen_tag);
+    lua_setmetatable(L, -2); /* real, proxy */
+    lua_remove(L, -2);
+}
+
+/* The iterator __pairs gives for a call's environment (argument 1): its
+ * own keys, then the frozen globals (upvalue 1) it does not hide. A key
+ * in neither is one of its own removed during the traversal. */
+static int env_next(lua_State *L)
+{
+    int own = 1;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 2);
+    if (!lua_isnil(L, 2)) {
+        lua_pushvalue(L, 2);
+        if (lua_rawget(L, 1) == LUA_TNIL) {
+            lua_pushvalue(L, 2);
+            own = lua_rawget(L, lua_upvalueindex(1)) == LUA_TNIL;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    if (own) {
+        lua_pushvalue(L, 2);
+        if (lua_next(L, 1))
+            return 2;
+        lua_pushnil(L); /* the frozen globals from the start */
+    } else
+        lua_pushvalue(L, 2);
+    while (lua_next(L, lua_upvalueindex(1))) {
+        lua_pushvalue(L, -2);
+        if (lua_rawget(L, 1) == LUA_TNIL) {
+            lua_pop(L, 1);
+            return 2;
+        }
+        lua_pop(L, 2); /* hidden by the call's own: next */
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+/* __pairs of a call's environment: (env_next, env, nil). */
+static int env_pairs(lua_State *L)
+{
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushvalue(L, 1);
+    lua_pushnil(L);
+    return 3;
+}
+
 /* Open a library function, leave its table on the stack. */
 static void open_lib(lua_State *L, lua_CFunction open)
 {
@@ -629,9 +851,19 @@ static void set_nil(lua_State *L, int t, const char *name)
     lua_setfield(L, t, name);
 }
 
-static void open_sandbox(lua_State *L)
+/* The names every environment holds, interned once per state (the state's
+ * name_ref, in this order). */
+static const char *const env_names[RDMX__LAMBDA_ENV_NAMES] = {
+    "_G", "input", "args", "KEYS", "ARGV"};
+enum { NAME_G, NAME_INPUT, NAME_ARGS, NAME_KEYS, NAME_ARGV };
+
+/* Open the sandboxed libraries into the globals, then freeze what calls
+ * share (see the top of the file); fills @p s's references. */
+static void open_sandbox(lua_State *L, rdmx__lambda_state_t *s)
 {
     static const char *os_keep[] = {"time", "clock", "date", "difftime"};
+    static const char *libs[] = {"string", "table",     "math",
+                                 "utf8",   "coroutine", "os"};
     unsigned i;
     int g;
 
@@ -658,6 +890,11 @@ static void open_sandbox(lua_State *L)
     lua_getfield(L, g, "xpcall");
     lua_pushcclosure(L, l_xpcall, 1);
     lua_setfield(L, g, "xpcall");
+    lua_pushcfunction(L, l_rawset);
+    lua_setfield(L, g, "rawset");
+    lua_getfield(L, g, "getmetatable");
+    lua_pushcclosure(L, l_getmetatable, 1);
+    lua_setfield(L, g, "getmetatable");
 
     /* string: no dump; charged matching, rep and scans */
     open_lib(L, luaopen_string);
@@ -697,7 +934,62 @@ static void open_sandbox(lua_State *L)
         lua_setfield(L, -2, os_keep[i]);
     }
     lua_setfield(L, g, "os");
-    lua_pop(L, 2); /* the full os table, the globals */
+    lua_pop(L, 1); /* the full os table */
+
+    /* math.randomseed, to reseed the call after one that used the
+     * generator; random and randomseed tell when they are used */
+    lua_getfield(L, g, "math");
+    lua_getfield(L, -1, "randomseed");
+    s->seed_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getfield(L, -1, "random");
+    lua_pushcclosure(L, l_random, 1);
+    lua_setfield(L, -2, "random");
+    lua_getfield(L, -1, "randomseed");
+    lua_pushcclosure(L, l_random, 1);
+    lua_setfield(L, -2, "randomseed");
+    lua_pop(L, 1);
+
+    /* freeze: every library behind a proxy; the string metatable protected,
+     * showing a frozen view whose __index is the string proxy */
+    for (i = 0; i < sizeof(libs) / sizeof(libs[0]); i++) {
+        lua_getfield(L, g, libs[i]);
+        freeze(L);
+        lua_setfield(L, g, libs[i]);
+    }
+    lua_pushliteral(L, "");
+    lua_getmetatable(L, -1); /* "", the string metatable */
+    lua_createtable(L, 0, 1);
+    lua_getfield(L, g, "string");
+    lua_setfield(L, -2, "__index");
+    freeze(L);
+    lua_setfield(L, -2, "__metatable");
+    lua_pop(L, 2);
+
+    /* the globals: frozen too (no Lua code reaches them but through the
+     * environments' protected metatable); each call has its own _G */
+    set_nil(L, g, "_G");
+    lua_createtable(L, 0, 5); /* the environments' metatable */
+    lua_pushvalue(L, g);
+    lua_setfield(L, -2, "__index");
+    lua_pushvalue(L, g);
+    lua_pushcclosure(L, env_newindex, 1);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushboolean(L, 1);
+    lua_rawsetp(L, -2, &env_tag);
+    lua_pushvalue(L, g);
+    lua_pushcclosure(L, env_next, 1);
+    lua_pushcclosure(L, env_pairs, 1);
+    lua_setfield(L, -2, "__pairs");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    s->env_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    s->globals_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops g */
+    lua_newtable(L);
+    s->fns_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    for (i = 0; i < RDMX__LAMBDA_ENV_NAMES; i++) {
+        lua_pushstring(L, env_names[i]);
+        s->name_ref[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
 }
 
 static const char *stop_message(rdmx__lambda_run_t *r, int limit, char *buf,
@@ -764,52 +1056,146 @@ static void out_append(lua_State *L, rdmx__lambda_run_t *r, const char *s,
     }
 }
 
-/* Everything that touches the state runs here, under lua_pcall. */
+/* --- loaded closures kept per state (id -> closure) ----------------------- */
+
+/* The integer key of @p id in the state's table: its first 8 bytes (a
+ * SHA-256: uniform); the entry, a userdata of the whole id with the closure
+ * as its user value, tells a collision apart. */
+static lua_Integer fn_key(const uint8_t *id)
+{
+    lua_Integer k;
+    memcpy(&k, id, sizeof(k));
+    return k;
+}
+
+/* Push the closure this state keeps for @p id and return 1, or push
+ * nothing and return 0. Allocates nothing. */
+static int fn_find(lua_State *L, const rdmx__lambda_state_t *s,
+                   const uint8_t *id)
+{
+    int top = lua_gettop(L), found = 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->fns_ref);
+    if (lua_rawgeti(L, -1, fn_key(id)) == LUA_TUSERDATA &&
+        memcmp(lua_touserdata(L, -1), id, RDMX_LAMBDA_ID_LEN) == 0 &&
+        lua_getiuservalue(L, -1, 1) == LUA_TFUNCTION) {
+        lua_replace(L, top + 1);
+        found = 1;
+    }
+    lua_settop(L, top + found);
+    return found;
+}
+
+/* Keep the closure at the top of the stack for @p id (it stays there). At
+ * most @p max entries: past that, the table starts again empty. */
+static void fn_keep(lua_State *L, rdmx__lambda_state_t *s, const uint8_t *id,
+                    unsigned max)
+{
+    void *ud;
+    if (s->nfns >= max) {
+        lua_newtable(L);
+        lua_rawseti(L, LUA_REGISTRYINDEX, s->fns_ref);
+        s->nfns = 0;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->fns_ref);
+    ud = lua_newuserdatauv(L, RDMX_LAMBDA_ID_LEN, 1);
+    memcpy(ud, id, RDMX_LAMBDA_ID_LEN);
+    lua_pushvalue(L, -3);
+    lua_setiuservalue(L, -2, 1);
+    lua_rawseti(L, -2, fn_key(id));
+    lua_pop(L, 1);
+    s->nfns++;
+}
+
+/* Push the name @p n of env_names. */
+static void env_name(lua_State *L, const rdmx__lambda_state_t *s, int n)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->name_ref[n]);
+}
+
+/* Everything that touches the state for a call runs here, under lua_pcall:
+ * the call's environment, its function bound to it, the run, the result. */
 static int pmain(lua_State *L)
 {
     rdmx__lambda_run_t *r = lua_touserdata(L, 1);
+    rdmx__lambda_state_t *state = r->state;
     const rdmx_lambda_call_params_t *c = r->call;
     char msg[128];
     int base, nres, st;
     unsigned i, nkeys;
 
-    lua_settop(L, 0);
+    /* 1: the call's globals, 2: the closure the state keeps, or nil */
+    lua_settop(L, 2);
+    /* the call's globals: a new table over the frozen ones, the registry's
+     * globals while the call runs (lua_setglobal below, load without an
+     * env); it has room for the contract's names without growing */
+    lua_createtable(L, 0, 8);
+    lua_replace(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_mt_ref);
+    lua_setmetatable(L, 1);
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    /* its names, set raw (no __newindex): _G, input, args, KEYS, ARGV */
+    env_name(L, state, NAME_G);
+    lua_pushvalue(L, 1);
+    lua_rawset(L, 1);
+    /* a seed of this call's own, if an earlier call used the generator
+     * (math.random and randomseed tell, l_random) */
+    if (state->random_used) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, state->seed_ref);
+        lua_pushinteger(L, (lua_Integer)rdmx_now_ns());
+        lua_pushinteger(L, (lua_Integer)((uintptr_t)state ^ state->calls));
+        lua_call(L, 2, 0);
+        state->random_used = 0;
+    }
+    env_name(L, state, NAME_INPUT);
     lua_pushlstring(L, c->input != NULL ? c->input : "", c->input_len);
-    lua_setglobal(L, "input");
+    lua_rawset(L, 1);
+    env_name(L, state, NAME_ARGS);
     lua_createtable(L, (int)c->nargs, 0);
     for (i = 0; i < c->nargs; i++) {
         lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
                         c->args[i].len);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    lua_setglobal(L, "args");
+    lua_rawset(L, 1);
     /* KEYS and ARGV: the same strings split at nkeys (Redis scripts' names) */
     nkeys = c->nkeys < c->nargs ? c->nkeys : c->nargs;
+    env_name(L, state, NAME_KEYS);
     lua_createtable(L, (int)nkeys, 0);
     for (i = 0; i < nkeys; i++) {
         lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
                         c->args[i].len);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    lua_setglobal(L, "KEYS");
+    lua_rawset(L, 1);
+    env_name(L, state, NAME_ARGV);
     lua_createtable(L, (int)(c->nargs - nkeys), 0);
     for (i = nkeys; i < c->nargs; i++) {
         lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
                         c->args[i].len);
         lua_rawseti(L, -2, (lua_Integer)(i - nkeys) + 1);
     }
-    lua_setglobal(L, "ARGV");
+    lua_rawset(L, 1);
     if (c->env != NULL)
         open_kv(L, c->env);
 
-    st = luaL_loadbufferx(L, r->code, r->code_len, "=lambda",
-                          r->binary ? "b" : "t");
-    if (st != LUA_OK) {
-        r->compile_error = 1;
-        return lua_error(L);
+    /* the function, with _ENV (its one upvalue) the call's globals */
+    if (lua_type(L, 2) == LUA_TFUNCTION) {
+        lua_pushvalue(L, 2);
+        lua_pushvalue(L, 1);
+        lua_setupvalue(L, -2, 1);
+    } else {
+        st = luaL_loadbufferx(L, r->code, r->code_len, "=lambda",
+                              r->binary ? "b" : "t");
+        if (st != LUA_OK) {
+            r->compile_error = 1;
+            return lua_error(L);
+        }
+        if (r->want_dump)
+            lua_dump(L, dump_writer, r, 0);
+        if (r->keep_fns > 0)
+            fn_keep(L, state, r->id, r->keep_fns);
     }
-    if (r->want_dump)
-        lua_dump(L, dump_writer, r, 0);
 
     /* arm the budgets: the function's work starts here */
     r->units = 0;
@@ -884,35 +1270,26 @@ static rdmx_status_t limit_status(int limit)
     }
 }
 
-/* Everything a spare holds before any call: the sandbox, and the stop
- * error, allocated now to be raised later without allocating. */
+/* Everything a state holds before any call: the frozen sandbox, and the
+ * stop error, allocated now to be raised later without allocating. */
 static int prepare(lua_State *L)
 {
-    rdmx__lambda_spare_t *s = lua_touserdata(L, 1);
+    rdmx__lambda_state_t *s = lua_touserdata(L, 1);
 
     lua_settop(L, 0);
-    open_sandbox(L);
+    open_sandbox(L, s);
     lua_pushstring(L, "lambda stopped: budget exhausted");
     s->stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    /* The contract's globals, with values every call replaces: the call
-     * then only changes values, never grows (rehashes) the globals. */
-    lua_pushliteral(L, "");
-    lua_setglobal(L, "input");
-    lua_newtable(L);
-    lua_setglobal(L, "args");
-    lua_newtable(L);
-    lua_setglobal(L, "KEYS");
-    lua_newtable(L);
-    lua_setglobal(L, "ARGV");
     return 0;
 }
 
-rdmx_status_t rdmx__lambda_spare_build(rdmx__lambda_spare_t *s)
+rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s)
 {
     lua_State *L;
 
     memset(&s->owner, 0, sizeof(s->owner));
     s->owner.max_memory = SIZE_MAX; /* the call's budget applies on use */
+    s->owner.mem_limit = SIZE_MAX;
     s->stop_ref = s->owner.stop_ref = LUA_NOREF;
     L = lua_newstate(lalloc, &s->owner);
     if (L == NULL)
@@ -925,11 +1302,18 @@ rdmx_status_t rdmx__lambda_spare_build(rdmx__lambda_spare_t *s)
         return RDMX_ERR_NO_MEMORY;
     }
     s->owner.stop_ref = s->stop_ref;
+    s->owner.armed = 1;
+    s->owner.closing = 1;
+    s->sandbox_mem = s->clean_mem = s->owner.mem;
+    s->nfns = 0;
+    s->calls = 0;
+    s->broken = 0;
+    lua_sethook(L, hook, LUA_MASKCOUNT, 1);
     s->L = L;
     return RDMX_OK;
 }
 
-void rdmx__lambda_spare_close(rdmx__lambda_spare_t *s)
+void rdmx__lambda_state_close(rdmx__lambda_state_t *s)
 {
     if (s->L == NULL)
         return;
@@ -943,20 +1327,48 @@ void rdmx__lambda_spare_close(rdmx__lambda_spare_t *s)
     s->L = NULL;
 }
 
-/* The call is over: the state goes back to the spare's record, stopped,
- * holding what the call left (closed later, maybe by another thread). */
-static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s)
+/* Bytes of garbage a state may hold beyond its clean size before it is
+ * collected fully after a call: what a later call could free and so get
+ * beyond its budget. */
+static size_t gc_slack(const rdmx__lambda_run_t *r)
 {
-    lua_sethook(s->L, hook, LUA_MASKCOUNT, 1);
+    size_t slack = r->max_memory / 8;
+    return slack < ((size_t)256 << 10) ? slack : ((size_t)256 << 10);
+}
+
+/* The call is over: nothing of it stays reachable (stack emptied, the
+ * registry's globals and the kept closure's _ENV reset); the state goes
+ * back to its own record, stopped, and is collected if the call left
+ * much garbage. Allocates nothing but what a collection may. */
+static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
+{
+    lua_State *L = s->L;
+
+    lua_sethook(L, hook, LUA_MASKCOUNT, 1);
+    /* 1: the kept closure (or nil: none, or loaded by this call) */
+    lua_settop(L, 1);
+    if (lua_type(L, 1) == LUA_TFUNCTION ||
+        (r->keep_fns > 0 && fn_find(L, s, r->id))) {
+        lua_pushnil(L);
+        lua_setupvalue(L, -2, 1);
+    }
+    lua_settop(L, 0);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, s->globals_ref);
+    lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
     s->owner.mem = r->mem;
     s->owner.stop_ref = r->stop_ref;
     s->owner.armed = 1;
     s->owner.closing = 1;
-    s->owner.current = s->L;
-    lua_setallocf(s->L, lalloc, &s->owner);
+    s->owner.current = L;
+    lua_setallocf(L, lalloc, &s->owner);
+    s->calls++;
+    if (!r->fresh && s->owner.mem > s->clean_mem + gc_slack(r)) {
+        lua_gc(L, LUA_GCCOLLECT);
+        s->clean_mem = s->owner.mem;
+    }
 }
 
-rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s)
+rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 {
     uint64_t t0 = rdmx_now_ns();
     const rdmx_lambda_call_params_t *c = r->call;
@@ -980,24 +1392,26 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s)
         }
     }
 
-    /* the call owns the state from here: its record counts everything,
-     * the sandbox's memory included, as if the call had opened it */
+    /* the call owns the state from here: its record counts what the state
+     * holds beyond what it held now */
     L = s->L;
     lua_setallocf(L, lalloc, r);
-    r->mem = r->mem_peak = s->owner.mem;
+    r->mem = r->mem_base = r->mem_peak = s->owner.mem;
+    r->mem_limit =
+        r->max_memory > SIZE_MAX - r->mem ? SIZE_MAX : r->mem + r->max_memory;
+    r->mem_shown = s->sandbox_mem;
     r->stop_ref = s->stop_ref;
+    r->state = s;
     r->L = r->current = L;
-    if (r->mem > r->max_memory) {
-        r->mem_refused = 1;
-        r->limit = RDMX_LAMBDA_LIMIT_MEMORY;
-        stop_message(r, RDMX_LAMBDA_LIMIT_MEMORY, r->msg, sizeof(r->msg));
-        hand_back(r, s);
-        return RDMX_ERR_NO_RESOURCE;
-    }
 
+    /* the closure this state keeps for the function, if any: looked up
+     * once, for pmain and for hand_back (the stack is empty here) */
+    if (r->keep_fns == 0 || !fn_find(L, s, r->id))
+        lua_pushnil(L);
     lua_pushcfunction(L, pmain);
     lua_pushlightuserdata(L, r);
-    st = lua_pcall(L, 1, 0, 0);
+    lua_pushvalue(L, 1);
+    st = lua_pcall(L, 2, 0, 0);
     if (st != LUA_OK) {
         if (r->stop) {
             r->limit = (rdmx_lambda_limit_t)r->stop;
@@ -1012,6 +1426,7 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s)
             } else {
                 snprintf(r->msg, sizeof(r->msg), "out of memory");
                 status = RDMX_ERR_NO_MEMORY;
+                s->broken = 1; /* the host's memory: start afresh */
             }
         } else {
             const char *m = lua_type(L, -1) == LUA_TSTRING ||
@@ -1033,6 +1448,7 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_spare_t *s)
         status = limit_status(r->stop);
     }
 
+    r->mem_peak -= r->mem_base;
     hand_back(r, s);
     r->elapsed_ns = rdmx_now_ns() - t0;
     if (status != RDMX_OK) {

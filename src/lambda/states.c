@@ -1,13 +1,19 @@
 /*
- * rdmx lambda — fresh states off the call's path (docs/LAMBDA.md).
+ * rdmx lambda — the engine's pool of sandbox states (docs/LAMBDA.md,
+ * "Sandbox states").
  *
- * A keeper thread per engine builds spares (states with the sandbox
- * opened, never used) until `target` are ready, and closes the states
- * calls hand back. A call pops a ready spare under the mutex, or builds its
- * own when none is ready; isolation is unchanged: every call runs in a
- * state no other call used. When the keeper falls behind on closing (more
- * calling threads than it can serve), calls close their own: the states
- * waiting to be closed stay few.
+ * Reused (the default): a free list. A call pops a state under the mutex,
+ * or builds one when the list is empty, and pushes it back when done; each
+ * call runs in its own environment (sandbox.c). The list holds as many
+ * states as calls ever ran at once.
+ *
+ * Fresh (fresh_states): a keeper thread per engine builds spares (states
+ * with the sandbox opened, never used) until `target` are ready, and closes
+ * the states calls hand back. A call pops a ready spare under the mutex, or
+ * builds its own when none is ready: every call runs in a state no other
+ * call used. When the keeper falls behind on closing (more calling threads
+ * than it can serve), calls close their own: the states waiting to be
+ * closed stay few.
  *
  * The keeper runs under SCHED_IDLE (Linux): only on a CPU that would
  * otherwise idle, so it never takes time from the threads that serve
@@ -29,26 +35,27 @@ struct rdmx__lambda_states {
     pthread_cond_t wake; /* the keeper: a state to close, a spare taken */
     pthread_t keeper;
     int running, stopping;
+    int fresh; /* one call per state; else states are reused */
     unsigned target;
     unsigned nready, nused;
-    rdmx__lambda_spare_t *ready; /* built, never used */
-    rdmx__lambda_spare_t *used;  /* to close */
+    rdmx__lambda_state_t *ready; /* fresh: built, never used; else: idle */
+    rdmx__lambda_state_t *used;  /* to close */
 };
 
-static rdmx__lambda_spare_t *spare_new(void)
+static rdmx__lambda_state_t *state_new(void)
 {
-    rdmx__lambda_spare_t *s = calloc(1, sizeof(*s));
+    rdmx__lambda_state_t *s = calloc(1, sizeof(*s));
 
-    if (s != NULL && rdmx__lambda_spare_build(s) != RDMX_OK) {
+    if (s != NULL && rdmx__lambda_state_build(s) != RDMX_OK) {
         free(s);
         s = NULL;
     }
     return s;
 }
 
-static void spare_free(rdmx__lambda_spare_t *s)
+static void state_free(rdmx__lambda_state_t *s)
 {
-    rdmx__lambda_spare_close(s);
+    rdmx__lambda_state_close(s);
     free(s);
 }
 
@@ -56,7 +63,7 @@ static void spare_free(rdmx__lambda_spare_t *s)
 static void *keeper_main(void *arg)
 {
     rdmx__lambda_states_t *st = arg;
-    rdmx__lambda_spare_t *s;
+    rdmx__lambda_state_t *s;
 #ifdef SCHED_IDLE
     struct sched_param idle = {0};
 
@@ -70,11 +77,11 @@ static void *keeper_main(void *arg)
             st->used = s->next;
             st->nused--;
             pthread_mutex_unlock(&st->lock);
-            spare_free(s);
+            state_free(s);
             pthread_mutex_lock(&st->lock);
         } else if (st->nready < st->target) {
             pthread_mutex_unlock(&st->lock);
-            s = spare_new();
+            s = state_new();
             pthread_mutex_lock(&st->lock);
             if (s == NULL) {
                 /* out of memory: calls build their own until a state is
@@ -93,16 +100,17 @@ static void *keeper_main(void *arg)
     return NULL;
 }
 
-rdmx__lambda_states_t *rdmx__lambda_states_create(unsigned target)
+rdmx__lambda_states_t *rdmx__lambda_states_create(int fresh, unsigned target)
 {
     rdmx__lambda_states_t *st = calloc(1, sizeof(*st));
 
     if (st == NULL)
         return NULL;
-    st->target = target;
+    st->fresh = fresh;
+    st->target = fresh ? target : 0;
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->wake, NULL);
-    if (target > 0) {
+    if (st->target > 0) {
         if (pthread_create(&st->keeper, NULL, keeper_main, st) != 0) {
             pthread_cond_destroy(&st->wake);
             pthread_mutex_destroy(&st->lock);
@@ -116,7 +124,7 @@ rdmx__lambda_states_t *rdmx__lambda_states_create(unsigned target)
 
 void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st)
 {
-    rdmx__lambda_spare_t *s;
+    rdmx__lambda_state_t *s;
 
     if (st == NULL)
         return;
@@ -129,40 +137,53 @@ void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st)
     }
     while ((s = st->ready) != NULL) {
         st->ready = s->next;
-        spare_free(s);
+        state_free(s);
     }
     while ((s = st->used) != NULL) {
         st->used = s->next;
-        spare_free(s);
+        state_free(s);
     }
     pthread_cond_destroy(&st->wake);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
 
-rdmx__lambda_spare_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
+rdmx__lambda_state_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
                                                int *ready_p)
 {
-    rdmx__lambda_spare_t *s = NULL;
+    rdmx__lambda_state_t *s = NULL;
 
-    if (st->running) {
+    if (st->running || !st->fresh) {
         pthread_mutex_lock(&st->lock);
         if ((s = st->ready) != NULL) {
             st->ready = s->next;
             st->nready--;
-            pthread_cond_signal(&st->wake);
+            if (st->running)
+                pthread_cond_signal(&st->wake);
         }
         pthread_mutex_unlock(&st->lock);
     }
     *ready_p = s != NULL;
-    return s != NULL ? s : spare_new();
+    return s != NULL ? s : state_new();
 }
 
 void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
-                              rdmx__lambda_spare_t *s, int built_here)
+                              rdmx__lambda_state_t *s, int built_here)
 {
     int queued = 0;
 
+    if (!st->fresh) {
+        if (s->broken) {
+            state_free(s);
+            return;
+        }
+        pthread_mutex_lock(&st->lock);
+        s->next = st->ready;
+        st->ready = s;
+        st->nready++;
+        pthread_mutex_unlock(&st->lock);
+        return;
+    }
     if (st->running && !built_here) {
         pthread_mutex_lock(&st->lock);
         if (st->nused < USED_MAX) {
@@ -175,5 +196,5 @@ void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
         pthread_mutex_unlock(&st->lock);
     }
     if (!queued)
-        spare_free(s);
+        state_free(s);
 }
