@@ -49,6 +49,7 @@ enum {
 #define NO_REHASH        ((size_t)-1)
 #define HT_MIN_LOG2      10
 #define HT_MAX_LOG2      32
+#define HT_MAX_LOAD      2    /* items per bucket before the index grows */
 #define REHASH_STEP      4    /* non-empty buckets moved per operation */
 #define REHASH_RECLAIM   256  /* ... per rdmx__kv_store_reclaim call */
 #define EVICT_VICTIMS    64   /* LRU victims tried per allocation */
@@ -335,14 +336,14 @@ static void rehash_step(rdmx_kv_store_t *s, size_t n)
     }
 }
 
-/* Start growing the index once it holds more items than buckets. Out of
- * memory is not an error: chains just get longer. */
+/* Start growing the index once it holds more than HT_MAX_LOAD items per
+ * bucket. Out of memory is not an error: chains just get longer. */
 static void ht_maybe_grow(rdmx_kv_store_t *s)
 {
     size_t buckets = s->ht[0].mask + 1;
     kv_ref_t *b;
 
-    if (s->rehash != NO_REHASH || s->st.curr_items <= buckets ||
+    if (s->rehash != NO_REHASH || s->st.curr_items <= HT_MAX_LOAD * buckets ||
         buckets >= ((size_t)1 << HT_MAX_LOG2))
         return;
     b = calloc(2 * buckets, sizeof(*b));
@@ -841,7 +842,8 @@ void rdmx__kv_store_release(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
         rdmx_warn("kv: release of an item that holds no reference");
         return;
     }
-    if (--it->refs == 0 && it->state == ITEM_UNLINKED) {
+    it->refs--;
+    if (it->refs == 0 && it->state == ITEM_UNLINKED) {
         list_del(s, &s->pending, it);
         s->st.pending_items--;
         s->st.pending_bytes -= it->vlen;
