@@ -238,7 +238,8 @@ run_rdmx() { # value_bytes
 
 echo "# kv-item-memory: $ITEMS items, ${KEY} B keys; bytes per item = the"
 echo "# memory a server needs to hold them (see the header of this script)"
-echo "# rdmx $(tree_at "$ROOT"); memcached $("$MEMCACHED" -V | cut -d' ' -f2)"
+echo "# rdmx $(tree_at "$ROOT") (rdmx-kvd: $RDMX_KVD);" \
+    "memcached $("$MEMCACHED" -V | cut -d' ' -f2)"
 printf "%-8s %12s %12s %7s   %s\n" value memcached rdmx-kvd ratio detail
 for v in $SIZE_LIST; do
     run_memcached "$v"
