@@ -199,8 +199,8 @@ const void *rdmx__kv_item_key(const rdmx_kv_item_t *it, size_t *klen_p);
  * also with eviction off); then, with RDMX_KV_EVICT_LRU, least-recently-used
  * unreferenced items are evicted (with their unreferenced physical
  * successors when one hole has to grow to @vlen). With RDMX_KV_EVICT_NONE,
- * or when that finds no room, RDMX_ERR_NO_MEMORY. RDMX_ERR_TOO_BIG: @klen > max_key or @vlen >
- * max_value; RDMX_ERR_INVALID: empty key. Counts cmd_set.
+ * or when that finds no room, RDMX_ERR_NO_MEMORY. RDMX_ERR_TOO_BIG: @klen >
+ * max_key or @vlen > max_value; RDMX_ERR_INVALID: empty key. Counts cmd_set.
  */
 rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,
                                      size_t klen, size_t vlen, uint64_t now_ms,
