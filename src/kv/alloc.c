@@ -1,10 +1,10 @@
 /*
  * TLSF allocator over a caller-owned range; see alloc.h for the layout.
  *
- * Header word `info`: span (a multiple of 64) | flags in the low 6 bits:
+ * Header word `info`: span (a multiple of the granule, at least 16) | flags:
  *   bit 0  this block is free
  *   bit 1  the physically previous block is free (its footer is valid)
- *   bits 2-5 a constant magic, so that freeing an address that is not a
+ *   bits 56-63 a constant magic, so that freeing an address that is not a
  *   block start is (almost always) refused instead of corrupting the lists.
  * The sentinel at the end has span 0 and is never free.
  */
@@ -14,23 +14,38 @@
 
 #include <string.h>
 
-#define BLK_FREE      1ull
-#define BLK_PREV_FREE 2ull
-#define BLK_MAGIC     (0xbull << 2)
-#define BLK_FLAGS     63ull
-#define ALIGN         ((uint64_t)RDMX_KV_ALLOC_ALIGN)
-#define HDR           ((uint64_t)RDMX_KV_ALLOC_HDR)
-#define MIN_SPAN      ALIGN
-#define SMALL_SPAN    (1ull << RDMX__KV_FL_SHIFT) /* 2 KiB */
-#define SCAN_FALLBACK 16 /* blocks of the exact class tried on a miss */
+#define BLK_FREE       1ull
+#define BLK_PREV_FREE  2ull
+#define BLK_MAGIC      (0xa5ull << 56)
+#define BLK_MAGIC_MASK (0xffull << 56)
+#define BLK_FLAGS      (3ull | BLK_MAGIC_MASK)
+#define HDR            ((uint64_t)RDMX_KV_ALLOC_HDR)
+#define SCAN_FALLBACK  16 /* blocks of the exact class tried on a miss */
 
 struct rdmx__kv_blk {
     uint64_t info; /* span | flags */
-    uint64_t tag;  /* owner tag while allocated */
     /* free blocks only, in the payload: */
     rdmx__kv_blk_t *next_free;
     rdmx__kv_blk_t *prev_free;
 };
+
+/* The smallest span: a free block's header, links and footer. */
+#define MIN_FREE_SPAN (sizeof(rdmx__kv_blk_t) + sizeof(uint64_t))
+
+static inline uint64_t granule(const rdmx_kv_alloc_t *a)
+{
+    return 1ull << a->shift;
+}
+
+static inline uint64_t min_span(const rdmx_kv_alloc_t *a)
+{
+    return granule(a) < MIN_FREE_SPAN ? MIN_FREE_SPAN : granule(a);
+}
+
+static inline uint64_t small_span(const rdmx_kv_alloc_t *a)
+{
+    return (uint64_t)RDMX__KV_SL_COUNT << a->shift;
+}
 
 static inline uint64_t blk_span(const rdmx__kv_blk_t *b)
 {
@@ -73,35 +88,37 @@ static inline unsigned fls64(uint64_t x) /* x != 0 */
 }
 
 /* Span needed for @size usable bytes, or 0 if it cannot be represented. */
-static uint64_t span_for(size_t size)
+static uint64_t span_for(const rdmx_kv_alloc_t *a, size_t size)
 {
     uint64_t s = (uint64_t)size;
-    if (s > UINT64_MAX / 2)
+    if (s > (UINT64_MAX >> 9))
         return 0;
-    s = (s + HDR + ALIGN - 1) & ~(ALIGN - 1);
-    return s < MIN_SPAN ? MIN_SPAN : s;
+    s = (s + HDR + granule(a) - 1) & ~(granule(a) - 1);
+    return s < min_span(a) ? min_span(a) : s;
 }
 
 /* The class a block of @span belongs to. */
-static void mapping_insert(uint64_t span, unsigned *fl, unsigned *sl)
+static void mapping_insert(const rdmx_kv_alloc_t *a, uint64_t span,
+                           unsigned *fl, unsigned *sl)
 {
-    if (span < SMALL_SPAN) {
+    if (span < small_span(a)) {
         *fl = 0;
-        *sl = (unsigned)(span / ALIGN);
+        *sl = (unsigned)(span >> a->shift);
     } else {
         unsigned f = fls64(span);
         *sl = (unsigned)(span >> (f - RDMX__KV_SL_LOG2)) ^ RDMX__KV_SL_COUNT;
-        *fl = f - RDMX__KV_FL_SHIFT + 1;
+        *fl = f - (RDMX__KV_SL_LOG2 + a->shift) + 1;
     }
 }
 
 /* The first class whose every block holds @span: round up to the next
- * class boundary (exact below 2 KiB). */
-static void mapping_search(uint64_t span, unsigned *fl, unsigned *sl)
+ * class boundary (exact below 32 granules). */
+static void mapping_search(const rdmx_kv_alloc_t *a, uint64_t span,
+                           unsigned *fl, unsigned *sl)
 {
-    if (span >= SMALL_SPAN)
+    if (span >= small_span(a))
         span += (1ull << (fls64(span) - RDMX__KV_SL_LOG2)) - 1;
-    mapping_insert(span, fl, sl);
+    mapping_insert(a, span, fl, sl);
 }
 
 static void list_insert(rdmx_kv_alloc_t *a, rdmx__kv_blk_t *b)
@@ -109,7 +126,7 @@ static void list_insert(rdmx_kv_alloc_t *a, rdmx__kv_blk_t *b)
     unsigned fl, sl;
     rdmx__kv_blk_t *head;
 
-    mapping_insert(blk_span(b), &fl, &sl);
+    mapping_insert(a, blk_span(b), &fl, &sl);
     head = a->heads[fl][sl];
     b->next_free = head;
     b->prev_free = NULL;
@@ -124,7 +141,7 @@ static void list_remove(rdmx_kv_alloc_t *a, rdmx__kv_blk_t *b)
 {
     unsigned fl, sl;
 
-    mapping_insert(blk_span(b), &fl, &sl);
+    mapping_insert(a, blk_span(b), &fl, &sl);
     if (b->prev_free != NULL)
         b->prev_free->next_free = b->next_free;
     else
@@ -143,7 +160,6 @@ static void list_remove(rdmx_kv_alloc_t *a, rdmx__kv_blk_t *b)
 static void make_free(rdmx_kv_alloc_t *a, rdmx__kv_blk_t *b)
 {
     b->info |= BLK_FREE;
-    b->tag = 0;
     blk_set_footer(b);
     blk_next(b)->info |= BLK_PREV_FREE;
     list_insert(a, b);
@@ -166,7 +182,7 @@ static uint64_t use_block(rdmx_kv_alloc_t *a, rdmx__kv_blk_t *b, uint64_t span)
     uint64_t have = blk_span(b);
 
     take_free(a, b);
-    if (have - span >= MIN_SPAN) {
+    if (have - span >= min_span(a)) {
         rdmx__kv_blk_t *rest = (rdmx__kv_blk_t *)((char *)b + span);
         rest->info = (have - span) | BLK_MAGIC; /* prev (b) is used */
         b->info = span | (b->info & BLK_PREV_FREE) | BLK_MAGIC;
@@ -176,7 +192,6 @@ static uint64_t use_block(rdmx_kv_alloc_t *a, rdmx__kv_blk_t *b, uint64_t span)
         blk_next(b)->info &= ~BLK_PREV_FREE;
         span = have;
     }
-    b->tag = 0;
     a->used_bytes += span;
     a->used_blocks++;
     return blk_offset(a, b);
@@ -190,22 +205,25 @@ rdmx_status_t rdmx__kv_alloc_init(rdmx_kv_alloc_t *a, void *base, size_t size)
     if (base == NULL || size > UINTPTR_MAX - (uintptr_t)base)
         return rdmx__error(RDMX_ERR_INVALID, "kv alloc: bad range %p + %zu",
                            base, size);
-    if (size < 4 * ALIGN)
+    if (size < 256)
         return rdmx__error(RDMX_ERR_INVALID,
                            "kv alloc: range of %zu bytes is too small", size);
+    memset(a, 0, sizeof(*a));
+    /* the smallest granule that numbers every block start in 32 bits */
+    a->shift = RDMX_KV_ALLOC_MIN_SHIFT;
+    while ((size >> a->shift) >= RDMX_KV_ALLOC_MAX_REF)
+        a->shift++;
     lo = (uintptr_t)base;
     hi = lo + size;
-    /* payload = header + 16 must be aligned */
-    first = ((lo + HDR + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1)) - HDR;
-    end = (hi & ~(uintptr_t)(ALIGN - 1)) - HDR; /* sentinel header */
-    memset(a, 0, sizeof(*a));
+    /* block headers start on granule boundaries */
+    first = (lo + granule(a) - 1) & ~(uintptr_t)(granule(a) - 1);
+    end = (hi - HDR) & ~(uintptr_t)(granule(a) - 1); /* sentinel header */
     a->base = base;
     a->size = size;
     a->first = (char *)first;
     a->end = (char *)end;
     sentinel = (rdmx__kv_blk_t *)a->end;
     sentinel->info = BLK_MAGIC; /* span 0, used */
-    sentinel->tag = 0;
     b = (rdmx__kv_blk_t *)a->first;
     b->info = (uint64_t)(end - first) | BLK_MAGIC;
     make_free(a, b);
@@ -214,7 +232,7 @@ rdmx_status_t rdmx__kv_alloc_init(rdmx_kv_alloc_t *a, void *base, size_t size)
 
 uint64_t rdmx__kv_alloc(rdmx_kv_alloc_t *a, size_t size)
 {
-    uint64_t span = span_for(size);
+    uint64_t span = span_for(a, size);
     unsigned fl, sl;
     uint32_t sl_map;
     uint64_t fl_map;
@@ -223,7 +241,7 @@ uint64_t rdmx__kv_alloc(rdmx_kv_alloc_t *a, size_t size)
 
     if (span == 0 || span > a->free_bytes)
         return RDMX_KV_ALLOC_NONE;
-    mapping_search(span, &fl, &sl);
+    mapping_search(a, span, &fl, &sl);
     if (fl < RDMX__KV_FL_COUNT) {
         sl_map = a->sl_bitmap[fl] & (~0u << sl);
         if (sl_map == 0) {
@@ -240,7 +258,7 @@ uint64_t rdmx__kv_alloc(rdmx_kv_alloc_t *a, size_t size)
     }
     /* Nothing in the rounded-up classes: blocks of the request's own class
      * may still be large enough. */
-    mapping_insert(span, &fl, &sl);
+    mapping_insert(a, span, &fl, &sl);
     b = a->heads[fl][sl];
     for (i = 0; b != NULL && i < SCAN_FALLBACK; i++, b = b->next_free) {
         if (blk_span(b) >= span)
@@ -257,9 +275,9 @@ static rdmx__kv_blk_t *blk_at(const rdmx_kv_alloc_t *a, uint64_t offset)
     if (offset < HDR || offset > a->size)
         return NULL;
     p = a->base + offset - HDR;
-    if (p < a->first || p >= a->end || ((uintptr_t)p + HDR) % ALIGN != 0)
+    if (p < a->first || p >= a->end || ((uintptr_t)p & (granule(a) - 1)) != 0)
         return NULL;
-    if ((((rdmx__kv_blk_t *)p)->info & (BLK_FLAGS & ~3ull)) != BLK_MAGIC)
+    if ((((rdmx__kv_blk_t *)p)->info & BLK_MAGIC_MASK) != BLK_MAGIC)
         return NULL;
     return (rdmx__kv_blk_t *)p;
 }
@@ -267,7 +285,7 @@ static rdmx__kv_blk_t *blk_at(const rdmx_kv_alloc_t *a, uint64_t offset)
 uint64_t rdmx__kv_alloc_from(rdmx_kv_alloc_t *a, uint64_t offset, size_t size)
 {
     rdmx__kv_blk_t *b = blk_at(a, offset);
-    uint64_t span = span_for(size);
+    uint64_t span = span_for(a, size);
 
     if (b == NULL || !blk_is_free(b) || span == 0 || blk_span(b) < span)
         return RDMX_KV_ALLOC_NONE;
@@ -306,13 +324,6 @@ size_t rdmx__kv_alloc_usable_size(const rdmx_kv_alloc_t *a, uint64_t offset)
     return b == NULL ? 0 : (size_t)(blk_span(b) - HDR);
 }
 
-void rdmx__kv_alloc_set_tag(rdmx_kv_alloc_t *a, uint64_t offset, uint64_t tag)
-{
-    rdmx__kv_blk_t *b = blk_at(a, offset);
-    if (b != NULL && !blk_is_free(b))
-        b->tag = tag;
-}
-
 void rdmx__kv_alloc_block(const rdmx_kv_alloc_t *a, uint64_t offset,
                           rdmx_kv_alloc_block_t *blk_p)
 {
@@ -325,7 +336,6 @@ void rdmx__kv_alloc_block(const rdmx_kv_alloc_t *a, uint64_t offset,
         return;
     blk_p->usable = blk_span(b) - HDR;
     blk_p->is_free = blk_is_free(b);
-    blk_p->tag = blk_p->is_free ? 0 : b->tag;
     n = blk_next(b);
     if ((char *)n < a->end)
         blk_p->next = blk_offset(a, n);
@@ -371,10 +381,10 @@ rdmx_status_t rdmx__kv_alloc_check(const rdmx_kv_alloc_t *a)
     for (b = (const rdmx__kv_blk_t *)a->first; (const char *)b < a->end;
          b = blk_next(b)) {
         uint64_t span = blk_span(b);
-        if ((b->info & (BLK_FLAGS & ~3ull)) != BLK_MAGIC)
+        if ((b->info & BLK_MAGIC_MASK) != BLK_MAGIC)
             CHECK_FAIL("bad magic at offset %llu",
                        (unsigned long long)blk_offset(a, b));
-        if (span < MIN_SPAN || span % ALIGN != 0 ||
+        if (span < min_span(a) || (span & (granule(a) - 1)) != 0 ||
             (const char *)b + span > a->end)
             CHECK_FAIL("bad span %llu at offset %llu", (unsigned long long)span,
                        (unsigned long long)blk_offset(a, b));
@@ -419,7 +429,7 @@ rdmx_status_t rdmx__kv_alloc_check(const rdmx_kv_alloc_t *a)
                  p = b, b = b->next_free) {
                 if (!blk_is_free(b) || b->prev_free != p)
                     CHECK_FAIL("free list %u/%u broken", f, s);
-                mapping_insert(blk_span(b), &fl, &sl);
+                mapping_insert(a, blk_span(b), &fl, &sl);
                 if (fl != f || sl != s)
                     CHECK_FAIL("block of span %llu in class %u/%u",
                                (unsigned long long)blk_span(b), f, s);

@@ -12,19 +12,21 @@
  *
  * Blocks and metadata (in-band, inside the range):
  *
- *     ... | hdr 16 B | payload (usable) ................ | hdr | ...
- *                    ^ 64-byte aligned address
+ *     ... | hdr 8 B | payload (usable) ................ | hdr | ...
+ *         ^ granule-aligned address
  *
- * Every payload address is 64-byte aligned; every block spans a multiple of
- * 64 bytes, header included, so the usable size of a block is span - 16
- * (48, 112, 176, ... bytes). A header holds the span with two flags and an
- * owner tag (the store keeps its item pointer there, which lets it find the
- * item that owns a physical neighbour). A free block also keeps its free-list
- * links at the start of its payload and its span in its last 8 bytes (the
- * footer the next block uses to find it). Nothing else lives in the range.
+ * Blocks start on granule boundaries and span a multiple of the granule,
+ * header included: the granule is 16 bytes for ranges below 64 GiB (twice
+ * that for every further doubling, so that block starts counted in granules
+ * fit in 32 bits: rdmx_kv_alloc_t.shift), the smallest block 32 bytes. The
+ * usable size of a block is span - 8 (24, 40, 56, ... bytes); payloads are
+ * 8-byte aligned. The header holds the span, two flags and a magic. A free
+ * block also keeps its free-list links at the start of its payload and its
+ * span in its last 8 bytes (the footer the next block uses to find it).
+ * Nothing else lives in the range but what the caller writes into payloads.
  *
  * Offsets returned and taken are relative to the base given to init (not to
- * the first aligned block), so base + offset is the value's address in the
+ * the first aligned block), so base + offset is the payload's address in the
  * caller's region.
  *
  * Not thread-safe: the store serializes calls with its lock.
@@ -40,18 +42,22 @@
 /* "No block": returned by the allocation functions on failure. */
 #define RDMX_KV_ALLOC_NONE ((uint64_t)-1)
 
-/* Alignment of every payload address, and the granule of block spans. */
-#define RDMX_KV_ALLOC_ALIGN 64u
+/* log2 of the smallest granule of block spans (16 bytes). */
+#define RDMX_KV_ALLOC_MIN_SHIFT 4u
+
+/* Block starts, counted in granules from the first block, stay below this
+ * (the granule grows with the range to keep them there). */
+#define RDMX_KV_ALLOC_MAX_REF 0xfffffffeull
 
 /* Bytes of in-band header in front of every payload. */
-#define RDMX_KV_ALLOC_HDR 16u
+#define RDMX_KV_ALLOC_HDR 8u
 
-/* TLSF geometry: 2^5 second-level classes per power of two, 64-byte
- * granules; spans below 2 KiB are classed exactly (64-byte steps). */
+/* TLSF geometry: 2^5 second-level classes per power of two; spans below 32
+ * granules (512 bytes with 16-byte granules) are classed exactly. */
 #define RDMX__KV_SL_LOG2  5
 #define RDMX__KV_SL_COUNT (1u << RDMX__KV_SL_LOG2)
-#define RDMX__KV_FL_SHIFT (RDMX__KV_SL_LOG2 + 6)
-#define RDMX__KV_FL_COUNT (64 - RDMX__KV_FL_SHIFT + 1)
+#define RDMX__KV_FL_COUNT                                                      \
+    (64 - (RDMX__KV_SL_LOG2 + RDMX_KV_ALLOC_MIN_SHIFT) + 1)
 
 typedef struct rdmx__kv_blk rdmx__kv_blk_t;
 
@@ -59,6 +65,7 @@ typedef struct rdmx__kv_blk rdmx__kv_blk_t;
 typedef struct {
     char *base; /* the range given to init */
     size_t size;
+    unsigned shift;     /* log2 of the granule */
     char *first;        /* header of the first block */
     char *end;          /* header of the sentinel (span 0, always used) */
     uint64_t fl_bitmap; /* bit f: some class of first level f is non-empty */
@@ -84,29 +91,29 @@ typedef struct {
     uint64_t offset; /* payload offset (from base) */
     uint64_t usable; /* payload bytes */
     int is_free;
-    uint64_t tag;  /* owner tag of an allocated block (0 when unset) */
     uint64_t prev; /* payload offset of the physically previous block,
                       RDMX_KV_ALLOC_NONE at the start of the range */
     uint64_t next; /* same for the next block, NONE at the end */
 } rdmx_kv_alloc_block_t;
 
 /*
- * Manage [base, base + size). The start is rounded up and the end down so
- * that payloads are 64-byte aligned; up to 142 bytes are lost that way
- * (alignment and the 16-byte end sentinel). Returns RDMX_ERR_INVALID for a
- * range smaller than 256 bytes.
+ * Manage [base, base + size) in granules of 16 bytes (32 from 64 GiB on,
+ * and so on). The start is rounded up and the end down to the granule; up
+ * to two granules are lost that way (alignment and the 8-byte end
+ * sentinel). Returns RDMX_ERR_INVALID for a range smaller than 256 bytes.
  */
 rdmx_status_t rdmx__kv_alloc_init(rdmx_kv_alloc_t *a, void *base, size_t size);
 
 /*
  * A block with at least @size usable bytes (0 is allowed: the smallest block,
- * 48 usable bytes). Returns its offset from base (base + offset is 64-byte
- * aligned), or RDMX_KV_ALLOC_NONE when no free block is large enough.
+ * 24 usable bytes with 16-byte granules). Returns its payload's offset from
+ * base (base + offset is 8-byte aligned), or RDMX_KV_ALLOC_NONE when no free
+ * block is large enough.
  *
  * Good fit in O(1): a request is rounded up to the next class boundary so
  * that any block of the class found fits (waste below 1/32 of the size); only
  * when that finds nothing, the first 16 blocks of the request's own class are
- * tried. Its tag is 0.
+ * tried.
  */
 uint64_t rdmx__kv_alloc(rdmx_kv_alloc_t *a, size_t size);
 
@@ -124,16 +131,13 @@ uint64_t rdmx__kv_alloc_from(rdmx_kv_alloc_t *a, uint64_t offset, size_t size);
  * payload offset of the resulting free block (which starts earlier when it
  * merged with its predecessor), or RDMX_KV_ALLOC_NONE when @offset is not an
  * allocated block (outside the range, not a block start, already free —
- * checked through a 4-bit magic, so garbage is refused with 15/16
+ * checked through an 8-bit magic, so garbage is refused with 255/256
  * probability): nothing is changed then.
  */
 uint64_t rdmx__kv_free(rdmx_kv_alloc_t *a, uint64_t offset);
 
 /* Usable bytes of the allocated block at @offset (>= the size asked for). */
 size_t rdmx__kv_alloc_usable_size(const rdmx_kv_alloc_t *a, uint64_t offset);
-
-/* Owner tag of an allocated block: any value the caller wants kept. */
-void rdmx__kv_alloc_set_tag(rdmx_kv_alloc_t *a, uint64_t offset, uint64_t tag);
 
 /*
  * Describe the block (free or not) whose payload is at @offset. Only a free

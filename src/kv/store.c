@@ -8,14 +8,20 @@
  *                  │ abort / failed commit              (refs == 0)
  *                  └──────────────────────────────────────────────▶ freed
  *
+ * An item is one block of the range (as memcached's items are in its slabs):
+ * the allocator's 8-byte header, the item's 46-byte header (struct
+ * rdmx_kv_item), the key, the value. Items name each other by 32-bit
+ * references (kv_ref_t: the block's start in granules), not pointers: the
+ * LRU and pending lists, the index chains and buckets, the expiry heap.
+ *
  * LINKED items are in the index, the LRU list and (with an expiry) the
  * expiry heap. RESERVED and UNLINKED items sit on s->pending; an UNLINKED
  * item lives there only while references remain. A LINKED item is unlinked
  * by a replace, delete, flush, expiry or eviction; if nobody holds it, its
- * value block is freed at once.
+ * block is freed at once.
  *
  * Every field of the store and of its items is guarded by s->lock, except
- * the ones the accessors read: key, voff, vlen, flags, cas (written only
+ * the ones the accessors read: key, klen, vlen, flags, cas (written only
  * while nobody else holds the item) and exptime (an atomic: touch changes
  * it under the lock while a holder may read it).
  */
@@ -24,11 +30,11 @@
 #include "core/upper.h"
 #include "kv/alloc.h"
 #include "util/hash.h"
-#include "util/list.h"
 #include "util/time.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -39,35 +45,51 @@ enum {
     ITEM_UNLINKED = 3,
 };
 
-#define NO_HEAP          ((size_t)-1)
+#define NO_HEAP          UINT32_MAX
 #define NO_REHASH        ((size_t)-1)
 #define HT_MIN_LOG2      10
-#define HT_MAX_LOG2      40
+#define HT_MAX_LOG2      32
+#define HT_MAX_LOAD      2    /* items per bucket before the index grows */
 #define REHASH_STEP      4    /* non-empty buckets moved per operation */
 #define REHASH_RECLAIM   256  /* ... per rdmx__kv_store_reclaim call */
 #define EVICT_VICTIMS    64   /* LRU victims tried per allocation */
 #define EVICT_BUSY_SKIPS 1024 /* referenced tail items moved aside */
+#define ITEM_REFS_MAX    ((1u << 29) - 1)
+#define ITEM_MAX_VALUE   UINT32_MAX
 
+/* An item: 1 + the start of its block in granules from the allocator's
+ * first block (rdmx_kv_alloc_t.shift); 0: none. */
+typedef uint32_t kv_ref_t;
+
+/* 46 bytes in front of the key; the value follows the key. */
 struct rdmx_kv_item {
-    rdmx_list_t lru;          /* s->lru while LINKED, else s->pending */
-    rdmx_kv_item_t *hnext;    /* next in the index bucket, while LINKED */
-    uint64_t hash;            /* of the key */
     uint64_t cas;             /* version; 0 while RESERVED */
     _Atomic uint64_t exptime; /* absolute ms; 0: never */
-    uint64_t voff;            /* value offset in the range */
-    size_t vlen;              /* value length */
-    size_t heap_idx;          /* position in s->heap, or NO_HEAP */
+    kv_ref_t lru_prev;        /* neighbours on s->lru while LINKED, */
+    kv_ref_t lru_next;        /* ... else on s->pending */
+    kv_ref_t hnext;           /* next in the index bucket, while LINKED */
+    uint32_t vlen;            /* value length */
     uint32_t flags;           /* client flags */
-    uint32_t refs;            /* references from rdmx__kv_store_get / pins */
+    uint32_t heap_idx;        /* position in s->heap, or NO_HEAP */
+    unsigned refs : 29;       /* references from rdmx__kv_store_get / pins */
+    unsigned state : 2;       /* ITEM_* */
+    unsigned fetched : 1;     /* read by a get or incr since linked */
     uint16_t klen;
-    uint8_t state;   /* ITEM_* */
-    uint8_t fetched; /* read by a get or incr since linked */
-    unsigned char key[];
+    unsigned char key[]; /* klen bytes, then the value */
 };
 
+#define ITEM_HDR offsetof(rdmx_kv_item_t, key)
+_Static_assert(offsetof(rdmx_kv_item_t, key) == 46, "item header size");
+
+/* A list of items, linked through lru_prev / lru_next. */
 typedef struct {
-    rdmx_kv_item_t **b; /* buckets; NULL when the table is unused */
-    size_t mask;        /* buckets - 1 */
+    kv_ref_t head; /* first (least recently used); 0: empty */
+    kv_ref_t tail;
+} kv_list_t;
+
+typedef struct {
+    kv_ref_t *b; /* buckets; NULL when the table is unused */
+    size_t mask; /* buckets - 1 */
 } kv_table_t;
 
 struct rdmx_kv_store {
@@ -84,11 +106,11 @@ struct rdmx_kv_store {
      * and new items go to ht[1]. */
     kv_table_t ht[2];
     size_t rehash;
-    rdmx_list_t lru;       /* LINKED items, least recently used first */
-    rdmx_list_t pending;   /* RESERVED and referenced UNLINKED items */
-    rdmx_kv_item_t **heap; /* min-heap of LINKED items with an expiry */
-    size_t heap_len;
-    size_t heap_cap;
+    kv_list_t lru;     /* LINKED items, least recently used first */
+    kv_list_t pending; /* RESERVED and referenced UNLINKED items */
+    kv_ref_t *heap;    /* min-heap of LINKED items with an expiry */
+    uint32_t heap_len;
+    uint32_t heap_cap;
     uint64_t last_cas;        /* versions are 1, 2, ... */
     rdmx_kv_store_stats_t st; /* counters (allocator part filled on read) */
 };
@@ -155,14 +177,83 @@ uint64_t rdmx__kv_siphash(const uint64_t k[2], const void *data, size_t len)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Item references and lists                                                */
+/* ------------------------------------------------------------------------ */
+
+static inline rdmx_kv_item_t *item_at(const rdmx_kv_store_t *s, kv_ref_t r)
+{
+    return (rdmx_kv_item_t *)(s->alloc.first +
+                              ((uint64_t)(r - 1) << s->alloc.shift) +
+                              RDMX_KV_ALLOC_HDR);
+}
+
+static inline kv_ref_t ref_of(const rdmx_kv_store_t *s,
+                              const rdmx_kv_item_t *it)
+{
+    return (kv_ref_t)((uint64_t)((const char *)it - s->alloc.first) >>
+                      s->alloc.shift) +
+           1;
+}
+
+/* The item whose block's payload is at @off. */
+static inline rdmx_kv_item_t *item_of_offset(const rdmx_kv_store_t *s,
+                                             uint64_t off)
+{
+    return (rdmx_kv_item_t *)(s->base + off);
+}
+
+static inline uint64_t item_offset(const rdmx_kv_store_t *s,
+                                   const rdmx_kv_item_t *it)
+{
+    return (uint64_t)((const char *)it - s->base);
+}
+
+static inline unsigned char *item_value(const rdmx_kv_item_t *it)
+{
+    return (unsigned char *)it->key + it->klen;
+}
+
+static inline uint64_t item_hash(const rdmx_kv_store_t *s,
+                                 const rdmx_kv_item_t *it)
+{
+    return rdmx__kv_siphash(s->seed, it->key, it->klen);
+}
+
+static void list_insert_tail(rdmx_kv_store_t *s, kv_list_t *l,
+                             rdmx_kv_item_t *it)
+{
+    kv_ref_t r = ref_of(s, it);
+
+    it->lru_prev = l->tail;
+    it->lru_next = 0;
+    if (l->tail != 0)
+        item_at(s, l->tail)->lru_next = r;
+    else
+        l->head = r;
+    l->tail = r;
+}
+
+static void list_del(rdmx_kv_store_t *s, kv_list_t *l, rdmx_kv_item_t *it)
+{
+    if (it->lru_prev != 0)
+        item_at(s, it->lru_prev)->lru_next = it->lru_next;
+    else
+        l->head = it->lru_next;
+    if (it->lru_next != 0)
+        item_at(s, it->lru_next)->lru_prev = it->lru_prev;
+    else
+        l->tail = it->lru_prev;
+    it->lru_prev = it->lru_next = 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Index                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static inline int item_is(const rdmx_kv_item_t *it, uint64_t hash,
-                          const void *key, size_t klen)
+static inline int item_is(const rdmx_kv_item_t *it, const void *key,
+                          size_t klen)
 {
-    return it->hash == hash && it->klen == klen &&
-           memcmp(it->key, key, klen) == 0;
+    return it->klen == klen && memcmp(it->key, key, klen) == 0;
 }
 
 static rdmx_kv_item_t *ht_find(const rdmx_kv_store_t *s, uint64_t hash,
@@ -170,38 +261,43 @@ static rdmx_kv_item_t *ht_find(const rdmx_kv_store_t *s, uint64_t hash,
 {
     for (int t = 0; t < 2; t++) {
         const kv_table_t *ht = &s->ht[t];
-        rdmx_kv_item_t *it;
+        kv_ref_t r;
         if (ht->b == NULL)
             break;
-        for (it = ht->b[hash & ht->mask]; it != NULL; it = it->hnext) {
-            if (item_is(it, hash, key, klen))
+        /* buckets below s->rehash of ht[0] are empty */
+        for (r = ht->b[hash & ht->mask]; r != 0;) {
+            rdmx_kv_item_t *it = item_at(s, r);
+            if (item_is(it, key, klen))
                 return it;
+            r = it->hnext;
         }
     }
     return NULL;
 }
 
-static void ht_insert(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
+static void ht_insert(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t hash)
 {
     kv_table_t *ht = &s->ht[s->rehash == NO_REHASH ? 0 : 1];
-    rdmx_kv_item_t **slot = &ht->b[it->hash & ht->mask];
+    kv_ref_t *slot = &ht->b[hash & ht->mask];
 
     it->hnext = *slot;
-    *slot = it;
+    *slot = ref_of(s, it);
 }
 
-static void ht_remove(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
+static void ht_remove(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t hash)
 {
+    kv_ref_t r = ref_of(s, it);
+
     for (int t = 0; t < 2; t++) {
         kv_table_t *ht = &s->ht[t];
-        rdmx_kv_item_t **pp;
+        kv_ref_t *pp;
         if (ht->b == NULL)
             break;
-        for (pp = &ht->b[it->hash & ht->mask]; *pp != NULL;
-             pp = &(*pp)->hnext) {
-            if (*pp == it) {
+        for (pp = &ht->b[hash & ht->mask]; *pp != 0;
+             pp = &item_at(s, *pp)->hnext) {
+            if (*pp == r) {
                 *pp = it->hnext;
-                it->hnext = NULL;
+                it->hnext = 0;
                 return;
             }
         }
@@ -209,7 +305,8 @@ static void ht_remove(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
 }
 
 /* Move up to @n non-empty buckets (visiting at most 16 n) of a growing
- * index to the new table; finish the growth when none are left. */
+ * index to the new table, hashing each item's key again; finish the growth
+ * when none are left. */
 static void rehash_step(rdmx_kv_store_t *s, size_t n)
 {
     kv_table_t *from = &s->ht[0], *to = &s->ht[1];
@@ -218,15 +315,16 @@ static void rehash_step(rdmx_kv_store_t *s, size_t n)
     if (s->rehash == NO_REHASH)
         return;
     while (n > 0 && visits-- > 0 && s->rehash <= from->mask) {
-        rdmx_kv_item_t *it = from->b[s->rehash], *next;
-        from->b[s->rehash++] = NULL;
-        if (it != NULL)
+        kv_ref_t r = from->b[s->rehash], next;
+        from->b[s->rehash++] = 0;
+        if (r != 0)
             n--;
-        for (; it != NULL; it = next) {
-            rdmx_kv_item_t **slot = &to->b[it->hash & to->mask];
+        for (; r != 0; r = next) {
+            rdmx_kv_item_t *it = item_at(s, r);
+            kv_ref_t *slot = &to->b[item_hash(s, it) & to->mask];
             next = it->hnext;
             it->hnext = *slot;
-            *slot = it;
+            *slot = r;
         }
     }
     if (s->rehash > from->mask) {
@@ -238,14 +336,14 @@ static void rehash_step(rdmx_kv_store_t *s, size_t n)
     }
 }
 
-/* Start growing the index once it holds more items than buckets. Out of
- * memory is not an error: chains just get longer. */
+/* Start growing the index once it holds more than HT_MAX_LOAD items per
+ * bucket. Out of memory is not an error: chains just get longer. */
 static void ht_maybe_grow(rdmx_kv_store_t *s)
 {
     size_t buckets = s->ht[0].mask + 1;
-    rdmx_kv_item_t **b;
+    kv_ref_t *b;
 
-    if (s->rehash != NO_REHASH || s->st.curr_items <= buckets ||
+    if (s->rehash != NO_REHASH || s->st.curr_items <= HT_MAX_LOAD * buckets ||
         buckets >= ((size_t)1 << HT_MAX_LOG2))
         return;
     b = calloc(2 * buckets, sizeof(*b));
@@ -271,56 +369,65 @@ static inline int is_expired(const rdmx_kv_item_t *it, uint64_t now)
     return e != 0 && e <= now;
 }
 
-static inline void heap_put(rdmx_kv_store_t *s, size_t i, rdmx_kv_item_t *it)
+static inline rdmx_kv_item_t *heap_item(const rdmx_kv_store_t *s, uint32_t i)
 {
-    s->heap[i] = it;
+    return item_at(s, s->heap[i]);
+}
+
+static inline void heap_put(rdmx_kv_store_t *s, uint32_t i, rdmx_kv_item_t *it)
+{
+    s->heap[i] = ref_of(s, it);
     it->heap_idx = i;
 }
 
-static void heap_sift_up(rdmx_kv_store_t *s, size_t i)
+static void heap_sift_up(rdmx_kv_store_t *s, uint32_t i)
 {
-    rdmx_kv_item_t *it = s->heap[i];
+    rdmx_kv_item_t *it = heap_item(s, i);
     uint64_t e = exp_of(it);
 
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (exp_of(s->heap[parent]) <= e)
+        uint32_t parent = (i - 1) / 2;
+        if (exp_of(heap_item(s, parent)) <= e)
             break;
-        heap_put(s, i, s->heap[parent]);
+        heap_put(s, i, heap_item(s, parent));
         i = parent;
     }
     heap_put(s, i, it);
 }
 
-static void heap_sift_down(rdmx_kv_store_t *s, size_t i)
+static void heap_sift_down(rdmx_kv_store_t *s, uint32_t i)
 {
-    rdmx_kv_item_t *it = s->heap[i];
+    rdmx_kv_item_t *it = heap_item(s, i);
     uint64_t e = exp_of(it);
 
     for (;;) {
-        size_t c = 2 * i + 1;
+        uint64_t c = 2 * (uint64_t)i + 1;
         if (c >= s->heap_len)
             break;
-        if (c + 1 < s->heap_len && exp_of(s->heap[c + 1]) < exp_of(s->heap[c]))
+        if (c + 1 < s->heap_len && exp_of(heap_item(s, (uint32_t)c + 1)) <
+                                       exp_of(heap_item(s, (uint32_t)c)))
             c++;
-        if (e <= exp_of(s->heap[c]))
+        if (e <= exp_of(heap_item(s, (uint32_t)c)))
             break;
-        heap_put(s, i, s->heap[c]);
-        i = c;
+        heap_put(s, i, heap_item(s, (uint32_t)c));
+        i = (uint32_t)c;
     }
     heap_put(s, i, it);
 }
 
-/* Room for one more heap entry; -1 when out of memory. */
+/* Room for one more heap entry; -1 when out of memory (or at 2^31
+ * entries). */
 static int heap_reserve(rdmx_kv_store_t *s)
 {
-    rdmx_kv_item_t **h;
-    size_t cap;
+    kv_ref_t *h;
+    uint32_t cap;
 
     if (s->heap_len < s->heap_cap)
         return 0;
+    if (s->heap_cap >= (1u << 31))
+        return -1;
     cap = s->heap_cap == 0 ? 1024 : 2 * s->heap_cap;
-    h = realloc(s->heap, cap * sizeof(*h));
+    h = realloc(s->heap, (size_t)cap * sizeof(*h));
     if (h == NULL)
         return -1;
     s->heap = h;
@@ -336,8 +443,8 @@ static void heap_add(rdmx_kv_store_t *s, rdmx_kv_item_t *it) /* reserved */
 
 static void heap_del(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
 {
-    size_t i = it->heap_idx;
-    rdmx_kv_item_t *last = s->heap[--s->heap_len];
+    uint32_t i = it->heap_idx;
+    rdmx_kv_item_t *last = heap_item(s, --s->heap_len);
 
     it->heap_idx = NO_HEAP;
     if (last == it)
@@ -375,17 +482,16 @@ static uint64_t expiry_for(uint64_t ttl_ms, uint64_t now)
 
 static void item_free(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t *hole_p)
 {
-    uint64_t hole = rdmx__kv_free(&s->alloc, it->voff);
+    uint64_t hole = rdmx__kv_free(&s->alloc, item_offset(s, it));
     if (hole_p != NULL)
         *hole_p = hole;
-    free(it);
 }
 
-static void link_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
+static void link_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t hash)
 {
     it->state = ITEM_LINKED;
-    ht_insert(s, it);
-    rdmx_list_insert_tail(&s->lru, &it->lru);
+    ht_insert(s, it, hash);
+    list_insert_tail(s, &s->lru, it);
     if (exp_of(it) != 0)
         heap_add(s, it);
     s->st.curr_items++;
@@ -394,15 +500,16 @@ static void link_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
     ht_maybe_grow(s);
 }
 
-/* Take a LINKED item out of the index, LRU and heap; free it unless it is
- * referenced. Returns the offset of the free block its value went into, or
- * RDMX_KV_ALLOC_NONE while references remain. */
-static uint64_t unlink_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
+/* Take a LINKED item (whose key hashes to @hash) out of the index, LRU and
+ * heap; free it unless it is referenced. Returns the offset of the free
+ * block it went into, or RDMX_KV_ALLOC_NONE while references remain. */
+static uint64_t unlink_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
+                            uint64_t hash)
 {
     uint64_t hole = RDMX_KV_ALLOC_NONE;
 
-    ht_remove(s, it);
-    rdmx_list_del(&it->lru);
+    ht_remove(s, it, hash);
+    list_del(s, &s->lru, it);
     if (it->heap_idx != NO_HEAP)
         heap_del(s, it);
     s->st.curr_items--;
@@ -411,37 +518,39 @@ static uint64_t unlink_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
     if (it->refs == 0) {
         item_free(s, it, &hole);
     } else {
-        rdmx_list_insert_tail(&s->pending, &it->lru);
+        list_insert_tail(s, &s->pending, it);
         s->st.pending_items++;
         s->st.pending_bytes += it->vlen;
     }
     return hole;
 }
 
-/* Remove an expired item; a get counts it itself (get_expired). */
-static uint64_t expire_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it, int by_get)
+/* Remove an expired item (key hash @hash); a get counts it itself
+ * (get_expired). */
+static uint64_t expire_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
+                            uint64_t hash, int by_get)
 {
     if (!it->fetched)
         s->st.expired_unfetched++;
     if (!by_get)
         s->st.reclaimed++;
-    return unlink_item(s, it);
+    return unlink_item(s, it, hash);
 }
 
 /* Remove an item to make room (an expired one counts as reclaimed). */
 static uint64_t evict_item(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t now)
 {
     if (is_expired(it, now))
-        return expire_item(s, it, 0);
+        return expire_item(s, it, item_hash(s, it), 0);
     s->st.evictions++;
     if (!it->fetched)
         s->st.evicted_unfetched++;
-    return unlink_item(s, it);
+    return unlink_item(s, it, item_hash(s, it));
 }
 
 static inline int evictable(const rdmx_kv_item_t *it)
 {
-    return it != NULL && it->state == ITEM_LINKED && it->refs == 0;
+    return it->state == ITEM_LINKED && it->refs == 0;
 }
 
 /* The live item of @key, or NULL; an expired one is removed on the way
@@ -454,7 +563,7 @@ static rdmx_kv_item_t *lookup(rdmx_kv_store_t *s, uint64_t hash,
     rehash_step(s, REHASH_STEP);
     it = ht_find(s, hash, key, klen);
     if (it != NULL && is_expired(it, now)) {
-        expire_item(s, it, 0);
+        expire_item(s, it, hash, 0);
         return NULL;
     }
     return it;
@@ -462,17 +571,17 @@ static rdmx_kv_item_t *lookup(rdmx_kv_store_t *s, uint64_t hash,
 
 static inline void lru_bump(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
 {
-    rdmx_list_del(&it->lru);
-    rdmx_list_insert_tail(&s->lru, &it->lru);
+    list_del(s, &s->lru, it);
+    list_insert_tail(s, &s->lru, it);
 }
 
 /*
  * Grow the free block at @hole forwards, evicting the unreferenced items
- * that physically follow it, until it holds @vlen bytes; allocate them
+ * that physically follow it, until it holds @size bytes; allocate them
  * there. Stops at a block it may not evict (referenced, reserved) or at the
- * end of the range. Bounded by @vlen / 64 evictions.
+ * end of the range. Bounded by @size / 32 evictions.
  */
-static uint64_t grow_hole(rdmx_kv_store_t *s, uint64_t hole, size_t vlen,
+static uint64_t grow_hole(rdmx_kv_store_t *s, uint64_t hole, size_t size,
                           uint64_t now)
 {
     rdmx_kv_alloc_block_t b, nb;
@@ -481,53 +590,53 @@ static uint64_t grow_hole(rdmx_kv_store_t *s, uint64_t hole, size_t vlen,
         rdmx__kv_alloc_block(&s->alloc, hole, &b);
         if (!b.is_free)
             return RDMX_KV_ALLOC_NONE;
-        if (b.usable >= vlen)
-            return rdmx__kv_alloc_from(&s->alloc, hole, vlen);
+        if (b.usable >= size)
+            return rdmx__kv_alloc_from(&s->alloc, hole, size);
         if (b.next == RDMX_KV_ALLOC_NONE)
             return RDMX_KV_ALLOC_NONE;
         rdmx__kv_alloc_block(&s->alloc, b.next, &nb);
-        if (nb.is_free || !evictable((rdmx_kv_item_t *)(uintptr_t)nb.tag))
+        if (nb.is_free || !evictable(item_of_offset(s, nb.offset)))
             return RDMX_KV_ALLOC_NONE;
-        evict_item(s, (rdmx_kv_item_t *)(uintptr_t)nb.tag, now);
+        evict_item(s, item_of_offset(s, nb.offset), now);
         /* it merged into our block, which keeps its offset */
     }
 }
 
 /*
- * Value space for @vlen bytes. When the allocator has none: remove expired
- * items (soonest first; also with eviction off: they are dead, not
+ * A block of @size bytes for an item. When the allocator has none: remove
+ * expired items (soonest first; also with eviction off: they are dead, not
  * evicted), then, with eviction on, evict from the LRU end —
  * each victim's hole is offered to the request, then the whole allocator,
  * then the hole is grown over its unreferenced successors. Referenced items
  * found at the LRU end are moved to the other end (they are in use). The
- * work is bounded by EVICT_VICTIMS victims, each with at most vlen / 64
+ * work is bounded by EVICT_VICTIMS victims, each with at most size / 32
  * successors, and EVICT_BUSY_SKIPS moves.
  */
-static uint64_t value_alloc(rdmx_kv_store_t *s, size_t vlen, uint64_t now)
+static uint64_t block_alloc(rdmx_kv_store_t *s, size_t size, uint64_t now)
 {
-    uint64_t off = rdmx__kv_alloc(&s->alloc, vlen), hole;
+    uint64_t off = rdmx__kv_alloc(&s->alloc, size), hole;
     unsigned victims = 0, skips = 0;
 
     if (off != RDMX_KV_ALLOC_NONE)
         return off;
-    while (s->heap_len > 0 && is_expired(s->heap[0], now) &&
+    while (s->heap_len > 0 && is_expired(heap_item(s, 0), now) &&
            victims < EVICT_VICTIMS) {
-        hole = expire_item(s, s->heap[0], 0);
+        rdmx_kv_item_t *it = heap_item(s, 0);
+        hole = expire_item(s, it, item_hash(s, it), 0);
         victims++;
         if (hole == RDMX_KV_ALLOC_NONE) /* referenced: freed at release */
             continue;
-        off = rdmx__kv_alloc_from(&s->alloc, hole, vlen);
+        off = rdmx__kv_alloc_from(&s->alloc, hole, size);
         if (off == RDMX_KV_ALLOC_NONE)
-            off = rdmx__kv_alloc(&s->alloc, vlen);
+            off = rdmx__kv_alloc(&s->alloc, size);
         if (off != RDMX_KV_ALLOC_NONE)
             return off;
     }
     if (s->eviction == RDMX_KV_EVICT_NONE)
         return RDMX_KV_ALLOC_NONE;
     victims = 0;
-    while (!rdmx_list_empty(&s->lru) && victims < EVICT_VICTIMS) {
-        rdmx_kv_item_t *it =
-            rdmx_container_of(s->lru.next, rdmx_kv_item_t, lru);
+    while (s->lru.head != 0 && victims < EVICT_VICTIMS) {
+        rdmx_kv_item_t *it = item_at(s, s->lru.head);
         if (it->refs > 0) {
             if (++skips > EVICT_BUSY_SKIPS)
                 break;
@@ -536,11 +645,11 @@ static uint64_t value_alloc(rdmx_kv_store_t *s, size_t vlen, uint64_t now)
         }
         hole = evict_item(s, it, now);
         victims++;
-        off = rdmx__kv_alloc_from(&s->alloc, hole, vlen);
+        off = rdmx__kv_alloc_from(&s->alloc, hole, size);
         if (off == RDMX_KV_ALLOC_NONE)
-            off = rdmx__kv_alloc(&s->alloc, vlen);
+            off = rdmx__kv_alloc(&s->alloc, size);
         if (off == RDMX_KV_ALLOC_NONE)
-            off = grow_hole(s, hole, vlen, now);
+            off = grow_hole(s, hole, size, now);
         if (off != RDMX_KV_ALLOC_NONE)
             return off;
     }
@@ -560,54 +669,40 @@ static rdmx_status_t check_key(const rdmx_kv_store_t *s, const void *key,
 }
 
 /* A new RESERVED item on s->pending with @vlen bytes of value space. */
-static rdmx_status_t item_new(rdmx_kv_store_t *s, uint64_t hash,
-                              const void *key, size_t klen, size_t vlen,
-                              uint64_t now, rdmx_kv_item_t **item_p)
+static rdmx_status_t item_new(rdmx_kv_store_t *s, const void *key, size_t klen,
+                              size_t vlen, uint64_t now,
+                              rdmx_kv_item_t **item_p)
 {
-    rdmx_kv_item_t *it = malloc(sizeof(*it) + klen);
-    rdmx_status_t status;
+    uint64_t off = block_alloc(s, ITEM_HDR + klen + vlen, now);
+    rdmx_kv_item_t *it;
 
-    if (it == NULL) {
-        status =
-            rdmx__error(RDMX_ERR_NO_MEMORY, "kv: no heap memory for an item");
-        goto err;
-    }
-    it->voff = value_alloc(s, vlen, now);
-    if (it->voff == RDMX_KV_ALLOC_NONE) {
-        status = rdmx__error(
+    if (off == RDMX_KV_ALLOC_NONE)
+        return rdmx__error(
             RDMX_ERR_NO_MEMORY, "kv: no room for a %zu-byte value (%s)", vlen,
             s->eviction == RDMX_KV_EVICT_NONE ? "eviction off"
                                               : "nothing evictable fits");
-        goto err_free_item;
-    }
-    rdmx__kv_alloc_set_tag(&s->alloc, it->voff, (uint64_t)(uintptr_t)it);
-    it->hnext = NULL;
-    it->hash = hash;
+    it = item_of_offset(s, off);
     it->cas = 0;
     atomic_init(&it->exptime, 0);
-    it->vlen = vlen;
-    it->heap_idx = NO_HEAP;
+    it->hnext = 0;
+    it->vlen = (uint32_t)vlen;
     it->flags = 0;
+    it->heap_idx = NO_HEAP;
     it->refs = 0;
-    it->klen = (uint16_t)klen;
     it->state = ITEM_RESERVED;
     it->fetched = 0;
+    it->klen = (uint16_t)klen;
     memcpy(it->key, key, klen);
-    rdmx_list_insert_tail(&s->pending, &it->lru);
+    list_insert_tail(s, &s->pending, it);
     s->st.reserved_items++;
     *item_p = it;
     return RDMX_OK;
-
-err_free_item:
-    free(it);
-err:
-    return status;
 }
 
 /* Free a RESERVED item. */
 static void drop_reserved(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
 {
-    rdmx_list_del(&it->lru);
+    list_del(s, &s->pending, it);
     s->st.reserved_items--;
     item_free(s, it, NULL);
 }
@@ -671,8 +766,6 @@ rdmx_status_t rdmx__kv_store_create(void *mem, size_t size,
         s->seed[0] = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)s);
         s->seed[1] = rdmx_mix64(s->seed[0] ^ (uintptr_t)mem);
     }
-    rdmx_list_init(&s->lru);
-    rdmx_list_init(&s->pending);
     s->st.limit_maxbytes = size;
     if (pthread_mutex_init(&s->lock, NULL) != 0) {
         status = rdmx__error(RDMX_ERR_NO_RESOURCE, "kv store: mutex");
@@ -691,14 +784,9 @@ err:
 
 void rdmx__kv_store_destroy(rdmx_kv_store_t *s)
 {
-    rdmx_list_t *pos, *tmp;
-
     if (s == NULL)
         return;
-    rdmx_list_for_each_safe(pos, tmp, &s->lru)
-        free(rdmx_container_of(pos, rdmx_kv_item_t, lru));
-    rdmx_list_for_each_safe(pos, tmp, &s->pending)
-        free(rdmx_container_of(pos, rdmx_kv_item_t, lru));
+    /* the items live in the caller's range: nothing to free per item */
     free(s->ht[0].b);
     free(s->ht[1].b);
     free(s->heap);
@@ -723,13 +811,19 @@ rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
     rehash_step(s, REHASH_STEP);
     if (it != NULL && is_expired(it, now_ms)) {
         s->st.get_expired++;
-        expire_item(s, it, 1);
+        expire_item(s, it, hash, 1);
         it = NULL;
     }
     if (it == NULL) {
         s->st.get_misses++;
         pthread_mutex_unlock(&s->lock);
         return RDMX_ERR_NOT_FOUND;
+    }
+    if (it->refs == ITEM_REFS_MAX) {
+        pthread_mutex_unlock(&s->lock);
+        return rdmx__error(RDMX_ERR_NO_RESOURCE,
+                           "kv get: %u references held on one item",
+                           ITEM_REFS_MAX);
     }
     s->st.get_hits++;
     it->refs++;
@@ -748,8 +842,9 @@ void rdmx__kv_store_release(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
         rdmx_warn("kv: release of an item that holds no reference");
         return;
     }
-    if (--it->refs == 0 && it->state == ITEM_UNLINKED) {
-        rdmx_list_del(&it->lru);
+    it->refs--;
+    if (it->refs == 0 && it->state == ITEM_UNLINKED) {
+        list_del(s, &s->pending, it);
         s->st.pending_items--;
         s->st.pending_bytes -= it->vlen;
         item_free(s, it, NULL);
@@ -759,12 +854,14 @@ void rdmx__kv_store_release(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
 
 void *rdmx__kv_item_value(const rdmx_kv_store_t *s, const rdmx_kv_item_t *it)
 {
-    return s->base + it->voff;
+    (void)s;
+    return item_value(it);
 }
 
-uint64_t rdmx__kv_item_offset(const rdmx_kv_item_t *it)
+uint64_t rdmx__kv_item_offset(const rdmx_kv_store_t *s,
+                              const rdmx_kv_item_t *it)
 {
-    return it->voff;
+    return (uint64_t)((const char *)item_value(it) - s->base);
 }
 
 size_t rdmx__kv_item_length(const rdmx_kv_item_t *it)
@@ -797,8 +894,6 @@ static rdmx_status_t reserve_locked(rdmx_kv_store_t *s, const void *key,
                                     size_t klen, size_t vlen, uint64_t now,
                                     rdmx_kv_item_t **item_p)
 {
-    uint64_t hash = rdmx__kv_siphash(s->seed, key, klen);
-
     s->st.cmd_set++;
     rehash_step(s, REHASH_STEP);
     if (vlen > s->max_value)
@@ -806,12 +901,13 @@ static rdmx_status_t reserve_locked(rdmx_kv_store_t *s, const void *key,
                            "kv reserve: value of %zu bytes exceeds "
                            "max_value %zu",
                            vlen, s->max_value);
-    if (vlen + RDMX_KV_ALLOC_HDR > s->alloc.used_bytes + s->alloc.free_bytes)
+    if (vlen > ITEM_MAX_VALUE || vlen + RDMX_KV_ALLOC_HDR + ITEM_HDR + klen >
+                                     s->alloc.used_bytes + s->alloc.free_bytes)
         return rdmx__error(RDMX_ERR_TOO_BIG,
                            "kv reserve: value of %zu bytes exceeds the "
                            "memory (%zu bytes)",
                            vlen, s->size);
-    return item_new(s, hash, key, klen, vlen, now, item_p);
+    return item_new(s, key, klen, vlen, now, item_p);
 }
 
 rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,
@@ -836,11 +932,12 @@ static rdmx_status_t commit_locked(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
 {
     rdmx_kv_item_t *old;
     rdmx_status_t status = RDMX_OK;
-    uint64_t exptime = expiry_for(ttl_ms, now);
+    uint64_t exptime = expiry_for(ttl_ms, now), hash;
 
     if (it == NULL || it->state != ITEM_RESERVED)
         return rdmx__error(RDMX_ERR_INVALID, "kv commit: not a reserved item");
-    old = lookup(s, it->hash, it->key, it->klen, now);
+    hash = item_hash(s, it);
+    old = lookup(s, hash, it->key, it->klen, now);
     switch (mode) {
     case RDMX_KV_STORE_SET:
         break;
@@ -876,14 +973,14 @@ static rdmx_status_t commit_locked(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
         drop_reserved(s, it);
         return status;
     }
-    rdmx_list_del(&it->lru);
+    list_del(s, &s->pending, it);
     s->st.reserved_items--;
     it->flags = flags;
     it->cas = ++s->last_cas;
     atomic_store_explicit(&it->exptime, exptime, memory_order_relaxed);
     if (old != NULL)
-        unlink_item(s, old);
-    link_item(s, it);
+        unlink_item(s, old, hash); /* same key */
+    link_item(s, it, hash);
     if (cas_p != NULL)
         *cas_p = it->cas;
     return RDMX_OK;
@@ -930,7 +1027,7 @@ rdmx_status_t rdmx__kv_store_set(rdmx_kv_store_t *s, const void *key,
     status = reserve_locked(s, key, klen, vlen, now_ms, &it);
     if (status == RDMX_OK) {
         if (vlen != 0)
-            memcpy(s->base + it->voff, value, vlen);
+            memcpy(item_value(it), value, vlen);
         status = commit_locked(s, it, mode, cas_expected, flags, ttl_ms, now_ms,
                                cas_p);
     }
@@ -958,7 +1055,7 @@ rdmx_status_t rdmx__kv_store_delete(rdmx_kv_store_t *s, const void *key,
         status = RDMX_ERR_EXISTS;
     } else {
         s->st.delete_hits++;
-        unlink_item(s, it);
+        unlink_item(s, it, hash);
     }
     pthread_mutex_unlock(&s->lock);
     return status;
@@ -1065,7 +1162,7 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
         status = RDMX_ERR_NOT_FOUND;
         goto out_unlock;
     }
-    if (parse_u64((unsigned char *)s->base + it->voff, it->vlen, &v) != 0) {
+    if (parse_u64(item_value(it), it->vlen, &v) != 0) {
         status = rdmx__error(RDMX_ERR_INVALID,
                              "kv %s: value is not a decimal unsigned 64-bit "
                              "number",
@@ -1081,31 +1178,33 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
     }
     n = format_u64(v, digits);
     it->fetched = 1;
-    if (it->refs == 0 && n <= rdmx__kv_alloc_usable_size(&s->alloc, it->voff)) {
+    if (it->refs == 0 &&
+        ITEM_HDR + it->klen + n <=
+            rdmx__kv_alloc_usable_size(&s->alloc, item_offset(s, it))) {
         /* nobody reads it: rewrite in place */
-        memcpy(s->base + it->voff, digits, n);
+        memcpy(item_value(it), digits, n);
         s->st.bytes += n;
         s->st.bytes -= it->vlen;
-        it->vlen = n;
+        it->vlen = (uint32_t)n;
         it->cas = ++s->last_cas;
         lru_bump(s, it);
     } else {
         /* a reader holds the old value: write a new item. Pin the old one
          * so that making room cannot evict it. */
         it->refs++;
-        status = item_new(s, hash, key, klen, n, now_ms, &nit);
+        status = item_new(s, key, klen, n, now_ms, &nit);
         it->refs--;
         if (status != RDMX_OK)
             goto out_unlock;
-        memcpy(s->base + nit->voff, digits, n);
-        rdmx_list_del(&nit->lru);
+        memcpy(item_value(nit), digits, n);
+        list_del(s, &s->pending, nit);
         s->st.reserved_items--;
         nit->flags = it->flags;
         nit->cas = ++s->last_cas;
         nit->fetched = 1;
         atomic_store_explicit(&nit->exptime, exp_of(it), memory_order_relaxed);
-        unlink_item(s, it); /* its heap slot is reused: no reservation */
-        link_item(s, nit);
+        unlink_item(s, it, hash); /* its heap slot is reused */
+        link_item(s, nit, hash);
     }
     if (value_p != NULL)
         *value_p = v;
@@ -1118,8 +1217,10 @@ void rdmx__kv_store_flush(rdmx_kv_store_t *s)
 {
     pthread_mutex_lock(&s->lock);
     s->st.cmd_flush++;
-    while (!rdmx_list_empty(&s->lru))
-        unlink_item(s, rdmx_container_of(s->lru.next, rdmx_kv_item_t, lru));
+    while (s->lru.head != 0) {
+        rdmx_kv_item_t *it = item_at(s, s->lru.head);
+        unlink_item(s, it, item_hash(s, it));
+    }
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -1130,8 +1231,10 @@ size_t rdmx__kv_store_reclaim(rdmx_kv_store_t *s, uint64_t now_ms,
 
     pthread_mutex_lock(&s->lock);
     rehash_step(s, REHASH_RECLAIM);
-    while (n < max_items && s->heap_len > 0 && is_expired(s->heap[0], now_ms)) {
-        expire_item(s, s->heap[0], 0);
+    while (n < max_items && s->heap_len > 0 &&
+           is_expired(heap_item(s, 0), now_ms)) {
+        rdmx_kv_item_t *it = heap_item(s, 0);
+        expire_item(s, it, item_hash(s, it), 0);
         n++;
     }
     pthread_mutex_unlock(&s->lock);
@@ -1186,29 +1289,32 @@ void rdmx__kv_store_stats(rdmx_kv_store_t *s, rdmx_kv_store_stats_t *stats_p)
 rdmx_status_t rdmx__kv_store_check(rdmx_kv_store_t *s)
 {
     rdmx_status_t status;
-    rdmx_list_t *pos;
     uint64_t n = 0, bytes = 0, reserved = 0, pending = 0, pbytes = 0;
-    uint64_t ttl = 0, blocks = 0;
+    uint64_t ttl = 0, blocks = 0, limit;
+    kv_ref_t r, prev;
     size_t i;
 
     pthread_mutex_lock(&s->lock);
     status = rdmx__kv_alloc_check(&s->alloc);
     if (status != RDMX_OK)
         goto out_unlock;
-    rdmx_list_for_each(pos, &s->lru)
-    {
-        rdmx_kv_item_t *it = rdmx_container_of(pos, rdmx_kv_item_t, lru);
+    /* every list walk is bounded by the blocks that exist */
+    limit = s->alloc.used_blocks + 1;
+    for (prev = 0, r = s->lru.head; r != 0;
+         prev = r, r = item_at(s, r)->lru_next) {
+        rdmx_kv_item_t *it = item_at(s, r);
         rdmx_kv_alloc_block_t b;
+        if (n + 1 >= limit)
+            STORE_FAIL("LRU longer than the blocks allocated");
+        if (it->lru_prev != prev)
+            STORE_FAIL("LRU links broken");
         if (it->state != ITEM_LINKED)
             STORE_FAIL("item in the LRU in state %d", it->state);
-        if (ht_find(s, it->hash, it->key, it->klen) != it)
+        if (ht_find(s, item_hash(s, it), it->key, it->klen) != it)
             STORE_FAIL("LRU item not found in the index");
-        if (it->hash != rdmx__kv_siphash(s->seed, it->key, it->klen))
-            STORE_FAIL("wrong hash");
-        rdmx__kv_alloc_block(&s->alloc, it->voff, &b);
-        if (b.is_free || b.usable < it->vlen ||
-            b.tag != (uint64_t)(uintptr_t)it)
-            STORE_FAIL("value block of an item is wrong");
+        rdmx__kv_alloc_block(&s->alloc, item_offset(s, it), &b);
+        if (b.is_free || b.usable < ITEM_HDR + it->klen + it->vlen)
+            STORE_FAIL("block of an item is wrong");
         if ((exp_of(it) != 0) != (it->heap_idx != NO_HEAP))
             STORE_FAIL("expiry and heap membership disagree");
         if (it->heap_idx != NO_HEAP)
@@ -1216,20 +1322,29 @@ rdmx_status_t rdmx__kv_store_check(rdmx_kv_store_t *s)
         n++;
         bytes += it->vlen;
     }
-    rdmx_list_for_each(pos, &s->pending)
-    {
-        rdmx_kv_item_t *it = rdmx_container_of(pos, rdmx_kv_item_t, lru);
+    if (s->lru.tail != prev)
+        STORE_FAIL("LRU tail wrong");
+    for (prev = 0, r = s->pending.head; r != 0;
+         prev = r, r = item_at(s, r)->lru_next) {
+        rdmx_kv_item_t *it = item_at(s, r);
+        if (reserved + pending + 1 >= limit)
+            STORE_FAIL("pending list longer than the blocks allocated");
+        if (it->lru_prev != prev)
+            STORE_FAIL("pending links broken");
         if (it->state == ITEM_RESERVED) {
             reserved++;
         } else if (it->state == ITEM_UNLINKED && it->refs > 0) {
             pending++;
             pbytes += it->vlen;
         } else {
-            STORE_FAIL("pending item in state %d refs %u", it->state, it->refs);
+            STORE_FAIL("pending item in state %d refs %u", it->state,
+                       (unsigned)it->refs);
         }
         if (it->heap_idx != NO_HEAP)
             STORE_FAIL("pending item in the expiry heap");
     }
+    if (s->pending.tail != prev)
+        STORE_FAIL("pending tail wrong");
     if (n != s->st.curr_items || bytes != s->st.bytes ||
         reserved != s->st.reserved_items || pending != s->st.pending_items ||
         pbytes != s->st.pending_bytes)
@@ -1241,11 +1356,11 @@ rdmx_status_t rdmx__kv_store_check(rdmx_kv_store_t *s)
         if (s->ht[t].b == NULL)
             continue;
         for (i = 0; i <= s->ht[t].mask; i++) {
-            for (rdmx_kv_item_t *it = s->ht[t].b[i]; it != NULL;
-                 it = it->hnext) {
-                if (it->state != ITEM_LINKED)
+            for (r = s->ht[t].b[i]; r != 0; r = item_at(s, r)->hnext) {
+                if (item_at(s, r)->state != ITEM_LINKED)
                     STORE_FAIL("unlinked item in the index");
-                blocks++;
+                if (++blocks > n)
+                    STORE_FAIL("index holds more items than the LRU");
             }
         }
     }
@@ -1253,11 +1368,12 @@ rdmx_status_t rdmx__kv_store_check(rdmx_kv_store_t *s)
         STORE_FAIL("index holds %llu items, LRU %llu",
                    (unsigned long long)blocks, (unsigned long long)n);
     if (ttl != s->heap_len)
-        STORE_FAIL("heap holds %zu, %llu items have an expiry", s->heap_len,
+        STORE_FAIL("heap holds %u, %llu items have an expiry", s->heap_len,
                    (unsigned long long)ttl);
     for (i = 0; i < s->heap_len; i++) {
-        if (s->heap[i]->heap_idx != i ||
-            (i > 0 && exp_of(s->heap[(i - 1) / 2]) > exp_of(s->heap[i])))
+        if (heap_item(s, (uint32_t)i)->heap_idx != i ||
+            (i > 0 && exp_of(heap_item(s, (uint32_t)(i - 1) / 2)) >
+                          exp_of(heap_item(s, (uint32_t)i))))
             STORE_FAIL("heap order broken at %zu", i);
     }
     if (s->alloc.used_blocks != n + reserved + pending)

@@ -1,12 +1,13 @@
 /*
- * rdmx KV — the storage engine of rdmx-kvd: items in a hash index, their
- * values in one caller-owned memory range (the registered region), no
- * networking. docs/KV.md ("Store") explains the design.
+ * rdmx KV — the storage engine of rdmx-kvd: items in a hash index, kept in
+ * one caller-owned memory range (the registered region), no networking.
+ * docs/KV.md ("Store") explains the design.
  *
- * - Values live in the range, carved by the TLSF allocator of alloc.h
- *   (64-byte aligned, offsets from the range start). Keys and item metadata
- *   live in ordinary heap memory.
- * - Items carry key, value offset and length, 32-bit client flags, an
+ * - Each item is one block of the range, carved by the TLSF allocator of
+ *   alloc.h: its header, its key, then its value (offsets from the range
+ *   start; values are not aligned). Only the index's buckets and the expiry
+ *   heap live in ordinary heap memory.
+ * - Items carry key, value length, 32-bit client flags, an
  *   absolute expiry (ms on the caller's monotonic clock, 0 = never), a 64-bit
  *   CAS version (a store-wide counter, new on every change) and a reference
  *   count. Every call takes the caller's clock as `now_ms`.
@@ -169,6 +170,7 @@ void rdmx__kv_store_destroy(rdmx_kv_store_t *s);
  * rdmx__kv_store_release), the item moves to the most-recently-used end,
  * get_hits counts it. RDMX_ERR_NOT_FOUND: absent, or expired (removed now,
  * counted in get_expired). Either way cmd_get counts it.
+ * RDMX_ERR_NO_RESOURCE: the item already holds 2^29 - 1 references.
  */
 rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
                                  size_t klen, uint64_t now_ms,
@@ -180,7 +182,9 @@ void rdmx__kv_store_release(rdmx_kv_store_t *s, rdmx_kv_item_t *item);
 
 /* Accessors of a referenced or reserved item (no lock taken). */
 void *rdmx__kv_item_value(const rdmx_kv_store_t *s, const rdmx_kv_item_t *it);
-uint64_t rdmx__kv_item_offset(const rdmx_kv_item_t *it); /* from mem */
+/* the value's offset from mem */
+uint64_t rdmx__kv_item_offset(const rdmx_kv_store_t *s,
+                              const rdmx_kv_item_t *it);
 size_t rdmx__kv_item_length(const rdmx_kv_item_t *it);
 uint32_t rdmx__kv_item_flags(const rdmx_kv_item_t *it);
 uint64_t rdmx__kv_item_cas(const rdmx_kv_item_t *it);    /* 0 while reserved */
@@ -189,14 +193,14 @@ const void *rdmx__kv_item_key(const rdmx_kv_item_t *it, size_t *klen_p);
 
 /*
  * Allocate an unlinked item for @key with @vlen value bytes (contents
- * undefined) for the caller to fill at rdmx__kv_item_value() /
+ * undefined; below 4 GiB) for the caller to fill at rdmx__kv_item_value() /
  * rdmx__kv_item_offset(). Nobody else sees it until rdmx__kv_store_commit(); it
  * is never evicted. Memory full: expired items are removed (soonest first,
  * also with eviction off); then, with RDMX_KV_EVICT_LRU, least-recently-used
  * unreferenced items are evicted (with their unreferenced physical
  * successors when one hole has to grow to @vlen). With RDMX_KV_EVICT_NONE,
- * or when that finds no room, RDMX_ERR_NO_MEMORY. RDMX_ERR_TOO_BIG: @klen > max_key or @vlen >
- * max_value; RDMX_ERR_INVALID: empty key. Counts cmd_set.
+ * or when that finds no room, RDMX_ERR_NO_MEMORY. RDMX_ERR_TOO_BIG: @klen >
+ * max_key or @vlen > max_value; RDMX_ERR_INVALID: empty key. Counts cmd_set.
  */
 rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,
                                      size_t klen, size_t vlen, uint64_t now_ms,
