@@ -464,6 +464,21 @@ static void raw_marker(const raw_conn_t *c)
     }
 }
 
+/* A PING on @c: 1 if its PONG came within @ms. */
+static int raw_ping(const raw_conn_t *c, int ms)
+{
+    static uint64_t id = 1u << 30;
+    unsigned char h[20];
+    double end = th_now_ms() + ms;
+    size_t hl = rpc_hdr(h, RPC_V | 6, 0, ++id, 0);
+
+    frame(RDMX_OFI_FRAME_EAGER, AM_RPC, (unsigned)hl, c->src, c->srv_id, h, hl,
+          NULL, 0);
+    while (got.pong_id != id && th_now_ms() < end)
+        raw_progress();
+    return got.pong_id == id;
+}
+
 /* An RTS of an RPC REQUEST to @handler (rendezvous @rid). */
 static void rts_request(const raw_conn_t *c, uint32_t handler, uint64_t id,
                         uint64_t length, uint64_t rid, uint64_t raddr,
@@ -683,13 +698,14 @@ static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
 static void case_closed(const th_proc_t *srv, const raw_conn_t *a)
 {
     raw_conn_t c = raw_connect(srv, 0xc0c), c2;
-    double end;
+    double end = th_now_ms() + 10000.0 * TH_SLOW;
 
     raw_bind(&c);
     close(c.fd); /* the server closes its endpoint */
-    end = th_now_ms() + 300;
-    while (th_now_ms() < end)
-        raw_progress();
+    /* until a PING to it goes unanswered: the endpoint is gone */
+    while (raw_ping(&c, 500 * TH_SLOW)) {
+        CHECKF(th_now_ms() < end, "the server keeps a closed endpoint");
+    }
     frame(RDMX_OFI_FRAME_EAGER, AM_MSG, 0, c.src, c.srv_id, NULL, 0, "x", 1);
     raw_marker(a);
     check_server("MSG to a closed endpoint", 0);
