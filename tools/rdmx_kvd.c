@@ -69,6 +69,9 @@ static void usage(FILE *f)
         "                             caller's deadline (default 1000; a call\n"
         "                             holds its server thread meanwhile)\n"
         "      --lambda-cache N       compiled functions kept (default 256)\n"
+        "      --lambda-reuse-states  run calls in reused sandbox states\n"
+        "                             (faster; only for clients that trust\n"
+        "                             each other: docs/LAMBDA.md)\n"
         "      --config FILE          options from FILE, one \"name = value\"\n"
         "                             a line (names without the dashes);\n"
         "                             the command line wins\n"
@@ -103,6 +106,7 @@ static const struct option kvd_opts[] = {
     {"lambda-max-memory", required_argument, NULL, 'M'},
     {"lambda-max-time", required_argument, NULL, 't'},
     {"lambda-cache", required_argument, NULL, 'C'},
+    {"lambda-reuse-states", no_argument, NULL, 'R'},
     {"metrics-listen", required_argument, NULL, 'H'},
     {"config", required_argument, NULL, 'F'},
     {"help", no_argument, NULL, 'h'},
@@ -234,6 +238,10 @@ static int kvd_option(kvd_options_t *o, int c, const char *arg)
         lp->cache_entries = (unsigned)v;
         break;
     }
+    case 'R':
+        lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES;
+        lp->fresh_states = 0;
+        break;
     case 'H': o->metrics_listen = arg; break;
     case 'F': o->config_file = arg; break;
     default: return 2;

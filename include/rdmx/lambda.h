@@ -4,9 +4,9 @@
  * operator installed as a plugin.
  *
  * - Engine: shared by any number of threads (an RPC server's workers). Every
- *   call has a sandbox state to itself while it runs (reused from a pool,
- *   or, with fresh_states, built for it) and its own globals: nothing a
- *   call sets is seen by another. The cache of compiled functions (keyed by
+ *   call has a sandbox state to itself while it runs (built for it, or,
+ *   with fresh_states 0, reused from a pool for callers who trust each
+ *   other) and its own globals: nothing a call sets is seen by another. The cache of compiled functions (keyed by
  *   the SHA-256 of the source) and the pool are shared, under mutexes.
  * - Sandbox: base (no dofile/loadfile/warn; load is text-only; print writes
  *   into the output; collectgarbage only "count"), string (no dump),
@@ -122,10 +122,13 @@ typedef struct {
      *  builds and closes its own. At most 64. Unused when states are
      *  reused. */
     unsigned spare_states;
-    /** 0 (the default): calls reuse long-lived sandbox states, each call
-     *  in a fresh environment over frozen libraries (docs/LAMBDA.md,
-     *  "Sandbox states"). 1: every call runs in a Lua state built for it
-     *  and closed after it (slower; the same sandbox). */
+    /** 1 (the default): every call runs in a Lua state built for it and
+     *  closed after it. 0: calls reuse long-lived sandbox states, each call
+     *  in a fresh environment over frozen libraries: several times faster,
+     *  but for callers who trust each other only, since a call can learn
+     *  which short strings earlier calls in the same state held, and the
+     *  functions a state keeps are charged to no call's memory budget
+     *  (docs/LAMBDA.md, "What a reused state does not hide"). */
     int fresh_states;
 } rdmx_lambda_params_t;
 

@@ -398,7 +398,7 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
                          ? params->spare_states
                          : RDMX__LAMBDA_DEF_SPARES;
     p.fresh_states =
-        (m & RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES) ? params->fresh_states : 0;
+        (m & RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES) ? params->fresh_states : 1;
     if (p.spare_states > RDMX__LAMBDA_MAX_SPARES)
         return rdmx__error(RDMX_ERR_INVALID, "lambda: spare_states %u over %u",
                            p.spare_states, RDMX__LAMBDA_MAX_SPARES);
