@@ -6,8 +6,9 @@
  * - Engine: shared by any number of threads (an RPC server's workers). Every
  *   call has a sandbox state to itself while it runs (built for it, or,
  *   with fresh_states 0, reused from a pool for callers who trust each
- *   other) and its own globals: nothing a call sets is seen by another. The cache of compiled functions (keyed by
- *   the SHA-256 of the source) and the pool are shared, under mutexes.
+ *   other) and its own globals: nothing a call sets is seen by another.
+ *   The cache of compiled functions (keyed by the SHA-256 of the source)
+ *   and the pool are shared, under mutexes.
  * - Sandbox: base (no dofile/loadfile/warn; load is text-only; print writes
  *   into the output; collectgarbage only "count"), string (no dump),
  *   table, math, utf8, coroutine, os.time/clock/date/difftime, the library
