@@ -52,6 +52,13 @@ enum {
     RDMX_TP_SEND_EAGER = 1u << 1,
 };
 
+/* What kind of remote key a backend packs into descriptors (mem.c
+ * writes it into each descriptor and refuses another kind at unpack). */
+enum {
+    RDMX_KEY_KIND_UCX = 1, /* ucp_rkey_pack's */
+    RDMX_KEY_KIND_OFI = 2, /* src/core/ofi/ofi_mem.c's */
+};
+
 typedef struct {
     const char *name; /* "ucx" */
 
@@ -154,6 +161,8 @@ typedef struct {
 
     /* Stop waiting for @req: its rdmx__tp_done still comes later. */
     void (*req_forget)(void *req);
+
+    uint32_t key_kind; /* RDMX_KEY_KIND_* of its packed remote keys */
 } rdmx_tp_ops_t;
 
 extern const rdmx_tp_ops_t rdmx_tp_ucx;
