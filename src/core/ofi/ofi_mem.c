@@ -194,6 +194,10 @@ static rdmx_status_t key_pack(ofi_ctx_t *oc, ofi_mr_t *m, unsigned char **key_p,
 
     if (oc->mr_mode & FI_MR_VIRT_ADDR)
         flags |= OFI_KEY_VIRT;
+    if (oc->one_sided && !(oc->mr_mode & FI_MR_ENDPOINT) &&
+        (m->n == 0 || m->ents == NULL)) /* (mem_map registered it) */
+        return rdmx__error(RDMX_ERR_IO, "ofi %s: region not registered",
+                           oc->prov);
     if (!oc->one_sided) {
         flags |= OFI_KEY_NOKEY;
     } else if (oc->mr_mode & FI_MR_ENDPOINT) {
