@@ -38,8 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RDMX_DESC_MAGIC   0x444d4452u /* "RDMD" */
-#define RDMX_DESC_VERSION 3
 #define RDMX_DESC_FIXED   48
 #define RDMX_RKEY_MAX     4096
 
