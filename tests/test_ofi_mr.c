@@ -13,6 +13,8 @@
  * per-worker registrations with a key table, raw keys), so every such
  * path runs here; tcp runs remote addresses as offsets, shm as virtual
  * addresses (FI_MR_VIRT_ADDR). Each combination is a fresh context.
+ * put-with-notify runs as fi_writedata joined with the NOTIFY message by
+ * its token, and (RDMX_OFI_NO_CQ_DATA) as write, then the NOTIFY.
  */
 #include "harness.h"
 
@@ -247,6 +249,12 @@ int main(void)
         run("ofi:tcp", extras[i]);
         run("ofi:shm", extras[i]);
     }
+    /* put-with-notify as a provider without remote CQ data does it: the
+     * NOTIFY message once the write completed */
+    setenv("RDMX_OFI_NO_CQ_DATA", "1", 1);
+    run("ofi:tcp", NULL);
+    run("ofi:shm", "local");
+    unsetenv("RDMX_OFI_NO_CQ_DATA");
     th_log("ok");
     return 0;
 }

@@ -159,6 +159,15 @@ typedef struct {
                             uint64_t *result, uint64_t raddr, void *trkey,
                             rdmx_op_t *op, void **req_p);
 
+    /* Optional (NULL: the core sends put, flush, then the NOTIFY
+     * message): put @length bytes of @buf and have the peer's core get
+     * the NOTIFY header @nhdr (@nhlen bytes, RDMX_AM_NOTIFY) only once
+     * the data is visible there. Both stay valid until completion. */
+    rdmx_status_t (*put_notify)(rdmx_tep_t *tep, const void *buf, size_t length,
+                                void *tmr, uint64_t raddr, void *trkey,
+                                const void *nhdr, size_t nhlen, rdmx_op_t *op,
+                                void **req_p);
+
     /* Stop waiting for @req: its rdmx__tp_done still comes later. */
     void (*req_forget)(void *req);
 

@@ -373,6 +373,8 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
     rdmx_list_init(&ow->rma_wait);
     rdmx_list_init(&ow->rma_done);
     rdmx_list_init(&ow->rma_all);
+    rdmx_list_init(&ow->joins);
+    rdmx_list_init(&ow->join_free);
     if ((st = rdmx__random(&ow->instance, sizeof(ow->instance))) != RDMX_OK)
         goto err_free;
     cqa.format = FI_CQ_FORMAT_DATA;
@@ -466,6 +468,7 @@ static void ofi_worker_destroy(void *tw)
     rdmx__ofi_mem_worker_remove(ow);
     rdmx__ofi_rndv_cleanup(ow);
     rdmx__ofi_rma_cleanup(ow);
+    rdmx__ofi_joins_cleanup(ow);
     while ((e = rdmx_list_pop(&ow->eps)) != NULL)
         free(rdmx_container_of(e, ofi_ep_t, link));
     while ((e = rdmx_list_pop(&ow->peers)) != NULL)
@@ -567,6 +570,7 @@ const rdmx_tp_ops_t rdmx_tp_ofi = {
     .flush = rdmx__ofi_flush,
     .has_atomics = rdmx__ofi_has_atomics,
     .atomic = rdmx__ofi_atomic,
+    .put_notify = rdmx__ofi_put_notify,
     .req_forget = rdmx__ofi_req_forget,
     .key_kind = RDMX_KEY_KIND_OFI,
 };

@@ -273,6 +273,7 @@ rdmx_status_t rdmx__ofi_ep_close(void *tw, rdmx_tep_t *tep, int force,
     rdmx__ofi_ep_drop_reqs(ep);
     rdmx__ofi_ep_drop_rndv(ep);
     rdmx__ofi_ep_drop_rma(ep);
+    rdmx__ofi_ep_drop_joins(ep);
     ep_id_free(ow, ep);
     rdmx_list_del(&ep->link);
     peer_put(ow, ep->peer);

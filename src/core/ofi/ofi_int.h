@@ -77,6 +77,7 @@ typedef struct {
     char amo_why[160];    /* why not, for RDMX_ERR_UNSUPPORTED */
     size_t rma_max;       /* bytes of one fi_write/fi_read (one-sided) */
     uint64_t write_flags; /* FI_DELIVERY_COMPLETE where honoured */
+    int cq_data;          /* cq_data_size >= 8: fi_writedata notifies */
     pthread_mutex_t lock; /* the two lists below (FI_MR_ENDPOINT) */
     rdmx_list_t workers;  /* ofi_worker_t.clink */
     rdmx_list_t regions;  /* ofi_mr_t.link */
@@ -131,18 +132,33 @@ typedef struct {
     rdmx_tep_t tep; /* first: the core's view */
     ofi_worker_t *worker;
     ofi_peer_t *peer;
-    uint32_t id;         /* ours, in frames' src */
-    uint32_t remote;     /* the peer endpoint's id; 0 until known */
-    int sent_bind;       /* a client endpoint: never a BIND target */
-    uint64_t seq;        /* creation order (oldest unpaired first) */
-    rdmx_list_t link;    /* worker->eps */
-    rdmx_list_t reqs;    /* requests not yet completed */
-    rdmx_list_t rts;     /* ofi_rts_t waiting for their FIN */
-    rdmx_list_t rdescs;  /* ofi_rdesc_t of messages from the peer */
-    rdmx_list_t rmas;    /* ofi_rma_t not yet completed, in issue order */
-    rdmx_list_t flushes; /* ofi_rma_t flushes, in issue order */
-    uint64_t rma_seq;    /* one-sided operations issued (flush order) */
+    uint32_t id;              /* ours, in frames' src */
+    uint32_t remote;          /* the peer endpoint's id; 0 until known */
+    int sent_bind;            /* a client endpoint: never a BIND target */
+    uint64_t seq;             /* creation order (oldest unpaired first) */
+    rdmx_list_t link;         /* worker->eps */
+    rdmx_list_t reqs;         /* requests not yet completed */
+    rdmx_list_t rts;          /* ofi_rts_t waiting for their FIN */
+    rdmx_list_t rdescs;       /* ofi_rdesc_t of messages from the peer */
+    rdmx_list_t rmas;         /* ofi_rma_t not yet completed, in issue order */
+    rdmx_list_t flushes;      /* ofi_rma_t flushes, in issue order */
+    uint64_t rma_seq;         /* one-sided operations issued (flush order) */
+    uint32_t notify_seq;      /* put-with-notify tokens toward the peer */
+    rdmx_status_t rma_status; /* first failure of a one-sided operation:
+                                 every later flush fails with it */
 } ofi_ep_t;
+
+/* Put-with-notify at the target: its NOTIFY message and the write's
+ * remote CQ data, joined by their 64-bit token (the target endpoint's id
+ * above, a sequence below); delivered to the core once both came. */
+typedef struct {
+    rdmx_list_t link; /* worker->joins or ->join_free */
+    uint64_t token;
+    int have_meta, have_data;
+    unsigned char hdr[RDMX_NOTIFY_SIZE];
+} ofi_join_t;
+
+#define OFI_JOIN_MAX 4096 /* tokens waiting per worker */
 
 #define OFI_RMA_WINDOW 4 /* pieces in flight per one-sided operation */
 
@@ -156,7 +172,14 @@ typedef struct {
     int busy;
 } ofi_piece_t;
 
-enum { OFI_RMA_PUT, OFI_RMA_GET, OFI_RMA_FADD, OFI_RMA_CSWAP, OFI_RMA_FLUSH };
+enum {
+    OFI_RMA_PUT,
+    OFI_RMA_GET,
+    OFI_RMA_FADD,
+    OFI_RMA_CSWAP,
+    OFI_RMA_FLUSH,
+    OFI_RMA_PUTN /* put-with-notify */
+};
 
 /* A one-sided operation (ofi_rma.c): put/get in pieces of rma_max bytes,
  * a 64-bit atomic, or a flush waiting for every earlier one. Pooled per
@@ -165,28 +188,31 @@ enum { OFI_RMA_PUT, OFI_RMA_GET, OFI_RMA_FADD, OFI_RMA_CSWAP, OFI_RMA_FLUSH };
 struct ofi_rma {
     ofi_opctx_t c; /* first (the core's request handle) */
     ofi_worker_t *worker;
-    ofi_ep_t *ep;      /* NULL once its endpoint closed */
-    ofi_peer_t *peer;  /* held while pieces are out */
-    rdmx_op_t *op;     /* NULL: nobody waits (put of a put-with-notify) */
-    rdmx_list_t link;  /* ep->rmas or ep->flushes */
-    rdmx_list_t qlink; /* worker->rma_wait / ->rma_done / ->rma_free */
-    rdmx_list_t wlink; /* worker->rma_all while allocated */
-    int kind;          /* OFI_RMA_* */
-    uint64_t seq;      /* ep->rma_seq at issue (flush: what it waits for) */
-    unsigned char *buf;
-    size_t want, issued, got;
-    uint64_t raddr, key; /* the first byte's transport address */
-    void *desc;          /* local buffer's desc (FI_MR_LOCAL), or NULL */
-    struct fid_mr *lmr;  /* a registration made for this operation */
-    uint64_t *result;    /* atomics: where the old value goes */
-    unsigned inflight;
-    rdmx_status_t status;
-    int done, forgotten;
-    int issuing; /* inside the call that starts it (no rdmx__tp_done) */
+    ofi_ep_t *ep;       /* NULL once its endpoint closed */
+    ofi_peer_t *peer;   /* held while pieces are out */
+    rdmx_op_t *op;      /* NULL: nobody waits (put of a put-with-notify) */
+    rdmx_list_t link;   /* ep->rmas or ep->flushes */
+    rdmx_list_t qlink;  /* worker->rma_wait / ->rma_done / ->rma_free */
+    rdmx_list_t wlink;  /* worker->rma_all while allocated */
+    int kind;           /* OFI_RMA_* */
+    uint64_t seq;       /* ep->rma_seq at issue (flush: what it waits for) */
+    unsigned char *buf; /* the local bytes (put/get) */
+    size_t want, issued, got; /* bytes to move, posted, come back */
+    uint64_t raddr, key;      /* the first byte's transport address, its key */
+    void *desc;               /* local buffer's desc (FI_MR_LOCAL), or NULL */
+    struct fid_mr *lmr;       /* a registration made for this operation */
+    uint64_t *result;         /* atomics: where the old value goes */
+    uint64_t token;           /* put-with-notify: the last piece's CQ data */
+    unsigned char nhdr[RDMX_NOTIFY_SIZE]; /* put-with-notify's NOTIFY */
+    unsigned inflight;                    /* pieces the provider holds */
+    rdmx_status_t status; /* the first failure of a piece, or RDMX_OK */
+    int done, forgotten;  /* over; the core forgot it (req_forget) */
+    int issuing;   /* inside the call that starts it (no rdmx__tp_done) */
+    int last_done; /* put-with-notify: its last step was taken */
     ofi_piece_t pieces[OFI_RMA_WINDOW];
     uint64_t words[3];  /* atomics: operand, compare, result */
     struct fid_mr *wmr; /* FI_MR_LOCAL: covers words (pool lifetime) */
-    void *wdesc;
+    void *wdesc;        /* its desc, or NULL */
 };
 
 /* A large message sent: its bytes registered for the receiver's reads
@@ -309,13 +335,16 @@ struct ofi_worker {
     void *rx_desc;
     ofi_rxbuf_t rx[OFI_RX_BUFS];
     unsigned rx_count, rx_posted;
-    uint64_t stale;       /* frames for endpoints already closed */
-    uint64_t tp_errors;   /* completion errors tied to no request */
-    rdmx_list_t clink;    /* ctx->workers (under ctx->lock) */
-    rdmx_list_t rma_free; /* ofi_rma_t ready for reuse */
-    rdmx_list_t rma_wait; /* ofi_rma_t whose next piece met -FI_EAGAIN */
-    rdmx_list_t rma_done; /* ofi_rma_t finished outside progress */
-    rdmx_list_t rma_all;  /* every allocated ofi_rma_t */
+    uint64_t stale;        /* frames for endpoints already closed */
+    uint64_t tp_errors;    /* completion errors tied to no request */
+    rdmx_list_t clink;     /* ctx->workers (under ctx->lock) */
+    rdmx_list_t rma_free;  /* ofi_rma_t ready for reuse */
+    rdmx_list_t rma_wait;  /* ofi_rma_t whose next piece met -FI_EAGAIN */
+    rdmx_list_t rma_done;  /* ofi_rma_t finished outside progress */
+    rdmx_list_t rma_all;   /* every allocated ofi_rma_t */
+    rdmx_list_t joins;     /* ofi_join_t waiting for their other half */
+    rdmx_list_t join_free; /* ofi_join_t for reuse */
+    unsigned njoins;       /* on joins */
 };
 
 /* ofi_rndv.c */
@@ -382,6 +411,15 @@ rdmx_status_t rdmx__ofi_get(rdmx_tep_t *tep, void *buf, size_t length,
                             void *tmr, uint64_t raddr, void *trkey,
                             rdmx_op_t *op, void **req_p);
 rdmx_status_t rdmx__ofi_flush(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p);
+rdmx_status_t rdmx__ofi_put_notify(rdmx_tep_t *tep, const void *buf,
+                                   size_t length, void *tmr, uint64_t raddr,
+                                   void *trkey, const void *nhdr, size_t nhlen,
+                                   rdmx_op_t *op, void **req_p);
+void rdmx__ofi_on_notify(ofi_worker_t *ow, ofi_ep_t *ep,
+                         const rdmx_ofi_frame_t *f);
+void rdmx__ofi_on_cq_data(ofi_worker_t *ow, uint64_t token);
+void rdmx__ofi_ep_drop_joins(ofi_ep_t *ep);
+void rdmx__ofi_joins_cleanup(ofi_worker_t *ow);
 rdmx_status_t rdmx__ofi_atomic(rdmx_tep_t *tep, int cswap, uint64_t *operand,
                                uint64_t *result, uint64_t raddr, void *trkey,
                                rdmx_op_t *op, void **req_p);

@@ -406,6 +406,11 @@ static void on_recv(ofi_worker_t *ow, ofi_rxbuf_t *rx, size_t len,
         rx_post(ow, i);
         return;
     }
+    if (f.id == RDMX_AM_NOTIFY && f.len == 8) {
+        rdmx__ofi_on_notify(ow, ep, &f); /* (joined with its write) */
+        rx_post(ow, i);
+        return;
+    }
     /* Lend the buffer only while enough others stay posted. */
     if (ow->hold[f.id] && ow->rx_posted >= OFI_RX_RESERVE)
         flags |= RDMX_MSG_HOLDABLE;
@@ -531,6 +536,11 @@ unsigned rdmx__ofi_poll(ofi_worker_t *ow)
             break;
         for (ssize_t i = 0; i < ret; i++) {
             ofi_opctx_t *c = ent[i].op_context;
+            if ((ent[i].flags & FI_REMOTE_CQ_DATA) &&
+                (ent[i].flags & FI_REMOTE_WRITE)) {
+                rdmx__ofi_on_cq_data(ow, ent[i].data); /* (put-with-notify) */
+                continue;
+            }
             if (c == NULL)
                 continue;
             if (c->kind == OFI_CTX_RX)

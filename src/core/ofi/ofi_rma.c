@@ -3,15 +3,17 @@
  * "One-sided access"): put and get as fi_writemsg/fi_read in pieces of at
  * most rma_max bytes (OFI_RMA_WINDOW in flight per operation), 64-bit
  * fetch-add and compare-and-swap as fi_fetch_atomic/fi_compare_atomic,
- * and flush.
+ * flush, and put-with-notify (a write with remote CQ data joined at the
+ * target with its NOTIFY message).
  *
  * Flush makes no provider call: every operation on an endpoint gets a
  * sequence number at issue, and a flush completes once every operation
- * issued before it has completed. That is enough because writes carry
- * FI_DELIVERY_COMPLETE where the provider honours it (the completion
- * says the data is at the target), reads and atomics complete only with
- * their answer, and shm's writes complete after the copy into the target
- * (its one-sided CMA path) or after the target's progress applied them.
+ * issued before it has completed; it fails with the first failure of a
+ * one-sided operation on that endpoint, if any. That is enough because
+ * writes carry FI_DELIVERY_COMPLETE where the provider honours it (the
+ * completion says the data is at the target), reads and atomics complete
+ * only with their answer, and shm's plain writes take its one-sided path
+ * (the initiator's process_vm_writev), which completes after the copy.
  *
  * Ownership: an ofi_rma_t comes from the worker's pool at issue and goes
  * back once it is done and the core forgot it (req_forget), or at once
@@ -20,6 +22,8 @@
  * pieces in flight come back.
  */
 #include "core/ofi/ofi_int.h"
+
+#include "util/endian.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +47,9 @@ void rdmx__ofi_rma_init(ofi_ctx_t *oc)
      * a window of writes never completed here. Elsewhere: the flag. */
     oc->write_flags = strcmp(oc->prov, "shm") ? FI_DELIVERY_COMPLETE : 0;
     oc->amo_forced = env != NULL && !strcmp(env, "transport");
+    /* put-with-notify's token rides as remote CQ data (8 bytes) */
+    oc->cq_data = oc->info->domain_attr->cq_data_size >= 8 &&
+                  getenv("RDMX_OFI_NO_CQ_DATA") == NULL;
     oc->amo_why[0] = '\0';
     if (oc->one_sided && (oc->info->caps & FI_ATOMIC)) {
         r1 = fi_query_atomic(oc->domain, FI_UINT64, FI_SUM, &aa,
@@ -121,7 +128,7 @@ static ofi_rma_t *rma_get(ofi_worker_t *ow)
     r->result = NULL;
     r->inflight = 0;
     r->status = RDMX_OK;
-    r->done = r->forgotten = r->issuing = 0;
+    r->done = r->forgotten = r->issuing = r->last_done = 0;
     return r;
 }
 
@@ -150,7 +157,7 @@ static void flush_check(ofi_ep_t *ep)
             break;
         rdmx_list_del(&f->link);
         f->done = 1;
-        rdmx__tp_done(f->op, f, RDMX_OK, 0);
+        rdmx__tp_done(f->op, f, ep->rma_status, 0);
         if (f->forgotten)
             rma_put(f);
     }
@@ -171,6 +178,8 @@ static void rma_finish(ofi_rma_t *r)
     rdmx_list_del(&r->link);
     rdmx_list_del(&r->qlink);
     r->done = 1;
+    if (ep != NULL && st != RDMX_OK && ep->rma_status == RDMX_OK)
+        ep->rma_status = st;
     if (st == RDMX_OK && r->result != NULL)
         *r->result = r->words[2];
     if (r->issuing) {
@@ -186,14 +195,17 @@ static void rma_finish(ofi_rma_t *r)
         flush_check(ep);
 }
 
-/* Post one piece of @r into @p; the provider's return. */
-static ssize_t piece_post(ofi_rma_t *r, ofi_piece_t *p, size_t off, size_t n)
+/* Post one piece of @r into @p (@last: a put-with-notify's final piece,
+ * which carries its token as remote CQ data); the provider's return. */
+static ssize_t piece_post(ofi_rma_t *r, ofi_piece_t *p, size_t off, size_t n,
+                          int last)
 {
     ofi_worker_t *ow = r->worker;
     fi_addr_t dest = r->peer->fi_addr;
 
     switch (r->kind) {
-    case OFI_RMA_PUT: {
+    case OFI_RMA_PUT:
+    case OFI_RMA_PUTN: {
         struct iovec iov = {.iov_base = r->buf + off, .iov_len = n};
         struct fi_rma_iov riov = {
             .addr = r->raddr + off, .len = n, .key = r->key};
@@ -204,8 +216,12 @@ static ssize_t piece_post(ofi_rma_t *r, ofi_piece_t *p, size_t off, size_t n)
                                  .addr = dest,
                                  .rma_iov = &riov,
                                  .rma_iov_count = 1,
-                                 .context = &p->c.fctx};
-        return fi_writemsg(ow->ep, &msg, FI_COMPLETION | ow->ctx->write_flags);
+                                 .context = &p->c.fctx,
+                                 .data = r->token};
+        uint64_t flags = FI_COMPLETION | ow->ctx->write_flags;
+        if (last)
+            flags |= FI_REMOTE_CQ_DATA;
+        return fi_writemsg(ow->ep, &msg, flags);
     }
     case OFI_RMA_GET:
         return fi_read(ow->ep, r->buf + off, n, r->desc, dest, r->raddr + off,
@@ -222,21 +238,49 @@ static ssize_t piece_post(ofi_rma_t *r, ofi_piece_t *p, size_t off, size_t n)
     }
 }
 
+/* A put-with-notify's last step, once every other piece is back: the
+ * final piece with the token as remote CQ data (the target joins it with
+ * the NOTIFY sent at issue), or without cq data the NOTIFY message
+ * itself, behind the data. 0, -FI_EAGAIN, or another error. */
+static ssize_t putn_last(ofi_rma_t *r, ofi_piece_t *p, size_t off)
+{
+    ofi_ep_t *ep = r->ep;
+
+    if (ep->worker->ctx->cq_data)
+        return piece_post(r, p, off, r->want - off, 1);
+    if (rdmx__ofi_frame_send(ep, RDMX_OFI_FRAME_EAGER, RDMX_AM_NOTIFY, r->nhdr,
+                             sizeof(r->nhdr), NULL, 0, 0, NULL,
+                             NULL) != RDMX_OK)
+        return -FI_EIO;
+    return 1; /* (nothing in flight for it) */
+}
+
 /* Issue pieces while the window has room; -FI_EAGAIN parks @r on
  * worker->rma_wait for the next progress. Finishes @r when nothing is
- * left in flight and nothing more will be issued. */
+ * left in flight and nothing more will be issued. A put-with-notify keeps
+ * its last step (putn_last) until every other piece is back. */
 static void rma_issue(ofi_rma_t *r)
 {
     ofi_worker_t *ow = r->worker;
+    size_t limit = r->want; /* (bytes of plain pieces) */
 
     rdmx_list_del(&r->qlink);
     rdmx_list_init(&r->qlink);
-    while (r->status == RDMX_OK && r->issued < r->want &&
-           r->inflight < OFI_RMA_WINDOW) {
+    if (r->kind == OFI_RMA_PUTN && ow->ctx->cq_data && r->want != 0)
+        limit = r->want - ((r->want - 1) % ow->ctx->rma_max + 1);
+    while (r->status == RDMX_OK) {
         ofi_piece_t *p = NULL;
-        size_t n = r->want - r->issued;
+        size_t n = limit - r->issued;
+        int last = 0;
         ssize_t ret;
 
+        if (r->issued < limit && r->inflight < OFI_RMA_WINDOW)
+            last = 0;
+        else if (r->kind == OFI_RMA_PUTN && !r->last_done &&
+                 r->issued == limit && r->inflight == 0)
+            last = 1;
+        else
+            break;
         if (r->ep == NULL) {
             r->status = RDMX_ERR_CANCELED;
             break;
@@ -244,26 +288,36 @@ static void rma_issue(ofi_rma_t *r)
         for (unsigned i = 0; i < OFI_RMA_WINDOW && p == NULL; i++)
             if (!r->pieces[i].busy)
                 p = &r->pieces[i];
-        if (n > ow->ctx->rma_max)
-            n = ow->ctx->rma_max;
-        ret = piece_post(r, p, r->issued, n);
+        if (last) {
+            n = r->want - limit;
+            ret = putn_last(r, p, limit);
+        } else {
+            if (n > ow->ctx->rma_max)
+                n = ow->ctx->rma_max;
+            ret = piece_post(r, p, r->issued, n, 0);
+        }
         if (ret == -FI_EAGAIN) {
             rdmx_list_insert_tail(&ow->rma_wait, &r->qlink);
             return;
         }
-        if (ret != 0) {
+        if (ret < 0) {
             r->status = rdmx__error(rdmx__ofi_status((int)ret),
                                     "ofi %s: one-sided operation: %s",
                                     ow->ctx->prov, fi_strerror((int)-ret));
             break;
         }
+        r->issued += n;
+        r->last_done |= last;
+        if (ret == 1)
+            continue; /* (the NOTIFY message: nothing in flight) */
         p->busy = 1;
         p->len = n;
-        r->issued += n;
         r->inflight++;
         r->peer->inflight++;
     }
-    if (r->inflight == 0 && (r->status != RDMX_OK || r->issued == r->want))
+    if (r->inflight == 0 &&
+        (r->status != RDMX_OK ||
+         (r->issued == r->want && (r->kind != OFI_RMA_PUTN || r->last_done))))
         rma_finish(r);
 }
 
@@ -419,13 +473,199 @@ rdmx_status_t rdmx__ofi_atomic(rdmx_tep_t *tep, int cswap, uint64_t *operand,
     return rma_start_issue(r, req_p);
 }
 
+/* Put-with-notify: the data in pieces, then the last one with the token
+ * as remote CQ data where the provider carries 8 bytes of it; the
+ * NOTIFY, with the token, goes at once as a message (in order behind
+ * earlier messages) and the target delivers it to its core once the
+ * token's CQ entry came too, which the provider writes after the data.
+ * Without cq data: the NOTIFY message goes once every piece is back. */
+rdmx_status_t rdmx__ofi_put_notify(rdmx_tep_t *tep, const void *buf,
+                                   size_t length, void *tmr, uint64_t raddr,
+                                   void *trkey, const void *nhdr, size_t nhlen,
+                                   rdmx_op_t *op, void **req_p)
+{
+    ofi_ep_t *ep = (ofi_ep_t *)tep;
+    ofi_worker_t *ow = ep->worker;
+    ofi_rkey_t *rk = trkey;
+    unsigned char tok[8];
+    rdmx_status_t st;
+    uint64_t addr = 0;
+    ofi_rma_t *r;
+
+    if (nhlen != RDMX_NOTIFY_SIZE)
+        return rdmx__error(RDMX_ERR_INVALID, "put_notify: header of %zu bytes",
+                           nhlen);
+    if ((st = rma_addr(rk, raddr, length, &addr)) != RDMX_OK)
+        return st;
+    r = rma_start(ep, OFI_RMA_PUTN, op);
+    if (r == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "put_notify: out of memory");
+    r->buf = (void *)buf;
+    r->want = length;
+    r->raddr = addr;
+    r->key = rk->key;
+    memcpy(r->nhdr, nhdr, sizeof(r->nhdr));
+    r->desc = rdmx__ofi_mr_desc(ow, tmr);
+    if (r->desc == NULL && length != 0 && (ow->ctx->mr_mode & FI_MR_LOCAL)) {
+        st =
+            rdmx__ofi_mr_reg(ow->ctx, ow, buf, length, FI_WRITE, &r->lmr, NULL);
+        if (st != RDMX_OK) {
+            r->op = NULL;
+            rma_put(r);
+            return st;
+        }
+        r->desc = fi_mr_desc(r->lmr);
+    }
+    if (ow->ctx->cq_data) {
+        r->token = (uint64_t)ep->remote << 32 | ++ep->notify_seq;
+        rdmx_put_le64(tok, r->token);
+        st = rdmx__ofi_frame_send(ep, RDMX_OFI_FRAME_EAGER, RDMX_AM_NOTIFY,
+                                  nhdr, nhlen, tok, sizeof(tok), 0, NULL, NULL);
+        if (st != RDMX_OK) {
+            r->op = NULL;
+            rma_put(r);
+            return st;
+        }
+    }
+    return rma_start_issue(r, req_p);
+}
+
+/* --- put-with-notify at the target
+ * ------------------------------------- */
+
+static ofi_join_t *join_find(ofi_worker_t *ow, uint64_t token)
+{
+    rdmx_list_t *e;
+
+    rdmx_list_for_each(e, &ow->joins)
+    {
+        ofi_join_t *j = rdmx_container_of(e, ofi_join_t, link);
+        if (j->token == token)
+            return j;
+    }
+    return NULL;
+}
+
+static ofi_join_t *join_new(ofi_worker_t *ow, uint64_t token)
+{
+    rdmx_list_t *e;
+    ofi_join_t *j;
+
+    if (ow->njoins >= OFI_JOIN_MAX)
+        return NULL;
+    if ((e = rdmx_list_pop(&ow->join_free)) != NULL)
+        j = rdmx_container_of(e, ofi_join_t, link);
+    else if ((j = malloc(sizeof(*j))) == NULL)
+        return NULL;
+    memset(j, 0, sizeof(*j));
+    j->token = token;
+    rdmx_list_insert_tail(&ow->joins, &j->link);
+    ow->njoins++;
+    return j;
+}
+
+static void join_free(ofi_worker_t *ow, ofi_join_t *j)
+{
+    rdmx_list_del(&j->link);
+    ow->njoins--;
+    rdmx_list_insert_tail(&ow->join_free, &j->link);
+}
+
+/* Both halves of @j came: the core gets its NOTIFY on @ep. */
+static void join_deliver(ofi_worker_t *ow, ofi_ep_t *ep, ofi_join_t *j)
+{
+    unsigned char hdr[RDMX_NOTIFY_SIZE];
+
+    memcpy(hdr, j->hdr, sizeof(hdr));
+    join_free(ow, j);
+    rdmx__tp_deliver(ow->w, RDMX_AM_NOTIFY, &ep->tep, hdr, sizeof(hdr), NULL, 0,
+                     0);
+}
+
+/* A NOTIFY message with a token (8 bytes of data) from @ep's peer. */
+void rdmx__ofi_on_notify(ofi_worker_t *ow, ofi_ep_t *ep,
+                         const rdmx_ofi_frame_t *f)
+{
+    uint64_t token = rdmx_get_le64(f->data);
+    ofi_join_t *j;
+
+    if ((uint32_t)(token >> 32) != ep->id || f->hlen != RDMX_NOTIFY_SIZE) {
+        ow->w->stats.proto_errors++; /* (a token for another endpoint) */
+        return;
+    }
+    j = join_find(ow, token);
+    if (j != NULL && j->have_data && !j->have_meta) {
+        memcpy(j->hdr, f->hdr, RDMX_NOTIFY_SIZE);
+        join_deliver(ow, ep, j);
+        return;
+    }
+    if (j != NULL || (j = join_new(ow, token)) == NULL) {
+        ow->w->stats.proto_errors++; /* (a token twice, or too many) */
+        return;
+    }
+    j->have_meta = 1;
+    memcpy(j->hdr, f->hdr, RDMX_NOTIFY_SIZE);
+}
+
+/* A remote write's CQ data: the token of a put-with-notify whose data is
+ * in place now. */
+void rdmx__ofi_on_cq_data(ofi_worker_t *ow, uint64_t token)
+{
+    ofi_ep_t *ep = rdmx__ofi_ep_lookup(ow, (uint32_t)(token >> 32));
+    ofi_join_t *j;
+
+    if (ep == NULL) {
+        ow->stale++; /* (its endpoint closed) */
+        return;
+    }
+    j = join_find(ow, token);
+    if (j != NULL && j->have_meta && !j->have_data) {
+        join_deliver(ow, ep, j);
+        return;
+    }
+    if (j != NULL || (j = join_new(ow, token)) == NULL) {
+        ow->w->stats.proto_errors++;
+        return;
+    }
+    j->have_data = 1;
+}
+
+/* @ep closes: its tokens are dropped. */
+void rdmx__ofi_ep_drop_joins(ofi_ep_t *ep)
+{
+    ofi_worker_t *ow = ep->worker;
+    rdmx_list_t *e, *t;
+
+    rdmx_list_for_each_safe(e, t, &ow->joins)
+    {
+        ofi_join_t *j = rdmx_container_of(e, ofi_join_t, link);
+        if ((uint32_t)(j->token >> 32) == ep->id)
+            join_free(ow, j);
+    }
+}
+
+void rdmx__ofi_joins_cleanup(ofi_worker_t *ow)
+{
+    rdmx_list_t *e;
+
+    while ((e = rdmx_list_pop(&ow->joins)) != NULL)
+        free(rdmx_container_of(e, ofi_join_t, link));
+    while ((e = rdmx_list_pop(&ow->join_free)) != NULL)
+        free(rdmx_container_of(e, ofi_join_t, link));
+    ow->njoins = 0;
+}
+
 rdmx_status_t rdmx__ofi_flush(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p)
 {
     ofi_ep_t *ep = (ofi_ep_t *)tep;
     ofi_rma_t *f;
 
     if (rdmx_list_empty(&ep->rmas))
-        return RDMX_OK;
+        return ep->rma_status == RDMX_OK
+                   ? RDMX_OK
+                   : rdmx__error(ep->rma_status,
+                                 "flush: an earlier one-sided operation "
+                                 "failed");
     f = rma_get(ep->worker);
     if (f == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "flush: out of memory");
