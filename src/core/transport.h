@@ -55,7 +55,7 @@ enum {
 /* What kind of remote key a backend packs into descriptors (mem.c
  * writes it into each descriptor and refuses another kind at unpack). */
 enum {
-    RDMX_KEY_KIND_UCX = 1, /* ucp_rkey_pack's */
+    RDMX_KEY_KIND_UCX = 1, /* UCX's packed rkeys */
     RDMX_KEY_KIND_OFI = 2, /* src/core/ofi/ofi_mem.c's */
 };
 
