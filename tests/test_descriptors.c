@@ -22,6 +22,10 @@
  *   flip of it, random blobs, valid prefixes with random tails and zero
  *   length; bad_descriptors grew by exactly that many, and the endpoint
  *   still works afterwards.
+ * - A valid descriptor of the other backend (a region of a UCX context on
+ *   an ofi endpoint, or of an ofi context on a UCX one) is refused with
+ *   RDMX_ERR_BAD_DESCRIPTOR in words that name both backends, and counted
+ *   in bad_descriptors (skipped when this librdmx has no libfabric).
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -398,6 +402,51 @@ static void garbage(const ts_region_t *r, uint64_t seed)
     rdmx_rmem_destroy(rmem);
 }
 
+/* A region of a context of the other backend, described and unpacked on
+ * @p ep: refused, named, counted. */
+static void cross_backend(rdmx_context_t *ctx)
+{
+    int ofi = strncmp(rdmx_context_backend(ctx), "ofi", 3) == 0;
+    rdmx_context_params_t p;
+    rdmx_context_t *other = NULL;
+    rdmx_worker_stats_t s0, s1;
+    rdmx_rmem_t *rmem = NULL;
+    uint8_t blob[TS_MAX_BLOB];
+    rdmx_status_t st;
+    rdmx_mr_t *mr;
+    size_t n = 0;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME |
+                   RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
+    p.transport_name = ofi ? "tcp" : "ofi:tcp";
+    p.net_devices = "lo";
+    st = rdmx_context_create(&p, &other);
+    if (!ofi && st == RDMX_ERR_UNSUPPORTED) {
+        th_log("cross-backend descriptor: skipped (%s)", rdmx_error_detail());
+        return;
+    }
+    CHECKF(st == RDMX_OK, "context %s: %s", p.transport_name,
+           rdmx_error_detail());
+    CHECK_OK(rdmx_mem_alloc(other, 4096, RDMX_ACCESS_ALL, &mr));
+    CHECK_OK(
+        rdmx_mr_pack(mr, 0, 4096, RDMX_ACCESS_ALL, blob, sizeof(blob), &n));
+    rdmx_worker_stats(worker, &s0);
+    st = rdmx_rmem_unpack(ep, blob, n, &rmem);
+    rdmx_worker_stats(worker, &s1);
+    CHECKF(
+        st == RDMX_ERR_BAD_DESCRIPTOR &&
+            strstr(rdmx_error_detail(), ofi ? "backend ucx" : "backend ofi") !=
+                NULL &&
+            strstr(rdmx_error_detail(), ofi ? "uses ofi" : "uses ucx") != NULL,
+        "descriptor of the other backend: %s (%s)", rdmx_status_name(st),
+        rdmx_error_detail());
+    CHECK_EQ_U64(s1.bad_descriptors - s0.bad_descriptors, 1);
+    th_log("cross-backend descriptor refused: %s", rdmx_error_detail());
+    rdmx_mem_deregister(mr);
+    rdmx_context_destroy(other);
+}
+
 int main(int argc, char **argv)
 {
     th_proc_t server;
@@ -437,6 +486,7 @@ int main(int argc, char **argv)
 
     garbage(&ra, seed_a);
     garbage(&rm, seed_m);
+    cross_backend(ctx);
 
     ts_call(ep, TS_STATS, 0, 0, 0, 0, &rep);
     {

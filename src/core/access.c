@@ -462,8 +462,9 @@ static rdmx_rmem_t *pull_key(rdmx_ep_t *ep, const unsigned char *desc,
     unsigned i;
 
     /* (the checks of rdmx_rmem_unpack that a cached key skips) */
-    if (dlen < 48 + RDMX_GRANT_MAC + 8 || rdmx_get_le32(desc) != 0x444d4452u ||
-        rdmx_get_le16(desc + 4) != 2)
+    if (dlen < 48 + RDMX_GRANT_MAC + 8 ||
+        rdmx_get_le32(desc) != RDMX_DESC_MAGIC ||
+        rdmx_get_le16(desc + 4) != RDMX_DESC_VERSION)
         return NULL;
     rkl = rdmx_get_le32(desc + 40);
     if (dlen != 48 + rkl + RDMX_GRANT_MAC + 8 ||

@@ -205,11 +205,14 @@ rdmx_status_t rdmx_context_create_v(unsigned api_version,
                   (p.transport == RDMX_TRANSPORT_AUTO && have_rdma_device());
     if ((env = getenv("RDMX_RMA")) != NULL && !strcmp(env, "rdmx"))
         ctx->tp_rma = 0;
-    /* The ofi backend carries one-sided access in rdmx on every provider
-     * for now (docs/FABRIC.md), and moves large messages only by messages
-     * the receiver copies in. */
+    /* ofi (docs/FABRIC.md, "One-sided access"): the provider's own on
+     * shared memory and RDMA providers, carried on tcp and unknown ones;
+     * RDMX_RMA=transport takes the provider's there too. */
     if (spec != NULL)
-        ctx->tp_rma = 0;
+        ctx->tp_rma = (p.transport == RDMX_TRANSPORT_SHM ||
+                       p.transport == RDMX_TRANSPORT_RDMA ||
+                       (env != NULL && !strcmp(env, "transport"))) &&
+                      !(env != NULL && !strcmp(env, "rdmx"));
     /* Over tcp UCX moves a large message only as messages the receiver
      * copies in; elsewhere its rendezvous may write straight into the
      * receiver's memory, from the sender's side (access.c). */

@@ -6,14 +6,15 @@
  *
  *   off  size  field
  *     0     4  magic "RDMD"
- *     4     2  version (2)
+ *     4     2  version (3)
  *     6     2  access rights (RDMX_ACCESS_*)
  *     8     8  region id (names the region at its owner)
  *    16     8  remote virtual address of the range start
  *    24     8  range length
  *    32     8  range start, as an offset from the region start
  *    40     4  transport key length n (at most RDMX_RKEY_MAX)
- *    44     4  reserved, zero
+ *    44     4  key kind: the backend whose key follows (RDMX_KEY_KIND_*:
+ *              1 UCX, 2 ofi); another backend's endpoint refuses it
  *    48     n  the transport's packed remote key
  *  48+n    16  MAC: HMAC-SHA256(the owner context's grant key,
  *              "rdmx-grant" || region id || range start || range length ||
@@ -37,8 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RDMX_DESC_MAGIC   0x444d4452u /* "RDMD" */
-#define RDMX_DESC_VERSION 2
 #define RDMX_DESC_FIXED   48
 #define RDMX_RKEY_MAX     4096
 
@@ -223,13 +222,20 @@ rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
     rdmx_put_le64(p + 24, length);
     rdmx_put_le64(p + 32, offset);
     rdmx_put_le32(p + 40, (uint32_t)mr->rkey_size);
-    rdmx_put_le32(p + 44, 0);
+    rdmx_put_le32(p + 44, mr->ctx->tp->key_kind);
     memcpy(p + RDMX_DESC_FIXED, mr->rkey_buf, mr->rkey_size);
     grant_mac(mr->ctx, mr->id, offset, length, access,
               p + RDMX_DESC_FIXED + mr->rkey_size);
     rdmx_put_le64(p + need - 8, rdmx_fnv1a64(p, need - 8));
     *size_p = need;
     return RDMX_OK;
+}
+
+static const char *key_kind_name(uint32_t kind)
+{
+    return kind == RDMX_KEY_KIND_UCX   ? "ucx"
+           : kind == RDMX_KEY_KIND_OFI ? "ofi"
+                                       : NULL;
 }
 
 static rdmx_status_t bad_descriptor(rdmx_worker_t *w, const char *why)
@@ -278,9 +284,23 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
     addr = rdmx_get_le64(p + 16);
     length = rdmx_get_le64(p + 24);
     if ((access & ~(unsigned)(RDMX_ACCESS_ALL | RDMX_ACCESS_FENCED)) ||
-        addr + length < addr ||
-        rdmx_get_le32(p + 44) != 0) {
-        st = bad_descriptor(w, "invalid rights, range or reserved field");
+        addr + length < addr) {
+        st = bad_descriptor(w, "invalid rights or range");
+        goto out;
+    }
+    /* (before the carried/transport split: refused in either mode) */
+    if (rdmx_get_le32(p + 44) != w->tp->key_kind) {
+        const char *kind = key_kind_name(rdmx_get_le32(p + 44));
+        char why[200];
+        if (kind == NULL)
+            snprintf(why, sizeof(why), "unknown remote key kind %u",
+                     (unsigned)rdmx_get_le32(p + 44));
+        else
+            snprintf(why, sizeof(why),
+                     "its remote key is for backend %s, this endpoint uses "
+                     "%s (both sides need the same --transport family)",
+                     kind, w->tp->name);
+        st = bad_descriptor(w, why);
         goto out;
     }
     if (ep->tep == NULL || ep->status != RDMX_OK) {
@@ -299,8 +319,12 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
     if (w->ctx->tp_rma && !(access & RDMX_ACCESS_FENCED) &&
         w->tp->rkey_unpack(ep->tep, p + RDMX_DESC_FIXED, rkey_len,
                            &rm->trkey) != RDMX_OK) {
+        char why[240];
+        snprintf(why, sizeof(why),
+                 "the transport cannot unpack its remote key (%s)",
+                 rdmx_error_detail());
         free(rm);
-        st = bad_descriptor(w, "the transport cannot unpack its remote key");
+        st = bad_descriptor(w, why);
         goto out;
     }
     rm->ep = ep;

@@ -16,8 +16,10 @@
  * endpoint flush -> NOTIFY active message sent from the flush's
  * completion. UCX orders neither RMA against AMs nor, in 1.13, its worker
  * fence across lanes (UCX_NOTES 7), so the flush is what makes the data
- * visible before the peer hears about it. Carried, the target applies the
- * put and then tells its notify callback.
+ * visible before the peer hears about it. A backend with its own
+ * put_notify (ofi: a write with remote CQ data, docs/FABRIC.md) keeps
+ * that promise itself. Carried, the target applies the put and then
+ * tells its notify callback.
  */
 #include "core/internal.h"
 
@@ -237,6 +239,13 @@ rdmx_status_t rdmx__put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     rdmx_put_le64(op->hdr + 16, rm->region_offset + offset);
     rdmx_put_le64(op->hdr + 24, length);
 
+    if (w->tp->put_notify != NULL) { /* (the backend orders it itself) */
+        op->stage = 1;
+        st = w->tp->put_notify(ep->tep, buf, length, mr ? mr->tmr : NULL, raddr,
+                               rm->trkey, op->hdr, RDMX_NOTIFY_SIZE, op, &req);
+        st = rdmx__op_issue(op, st, req, "put_notify");
+        goto out;
+    }
     /* The put's own completion is not needed: the flush covers it. */
     st = w->tp->put(ep->tep, buf, length, mr ? mr->tmr : NULL, raddr,
                     rm->trkey, NULL, NULL);

@@ -52,6 +52,13 @@ enum {
     RDMX_TP_SEND_EAGER = 1u << 1,
 };
 
+/* What kind of remote key a backend packs into descriptors (mem.c
+ * writes it into each descriptor and refuses another kind at unpack). */
+enum {
+    RDMX_KEY_KIND_UCX = 1, /* UCX's packed rkeys */
+    RDMX_KEY_KIND_OFI = 2, /* src/core/ofi/ofi_mem.c's */
+};
+
 typedef struct {
     const char *name; /* "ucx" */
 
@@ -152,8 +159,19 @@ typedef struct {
                             uint64_t *result, uint64_t raddr, void *trkey,
                             rdmx_op_t *op, void **req_p);
 
+    /* Optional (NULL: the core sends put, flush, then the NOTIFY
+     * message): put @length bytes of @buf and have the peer's core get
+     * the NOTIFY header @nhdr (@nhlen bytes, RDMX_AM_NOTIFY) only once
+     * the data is visible there. Both stay valid until completion. */
+    rdmx_status_t (*put_notify)(rdmx_tep_t *tep, const void *buf, size_t length,
+                                void *tmr, uint64_t raddr, void *trkey,
+                                const void *nhdr, size_t nhlen, rdmx_op_t *op,
+                                void **req_p);
+
     /* Stop waiting for @req: its rdmx__tp_done still comes later. */
     void (*req_forget)(void *req);
+
+    uint32_t key_kind; /* RDMX_KEY_KIND_* of its packed remote keys */
 } rdmx_tp_ops_t;
 
 extern const rdmx_tp_ops_t rdmx_tp_ucx;

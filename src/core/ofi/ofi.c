@@ -177,6 +177,11 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
         goto err_free;
     }
     ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
+    if (ret != 0 && (hints->caps & FI_ATOMIC)) {
+        /* (a provider without atomics: rdmx carries them) */
+        hints->caps &= ~FI_ATOMIC;
+        ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &list);
+    }
     /* tcp's domains are interfaces: net_devices "lo" picks loopback's
      * answer (rxm does not filter by a domain name in the hints); without
      * a match, or without net_devices, the first answer. */
@@ -202,8 +207,8 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
                          "FI_READ%s and FI_SOURCE (fi_getinfo: %s); "
                          "providers here: %s",
                          ctx->backend_spec, prov ? " " : "", prov ? prov : "",
-                         one_sided ? ", FI_WRITE, FI_ATOMIC" : "",
-                         fi_strerror(-ret), provs[0] ? provs : "none");
+                         one_sided ? ", FI_WRITE" : "", fi_strerror(-ret),
+                         provs[0] ? provs : "none");
         goto err_free;
     }
     oc->info = info;
@@ -244,6 +249,8 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     if (oc->key_size == 0 || oc->key_size > 8)
         oc->key_size = 8;
     oc->wait_fd = 1; /* until a CQ says otherwise (worker_create) */
+    oc->one_sided = one_sided;
+    rdmx__ofi_mem_init(oc);
     ret = fi_fabric(info->fabric_attr, &oc->fabric, NULL);
     if (ret != 0) {
         st = rdmx__error(RDMX_ERR_IO, "ofi %s: fi_fabric: %s", oc->prov,
@@ -256,6 +263,7 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
                          info->domain_attr->name, fi_strerror(-ret));
         goto err_fabric;
     }
+    rdmx__ofi_rma_init(oc);
     {
         uint32_t v = fi_version();
         snprintf(oc->describe, sizeof(oc->describe), "ofi %u.%u %s, domain %s",
@@ -267,6 +275,7 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
 
 err_fabric:
     fi_close(&oc->fabric->fid);
+    pthread_mutex_destroy(&oc->lock);
 err_info:
     fi_freeinfo(info);
 err_free:
@@ -282,6 +291,7 @@ static void ofi_ctx_destroy(void *tctx)
 
     fi_close(&oc->domain->fid);
     fi_close(&oc->fabric->fid);
+    pthread_mutex_destroy(&oc->lock);
     fi_freeinfo(oc->info);
     free(oc);
 }
@@ -294,69 +304,6 @@ static const char *ofi_ctx_describe(void *tctx)
 static rdmx_transport_t ofi_ctx_transport(void *tctx)
 {
     return ((ofi_ctx_t *)tctx)->medium;
-}
-
-/* Memory registration comes with the provider's one-sided operations;
- * until then a region needs no registration of the backend (messages
- * are copied through the backend's own buffers, large ones registered
- * for their pull), and its packed key says so (docs/FABRIC.md, "Packed
- * key"):
- *  0 u32 magic "OFK1"  4 u8 version 1  5 u8 flags (8: no transport key)
- *  6 u16 0  8 u64 base  16 u64 length  24 u32 FNV-1a of prov_name  28 u32 0
- */
-#define OFI_KEY_MAGIC 0x314b464fu /* "OFK1" little-endian */
-#define OFI_KEY_SIZE  32
-#define OFI_KEY_NOKEY 8
-
-static uint32_t fnv1a(const char *s)
-{
-    uint32_t h = 2166136261u;
-
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
-}
-
-static rdmx_status_t ofi_mem_map(void *tctx, void *addr, size_t length,
-                                 int allocate, unsigned access, void **tmr_p,
-                                 void **addr_p, void **rkey_p,
-                                 size_t *rkey_len_p)
-{
-    ofi_ctx_t *oc = tctx;
-    unsigned char *key = malloc(OFI_KEY_SIZE);
-    void *p = addr;
-
-    (void)access;
-    if (key == NULL)
-        return rdmx__error(RDMX_ERR_NO_MEMORY, "mem: out of memory");
-    if (allocate) {
-        if (posix_memalign(&p, 4096, length ? length : 1) != 0) {
-            free(key);
-            return rdmx__error(RDMX_ERR_NO_MEMORY,
-                               "mem: cannot allocate %zu bytes", length);
-        }
-        memset(p, 0, length);
-    }
-    rdmx_put_le32(key, OFI_KEY_MAGIC);
-    key[4] = 1;
-    key[5] = OFI_KEY_NOKEY;
-    rdmx_put_le16(key + 6, 0);
-    rdmx_put_le64(key + 8, (uint64_t)(uintptr_t)p);
-    rdmx_put_le64(key + 16, length);
-    rdmx_put_le32(key + 24, fnv1a(oc->prov));
-    rdmx_put_le32(key + 28, 0);
-    *tmr_p = allocate ? p : NULL;
-    *addr_p = p;
-    *rkey_p = key;
-    *rkey_len_p = OFI_KEY_SIZE;
-    return RDMX_OK;
-}
-
-static void ofi_mem_unmap(void *tctx, void *tmr, void *rkey)
-{
-    (void)tctx;
-    free(rkey);
-    free(tmr); /* what mem_map allocated, or NULL */
 }
 
 /* --- workers
@@ -421,6 +368,13 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
     rdmx_list_init(&ow->pulls);
     rdmx_list_init(&ow->rts_all);
     rdmx_list_init(&ow->rdesc_all);
+    rdmx_list_init(&ow->clink);
+    rdmx_list_init(&ow->rma_free);
+    rdmx_list_init(&ow->rma_wait);
+    rdmx_list_init(&ow->rma_done);
+    rdmx_list_init(&ow->rma_all);
+    rdmx_list_init(&ow->joins);
+    rdmx_list_init(&ow->join_free);
     if ((st = rdmx__random(&ow->instance, sizeof(ow->instance))) != RDMX_OK)
         goto err_free;
     cqa.format = FI_CQ_FORMAT_DATA;
@@ -475,6 +429,8 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
     }
     if ((st = rdmx__ofi_rx_init(ow)) != RDMX_OK)
         goto err_fds;
+    if ((st = rdmx__ofi_mem_worker_add(ow)) != RDMX_OK)
+        goto err_fds;
     *tw_p = ow;
     *efd_p = ow->epfd;
     *addr_p = ow->addr;
@@ -509,7 +465,10 @@ static void ofi_worker_destroy(void *tw)
     fi_close(&ow->ep->fid);
     fi_close(&ow->av->fid);
     fi_close(&ow->cq->fid);
+    rdmx__ofi_mem_worker_remove(ow);
     rdmx__ofi_rndv_cleanup(ow);
+    rdmx__ofi_rma_cleanup(ow);
+    rdmx__ofi_joins_cleanup(ow);
     while ((e = rdmx_list_pop(&ow->eps)) != NULL)
         free(rdmx_container_of(e, ofi_ep_t, link));
     while ((e = rdmx_list_pop(&ow->peers)) != NULL)
@@ -537,7 +496,8 @@ static rdmx_status_t ofi_arm(void *tw)
     int ret;
 
     if (!rdmx_list_empty(&ow->pending) || !rdmx_list_empty(&ow->done) ||
-        !rdmx_list_empty(&ow->rts_done) || !rdmx_list_empty(&ow->pulls))
+        !rdmx_list_empty(&ow->rts_done) || !rdmx_list_empty(&ow->pulls) ||
+        !rdmx_list_empty(&ow->rma_wait) || !rdmx_list_empty(&ow->rma_done))
         return RDMX_ERR_BUSY;
     if (ow->rx_posted + OFI_RX_RESERVE < ow->rx_count) {
         rdmx__ofi_rx_repost(ow);
@@ -583,56 +543,14 @@ static rdmx_status_t ofi_set_handler(void *tw, unsigned id, int hold)
     return RDMX_OK;
 }
 
-static rdmx_status_t ofi_rkey_unpack(rdmx_tep_t *tep, const void *rkey,
-                                     size_t len, void **trkey_p)
-{
-    return rdmx__error(RDMX_ERR_BAD_DESCRIPTOR,
-                       "descriptor: ofi %s: the transport's own one-sided "
-                       "access is not available",
-                       ((ofi_ep_t *)tep)->worker->ctx->prov);
-}
-
-static void ofi_rkey_destroy(void *trkey)
-{
-    (void)trkey;
-}
-
-static rdmx_status_t ofi_rma_unsupported(const char *what)
-{
-    return rdmx__error(RDMX_ERR_UNSUPPORTED,
-                       "ofi: %s by the transport is not available (rdmx "
-                       "carries one-sided access)",
-                       what);
-}
-
-static rdmx_status_t ofi_put(rdmx_tep_t *tep, const void *buf, size_t length,
-                             void *tmr, uint64_t raddr, void *trkey,
-                             rdmx_op_t *op, void **req_p)
-{
-    return ofi_rma_unsupported("put");
-}
-
-static rdmx_status_t ofi_get(rdmx_tep_t *tep, void *buf, size_t length,
-                             void *tmr, uint64_t raddr, void *trkey,
-                             rdmx_op_t *op, void **req_p)
-{
-    return ofi_rma_unsupported("get");
-}
-
-/* Nothing of the transport's own one-sided access is ever in flight. */
-static rdmx_status_t ofi_flush(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p)
-{
-    return RDMX_OK;
-}
-
 const rdmx_tp_ops_t rdmx_tp_ofi = {
     .name = "ofi",
     .ctx_create = ofi_ctx_create,
     .ctx_destroy = ofi_ctx_destroy,
     .ctx_describe = ofi_ctx_describe,
     .ctx_transport = ofi_ctx_transport,
-    .mem_map = ofi_mem_map,
-    .mem_unmap = ofi_mem_unmap,
+    .mem_map = rdmx__ofi_mem_map,
+    .mem_unmap = rdmx__ofi_mem_unmap,
     .worker_create = ofi_worker_create,
     .worker_destroy = ofi_worker_destroy,
     .progress = ofi_progress,
@@ -645,10 +563,14 @@ const rdmx_tp_ops_t rdmx_tp_ofi = {
     .send = rdmx__ofi_send,
     .recv = rdmx__ofi_recv,
     .release = rdmx__ofi_release,
-    .rkey_unpack = ofi_rkey_unpack,
-    .rkey_destroy = ofi_rkey_destroy,
-    .put = ofi_put,
-    .get = ofi_get,
-    .flush = ofi_flush,
+    .rkey_unpack = rdmx__ofi_rkey_unpack,
+    .rkey_destroy = rdmx__ofi_rkey_destroy,
+    .put = rdmx__ofi_put,
+    .get = rdmx__ofi_get,
+    .flush = rdmx__ofi_flush,
+    .has_atomics = rdmx__ofi_has_atomics,
+    .atomic = rdmx__ofi_atomic,
+    .put_notify = rdmx__ofi_put_notify,
     .req_forget = rdmx__ofi_req_forget,
+    .key_kind = RDMX_KEY_KIND_OFI,
 };

@@ -239,10 +239,14 @@ rdmx_status_t rdmx__ofi_ep_create(void *tw, const void *addr, size_t len,
         free(ep);
         return st;
     }
+    /* (FI_MR_ENDPOINT: picks the peer worker's key from a table) */
+    ep->peer->instance = rdmx_get_le64((const unsigned char *)addr + 8);
     rdmx_list_init(&ep->tep.link);
     rdmx_list_init(&ep->reqs);
     rdmx_list_init(&ep->rts);
     rdmx_list_init(&ep->rdescs);
+    rdmx_list_init(&ep->rmas);
+    rdmx_list_init(&ep->flushes);
     ep->worker = ow;
     ep->seq = ++ow->ep_seq;
     rdmx_list_insert_tail(&ow->eps, &ep->link);
@@ -268,6 +272,8 @@ rdmx_status_t rdmx__ofi_ep_close(void *tw, rdmx_tep_t *tep, int force,
     (void)req_p;
     rdmx__ofi_ep_drop_reqs(ep);
     rdmx__ofi_ep_drop_rndv(ep);
+    rdmx__ofi_ep_drop_rma(ep);
+    rdmx__ofi_ep_drop_joins(ep);
     ep_id_free(ow, ep);
     rdmx_list_del(&ep->link);
     peer_put(ow, ep->peer);

@@ -15,7 +15,9 @@
 #include "core/internal.h"
 #include "core/ofi/frame.h"
 
+#include <pthread.h>
 #include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -40,7 +42,9 @@ enum {
     OFI_CTX_REQ = 2,   /* ofi_req_t: a frame sent */
     OFI_CTX_RTS = 3,   /* ofi_rts_t: a large message sent (handle only) */
     OFI_CTX_RDESC = 4, /* ofi_rdesc_t: a large message to pull (handle) */
-    OFI_CTX_READ = 5   /* ofi_read_t: one fi_read of a pull */
+    OFI_CTX_READ = 5,  /* ofi_read_t: one fi_read of a pull */
+    OFI_CTX_RMA = 6,   /* ofi_rma_t: a put, get, atomic or flush (handle) */
+    OFI_CTX_PIECE = 7  /* ofi_piece_t: one fi_write/fi_read/atomic of it */
 };
 
 typedef struct {
@@ -61,12 +65,60 @@ typedef struct {
     size_t frame_max;        /* bytes of a receive buffer */
     int wait_fd;             /* CQs get an FI_WAIT_FD wait object */
     char describe[192];      /* rdmx_context_backend() */
+    /* Memory registration (ofi_mem.c). mr_mode above is what the code
+     * honours: the provider's bits plus those RDMX_OFI_MR_MODE_EXTRA
+     * pretends; calls that only a provider asking for a bit implements
+     * (fi_mr_bind, fi_mr_raw_attr) depend on mr_granted. */
+    uint64_t mr_granted;  /* info->domain_attr->mr_mode */
+    uint32_t prov_id;     /* FNV-1a 32 of prov, in packed keys */
+    int one_sided;        /* regions get remote access (tp_rma) */
+    int amo_ok;           /* fi_query_atomic: FI_SUM and FI_CSWAP */
+    int amo_forced;       /* RDMX_ATOMICS=transport */
+    char amo_why[160];    /* why not, for RDMX_ERR_UNSUPPORTED */
+    size_t rma_max;       /* bytes of one fi_write/fi_read (one-sided) */
+    uint64_t write_flags; /* FI_DELIVERY_COMPLETE where honoured */
+    int cq_data;          /* cq_data_size >= 8: fi_writedata notifies */
+    pthread_mutex_t lock; /* the two lists below (FI_MR_ENDPOINT) */
+    rdmx_list_t workers;  /* ofi_worker_t.clink */
+    rdmx_list_t regions;  /* ofi_mr_t.link */
 } ofi_ctx_t;
+
+/* One registration of a region: the domain's, or (FI_MR_ENDPOINT) one
+ * bound to a worker's endpoint. */
+typedef struct {
+    ofi_worker_t *worker; /* NULL: the domain's */
+    uint64_t instance;    /* worker's instance id (0: the domain's) */
+    struct fid_mr *mr;
+    void *desc; /* fi_mr_desc: for local use (FI_MR_LOCAL) */
+    uint64_t key;
+} ofi_mrent_t;
+
+/* A region (the core's tmr). Entries change under ctx->lock. */
+typedef struct {
+    rdmx_list_t link; /* ctx->regions (FI_MR_ENDPOINT) */
+    void *base;
+    size_t len;
+    void *alloc;     /* what mem_map allocated, or NULL */
+    uint64_t access; /* FI_* access bits of its registrations */
+    unsigned n, cap;
+    ofi_mrent_t *ents; /* n registrations (0 when carried) */
+} ofi_mr_t;
+
+/* A peer's region as a descriptor names it (rkey_unpack). */
+typedef struct {
+    ofi_ctx_t *ctx;
+    uint64_t key;   /* what RMA calls take (mapped, with FI_MR_RAW) */
+    uint64_t base;  /* the owner's address of the registration */
+    uint64_t len;   /* its length */
+    int virt;       /* addresses are virtual (else offsets from base) */
+    int raw_mapped; /* fi_mr_unmap_key at destroy */
+} ofi_rkey_t;
 
 /* A peer worker: one AV entry, shared by every endpoint toward it. */
 typedef struct {
     rdmx_list_t link; /* worker->peers */
     fi_addr_t fi_addr;
+    uint64_t instance; /* the peer worker's, from its address */
     unsigned refs;     /* endpoints toward it */
     unsigned inflight; /* sends and reads the provider holds */
     size_t name_len;
@@ -80,15 +132,88 @@ typedef struct {
     rdmx_tep_t tep; /* first: the core's view */
     ofi_worker_t *worker;
     ofi_peer_t *peer;
-    uint32_t id;        /* ours, in frames' src */
-    uint32_t remote;    /* the peer endpoint's id; 0 until known */
-    int sent_bind;      /* a client endpoint: never a BIND target */
-    uint64_t seq;       /* creation order (oldest unpaired first) */
-    rdmx_list_t link;   /* worker->eps */
-    rdmx_list_t reqs;   /* requests not yet completed */
-    rdmx_list_t rts;    /* ofi_rts_t waiting for their FIN */
-    rdmx_list_t rdescs; /* ofi_rdesc_t of messages from the peer */
+    uint32_t id;              /* ours, in frames' src */
+    uint32_t remote;          /* the peer endpoint's id; 0 until known */
+    int sent_bind;            /* a client endpoint: never a BIND target */
+    uint64_t seq;             /* creation order (oldest unpaired first) */
+    rdmx_list_t link;         /* worker->eps */
+    rdmx_list_t reqs;         /* requests not yet completed */
+    rdmx_list_t rts;          /* ofi_rts_t waiting for their FIN */
+    rdmx_list_t rdescs;       /* ofi_rdesc_t of messages from the peer */
+    rdmx_list_t rmas;         /* ofi_rma_t not yet completed, in issue order */
+    rdmx_list_t flushes;      /* ofi_rma_t flushes, in issue order */
+    uint64_t rma_seq;         /* one-sided operations issued (flush order) */
+    uint32_t notify_seq;      /* put-with-notify tokens toward the peer */
+    rdmx_status_t rma_status; /* first failure of a one-sided operation:
+                                 every later flush fails with it */
 } ofi_ep_t;
+
+/* Put-with-notify at the target: its NOTIFY message and the write's
+ * remote CQ data, joined by their 64-bit token (the target endpoint's id
+ * above, a sequence below); delivered to the core once both came. */
+typedef struct {
+    rdmx_list_t link; /* worker->joins or ->join_free */
+    uint64_t token;
+    int have_meta, have_data;
+    unsigned char hdr[RDMX_NOTIFY_SIZE];
+} ofi_join_t;
+
+#define OFI_JOIN_MAX 4096 /* tokens waiting per worker */
+
+#define OFI_RMA_WINDOW 4 /* pieces in flight per one-sided operation */
+
+typedef struct ofi_rma ofi_rma_t;
+
+/* One provider call of a one-sided operation. */
+typedef struct {
+    ofi_opctx_t c; /* first */
+    ofi_rma_t *r;
+    size_t len; /* bytes it moves; 0: free */
+    int busy;
+} ofi_piece_t;
+
+enum {
+    OFI_RMA_PUT,
+    OFI_RMA_GET,
+    OFI_RMA_FADD,
+    OFI_RMA_CSWAP,
+    OFI_RMA_FLUSH,
+    OFI_RMA_PUTN /* put-with-notify */
+};
+
+/* A one-sided operation (ofi_rma.c): put/get in pieces of rma_max bytes,
+ * a 64-bit atomic, or a flush waiting for every earlier one. Pooled per
+ * worker (worker->rma_free); the 64-bit words sit in the request so that
+ * one registration (FI_MR_LOCAL) covers them for its lifetime. */
+struct ofi_rma {
+    ofi_opctx_t c; /* first (the core's request handle) */
+    ofi_worker_t *worker;
+    ofi_ep_t *ep;       /* NULL once its endpoint closed */
+    ofi_peer_t *peer;   /* held while pieces are out */
+    rdmx_op_t *op;      /* NULL: nobody waits (put of a put-with-notify) */
+    rdmx_list_t link;   /* ep->rmas or ep->flushes */
+    rdmx_list_t qlink;  /* worker->rma_wait / ->rma_done / ->rma_free */
+    rdmx_list_t wlink;  /* worker->rma_all while allocated */
+    int kind;           /* OFI_RMA_* */
+    uint64_t seq;       /* ep->rma_seq at issue (flush: what it waits for) */
+    unsigned char *buf; /* the local bytes (put/get) */
+    size_t want, issued, got; /* bytes to move, posted, come back */
+    uint64_t raddr, key;      /* the first byte's transport address, its key */
+    void *desc;               /* local buffer's desc (FI_MR_LOCAL), or NULL */
+    struct fid_mr *lmr;       /* a registration made for this operation */
+    uint64_t *result;         /* atomics: where the old value goes */
+    uint64_t token;           /* put-with-notify: the last piece's CQ data */
+    unsigned char nhdr[RDMX_NOTIFY_SIZE]; /* put-with-notify's NOTIFY */
+    unsigned inflight;                    /* pieces the provider holds */
+    rdmx_status_t status; /* the first failure of a piece, or RDMX_OK */
+    int done, forgotten;  /* over; the core forgot it (req_forget) */
+    int issuing;   /* inside the call that starts it (no rdmx__tp_done) */
+    int last_done; /* put-with-notify: its last step was taken */
+    ofi_piece_t pieces[OFI_RMA_WINDOW];
+    uint64_t words[3];  /* atomics: operand, compare, result */
+    struct fid_mr *wmr; /* FI_MR_LOCAL: covers words (pool lifetime) */
+    void *wdesc;        /* its desc, or NULL */
+};
 
 /* A large message sent: its bytes registered for the receiver's reads
  * (exactly their range, a fresh key) until its FIN. */
@@ -210,8 +335,16 @@ struct ofi_worker {
     void *rx_desc;
     ofi_rxbuf_t rx[OFI_RX_BUFS];
     unsigned rx_count, rx_posted;
-    uint64_t stale;     /* frames for endpoints already closed */
-    uint64_t tp_errors; /* completion errors tied to no request */
+    uint64_t stale;        /* frames for endpoints already closed */
+    uint64_t tp_errors;    /* completion errors tied to no request */
+    rdmx_list_t clink;     /* ctx->workers (under ctx->lock) */
+    rdmx_list_t rma_free;  /* ofi_rma_t ready for reuse */
+    rdmx_list_t rma_wait;  /* ofi_rma_t whose next piece met -FI_EAGAIN */
+    rdmx_list_t rma_done;  /* ofi_rma_t finished outside progress */
+    rdmx_list_t rma_all;   /* every allocated ofi_rma_t */
+    rdmx_list_t joins;     /* ofi_join_t waiting for their other half */
+    rdmx_list_t join_free; /* ofi_join_t for reuse */
+    unsigned njoins;       /* on joins */
 };
 
 /* ofi_rndv.c */
@@ -250,6 +383,51 @@ void rdmx__ofi_req_forget(void *req);
 
 /* ofi.c */
 rdmx_status_t rdmx__ofi_status(int fi_err);
+
+/* ofi_mem.c */
+rdmx_status_t rdmx__ofi_mr_reg(ofi_ctx_t *oc, ofi_worker_t *ow, const void *buf,
+                               size_t len, uint64_t access,
+                               struct fid_mr **mr_p, uint64_t *key_p);
+void rdmx__ofi_mem_init(ofi_ctx_t *oc);
+rdmx_status_t rdmx__ofi_mem_map(void *tctx, void *addr, size_t length,
+                                int allocate, unsigned access, void **tmr_p,
+                                void **addr_p, void **rkey_p,
+                                size_t *rkey_len_p);
+void rdmx__ofi_mem_unmap(void *tctx, void *tmr, void *rkey);
+rdmx_status_t rdmx__ofi_mem_worker_add(ofi_worker_t *ow);
+void rdmx__ofi_mem_worker_remove(ofi_worker_t *ow);
+void *rdmx__ofi_mr_desc(ofi_worker_t *ow, void *tmr);
+rdmx_status_t rdmx__ofi_rkey_unpack(rdmx_tep_t *tep, const void *rkey,
+                                    size_t len, void **trkey_p);
+void rdmx__ofi_rkey_destroy(void *trkey);
+
+/* ofi_rma.c */
+void rdmx__ofi_rma_init(ofi_ctx_t *oc);
+int rdmx__ofi_has_atomics(void *tctx);
+rdmx_status_t rdmx__ofi_put(rdmx_tep_t *tep, const void *buf, size_t length,
+                            void *tmr, uint64_t raddr, void *trkey,
+                            rdmx_op_t *op, void **req_p);
+rdmx_status_t rdmx__ofi_get(rdmx_tep_t *tep, void *buf, size_t length,
+                            void *tmr, uint64_t raddr, void *trkey,
+                            rdmx_op_t *op, void **req_p);
+rdmx_status_t rdmx__ofi_flush(rdmx_tep_t *tep, rdmx_op_t *op, void **req_p);
+rdmx_status_t rdmx__ofi_put_notify(rdmx_tep_t *tep, const void *buf,
+                                   size_t length, void *tmr, uint64_t raddr,
+                                   void *trkey, const void *nhdr, size_t nhlen,
+                                   rdmx_op_t *op, void **req_p);
+void rdmx__ofi_on_notify(ofi_worker_t *ow, ofi_ep_t *ep,
+                         const rdmx_ofi_frame_t *f);
+void rdmx__ofi_on_cq_data(ofi_worker_t *ow, uint64_t token);
+void rdmx__ofi_ep_drop_joins(ofi_ep_t *ep);
+void rdmx__ofi_joins_cleanup(ofi_worker_t *ow);
+rdmx_status_t rdmx__ofi_atomic(rdmx_tep_t *tep, int cswap, uint64_t *operand,
+                               uint64_t *result, uint64_t raddr, void *trkey,
+                               rdmx_op_t *op, void **req_p);
+void rdmx__ofi_piece_done(ofi_piece_t *p, rdmx_status_t st);
+unsigned rdmx__ofi_rma_poll(ofi_worker_t *ow);
+int rdmx__ofi_rma_forget(void *req);
+void rdmx__ofi_ep_drop_rma(ofi_ep_t *ep);
+void rdmx__ofi_rma_cleanup(ofi_worker_t *ow);
 
 /* ofi_ep.c */
 rdmx_status_t rdmx__ofi_ep_create(void *tw, const void *addr, size_t len,

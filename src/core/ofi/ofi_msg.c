@@ -25,33 +25,20 @@
 /* --- buffers
  * -------------------------------------------------------------------- */
 
-/* Register @len bytes at @buf for local sends and receives (only when the
- * provider asks for FI_MR_LOCAL; bound to the endpoint under
- * FI_MR_ENDPOINT). */
+/* Register @len bytes at @buf for local sends and receives, only when
+ * the provider asks for FI_MR_LOCAL (else nothing: *@mr_p NULL). */
 static rdmx_status_t local_mr(ofi_worker_t *ow, void *buf, size_t len,
                               struct fid_mr **mr_p, void **desc_p)
 {
-    int ret;
+    rdmx_status_t st;
 
     *mr_p = NULL;
     *desc_p = NULL;
     if (!(ow->ctx->mr_mode & FI_MR_LOCAL))
         return RDMX_OK;
-    ret = fi_mr_reg(ow->ctx->domain, buf, len, FI_SEND | FI_RECV, 0, 0, 0, mr_p,
-                    NULL);
-    if (ret == 0 && (ow->ctx->mr_mode & FI_MR_ENDPOINT)) {
-        ret = fi_mr_bind(*mr_p, &ow->ep->fid, 0);
-        if (ret == 0)
-            ret = fi_mr_enable(*mr_p);
-    }
-    if (ret != 0) {
-        if (*mr_p != NULL)
-            fi_close(&(*mr_p)->fid);
-        *mr_p = NULL;
-        return rdmx__error(RDMX_ERR_NO_MEMORY,
-                           "ofi %s: cannot register %zu bytes of buffers: %s",
-                           ow->ctx->prov, len, fi_strerror(-ret));
-    }
+    st = rdmx__ofi_mr_reg(ow->ctx, ow, buf, len, FI_SEND | FI_RECV, mr_p, NULL);
+    if (st != RDMX_OK)
+        return st;
     *desc_p = fi_mr_desc(*mr_p);
     return RDMX_OK;
 }
@@ -196,7 +183,7 @@ void rdmx__ofi_req_forget(void *req)
 {
     ofi_req_t *r = req;
 
-    if (rdmx__ofi_rndv_forget(req))
+    if (rdmx__ofi_rndv_forget(req) || rdmx__ofi_rma_forget(req))
         return;
     if (r->state == OFI_REQ_DONE)
         req_put(r);
@@ -419,6 +406,11 @@ static void on_recv(ofi_worker_t *ow, ofi_rxbuf_t *rx, size_t len,
         rx_post(ow, i);
         return;
     }
+    if (f.id == RDMX_AM_NOTIFY && f.len == 8) {
+        rdmx__ofi_on_notify(ow, ep, &f); /* (joined with its write) */
+        rx_post(ow, i);
+        return;
+    }
     /* Lend the buffer only while enough others stay posted. */
     if (ow->hold[f.id] && ow->rx_posted >= OFI_RX_RESERVE)
         flags |= RDMX_MSG_HOLDABLE;
@@ -491,6 +483,19 @@ static void on_error(ofi_worker_t *ow)
         rdmx__ofi_read_done(rd, st);
         return;
     }
+    if (c->kind == OFI_CTX_PIECE) {
+        ofi_piece_t *p = (ofi_piece_t *)c;
+        char why[640];
+        snprintf(why, sizeof(why),
+                 "ofi %s: one-sided operation failed: %s (%s, prov_errno %d)",
+                 ow->ctx->prov, fi_strerror(e.err), detail, e.prov_errno);
+        rdmx__error(st, "%s", why);
+        if (p->r->ep != NULL && st != RDMX_ERR_CANCELED &&
+            st != RDMX_ERR_DENIED && st != RDMX_ERR_TOO_BIG)
+            rdmx__ofi_peer_failed(ow, p->r->ep->peer, st, why);
+        rdmx__ofi_piece_done(p, st);
+        return;
+    }
     {
         ofi_req_t *r = (ofi_req_t *)c;
         char why[640];
@@ -517,6 +522,7 @@ unsigned rdmx__ofi_poll(ofi_worker_t *ow)
         n++;
     }
     n += rdmx__ofi_rndv_poll(ow);
+    n += rdmx__ofi_rma_poll(ow);
     if (!rdmx_list_empty(&ow->pending))
         n += retry_pending(ow);
     while (n < OFI_POLL_MAX) {
@@ -530,12 +536,19 @@ unsigned rdmx__ofi_poll(ofi_worker_t *ow)
             break;
         for (ssize_t i = 0; i < ret; i++) {
             ofi_opctx_t *c = ent[i].op_context;
+            if ((ent[i].flags & FI_REMOTE_CQ_DATA) &&
+                (ent[i].flags & FI_REMOTE_WRITE)) {
+                rdmx__ofi_on_cq_data(ow, ent[i].data); /* (put-with-notify) */
+                continue;
+            }
             if (c == NULL)
                 continue;
             if (c->kind == OFI_CTX_RX)
                 on_recv(ow, (ofi_rxbuf_t *)c, ent[i].len, src[i]);
             else if (c->kind == OFI_CTX_READ)
                 rdmx__ofi_read_done((ofi_read_t *)c, RDMX_OK);
+            else if (c->kind == OFI_CTX_PIECE)
+                rdmx__ofi_piece_done((ofi_piece_t *)c, RDMX_OK);
             else
                 req_finish((ofi_req_t *)c, RDMX_OK);
         }

@@ -46,38 +46,14 @@ static rdmx_status_t rts_register(ofi_worker_t *ow, const void *data,
                                   uint64_t *key_p)
 {
     ofi_ctx_t *oc = ow->ctx;
-    uint64_t key = 0;
-    int ret = -FI_ENOKEY;
 
     if (oc->mr_mode & FI_MR_RAW)
         return rdmx__error(RDMX_ERR_UNSUPPORTED,
                            "ofi %s: raw memory keys (FI_MR_RAW) are not "
                            "supported for large messages",
                            oc->prov);
-    for (int tries = 0; tries < 8 && ret == -FI_ENOKEY; tries++) {
-        if (!(oc->mr_mode & FI_MR_PROV_KEY)) {
-            if (rdmx__random(&key, sizeof(key)) != RDMX_OK)
-                return RDMX_ERR_IO;
-            if (oc->key_size < 8)
-                key &= (1ull << (8 * oc->key_size)) - 1;
-        }
-        ret = fi_mr_reg(oc->domain, data, length, FI_REMOTE_READ, 0, key, 0,
-                        mr_p, NULL);
-    }
-    if (ret == 0 && (oc->mr_mode & FI_MR_ENDPOINT)) {
-        ret = fi_mr_bind(*mr_p, &ow->ep->fid, 0);
-        if (ret == 0)
-            ret = fi_mr_enable(*mr_p);
-        if (ret != 0)
-            fi_close(&(*mr_p)->fid);
-    }
-    if (ret != 0)
-        return rdmx__error(ret == -FI_ENOMEM ? RDMX_ERR_NO_MEMORY : RDMX_ERR_IO,
-                           "ofi %s: cannot register %zu bytes for a large "
-                           "message: %s",
-                           oc->prov, length, fi_strerror(-ret));
-    *key_p = (oc->mr_mode & FI_MR_PROV_KEY) ? fi_mr_key(*mr_p) : key;
-    return RDMX_OK;
+    /* (an error names the provider and the size) */
+    return rdmx__ofi_mr_reg(oc, ow, data, length, FI_REMOTE_READ, mr_p, key_p);
 }
 
 rdmx_status_t rdmx__ofi_rts_send(ofi_ep_t *ep, unsigned id, const void *hdr,
@@ -308,30 +284,25 @@ rdmx_status_t rdmx__ofi_recv(void *tw, void *desc, void *buf, size_t length,
 {
     ofi_worker_t *ow = tw;
     ofi_rdesc_t *d = desc;
-    int ret;
 
-    (void)tmr;
     d->op = op;
     d->buf = buf;
     d->want = length < d->length ? length : (size_t)d->length;
     d->pulling = 1;
     if (d->want != 0 && (ow->ctx->mr_mode & FI_MR_LOCAL)) {
-        ret = fi_mr_reg(ow->ctx->domain, buf, d->want, FI_READ, 0, 0, 0,
-                        &d->lmr, NULL);
-        if (ret == 0 && (ow->ctx->mr_mode & FI_MR_ENDPOINT)) {
-            ret = fi_mr_bind(d->lmr, &ow->ep->fid, 0);
-            if (ret == 0)
-                ret = fi_mr_enable(d->lmr);
-        }
-        if (ret != 0) {
+        d->ldesc = rdmx__ofi_mr_desc(ow, tmr); /* (a region's, if any) */
+        if (d->ldesc == NULL &&
+            rdmx__ofi_mr_reg(ow->ctx, ow, buf, d->want, FI_READ, &d->lmr,
+                             NULL) != RDMX_OK) {
             send_fin(d, RDMX_ERR_NO_MEMORY);
             rdesc_free(d);
             return rdmx__error(RDMX_ERR_NO_MEMORY,
                                "ofi %s: cannot register %zu bytes to "
-                               "receive: %s",
-                               ow->ctx->prov, length, fi_strerror(-ret));
+                               "receive",
+                               ow->ctx->prov, length);
         }
-        d->ldesc = fi_mr_desc(d->lmr);
+        if (d->lmr != NULL)
+            d->ldesc = fi_mr_desc(d->lmr);
     }
     if (d->want == 0 || d->ep == NULL) {
         rdmx_status_t st = d->ep == NULL ? RDMX_ERR_CANCELED : RDMX_OK;

@@ -775,6 +775,7 @@ const rdmx_tp_ops_t rdmx_tp_ucx = {
     .flush = ucx_flush,
     .has_atomics = ucx_has_atomics,
     .atomic = ucx_atomic,
+    .key_kind = RDMX_KEY_KIND_UCX,
     .req_forget = ucx_req_forget,
 };
 
