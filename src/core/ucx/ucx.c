@@ -50,6 +50,8 @@ struct ucx_worker {
     ucp_address_t *addr;
     size_t addr_len;
     rdmx_ptrmap_t eps; /* ucp_ep_h -> ucx_ep_t, for the sender of a message */
+    ucp_ep_h last_ucp; /* the sender of the last message found in eps ... */
+    ucx_ep_t *last_ep; /* ... and its endpoint; NULL once it is closed */
     ucx_handler_t handlers[RDMX_MSG_ID_MAX];
 };
 
@@ -327,8 +329,16 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
     unsigned flags = 0;
 
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
-        param->reply_ep != NULL)
-        ep = rdmx_ptrmap_get(&h->worker->eps, param->reply_ep);
+        param->reply_ep != NULL) {
+        ucx_worker_t *uw = h->worker;
+        /* (a connection's messages come in runs: one lookup per run) */
+        if (param->reply_ep == uw->last_ucp && uw->last_ep != NULL) {
+            ep = uw->last_ep;
+        } else if ((ep = rdmx_ptrmap_get(&uw->eps, param->reply_ep)) != NULL) {
+            uw->last_ucp = param->reply_ep;
+            uw->last_ep = ep;
+        }
+    }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         flags |= RDMX_MSG_RNDV;
     if (h->hold && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA))
@@ -534,6 +544,10 @@ static rdmx_status_t ucx_ep_close(void *tw, rdmx_tep_t *tep, int force,
     ucs_status_ptr_t r;
 
     rdmx_ptrmap_del(&uw->eps, ep->ucp);
+    if (uw->last_ep == ep) {
+        uw->last_ucp = NULL;
+        uw->last_ep = NULL;
+    }
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                      UCP_OP_ATTR_FIELD_USER_DATA;
     p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
