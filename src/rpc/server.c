@@ -454,8 +454,7 @@ static void req_finish(rdmx_rpc_req_t *req)
     }
     if (req->ucx_data != NULL)
         rdmx__msg_release(sw->w, req->ucx_data);
-    if (req->own != NULL)
-        free(req->own);
+    free(req->own);
     if (req->deferred) {
         sw->deferred--;
         rdmx_ptrmap_del(&c->deferred, (void *)(uintptr_t)req->id);
