@@ -3,8 +3,10 @@
 #
 # Both tools run as a server and a client process on 127.0.0.1 with
 # UCX_NET_DEVICES=lo, over the same UCX transports:
-#   shm: UCX_TLS=sm,self  (what rdmx's --transport shm selects; both tools
-#        exchange worker addresses over a TCP socket of their own)
+#   shm: UCX_TLS=sm,self  (rdmx's --transport shm selects sysv,cma,self: the
+#        same message transport, sysv, that ucx_perftest's endpoints use,
+#        without posix's second FIFO; both tools exchange worker addresses
+#        over a TCP socket of their own)
 #   tcp: UCX_TLS=tcp,self (rdmx's --transport tcp)
 # rdmx always runs with peer error handling (UCP_ERR_HANDLING_MODE_PEER, and
 # UCX_MM_ERROR_HANDLING=y so that shared memory stays enabled), so

@@ -67,20 +67,27 @@ rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
     return rdmx__op_issue(op, st, req, "send");
 }
 
+/* Say which peer a failed send was for (out of the send's path). */
+static rdmx_status_t __attribute__((noinline, cold))
+send_failed(rdmx_ep_t *ep, rdmx_status_t st)
+{
+    char why[200];
+
+    snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+    return rdmx__error(st, "send to %s: %s", ep->peer, why);
+}
+
 rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
                                  size_t hlen, const void *data, size_t length)
 {
     rdmx_status_t st;
 
-    if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
-        return st;
+    if (ep->status != RDMX_OK || ep->state != RDMX_EP_CONNECTED)
+        return rdmx__ep_usable(ep);
     st = ep->worker->tp->send(ep->tep, id, hdr, hlen, data, length, NULL,
                               RDMX_TP_SEND_NOW, NULL, NULL);
-    if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE) {
-        char why[200];
-        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
-        return rdmx__error(st, "send to %s: %s", ep->peer, why);
-    }
+    if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE)
+        return send_failed(ep, st);
     return st;
 }
 

@@ -32,6 +32,8 @@
 #define CH_INLINE 192     /* request bytes kept inside the call record */
 #define CH_METHODS_MAX 256
 #define CH_SPARE_MAX 64   /* ended call records kept for the next calls */
+#define CH_SLOTS_MIN   32   /* first size of the call slot table */
+#define CH_SLOT_NONE   UINT32_MAX
 
 typedef enum { CALL_QUEUED, CALL_SENT } call_state_t;
 
@@ -47,21 +49,32 @@ typedef struct call {
     int probe;            /* the breaker's half-open probe */
     int holds;            /* sends / receives UCX still has of it */
     int sending;          /* its request is still being sent */
-    int linked;           /* in ch->calls */
+    int linked;           /* holds its slot in ch->slots */
     unsigned attempts;
     uint64_t start_ns, deadline_ns;
     int lent;             /* carries a buffer the server may write into */
     uint64_t lent_until;  /* ended, waiting for the server's word until */
     rdmx_status_t lent_status; /* ... then completes with this */
-    char lent_msg[96];
     rdmx_call_cb_t cb;
     void *arg;
     uint32_t aux_len, len;
     unsigned char *buf;   /* aux || payload */
     void *resp;           /* rendezvous response buffer */
     struct call *next_spare; /* in ch->spare */
+    /* not cleared for a new call (call_new clears what comes before): */
+    char lent_msg[96]; /* set with lent_until */
     unsigned char inl[CH_INLINE];
 } call_t;
+
+/* A slot of a channel's call table. A call's id is its slot's index in
+ * the low 32 bits and the slot's generation in the high 32: a lookup is an
+ * index and a compare, and an answer to an ended call (an older
+ * generation) finds nothing. */
+typedef struct {
+    call_t *call;       /* NULL: free */
+    uint32_t gen;       /* bumped each time the slot is freed; never 0 */
+    uint32_t next_free; /* next free slot, or CH_SLOT_NONE */
+} call_slot_t;
 
 typedef struct {
     uint32_t id;
@@ -102,8 +115,9 @@ struct rdmx_channel {
     uint64_t last_rx, last_ping;
     uint64_t last_tick;   /* when the timer last ran */
     /* calls */
-    uint64_t next_id;
-    rdmx_ptrmap_t calls;  /* id -> call_t (queued, sent, ghosts) */
+    call_slot_t *slots; /* id -> call_t (queued, sent, ghosts) */
+    uint32_t nslots;
+    uint32_t free_slot;   /* first free slot, or CH_SLOT_NONE */
     rdmx_list_t queue;    /* waiting for credits or the connection */
     rdmx_list_t sent;     /* on the wire, answer not yet here */
     unsigned nqueued;
@@ -228,10 +242,54 @@ static void call_free(call_t *c)
     free(c);
 }
 
+/* Give @c a slot and so its id; RDMX_OK or RDMX_ERR_NO_MEMORY (the
+ * table doubles when full, up to 2^31 slots). */
+static rdmx_status_t slot_take(rdmx_channel_t *ch, call_t *c)
+{
+    uint32_t i = ch->free_slot;
+
+    if (i == CH_SLOT_NONE) {
+        uint32_t n = ch->nslots ? ch->nslots * 2 : CH_SLOTS_MIN;
+        call_slot_t *t;
+        if (ch->nslots >= (1u << 31) ||
+            (t = realloc(ch->slots, n * sizeof(*t))) == NULL)
+            return rdmx__error(RDMX_ERR_NO_MEMORY,
+                               "call: out of memory for %u calls", n);
+        for (uint32_t k = ch->nslots; k < n; k++) {
+            t[k].call = NULL;
+            t[k].gen = 1;
+            t[k].next_free = k + 1 < n ? k + 1 : CH_SLOT_NONE;
+        }
+        ch->slots = t;
+        i = ch->nslots;
+        ch->nslots = n;
+    }
+    ch->free_slot = ch->slots[i].next_free;
+    ch->slots[i].call = c;
+    c->id = (uint64_t)ch->slots[i].gen << 32 | i;
+    c->linked = 1;
+    return RDMX_OK;
+}
+
+/* The live call of id @id, or NULL. */
+static call_t *slot_find(const rdmx_channel_t *ch, uint64_t id)
+{
+    uint32_t i = (uint32_t)id;
+
+    if (i >= ch->nslots || ch->slots[i].gen != (uint32_t)(id >> 32))
+        return NULL;
+    return ch->slots[i].call;
+}
+
 static void call_unlink(rdmx_channel_t *ch, call_t *c)
 {
     if (c->linked) {
-        rdmx_ptrmap_del(&ch->calls, (void *)(uintptr_t)c->id);
+        call_slot_t *sl = &ch->slots[(uint32_t)c->id];
+        sl->call = NULL;
+        if (++sl->gen == 0)
+            sl->gen = 1;
+        sl->next_free = ch->free_slot;
+        ch->free_slot = (uint32_t)c->id;
         c->linked = 0;
     }
     rdmx_list_del(&c->link);
@@ -360,12 +418,12 @@ static void send_done(rdmx_status_t status, size_t length, void *arg)
         call_free(c);
 }
 
-/* Put @c on the wire; 0 on success, -1 to keep it queued. */
-static int call_send(rdmx_channel_t *ch, call_t *c)
+/* Put @c on the wire; 0 on success, -1 to keep it queued. @now is the
+ * time if the caller just read it, else 0. */
+static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now)
 {
     rdmx_rpc_hdr_t h;
     rdmx_status_t st;
-    uint64_t now;
 
     rdmx__rpc_hdr(&h, RDMX_RPC_MSG_REQUEST, c->method, c->id);
     h.flags = (uint16_t)c->flags;
@@ -374,7 +432,8 @@ static int call_send(rdmx_channel_t *ch, call_t *c)
     h.aux = c->aux_len;
     h.payload = c->len;
     if (c->deadline_ns != 0) {
-        now = rdmx_now_ns();
+        if (now == 0)
+            now = rdmx_now_ns();
         uint64_t left = c->deadline_ns > now ? (c->deadline_ns - now) / 1000 : 1;
         h.deadline_us = left == 0 ? 1 : left > UINT32_MAX ? UINT32_MAX
                                                          : (uint32_t)left;
@@ -417,7 +476,7 @@ static void pump(rdmx_channel_t *ch)
         }
         rdmx_list_del(&c->link);
         ch->nqueued--;
-        if (call_send(ch, c) != 0) {
+        if (call_send(ch, c, now) != 0) {
             rdmx_list_t *head = &ch->queue;
             /* back to the front; the endpoint's error will follow */
             c->link.next = head->next;
@@ -779,7 +838,7 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             conn_lost(ch, m->h.status, msg, m->h.status == RDMX_ERR_DENIED);
             return RDMX_OK;
         }
-        c = rdmx_ptrmap_get(&ch->calls, (void *)(uintptr_t)m->h.id);
+        c = slot_find(ch, m->h.id);
         if (c == NULL || c->state != CALL_SENT) {
             ch->stats.late_responses++;
             return RDMX_OK;
@@ -980,7 +1039,7 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     if ((st = rdmx_addr_parse(address, host, sizeof(host), &port)) != RDMX_OK)
         return st;
     ch = calloc(1, sizeof(*ch));
-    if (ch == NULL || rdmx_ptrmap_init(&ch->calls) != 0) {
+    if (ch == NULL) {
         free(ch);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "channel: out of memory");
     }
@@ -1016,7 +1075,6 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
         p->auth_secret_len > 0) {
         ch->secret = malloc(p->auth_secret_len);
         if (ch->secret == NULL) {
-            rdmx_ptrmap_cleanup(&ch->calls);
             free(ch);
             return rdmx__error(RDMX_ERR_NO_MEMORY, "channel: out of memory");
         }
@@ -1030,7 +1088,6 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     if (ch->hb_ms < 0) {
         int hb_ms = ch->hb_ms;
         free(ch->secret);
-        rdmx_ptrmap_cleanup(&ch->calls);
         free(ch);
         return rdmx__error(RDMX_ERR_INVALID,
                            "channel: negative heartbeat_ms %d (0 turns "
@@ -1040,7 +1097,7 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     ch->credits = 1;
     ch->max_message = 64ull << 20;
     ch->backoff_ms = ch->backoff_min_ms;
-    ch->next_id = 1;
+    ch->free_slot = CH_SLOT_NONE;
     ch->last_midx = -1;
     ch->state = RDMX_CHANNEL_CONNECTING;
     rdmx_list_init(&ch->queue);
@@ -1053,7 +1110,6 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
     if ((st = rdmx__rpc_attach(w)) != RDMX_OK) {
         rdmx__worker_unlock(w);
         free(ch->secret);
-        rdmx_ptrmap_cleanup(&ch->calls);
         free(ch);
         return st;
     }
@@ -1092,7 +1148,7 @@ void rdmx_channel_destroy(rdmx_channel_t *ch)
         call_free(c);
     }
     rdmx__worker_unlock(w);
-    rdmx_ptrmap_cleanup(&ch->calls);
+    free(ch->slots);
     free(ch->h_ids);
     free(ch->h_flags);
     free(ch->methods);
@@ -1250,7 +1306,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
         *st_p = rdmx__error(RDMX_ERR_NO_MEMORY, "call: out of memory");
         return NULL;
     }
-    memset(c, 0, offsetof(call_t, inl));
+    memset(c, 0, offsetof(call_t, lent_msg));
     c->buf = aux + length <= CH_INLINE ? c->inl : rdmx__buf_alloc(aux + length);
     if (c->buf == NULL) {
         free(c);
@@ -1288,8 +1344,15 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
         memcpy(c->buf + aux, data, length);
     c->aux_len = (uint32_t)aux;
     c->len = (uint32_t)length;
-    c->method = rdmx_rpc_id(method);
-    c->midx = method_index(ch, c->method, method);
+    if (ch->last_midx >= 0 &&
+        memcmp(ch->methods[ch->last_midx].name, method, name_len + 1) == 0) {
+        /* the method of the last call: its id is known */
+        c->midx = ch->last_midx;
+        c->method = ch->methods[c->midx].id;
+    } else {
+        c->method = rdmx_rpc_id(method);
+        c->midx = method_index(ch, c->method, method);
+    }
     c->flags = (f & RDMX_CALL_PARAM_FIELD_FLAGS) && (p->flags & RDMX_RPC_IDEMPOTENT)
                    ? RDMX_RPC_F_IDEMPOTENT
                    : 0;
@@ -1383,11 +1446,16 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
         call_free(c);
         goto out;
     }
-    c->id = ch->next_id++;
+    if ((st = slot_take(ch, c)) != RDMX_OK) {
+        if (c->probe)
+            ch->probe_inflight = 0;
+        call_free(c);
+        goto out;
+    }
     c->cb = cb;
     c->arg = arg;
     if (ch->state == RDMX_CHANNEL_READY && ch->inflight < ch->credits &&
-        rdmx_list_empty(&ch->queue) && call_send(ch, c) == 0) {
+        rdmx_list_empty(&ch->queue) && call_send(ch, c, c->start_ns) == 0) {
         /* on the wire */
     } else if (ch->nqueued < ch->queue_max) {
         rdmx_list_insert_tail(&ch->queue, &c->link);
@@ -1404,11 +1472,10 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
                  : rdmx__error(RDMX_ERR_BUSY, "call '%s': channel %s is not "
                                               "ready (%s)",
                                method, ch->address, ch->last_message);
+        call_unlink(ch, c);
         call_free(c);
         goto out;
     }
-    rdmx_ptrmap_put(&ch->calls, (void *)(uintptr_t)c->id, c);
-    c->linked = 1;
     ch->stats.calls++;
     if (c->deadline_ns != 0)
         arm(ch, c->deadline_ns);
@@ -1458,7 +1525,7 @@ rdmx_status_t rdmx_call_cancel(rdmx_channel_t *ch, uint64_t call_id)
     if (ch == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "cancel: NULL channel");
     rdmx__worker_lock(ch->w);
-    c = rdmx_ptrmap_get(&ch->calls, (void *)(uintptr_t)call_id);
+    c = slot_find(ch, call_id);
     if (c == NULL || c->done) {
         st = rdmx__error(RDMX_ERR_NOT_FOUND, "cancel: call %llu is not "
                                              "pending",

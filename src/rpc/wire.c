@@ -52,23 +52,18 @@ size_t rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
     return n;
 }
 
-rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
-                                  size_t data_len, rdmx_rpc_hdr_t *h,
-                                  char *why, size_t why_size)
+/* The checks of rdmx_rpc_hdr_decode on a header that is not version 1's:
+ * on error the kind and id are in @h when 16 or more bytes arrived. */
+static rdmx_status_t hdr_decode_v2(const unsigned char *p, size_t len,
+                                   size_t data_len, rdmx_rpc_hdr_t *h,
+                                   char *why, size_t why_size)
 {
-    const unsigned char *p = buf;
     unsigned flags;
     uint32_t word;
     size_t want = RDMX_RPC_HDR_MIN;
 
-    memset(h, 0, sizeof(*h));
-    if (buf != NULL && len >= 4 && rdmx_get_le32(p) == RDMX_RPC_V1_MAGIC) {
-        WHY("a version-1 header (%zu bytes; magic RXRP): this side speaks "
-            "version %u",
-            len, RDMX_RPC_VERSION);
-        return RDMX_ERR_PROTO;
-    }
-    if (buf == NULL || len < RDMX_RPC_HDR_MIN) {
+    if (p == NULL || len < RDMX_RPC_HDR_MIN) {
+        memset(h, 0, sizeof(*h));
         WHY("header of %zu bytes, at least %d expected", len,
             RDMX_RPC_HDR_MIN);
         return RDMX_ERR_PROTO;
@@ -79,6 +74,11 @@ rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
     h->flags = (uint8_t)(flags & RDMX_RPC_F_CALL);
     word = rdmx_get_le32(p + 4);
     h->id = rdmx_get_le64(p + 8);
+    h->handler = 0;
+    h->status = 0;
+    h->aux = 0;
+    h->deadline_us = 0;
+    h->payload = 0;
     if (h->version != RDMX_RPC_VERSION) {
         WHY("protocol version %u, this side speaks %u", h->version,
             RDMX_RPC_VERSION);
@@ -139,6 +139,24 @@ rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len,
         return RDMX_ERR_PROTO;
     }
     return RDMX_OK;
+}
+
+rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len, size_t data_len,
+                                  rdmx_rpc_hdr_t *h, char *why, size_t why_size)
+{
+    const unsigned char *p = buf;
+
+    if (hdr_decode_v2(p, len, data_len, h, why, why_size) == RDMX_OK)
+        return RDMX_OK;
+    /* (a version-1 header fails the checks above: its first byte, 'R',
+     * reads as version 5) */
+    if (p != NULL && len >= 4 && rdmx_get_le32(p) == RDMX_RPC_V1_MAGIC) {
+        memset(h, 0, sizeof(*h));
+        WHY("a version-1 header (%zu bytes; magic RXRP): this side speaks "
+            "version %u",
+            len, RDMX_RPC_VERSION);
+    }
+    return RDMX_ERR_PROTO;
 }
 
 rdmx_status_t rdmx_rpc_bulk_decode(const void *aux, size_t len,

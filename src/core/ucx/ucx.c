@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
 #include "core/ucx/ucx.h"
 
 typedef struct ucx_worker ucx_worker_t;
@@ -48,6 +50,8 @@ struct ucx_worker {
     ucp_address_t *addr;
     size_t addr_len;
     rdmx_ptrmap_t eps; /* ucp_ep_h -> ucx_ep_t, for the sender of a message */
+    ucp_ep_h last_ucp; /* the sender of the last message found in eps ... */
+    ucx_ep_t *last_ep; /* ... and its endpoint; NULL once it is closed */
     ucx_handler_t handlers[RDMX_MSG_ID_MAX];
 };
 
@@ -111,13 +115,30 @@ static rdmx_status_t issued(ucs_status_ptr_t r, void **req_p,
 
 /* --- context and memory --------------------------------------------------- */
 
+/* Can this process make System V shared memory segments (a container may
+ * forbid them)? One probe of 1 MiB, made and removed at once. */
+static int sysv_usable(void)
+{
+    int id = shmget(IPC_PRIVATE, 1u << 20, IPC_CREAT | 0600);
+
+    if (id < 0)
+        return 0;
+    shmctl(id, IPC_RMID, NULL);
+    return 1;
+}
+
 /* UCX_TLS for each transport. rdmx's own bootstrap exchanges worker
- * addresses, so shared memory needs no tcp beside it. */
+ * addresses, so shared memory needs no tcp beside it. Shared memory is
+ * sysv alone where it works ("sm" would add posix): UCX polls the message
+ * FIFO of every shared-memory transport an endpoint has a lane on, and
+ * with both, every endpoint has RMA lanes on both, so every progress pass
+ * polled two FIFOs (~55 instructions more per pass). sysv is also where
+ * UCX allocates first, and what ucx_perftest's endpoints use. */
 static const char *transport_tls(rdmx_transport_t t)
 {
     switch (t) {
     case RDMX_TRANSPORT_SHM:
-        return "sm,self";
+        return sysv_usable() ? "sysv,cma,self" : "sm,self";
     case RDMX_TRANSPORT_TCP:
         return "tcp,self";
     case RDMX_TRANSPORT_RDMA:
@@ -308,8 +329,16 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
     unsigned flags = 0;
 
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
-        param->reply_ep != NULL)
-        ep = rdmx_ptrmap_get(&h->worker->eps, param->reply_ep);
+        param->reply_ep != NULL) {
+        ucx_worker_t *uw = h->worker;
+        /* (a connection's messages come in runs: one lookup per run) */
+        if (param->reply_ep == uw->last_ucp && uw->last_ep != NULL) {
+            ep = uw->last_ep;
+        } else if ((ep = rdmx_ptrmap_get(&uw->eps, param->reply_ep)) != NULL) {
+            uw->last_ucp = param->reply_ep;
+            uw->last_ep = ep;
+        }
+    }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         flags |= RDMX_MSG_RNDV;
     if (h->hold && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA))
@@ -515,6 +544,10 @@ static rdmx_status_t ucx_ep_close(void *tw, rdmx_tep_t *tep, int force,
     ucs_status_ptr_t r;
 
     rdmx_ptrmap_del(&uw->eps, ep->ucp);
+    if (uw->last_ep == ep) {
+        uw->last_ucp = NULL;
+        uw->last_ep = NULL;
+    }
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                      UCP_OP_ATTR_FIELD_USER_DATA;
     p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
