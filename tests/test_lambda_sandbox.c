@@ -185,6 +185,10 @@ static void test_budgets(void)
         "local t = {} for i = 1, 1000 do t[i] = 1000 - i end "
         "while true do table.sort(t, function(a, b) return a < b end) end",
         "while true do collectgarbage() end",
+        /* the parser fed for ever by a reader: its work is charged */
+        "local c, first = string.rep('x', 1 << 20), true "
+        "load(function() if first then first = false return '--[[' end "
+        "return c end)",
     };
     unsigned i;
 

@@ -276,12 +276,33 @@ static int l_setmetatable(lua_State *L)
 }
 
 /* load: text chunks only, whatever mode the caller asks for. */
+/* A reader function given to load, wrapped: each piece it returns is
+ * charged as parsing, as a string chunk is, so that a reader feeding the
+ * parser for ever meets the budgets (the parser itself runs no VM
+ * instruction the hook would count). */
+static int charged_reader(lua_State *L)
+{
+    size_t l = 0;
+
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_call(L, 0, 1);
+    if (lua_type(L, -1) == LUA_TSTRING)
+        lua_tolstring(L, -1, &l);
+    rdmx__lambda_charge(L, 1 + l / 4);
+    return 1;
+}
+
 static int l_load(lua_State *L)
 {
     int n = lua_gettop(L);
     size_t l = 0;
     if (lua_type(L, 1) == LUA_TSTRING)
         lua_tolstring(L, 1, &l);
+    else if (lua_type(L, 1) == LUA_TFUNCTION) {
+        lua_pushvalue(L, 1);
+        lua_pushcclosure(L, charged_reader, 1);
+        lua_replace(L, 1);
+    }
     rdmx__lambda_charge(L, 1 + l / 4); /* parsing */
     if (n > 4)
         n = 4;
