@@ -35,7 +35,8 @@ static void usage(FILE *f)
         "usage: rdmx-kvd [options]\n"
         "  -l, --listen HOST:PORT     address (default " KVD_DEFAULT_LISTEN
         ")\n"
-        "  -m, --memory SIZE          value memory, registered at start\n"
+        "  -m, --memory SIZE          memory for items (keys, values and\n"
+        "                             headers), registered at start\n"
         "                             (default 64m; k/m/g suffixes)\n"
         "  -w, --workers N            server threads (default: one per CPU)\n"
         "  -c, --max-connections N    clients at once (default 1024); more\n"
