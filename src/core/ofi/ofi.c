@@ -357,7 +357,7 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
     ow->ctx = oc;
     ow->w = w;
-    ow->epfd = ow->evfd = ow->tfd = -1;
+    ow->epfd = ow->evfd = ow->tfd = ow->bell_fd = -1;
     rdmx_list_init(&ow->peers);
     rdmx_list_init(&ow->eps);
     rdmx_list_init(&ow->chunks);
@@ -427,6 +427,7 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
                          strerror(errno));
         goto err_fds;
     }
+    rdmx__ofi_bell_init(ow);
     if ((st = rdmx__ofi_rx_init(ow)) != RDMX_OK)
         goto err_fds;
     if ((st = rdmx__ofi_mem_worker_add(ow)) != RDMX_OK)
@@ -438,6 +439,7 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
     return RDMX_OK;
 
 err_fds:
+    rdmx__ofi_bell_fini(ow);
     if (ow->tfd >= 0)
         close(ow->tfd);
     if (ow->evfd >= 0)
@@ -471,8 +473,12 @@ static void ofi_worker_destroy(void *tw)
     rdmx__ofi_joins_cleanup(ow);
     while ((e = rdmx_list_pop(&ow->eps)) != NULL)
         free(rdmx_container_of(e, ofi_ep_t, link));
-    while ((e = rdmx_list_pop(&ow->peers)) != NULL)
-        free(rdmx_container_of(e, ofi_peer_t, link));
+    while ((e = rdmx_list_pop(&ow->peers)) != NULL) {
+        ofi_peer_t *p = rdmx_container_of(e, ofi_peer_t, link);
+        rdmx__ofi_bell_peer_close(ow, p);
+        free(p);
+    }
+    rdmx__ofi_bell_fini(ow);
     rdmx__ofi_bufs_cleanup(ow);
     free(ow->slots);
     if (ow->tfd >= 0)
@@ -488,7 +494,8 @@ static unsigned ofi_progress(void *tw)
 }
 
 /* Safe to sleep when nothing waits for a retry or a repost, and the CQ
- * says so (fi_trywait) — or, without a CQ fd, with the timer armed. */
+ * says so (fi_trywait) — or, without a CQ fd, with the doorbell's flag
+ * raised (ofi_bell.c), else the timer armed. */
 static rdmx_status_t ofi_arm(void *tw)
 {
     ofi_worker_t *ow = tw;
@@ -506,6 +513,8 @@ static rdmx_status_t ofi_arm(void *tw)
     }
     while (read(ow->evfd, &v, sizeof(v)) == (ssize_t)sizeof(v)) {
     }
+    if (ow->bell != NULL)
+        return rdmx__ofi_bell_arm(ow);
     if (ow->tfd >= 0) {
         struct itimerspec its = {.it_value = {0, OFI_POLL_NS}};
         while (read(ow->tfd, &v, sizeof(v)) == (ssize_t)sizeof(v)) {

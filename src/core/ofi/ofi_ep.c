@@ -154,8 +154,8 @@ static void peer_put(ofi_worker_t *ow, ofi_peer_t *p)
 /* A send or read toward @peer came back from the provider. */
 void rdmx__ofi_peer_io_done(ofi_worker_t *ow, ofi_peer_t *peer)
 {
-    (void)ow;
     peer->inflight--;
+    ow->inflight--;
 }
 
 /* Remove the AV entries of peers no endpoint uses and nothing in flight
@@ -171,6 +171,7 @@ static unsigned peers_evict_idle(ofi_worker_t *ow)
         if (p->refs == 0 && p->inflight == 0) {
             fi_av_remove(ow->av, &p->fi_addr, 1, 0);
             rdmx_list_del(&p->link);
+            rdmx__ofi_bell_peer_close(ow, p);
             free(p);
             n++;
         }
@@ -241,6 +242,7 @@ rdmx_status_t rdmx__ofi_ep_create(void *tw, const void *addr, size_t len,
     }
     /* (FI_MR_ENDPOINT: picks the peer worker's key from a table) */
     ep->peer->instance = rdmx_get_le64((const unsigned char *)addr + 8);
+    rdmx__ofi_bell_peer_open(ow, ep->peer, addr);
     rdmx_list_init(&ep->tep.link);
     rdmx_list_init(&ep->reqs);
     rdmx_list_init(&ep->rts);

@@ -16,6 +16,8 @@
 #include "core/ofi/frame.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
@@ -28,12 +30,18 @@
 #define OFI_PROV_MAX   32  /* prov_name bytes in the address, NUL padded */
 #define OFI_ADDR_MAGIC 0x49464f52u /* "ROFI" little-endian */
 #define OFI_ADDR_HDR   48          /* address blob header (ofi.c, ofi_ep.c) */
+#define OFI_ADDR_BELL  0x01        /* address flags (byte 5): has a doorbell */
 #define OFI_RX_BUFS    64          /* receive buffers per worker (at most) */
 #define OFI_RX_RESERVE 8           /* posted buffers never lent to a handler */
 #define OFI_REQ_CHUNK  64 /* requests allocated (and registered) at once */
 #define OFI_EAGER_MAX  (16384 - RDMX_OFI_FRAME_SIZE - RDMX_OFI_FRAME_HDR_MAX)
 
 typedef struct ofi_worker ofi_worker_t;
+
+/* The shared page of a doorbell (ofi_bell.c). */
+struct ofi_bell {
+    uint32_t sleeping; /* set by its worker, taken down by a ringer */
+};
 
 /* Kinds of completion contexts and request handles: each starts with
  * this. */
@@ -118,9 +126,14 @@ typedef struct {
 typedef struct {
     rdmx_list_t link; /* worker->peers */
     fi_addr_t fi_addr;
-    uint64_t instance; /* the peer worker's, from its address */
-    unsigned refs;     /* endpoints toward it */
-    unsigned inflight; /* sends and reads the provider holds */
+    uint64_t instance;     /* the peer worker's, from its address */
+    unsigned refs;         /* endpoints toward it */
+    unsigned inflight;     /* sends and reads the provider holds */
+    struct ofi_bell *bell; /* its doorbell's page, mapped; or NULL */
+    int bell_tried;        /* its address was looked at (ofi_bell.c) */
+    int bell_always;       /* a doorbell without its page: ring every post */
+    socklen_t bell_alen;
+    struct sockaddr_un bell_addr; /* its doorbell's socket */
     size_t name_len;
     unsigned char name[OFI_NAME_MAX];
 } ofi_peer_t;
@@ -345,7 +358,35 @@ struct ofi_worker {
     rdmx_list_t joins;     /* ofi_join_t waiting for their other half */
     rdmx_list_t join_free; /* ofi_join_t for reuse */
     unsigned njoins;       /* on joins */
+    unsigned inflight;     /* sends, reads and pieces the provider holds */
+    /* The doorbell (ofi_bell.c): only without a CQ wait fd. */
+    struct ofi_bell *bell; /* our page; NULL: none (the timer alone) */
+    int bell_fd;           /* our socket, or one to ring peers; or -1 */
+    int bell_state;        /* OFI_BELL_* (ofi_bell.c) */
+    unsigned bell_peers;   /* peers we may ring */
+    uint64_t bell_rings, bell_wakes, bell_errors;
 };
+
+/* ofi_bell.c */
+void rdmx__ofi_bell_init(ofi_worker_t *ow);
+void rdmx__ofi_bell_fini(ofi_worker_t *ow);
+void rdmx__ofi_bell_peer_open(ofi_worker_t *ow, ofi_peer_t *p,
+                              const unsigned char *addr);
+void rdmx__ofi_bell_peer_close(ofi_worker_t *ow, ofi_peer_t *p);
+void rdmx__ofi_bell_ring_slow(ofi_worker_t *ow, ofi_peer_t *p);
+void rdmx__ofi_bell_ring_all(ofi_worker_t *ow);
+void rdmx__ofi_bell_awake(ofi_worker_t *ow);
+rdmx_status_t rdmx__ofi_bell_arm(ofi_worker_t *ow);
+
+/* The provider took a send, read or piece toward @p: count it, and ring
+ * @p if it sleeps. */
+static inline void rdmx__ofi_posted(ofi_worker_t *ow, ofi_peer_t *p)
+{
+    p->inflight++;
+    ow->inflight++;
+    if (p->bell != NULL || p->bell_always)
+        rdmx__ofi_bell_ring_slow(ow, p);
+}
 
 /* ofi_rndv.c */
 rdmx_status_t rdmx__ofi_rts_send(ofi_ep_t *ep, unsigned id, const void *hdr,

@@ -231,7 +231,7 @@ static unsigned retry_pending(ofi_worker_t *ow)
         n++;
         if (ret == 0) {
             r->state = OFI_REQ_POSTED;
-            r->peer->inflight++;
+            rdmx__ofi_posted(ow, r->peer);
             continue;
         }
         rdmx__error(rdmx__ofi_status((int)ret), "ofi %s: send: %s",
@@ -289,7 +289,7 @@ rdmx_status_t rdmx__ofi_frame_send(ofi_ep_t *ep, unsigned kind, unsigned id,
                            ow->ctx->prov, fi_strerror((int)-ret));
     } else {
         r->state = OFI_REQ_POSTED;
-        r->peer->inflight++;
+        rdmx__ofi_posted(ow, r->peer);
     }
     if (r->op == NULL)
         return RDMX_OK; /* freed when it completes */
@@ -556,5 +556,9 @@ unsigned rdmx__ofi_poll(ofi_worker_t *ow)
     }
     if (ow->rx_posted < ow->rx_count)
         rdmx__ofi_rx_repost(ow);
+    if (n != 0 && ow->bell_state != 0)
+        rdmx__ofi_bell_awake(ow);
+    if (ow->bell_peers != 0 && (n != 0 || ow->inflight != 0))
+        rdmx__ofi_bell_ring_all(ow);
     return n;
 }

@@ -313,7 +313,7 @@ static void rma_issue(ofi_rma_t *r)
         p->busy = 1;
         p->len = n;
         r->inflight++;
-        r->peer->inflight++;
+        rdmx__ofi_posted(ow, r->peer);
     }
     if (r->inflight == 0 &&
         (r->status != RDMX_OK ||

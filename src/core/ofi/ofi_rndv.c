@@ -260,7 +260,7 @@ static void pull_issue(ofi_rdesc_t *d)
         rd->len = n;
         d->issued += n;
         d->inflight++;
-        d->peer->inflight++;
+        rdmx__ofi_posted(ow, d->peer);
     }
     if (d->inflight == 0 && (d->status != RDMX_OK || d->issued == d->want))
         pull_finish(d);
