@@ -70,21 +70,7 @@ is_count "$KEY" || bad_arg "bad --key"
 [ "$KEY" -ge 8 ] && [ "$KEY" -le 250 ] || bad_arg "--key: 8..250 bytes"
 [ "${#ITEMS}" -lt "$KEY" ] || bad_arg "--key too short for --items"
 
-size_bytes() { # 100 | 4k -> bytes
-    local s=$1 n m=1
-    case "$s" in
-    *[kK]) n=${s%?}; m=1024 ;;
-    *) n=$s ;;
-    esac
-    case "$n" in '' | *[!0-9]*) bad_arg "bad size '$s'" ;; esac
-    echo $((n * m))
-}
-SIZE_LIST=""
-for s in ${SIZES//,/ }; do
-    b=$(size_bytes "$s")
-    [ "$b" -le 65536 ] || bad_arg "sizes up to 64k"
-    SIZE_LIST="$SIZE_LIST $b"
-done
+size_list "$SIZES" 65536 "sizes up to 64k"
 
 RDMX_KVD=${RDMX_KVD:-$RDMX_BUILD/bin/rdmx-kvd}
 PYTHON=${PYTHON:-python3}
