@@ -39,6 +39,7 @@
 #include <rdmx/kv.h>
 #include <rdmx/rdmx.h>
 
+#include "bench.h"
 #include "options.h"
 
 #include <errno.h>
@@ -60,19 +61,6 @@
 #define PRINT_ERRORS 3
 
 static const char MISSING_KEY[] = "conn-setup:never-stored";
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Percentile p (0..1) of n sorted values, in us. */
 static double pct_us(const uint64_t *v, size_t n, double p)

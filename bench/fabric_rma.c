@@ -44,6 +44,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "bench.h"
 #include "options.h"
 
 #include <arpa/inet.h>
@@ -80,13 +81,6 @@ typedef struct {
     uint64_t name_len;
     unsigned char name[NAME_MAX_];
 } boot_t;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void die(const char *what, int ret)
 {
@@ -333,12 +327,6 @@ static int run_server(int port, const char *prov)
     close(fd);
     close_fabric();
     return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Up to @window RMA operations in flight, @count of them. */

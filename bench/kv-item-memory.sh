@@ -70,21 +70,7 @@ is_count "$KEY" || bad_arg "bad --key"
 [ "$KEY" -ge 8 ] && [ "$KEY" -le 250 ] || bad_arg "--key: 8..250 bytes"
 [ "${#ITEMS}" -lt "$KEY" ] || bad_arg "--key too short for --items"
 
-size_bytes() { # 100 | 4k -> bytes
-    local s=$1 n m=1
-    case "$s" in
-    *[kK]) n=${s%?}; m=1024 ;;
-    *) n=$s ;;
-    esac
-    case "$n" in '' | *[!0-9]*) bad_arg "bad size '$s'" ;; esac
-    echo $((n * m))
-}
-SIZE_LIST=""
-for s in ${SIZES//,/ }; do
-    b=$(size_bytes "$s")
-    [ "$b" -le 65536 ] || bad_arg "sizes up to 64k"
-    SIZE_LIST="$SIZE_LIST $b"
-done
+size_list "$SIZES" 65536 "sizes up to 64k"
 
 RDMX_KVD=${RDMX_KVD:-$RDMX_BUILD/bin/rdmx-kvd}
 PYTHON=${PYTHON:-python3}
@@ -162,6 +148,24 @@ if buf != b"MN\r\n":
 EOF
 }
 
+mc_stats() { # port file: memcached's "stats" and "stats slabs" into FILE
+    { mc_cmd "$1" stats; mc_cmd "$1" "stats slabs"; } >"$2"
+}
+
+kvd_stats() { # port file: rdmx-kvd's stats into FILE
+    "$RDMX_BUILD/bin/rdmx-kv" -s "127.0.0.1:$1" stats >"$2" 2>&1 ||
+        die "rdmx-kv stats failed"
+}
+
+# Exit 1 unless the stats in FILE count ITEMS items and no eviction.
+check_held() { # server file
+    local it ev
+    it=$(stat_of "$2" curr_items)
+    ev=$(stat_of "$2" evictions)
+    [ "$it" = "$ITEMS" ] && [ "$ev" = 0 ] ||
+        die "$1 holds $it items ($ev evictions), not $ITEMS"
+}
+
 stop_server() { # pid
     kill "$1" 2>/dev/null || true
     wait "$1" 2>/dev/null || true
@@ -170,12 +174,11 @@ stop_server() { # pid
 
 # --- one row per server: leaves bytes per item in RES ------------------------
 run_memcached() { # value_bytes
-    local v=$1 mb rb ra it ev mal0 mal1 hb0 hb1
+    local v=$1 mb rb ra mal0 mal1 hb0 hb1
     mb=$(((ITEMS * (v + KEY + 160) * 13 / 10) / 1048576 + 64))
     start_memcached -m "$mb"
     sleep 0.5
-    { mc_cmd "$MC_PORT" stats; mc_cmd "$MC_PORT" "stats slabs"; } \
-        >"$WORK/mc.before"
+    mc_stats "$MC_PORT" "$WORK/mc.before"
     read -r rb _ < <(rss_of "$MC_PID")
     mc_fill "$MC_PORT" "$ITEMS" "$KEY" "$v" ||
         die "memcached: the fill failed"
@@ -186,14 +189,10 @@ run_memcached() { # value_bytes
         [ "$(stat_of "$WORK/mc.after" hash_is_expanding)" = 0 ] && break
         sleep 0.5
     done
-    { mc_cmd "$MC_PORT" stats; mc_cmd "$MC_PORT" "stats slabs"; } \
-        >"$WORK/mc.after"
+    mc_stats "$MC_PORT" "$WORK/mc.after"
     read -r ra _ < <(rss_of "$MC_PID")
     stop_server "$MC_PID"
-    it=$(stat_of "$WORK/mc.after" curr_items)
-    ev=$(stat_of "$WORK/mc.after" evictions)
-    [ "$it" = "$ITEMS" ] && [ "$ev" = 0 ] ||
-        die "memcached holds $it items ($ev evictions), not $ITEMS"
+    check_held memcached "$WORK/mc.after"
     mal0=$(stat_of "$WORK/mc.before" total_malloced)
     mal1=$(stat_of "$WORK/mc.after" total_malloced)
     hb0=$(stat_of "$WORK/mc.before" hash_bytes)
@@ -206,24 +205,19 @@ run_memcached() { # value_bytes
 }
 
 run_rdmx() { # value_bytes
-    local v=$1 mem rb rrb ra rra it ev lim fr0 fr1 heap region
+    local v=$1 mem rb rrb ra rra lim fr0 fr1 heap region
     mem=$(((ITEMS * (v + KEY + 256)) / 1048576 + 64))
     start_kvd tcp --workers 2 --memory "${mem}m"
     sleep 0.5
-    "$RDMX_BUILD/bin/rdmx-kv" -s "127.0.0.1:$KVD_PORT" stats \
-        >"$WORK/kvd.before" 2>&1 || die "rdmx-kv stats failed"
+    kvd_stats "$KVD_PORT" "$WORK/kvd.before"
     read -r rb rrb < <(rss_of "$KVD_PID")
     "$WORK/kv_fill" "127.0.0.1:$KVD_PORT" "$ITEMS" "$KEY" "$v" \
         >"$WORK/kv_fill.out" 2>&1 ||
         die "rdmx-kvd: the fill failed: $(cat "$WORK/kv_fill.out")"
-    "$RDMX_BUILD/bin/rdmx-kv" -s "127.0.0.1:$KVD_PORT" stats \
-        >"$WORK/kvd.after" 2>&1 || die "rdmx-kv stats failed"
+    kvd_stats "$KVD_PORT" "$WORK/kvd.after"
     read -r ra rra < <(rss_of "$KVD_PID")
     stop_server "$KVD_PID"
-    it=$(stat_of "$WORK/kvd.after" curr_items)
-    ev=$(stat_of "$WORK/kvd.after" evictions)
-    [ "$it" = "$ITEMS" ] && [ "$ev" = 0 ] ||
-        die "rdmx-kvd holds $it items ($ev evictions), not $ITEMS"
+    check_held rdmx-kvd "$WORK/kvd.after"
     lim=$(stat_of "$WORK/kvd.after" limit_maxbytes)
     fr0=$(stat_of "$WORK/kvd.before" free_bytes)
     fr1=$(stat_of "$WORK/kvd.after" free_bytes)

@@ -30,6 +30,8 @@
 #define _GNU_SOURCE
 #include <rdmx/rdmx.h>
 
+#include "kv_client.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,9 +98,7 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    rdmx_context_t *ctx = NULL;
-    rdmx_worker_t *w = NULL;
-    rdmx_kv_t *kv = NULL;
+    kv_client_t c = {NULL, NULL, NULL};
     rdmx_mr_t *mr = NULL;
     item_t *items = NULL;
     double *t = NULL;
@@ -128,11 +128,8 @@ int main(int argc, char **argv)
         goto out;
     }
     memset(buf, 0x5a, count * size);
-    if ((st = rdmx_context_create(NULL, &ctx)) != RDMX_OK ||
-        (st = rdmx_worker_create(ctx, NULL, &w)) != RDMX_OK ||
-        (st = rdmx_kv_create(w, argv[1], NULL, &kv)) != RDMX_OK ||
-        (st = rdmx_kv_wait_ready(kv, 10000)) != RDMX_OK ||
-        (st = rdmx_mem_register(ctx, buf, count * size,
+    if ((st = kv_client_open(&c, argv[1])) != RDMX_OK ||
+        (st = rdmx_mem_register(c.ctx, buf, count * size,
                                 RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &mr)) !=
             RDMX_OK) {
         fprintf(stderr, "kv_batch_get: set-up: %s: %s\n",
@@ -145,7 +142,7 @@ int main(int argc, char **argv)
         items[i].klen = (size_t)snprintf(items[i].key, KEY_MAX,
                                          "bench/%zux%zu/%zu", count, size, i);
         items[i].buf = buf + i * size;
-        if ((st = rdmx_kv_put(kv, items[i].key, items[i].klen, items[i].buf,
+        if ((st = rdmx_kv_put(c.kv, items[i].key, items[i].klen, items[i].buf,
                               size, &p, NULL)) != RDMX_OK) {
             fprintf(stderr, "kv_batch_get: put: %s: %s\n",
                     rdmx_status_name(st), rdmx_error_detail());
@@ -158,7 +155,7 @@ int main(int argc, char **argv)
         rdmx_kv_meta_t meta;
         for (size_t r = 0; r <= rounds; r++) {
             double t0 = now_us();
-            st = rdmx_kv_get(kv, items[0].key, items[0].klen, buf, size, &p,
+            st = rdmx_kv_get(c.kv, items[0].key, items[0].klen, buf, size, &p,
                              &meta);
             t[r] = now_us() - t0;
             bad += st != RDMX_OK || meta.length != size;
@@ -166,7 +163,7 @@ int main(int argc, char **argv)
     } else {
         for (size_t r = 0; r <= rounds; r++) {
             double t0 = now_us();
-            batch_get(kv, w, mr, items, count, size);
+            batch_get(c.kv, c.w, mr, items, count, size);
             t[r] = now_us() - t0;
             for (size_t i = 0; i < count; i++)
                 bad += items[i].status != RDMX_OK || items[i].length != size;
@@ -188,12 +185,7 @@ int main(int argc, char **argv)
 out:
     if (mr != NULL)
         rdmx_mem_deregister(mr);
-    if (kv != NULL)
-        rdmx_kv_destroy(kv);
-    if (w != NULL)
-        rdmx_worker_destroy(w);
-    if (ctx != NULL)
-        rdmx_context_destroy(ctx);
+    kv_client_close(&c);
     free(buf);
     free(t);
     free(items);

@@ -17,6 +17,8 @@
 #define _GNU_SOURCE
 #include <rdmx/rdmx.h>
 
+#include "kv_client.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +28,7 @@
 
 int main(int argc, char **argv)
 {
-    rdmx_context_t *ctx = NULL;
-    rdmx_worker_t *w = NULL;
-    rdmx_kv_t *kv = NULL;
+    kv_client_t c = {NULL, NULL, NULL};
     rdmx_kv_mput_t *items = NULL;
     char *keys = NULL, *value = NULL;
     size_t count, klen, vlen, done = 0;
@@ -55,10 +55,7 @@ int main(int argc, char **argv)
         goto out;
     }
     memset(value, 'v', vlen + 1);
-    if ((st = rdmx_context_create(NULL, &ctx)) != RDMX_OK ||
-        (st = rdmx_worker_create(ctx, NULL, &w)) != RDMX_OK ||
-        (st = rdmx_kv_create(w, argv[1], NULL, &kv)) != RDMX_OK ||
-        (st = rdmx_kv_wait_ready(kv, 10000)) != RDMX_OK) {
+    if ((st = kv_client_open(&c, argv[1])) != RDMX_OK) {
         fprintf(stderr, "kv_fill: set-up: %s: %s\n", rdmx_status_name(st),
                 rdmx_error_detail());
         goto out;
@@ -74,7 +71,7 @@ int main(int argc, char **argv)
             items[i].value = value;
             items[i].vlen = vlen;
         }
-        st = rdmx_kv_mput(kv, items, n);
+        st = rdmx_kv_mput(c.kv, items, n);
         for (size_t i = 0; st == RDMX_OK && i < n; i++)
             st = items[i].status;
         if (st != RDMX_OK) {
@@ -87,12 +84,7 @@ int main(int argc, char **argv)
     printf("kv_fill count=%zu key=%zu value=%zu\n", done, klen, vlen);
     rc = 0;
 out:
-    if (kv != NULL)
-        rdmx_kv_destroy(kv);
-    if (w != NULL)
-        rdmx_worker_destroy(w);
-    if (ctx != NULL)
-        rdmx_context_destroy(ctx);
+    kv_client_close(&c);
     free(value);
     free(keys);
     free(items);

@@ -29,6 +29,7 @@
  *      build/lib/librdmx_tools_common.a -lmemcached -lhiredis -lpthread
  */
 #define _GNU_SOURCE
+#include "bench.h"
 #include "options.h"
 
 #include <errno.h>
@@ -333,12 +334,6 @@ static void *bench_main(void *arg)
     free(buf);
     conn_close(o, &c);
     return NULL;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static int run(const opts_t *o)

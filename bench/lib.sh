@@ -9,7 +9,9 @@
 #   usage                   the script's header comment, as --help prints it
 #   die, bad_arg            "NAME: message" on stderr, exit 1 (failure) or
 #                           2 (bad command line)
-#   need_value, is_count, set_transports   checks of option values
+#   need_value, is_count, set_transports, set_rounds, size_bytes,
+#   size_list               checks of option values
+#   only_selects            --only ROW,GROUP,...
 #   ROOT, RDMX_BUILD, CC    the tree, the build directory (environment
 #                           RDMX_BUILD, default build/), the C compiler
 #   bench_cc SRC FLAG...    compile bench/SRC.c with the tools' option
@@ -20,8 +22,10 @@
 #                           process this script started and removes WORK
 #                           (KEEP=1: keeps it)
 #   loopback_ucx            a clean, loopback-only UCX environment
-#   free_port, wait_listen, start_listener, start_memcached, start_kvd
+#   free_port, wait_listen, start_listener, start_on_free_port,
+#   start_memcached, start_kvd
 #                           servers on 127.0.0.1
+#   perf_pair               an rdmx-perf server and client on 127.0.0.1
 #   median, cpu_busy, psi, cpu_ticks, others_pct, json_field
 #                           figures
 #   ucx_version, extra_env, tree_at   what the report's header says
@@ -66,6 +70,49 @@ set_transports() { # value "transports for all" -> TRANSPORTS
     all) TRANSPORTS=$2 ;;
     *) bad_arg "--transport shm|tcp|all" ;;
     esac
+}
+
+# ROUNDS as given (--rounds), else QUICK_N with --quick (QUICK=1), else N;
+# exit 2 unless a whole number above 0.
+set_rounds() { # quick_n n
+    [ -n "$ROUNDS" ] || ROUNDS=$([ "$QUICK" = 1 ] && echo "$1" || echo "$2")
+    is_count "$ROUNDS" || bad_arg "bad --rounds"
+}
+
+size_bytes() { # 100 | 4k | 1m -> bytes (k: KiB, m: MiB); exit 2 if not one
+    local s=$1 n m=1
+    case "$s" in
+    *[kK]) n=${s%?}; m=1024 ;;
+    *[mM]) n=${s%?}; m=1048576 ;;
+    *) n=$s ;;
+    esac
+    case "$n" in '' | *[!0-9]*) bad_arg "bad size '$s'" ;; esac
+    echo $((n * m))
+}
+
+# SIZE_LIST: the sizes of the comma list SIZES in bytes, in its order;
+# exit 2 with "NAME: MESSAGE" if one is above MAX bytes.
+size_list() { # sizes max message
+    local s b
+    SIZE_LIST=""
+    for s in ${1//,/ }; do
+        b=$(size_bytes "$s")
+        [ "$b" -le "$2" ] || bad_arg "$3"
+        SIZE_LIST="$SIZE_LIST $b"
+    done
+}
+
+# 0 if --only (ONLY: a comma list of rows and groups; empty: every row)
+# takes ROW: by its name, by GROUP if ROW begins with PREFIX, by REST if
+# it does not.
+only_selects() { # row prefix group rest
+    [ -z "$ONLY" ] && return 0
+    case ",$ONLY," in *",$1,"*) return 0 ;; esac
+    case "$1" in
+    "$2"*) case ",$ONLY," in *",$3,"*) return 0 ;; esac ;;
+    *) case ",$ONLY," in *",$4,"*) return 0 ;; esac ;;
+    esac
+    return 1
 }
 
 # --- building ------------------------------------------------------------------
@@ -195,6 +242,29 @@ start_listener() { # out port_sed cmd...
     PORT=$(sed -n "$port_sed" "$WORK/$out.out" 2>/dev/null)
 }
 
+# CMD... on a free port (the word @PORT@ in it replaced by the port),
+# started in the background until it listens on any address: SERVER_PID,
+# PORT; its stdout in $WORK/OUT.out and stderr in $WORK/OUT.err. Three
+# tries (a port taken meanwhile), then exit 1 saying that WHAT's server
+# did not start.
+start_on_free_port() { # out what cmd...
+    local out=$1 what=$2 a
+    local -a cmd
+    shift 2
+    for _ in 1 2 3; do
+        PORT=$(free_port)
+        cmd=()
+        for a in "$@"; do cmd+=("${a//@PORT@/$PORT}"); done
+        "${cmd[@]}" >"$WORK/$out.out" 2>"$WORK/$out.err" &
+        SERVER_PID=$!
+        wait_listen "$PORT" "$SERVER_PID" any && return 0
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+    done
+    die "$what server did not start: $(cat "$WORK/$out.err")"
+}
+
 # memcached on 127.0.0.1 and a free port, with ARG... after "-U 0 -t 2",
 # kept for the whole run (SERVER_PIDS): MC_PORT, MC_PID. Three tries.
 start_memcached() { # arg...
@@ -233,6 +303,26 @@ start_kvd() { # tr arg...
     KVD_PORT=$PORT
     [ -n "$KVD_PORT" ] || die "rdmx-kvd ($tr) did not start:" \
         "$(cat "$WORK/kvd.$tr.err" "$WORK/kvd.$tr.out")"
+}
+
+# One rdmx-perf ($RDMX_PERF) test over transport TR: a server (--once) on
+# 127.0.0.1, then the client with -t TEST ARG... --json; the client's last
+# JSON line in PERF_LINE. Exit 1 if either fails; the outputs in
+# $WORK/rs.* (server) and $WORK/rc.* (client).
+perf_pair() { # tr test arg...
+    local tr=$1 test=$2
+    shift 2
+    start_listener rs 's/^listening on .*:\([0-9]*\)$/\1/p' \
+        "$RDMX_PERF" --listen 127.0.0.1:0 --once --transport "$tr"
+    [ -n "$PORT" ] ||
+        die "rdmx-perf server did not start: $(cat "$WORK/rs.err")"
+    if ! "$RDMX_PERF" "127.0.0.1:$PORT" -t "$test" "$@" --transport "$tr" \
+        --json >"$WORK/rc.out" 2>"$WORK/rc.err"; then
+        die "rdmx-perf $test ($tr) failed: $(cat "$WORK/rc.err")"
+    fi
+    wait "$SERVER_PID" || die "rdmx-perf server failed: $(cat "$WORK/rs.err")"
+    SERVER_PID=""
+    PERF_LINE=$(grep '^{' "$WORK/rc.out" | tail -1 || true)
 }
 
 # --- figures -------------------------------------------------------------------

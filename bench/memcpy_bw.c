@@ -19,6 +19,7 @@
  *      build/lib/librdmx_tools_common.a
  */
 #define _GNU_SOURCE
+#include "bench.h"
 #include "options.h"
 
 #include <stdint.h>
@@ -29,14 +30,6 @@
 
 #define TRIALS   5
 #define TRIAL_NS 200000000ull
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {

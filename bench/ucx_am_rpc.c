@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
 
+#include "bench.h"
 #include "options.h"
 
 #include <arpa/inet.h>
@@ -59,13 +60,6 @@ static unsigned g_pending_sends;
 
 /* client */
 static uint64_t g_done;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void die(const char *what, ucs_status_t st)
 {
@@ -273,12 +267,6 @@ static int run_server(int port)
     ucp_listener_destroy(listener);
     free(g_slots);
     return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void wait_done(uint64_t target)

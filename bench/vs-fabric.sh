@@ -76,10 +76,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-if [ -z "$ROUNDS" ]; then
-    ROUNDS=$([ "$QUICK" = 1 ] && echo 2 || echo 3)
-fi
-is_count "$ROUNDS" || bad_arg "bad --rounds"
+set_rounds 2 3
 
 RDMX_PERF=${RDMX_PERF:-$RDMX_BUILD/bin/rdmx-perf}
 RDMX_KV=${RDMX_KV:-$RDMX_BUILD/bin/rdmx-kv}
@@ -127,15 +124,8 @@ iters_for() { # provider kind size -> "N W"
 }
 KV_SECONDS=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
 
-selected() { # row -> 0 if selected by --only
-    [ -z "$ONLY" ] && return 0
-    case ",$ONLY," in *",$1,"*) return 0 ;; esac
-    case "$1" in
-    kv_*) case ",$ONLY," in *",kv,"*) return 0 ;; esac ;;
-    *) case ",$ONLY," in *",raw,"*) return 0 ;; esac ;;
-    esac
-    return 1
-}
+# row -> 0 if --only takes it (groups: kv, the kv_ rows; raw, the others)
+selected() { only_selects "$1" kv_ kv raw; }
 
 load_note() { # when -> a line on the machine's load
     echo "# CPU load from other processes ($1): $(cpu_busy)%," \
@@ -145,51 +135,21 @@ load_note() { # when -> a line on the machine's load
 # --- the halves -------------------------------------------------------------------
 # rdmx-perf over ofi:PROV: VAL (p50 us, RTT us or MB/s), VAL2 (mean us).
 run_rdmx() { # prov test size iters warmup kind
-    local prov=$1 test=$2 size=$3 n=$4 w=$5 kind=$6 line
-    start_listener rs 's/^listening on .*:\([0-9]*\)$/\1/p' \
-        "$RDMX_PERF" --listen 127.0.0.1:0 --once --transport "ofi:$prov"
-    [ -n "$PORT" ] ||
-        die "rdmx-perf server did not start: $(cat "$WORK/rs.err")"
-    if ! "$RDMX_PERF" "127.0.0.1:$PORT" -t "$test" -s "$size" -n "$n" \
-        -w "$w" -W 16 --flush end --transport "ofi:$prov" --json \
-        >"$WORK/rc.out" 2>"$WORK/rc.err"; then
-        die "rdmx-perf $test (ofi:$prov) failed: $(cat "$WORK/rc.err")"
-    fi
-    wait "$SERVER_PID" || die "rdmx-perf server failed: $(cat "$WORK/rs.err")"
-    SERVER_PID=""
-    line=$(grep '^{' "$WORK/rc.out" | tail -1 || true)
+    local prov=$1 test=$2 size=$3 n=$4 w=$5 kind=$6
+    perf_pair "ofi:$prov" "$test" -s "$size" -n "$n" -w "$w" -W 16 \
+        --flush end
     case "$kind" in
-    lat | rtt) VAL=$(json_field p50_us "$line") ;;
-    *) VAL=$(json_field mb_per_s "$line") ;;
+    lat | rtt) VAL=$(json_field p50_us "$PERF_LINE") ;;
+    *) VAL=$(json_field mb_per_s "$PERF_LINE") ;;
     esac
-    VAL2=$(json_field avg_us "$line")
-}
-
-# CMD... on a free port (the word @PORT@ in it replaced by the port),
-# started in the background until it listens: SERVER_PID, PORT. Three
-# tries (a port taken meanwhile).
-start_raw_server() { # out cmd...
-    local out=$1 prog=$2 a
-    shift
-    for _ in 1 2 3; do
-        PORT=$(free_port)
-        local -a cmd=()
-        for a in "$@"; do cmd+=("${a//@PORT@/$PORT}"); done
-        "${cmd[@]}" >"$WORK/$out.out" 2>"$WORK/$out.err" &
-        SERVER_PID=$!
-        wait_listen "$PORT" "$SERVER_PID" any && return 0
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=""
-    done
-    die "$prog server did not start: $(cat "$WORK/$out.err")"
+    VAL2=$(json_field avg_us "$PERF_LINE")
 }
 
 # fi_pingpong: VAL (mean one-way us, or MB/s for kind bw).
 run_pingpong() { # prov size iters kind
     local prov=$1 size=$2 n=$3 kind=$4 line
-    start_raw_server ps "$FI_PINGPONG" -p "$prov" -e rdm -B @PORT@ \
-        -S "$size" -I "$n"
+    start_on_free_port ps "$FI_PINGPONG" "$FI_PINGPONG" -p "$prov" -e rdm \
+        -B @PORT@ -S "$size" -I "$n"
     if ! "$FI_PINGPONG" -p "$prov" -e rdm -P "$PORT" -S "$size" -I "$n" \
         127.0.0.1 >"$WORK/pc.out" 2>"$WORK/pc.err"; then
         die "fi_pingpong -p $prov -S $size failed:" \
@@ -210,7 +170,7 @@ run_pingpong() { # prov size iters kind
 # fabric_rma: VAL (p50 one-way us for lat, MB/s otherwise).
 run_fabric() { # prov test size iters warmup kind
     local prov=$1 test=$2 size=$3 n=$4 w=$5 kind=$6 line
-    start_raw_server fs "$FABRIC_RMA" -p "$prov" -l @PORT@
+    start_on_free_port fs "$FABRIC_RMA" "$FABRIC_RMA" -p "$prov" -l @PORT@
     if ! "$FABRIC_RMA" -p "$prov" "127.0.0.1:$PORT" -t "$test" -s "$size" \
         -n "$n" -w "$w" -W 16 >"$WORK/fc.out" 2>"$WORK/fc.err"; then
         die "fabric_rma -t $test -p $prov failed: $(cat "$WORK/fc.err")"

@@ -95,9 +95,8 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-[ -n "$ROUNDS" ] || ROUNDS=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
+set_rounds 1 3
 [ -n "$SECONDS_RUN" ] || SECONDS_RUN=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
-is_count "$ROUNDS" || bad_arg "bad --rounds"
 awk -v s="$SECONDS_RUN" 'BEGIN { exit !(s + 0 > 0) }' ||
     bad_arg "bad --seconds"
 HAVE_MC=0
@@ -116,28 +115,13 @@ for c in ${CLIENTS//,/ }; do
     is_count "$c" || bad_arg "bad --clients '$c'"
 done
 
-size_bytes() { # 100 | 4k | 1m -> bytes
-    local s=$1 n m=1
-    case "$s" in
-    *[kK]) n=${s%?}; m=1024 ;;
-    *[mM]) n=${s%?}; m=1048576 ;;
-    *) n=$s ;;
-    esac
-    case "$n" in '' | *[!0-9]*) bad_arg "bad size '$s'" ;; esac
-    echo $((n * m))
-}
 size_label() { # bytes -> 100B | 4KiB | 1MiB
     local b=$1
     if [ $((b % 1048576)) = 0 ]; then echo "$((b / 1048576))MiB"
     elif [ $((b % 1024)) = 0 ]; then echo "$((b / 1024))KiB"
     else echo "${b}B"; fi
 }
-SIZE_LIST=""
-for s in ${SIZES//,/ }; do
-    b=$(size_bytes "$s")
-    [ "$b" -le 1048576 ] || bad_arg "sizes up to 1m (rdmx-kvd --max-value)"
-    SIZE_LIST="$SIZE_LIST $b"
-done
+size_list "$SIZES" 1048576 "sizes up to 1m (rdmx-kvd --max-value)"
 
 RDMX_KV=${RDMX_KV:-$RDMX_BUILD/bin/rdmx-kv}
 RDMX_KVD=${RDMX_KVD:-$RDMX_BUILD/bin/rdmx-kvd}

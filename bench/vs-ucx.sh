@@ -91,10 +91,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-if [ -z "$ROUNDS" ]; then
-    ROUNDS=$([ "$QUICK" = 1 ] && echo 2 || echo 5)
-fi
-is_count "$ROUNDS" || bad_arg "bad --rounds"
+set_rounds 2 5
 
 RDMX_PERF=${RDMX_PERF:-$RDMX_BUILD/bin/rdmx-perf}
 UCX_PERFTEST=${UCX_PERFTEST:-$(command -v ucx_perftest || true)}
@@ -145,15 +142,8 @@ tls_for() {
     esac
 }
 
-selected() { # test -> 0 if selected by --only
-    [ -z "$ONLY" ] && return 0
-    case ",$ONLY," in *",$1,"*) return 0 ;; esac
-    case "$1" in
-    rpc_*) case ",$ONLY," in *",rpc,"*) return 0 ;; esac ;;
-    *) case ",$ONLY," in *",core,"*) return 0 ;; esac ;;
-    esac
-    return 1
-}
+# test -> 0 if --only takes it (groups: rpc, the rpc_ tests; core, the others)
+selected() { only_selects "$1" rpc_ rpc core; }
 
 # --- helpers -----------------------------------------------------------------
 # The machine's load: the share of CPU time other processes used over one
@@ -181,49 +171,27 @@ load_note() { # when -> a line on the machine's load
 # rdmx-perf pair half: leaves the metric (p50 us or MB/s) in VAL. No
 # command substitution: the server's pid must stay visible to cleanup.
 run_rdmx() { # transport test size iters warmup window kind
-    local tr=$1 test=$2 size=$3 n=$4 w=$5 win=$6 kind=$7 line
-    start_listener rs 's/^listening on .*:\([0-9]*\)$/\1/p' \
-        "$RDMX_PERF" --listen 127.0.0.1:0 --once --transport "$tr"
-    [ -n "$PORT" ] ||
-        die "rdmx-perf server did not start: $(cat "$WORK/rs.err")"
-    if ! "$RDMX_PERF" "127.0.0.1:$PORT" -t "$test" -s "$size" -n "$n" \
-        -w "$w" -W "$win" --flush "$FLUSH" --transport "$tr" --json \
-        >"$WORK/rc.out" 2>"$WORK/rc.err"; then
-        die "rdmx-perf $test ($tr) failed: $(cat "$WORK/rc.err")"
-    fi
-    wait "$SERVER_PID" || die "rdmx-perf server failed: $(cat "$WORK/rs.err")"
-    SERVER_PID=""
-    line=$(grep '^{' "$WORK/rc.out" | tail -1 || true)
+    local tr=$1 test=$2 size=$3 n=$4 w=$5 win=$6 kind=$7
+    perf_pair "$tr" "$test" -s "$size" -n "$n" -w "$w" -W "$win" \
+        --flush "$FLUSH"
     case "$kind" in
-    lat | rtt) VAL=$(json_field p50_us "$line") ;; # rpc_lat: a round trip
-    rate) VAL=$(json_field calls_per_s "$line") ;;
-    *) VAL=$(json_field mb_per_s "$line") ;;
+    lat | rtt) VAL=$(json_field p50_us "$PERF_LINE") ;; # rpc_lat: a round trip
+    rate) VAL=$(json_field calls_per_s "$PERF_LINE") ;;
+    *) VAL=$(json_field mb_per_s "$PERF_LINE") ;;
     esac
 }
 
 # ucx_perftest pair half: leaves the metric (p50 us or MB/s) in VAL.
 run_ucx() { # transport errmode(0|1) test size iters warmup outstanding kind
-    local tr=$1 err=$2 test=$3 size=$4 n=$5 w=$6 o=$7 kind=$8 port line
+    local tr=$1 err=$2 test=$3 size=$4 n=$5 w=$6 o=$7 kind=$8 line
     local -a env=(UCX_TLS="$(tls_for "$tr")") flags=(-z)
-    local attempt
     if [ "$err" = 1 ]; then
         env+=(UCX_MM_ERROR_HANDLING=y)
         flags+=(-e)
     fi
-    for attempt in 1 2 3; do
-        port=$(free_port)
-        env "${env[@]}" "$UCX_PERFTEST" -p "$port" \
-            >"$WORK/us.out" 2>"$WORK/us.err" &
-        SERVER_PID=$!
-        wait_listen "$port" "$SERVER_PID" any && break
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=""
-        if [ "$attempt" = 3 ]; then
-            die "ucx_perftest server did not start: $(cat "$WORK/us.err")"
-        fi
-    done
-    if ! env "${env[@]}" "$UCX_PERFTEST" 127.0.0.1 -p "$port" -t "$test" \
+    start_on_free_port us ucx_perftest env "${env[@]}" "$UCX_PERFTEST" \
+        -p @PORT@
+    if ! env "${env[@]}" "$UCX_PERFTEST" 127.0.0.1 -p "$PORT" -t "$test" \
         -s "$size" -n "$n" -w "$w" -O "$o" -m host "${flags[@]}" -f -v \
         >"$WORK/uc.out" 2>"$WORK/uc.err"; then
         die "ucx_perftest $test ($tr) failed:" \
@@ -247,7 +215,7 @@ run_ucx() { # transport errmode(0|1) test size iters warmup outstanding kind
 
 # ucx_am_rpc half (rpc_lat, rpc_rate): leaves p50 RTT us or calls/s in VAL.
 run_amrpc() { # transport size iters warmup window kind
-    local tr=$1 size=$2 n=$3 w=$4 win=$5 kind=$6 port line attempt
+    local tr=$1 size=$2 n=$3 w=$4 win=$5 kind=$6 line
     local -a env=(UCX_TLS="$(tls_for "$tr")" UCX_MM_ERROR_HANDLING=y)
     if [ "$tr" = shm ]; then
         # (it connects through UCX's sockaddr manager, which needs tcp;
@@ -255,20 +223,9 @@ run_amrpc() { # transport size iters warmup window kind
         env=(UCX_TLS="sm,self,tcp" UCX_MM_ERROR_HANDLING=y
              UCX_TCP_PUT_ENABLE=n)
     fi
-    for attempt in 1 2 3; do
-        port=$(free_port)
-        env "${env[@]}" "$WORK/ucx_am_rpc" -l "$port" -e \
-            >"$WORK/as.out" 2>"$WORK/as.err" &
-        SERVER_PID=$!
-        wait_listen "$port" "$SERVER_PID" any && break
-        kill "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=""
-        if [ "$attempt" = 3 ]; then
-            die "ucx_am_rpc server did not start: $(cat "$WORK/as.err")"
-        fi
-    done
-    if ! env "${env[@]}" "$WORK/ucx_am_rpc" "127.0.0.1:$port" -e \
+    start_on_free_port as ucx_am_rpc env "${env[@]}" "$WORK/ucx_am_rpc" \
+        -l @PORT@ -e
+    if ! env "${env[@]}" "$WORK/ucx_am_rpc" "127.0.0.1:$PORT" -e \
         -t "$([ "$kind" = rtt ] && echo lat || echo rate)" -s "$size" \
         -n "$n" -w "$w" -W "$win" >"$WORK/ac.out" 2>"$WORK/ac.err"; then
         die "ucx_am_rpc ($tr) failed: $(cat "$WORK/ac.err")"

@@ -504,6 +504,111 @@ void th_req_wait(rdmx_worker_t *worker, th_req_t *reqs, size_t n,
 }
 
 /* ------------------------------------------------------------------------ */
+/* Both ends in one process                                                 */
+/* ------------------------------------------------------------------------ */
+
+rdmx_context_t *th_context_on(const char *spec, rdmx_status_t *st_p)
+{
+    rdmx_context_params_t p;
+    rdmx_context_t *ctx = NULL;
+
+    memset(&p, 0, sizeof(p));
+    p.field_mask = RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME |
+                   RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
+    p.transport_name = spec;
+    p.net_devices = "lo";
+    *st_p = rdmx_context_create(&p, &ctx);
+    if (ctx != NULL)
+        th_context_made = 1;
+    return ctx;
+}
+
+rdmx_listener_t *th_listen(rdmx_worker_t *worker, rdmx_accept_cb_t accept_cb,
+                           const rdmx_ep_params_t *ep_params)
+{
+    rdmx_listener_params_t lp;
+    rdmx_listener_t *l = NULL;
+
+    memset(&lp, 0, sizeof(lp));
+    lp.field_mask =
+        RDMX_LISTENER_PARAM_FIELD_ADDRESS | RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB;
+    lp.address = "127.0.0.1:0";
+    lp.accept_cb = accept_cb;
+    if (ep_params != NULL) {
+        lp.field_mask |= RDMX_LISTENER_PARAM_FIELD_EP_PARAMS;
+        lp.ep_params = *ep_params;
+    }
+    CHECK_OK(rdmx_listener_create(worker, &lp, &l));
+    return l;
+}
+
+void th_progress_pair(rdmx_worker_t *a, rdmx_worker_t *b, const int *count,
+                      int want, const char *what)
+{
+    double t0 = th_now_ms();
+
+    while (*count < want) {
+        rdmx_worker_progress(a);
+        if (b != NULL)
+            rdmx_worker_progress(b);
+        CHECKF(th_now_ms() - t0 < 10000.0 * TH_SLOW, "%s: no progress", what);
+    }
+}
+
+/* What th_connect_pair's connect callback leaves. */
+typedef struct {
+    int done;
+    rdmx_status_t status;
+} th_connect_t;
+
+static void th_on_connect(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
+{
+    th_connect_t *c = arg;
+
+    (void)ep;
+    c->status = status;
+    c->done = 1;
+}
+
+rdmx_ep_t *th_connect_pair(rdmx_worker_t *cw, rdmx_worker_t *sw,
+                           rdmx_listener_t *l, rdmx_status_t *st_p)
+{
+    th_connect_t c = {0, RDMX_OK};
+    rdmx_ep_params_t ep_p;
+    rdmx_ep_t *ep = NULL;
+    rdmx_status_t st;
+    char addr[64];
+
+    memset(&ep_p, 0, sizeof(ep_p));
+    ep_p.field_mask =
+        RDMX_EP_PARAM_FIELD_CONNECT_CB | RDMX_EP_PARAM_FIELD_USER_DATA;
+    ep_p.connect_cb = th_on_connect;
+    ep_p.user_data = &c;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u",
+             (unsigned)rdmx_listener_port(l));
+    st = rdmx_connect_nb(cw, addr, &ep_p, &ep);
+    CHECK(st == RDMX_OK || st == RDMX_INPROGRESS);
+    th_progress_pair(cw, sw, &c.done, 1, "connect");
+    *st_p = c.status;
+    return ep;
+}
+
+void th_close_pair(rdmx_context_t *ctx, rdmx_worker_t *sw, rdmx_worker_t *cw,
+                   rdmx_listener_t *l, rdmx_ep_t *ep, rdmx_ep_t *peer)
+{
+    rdmx_ep_close(ep);
+    rdmx_ep_close(peer);
+    for (int i = 0; i < 50; i++) {
+        rdmx_worker_progress(sw);
+        rdmx_worker_progress(cw);
+    }
+    rdmx_listener_destroy(l);
+    rdmx_worker_destroy(cw);
+    rdmx_worker_destroy(sw);
+    rdmx_context_destroy(ctx);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Test server protocol, client side                                        */
 /* ------------------------------------------------------------------------ */
 

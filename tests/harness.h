@@ -218,6 +218,37 @@ void th_req_wait(rdmx_worker_t *worker, th_req_t *reqs, size_t n,
 void th_progress_for(rdmx_worker_t *worker, int ms);
 
 /* ------------------------------------------------------------------------ */
+/* Both ends in one process                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A context for transport @p spec ("tcp", "ofi:shm", ...) on the network
+ * device "lo" whatever the environment says: NULL if it cannot be made;
+ * rdmx_context_create's status in *st_p. */
+rdmx_context_t *th_context_on(const char *spec, rdmx_status_t *st_p);
+
+/* A listener of @p worker on 127.0.0.1 and a free port: @p accept_cb (arg
+ * NULL) gets each accepted endpoint, which has @p ep_params (NULL: none).
+ * Fails the test if it cannot listen. */
+rdmx_listener_t *th_listen(rdmx_worker_t *worker, rdmx_accept_cb_t accept_cb,
+                           const rdmx_ep_params_t *ep_params);
+
+/* Progress @p a, then @p b (NULL: @p a alone), until *@p count reaches
+ * @p want; fail ("@p what: no progress") after 10 s. */
+void th_progress_pair(rdmx_worker_t *a, rdmx_worker_t *b, const int *count,
+                      int want, const char *what);
+
+/* Connect @p cw to @p l's port on 127.0.0.1, progressing @p cw and the
+ * listener's worker @p sw until the handshake ended: the endpoint (close it
+ * whatever the outcome), the status its connect callback got in *st_p. */
+rdmx_ep_t *th_connect_pair(rdmx_worker_t *cw, rdmx_worker_t *sw,
+                           rdmx_listener_t *l, rdmx_status_t *st_p);
+
+/* Undo the above: close @p ep and @p peer, progress @p sw and @p cw 50 times
+ * each for the closes to go out, destroy @p l, @p cw, @p sw and @p ctx. */
+void th_close_pair(rdmx_context_t *ctx, rdmx_worker_t *sw, rdmx_worker_t *cw,
+                   rdmx_listener_t *l, rdmx_ep_t *ep, rdmx_ep_t *peer);
+
+/* ------------------------------------------------------------------------ */
 /* The test server's protocol                                               */
 /* ------------------------------------------------------------------------ */
 

@@ -107,21 +107,16 @@ static int cycles_server(void)
     rdmx_context_t *ctx;
     rdmx_worker_t *worker;
     rdmx_listener_t *listener;
-    rdmx_listener_params_t lp;
+    rdmx_ep_params_t ep_p;
     int quit = 0, i;
 
     th_init("connect_cycles-server", 600);
     ctx = th_context();
     worker = th_worker(ctx, 0);
-    memset(&lp, 0, sizeof(lp));
-    lp.field_mask = RDMX_LISTENER_PARAM_FIELD_ADDRESS |
-                    RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB |
-                    RDMX_LISTENER_PARAM_FIELD_EP_PARAMS;
-    lp.address = "127.0.0.1:0";
-    lp.accept_cb = srv_accept;
-    lp.ep_params.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB;
-    lp.ep_params.error_cb = srv_error;
-    CHECK_OK(rdmx_listener_create(worker, &lp, &listener));
+    memset(&ep_p, 0, sizeof(ep_p));
+    ep_p.field_mask = RDMX_EP_PARAM_FIELD_ERROR_CB;
+    ep_p.error_cb = srv_error;
+    listener = th_listen(worker, srv_accept, &ep_p);
     th_announce_port(rdmx_listener_port(listener));
 
     while (!quit) {

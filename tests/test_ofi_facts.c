@@ -49,24 +49,10 @@ static void test_parse(void)
     }
 }
 
-static rdmx_context_t *ofi_context(const char *spec, rdmx_status_t *st_p)
-{
-    rdmx_context_params_t p;
-    rdmx_context_t *ctx = NULL;
-
-    memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME |
-                   RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
-    p.transport_name = spec;
-    p.net_devices = "lo";
-    *st_p = rdmx_context_create(&p, &ctx);
-    return ctx;
-}
-
 static void test_unknown_provider(void)
 {
     rdmx_status_t st;
-    rdmx_context_t *ctx = ofi_context("ofi:nosuch", &st);
+    rdmx_context_t *ctx = th_context_on("ofi:nosuch", &st);
 
     CHECK(ctx == NULL);
     CHECK(st == RDMX_ERR_UNSUPPORTED);
@@ -131,23 +117,16 @@ static void test_frames(void)
 }
 
 static rdmx_ep_t *accepted;
+static int accepts;
 
 static void on_accept(rdmx_ep_t *ep, void *arg)
 {
     (void)arg;
     accepted = ep;
+    accepts++;
 }
 
-static int connect_done;
 static rdmx_status_t connect_st;
-
-static void on_connect(rdmx_ep_t *ep, rdmx_status_t st, void *arg)
-{
-    (void)ep;
-    (void)arg;
-    connect_done = 1;
-    connect_st = st;
-}
 
 static int ops_done;
 
@@ -159,58 +138,21 @@ static void on_op(rdmx_status_t st, size_t len, void *arg)
     ops_done++;
 }
 
-static void progress2(rdmx_worker_t *a, rdmx_worker_t *b, int *flag, int want,
-                      const char *what)
-{
-    double t0 = th_now_ms();
-
-    while (*flag < want) {
-        rdmx_worker_progress(a);
-        if (b != NULL)
-            rdmx_worker_progress(b);
-        CHECKF(th_now_ms() - t0 < 10000.0 * TH_SLOW, "%s: no progress", what);
-    }
-}
-
-static rdmx_listener_t *listen_on(rdmx_worker_t *w)
-{
-    rdmx_listener_params_t lp;
-    rdmx_listener_t *l = NULL;
-
-    memset(&lp, 0, sizeof(lp));
-    lp.field_mask =
-        RDMX_LISTENER_PARAM_FIELD_ADDRESS | RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB;
-    lp.address = "127.0.0.1:0";
-    lp.accept_cb = on_accept;
-    CHECK_OK(rdmx_listener_create(w, &lp, &l));
-    return l;
-}
-
+/* @p cw connected to @p l of @p sw: the endpoint; the outcome in
+ * connect_st. */
 static rdmx_ep_t *connect_to(rdmx_worker_t *cw, rdmx_worker_t *sw,
                              rdmx_listener_t *l)
 {
-    rdmx_ep_params_t ep_p;
-    rdmx_ep_t *ep = NULL;
-    char addr[64];
-
-    memset(&ep_p, 0, sizeof(ep_p));
-    ep_p.field_mask = RDMX_EP_PARAM_FIELD_CONNECT_CB;
-    ep_p.connect_cb = on_connect;
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u",
-             (unsigned)rdmx_listener_port(l));
-    connect_done = 0;
+    accepts = 0;
     accepted = NULL;
-    rdmx_status_t st = rdmx_connect_nb(cw, addr, &ep_p, &ep);
-    CHECK(st == RDMX_OK || st == RDMX_INPROGRESS);
-    progress2(cw, sw, &connect_done, 1, "connect");
-    return ep;
+    return th_connect_pair(cw, sw, l, &connect_st);
 }
 
 static void test_provider(const char *spec, rdmx_transport_t medium,
                           const char *prov)
 {
     rdmx_status_t st;
-    rdmx_context_t *ctx = ofi_context(spec, &st);
+    rdmx_context_t *ctx = th_context_on(spec, &st);
     rdmx_worker_t *sw, *cw;
     rdmx_listener_t *l;
     rdmx_ep_t *ep;
@@ -227,18 +169,11 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
     cw = th_worker(ctx, 0);
     CHECK_OK(rdmx_worker_efd(sw, &fd));
     CHECK(fd >= 0);
-    l = listen_on(sw);
+    l = th_listen(sw, on_accept, NULL);
     ep = connect_to(cw, sw, l);
     CHECKF(connect_st == RDMX_OK, "%s: connect: %s (%s)", spec,
            rdmx_status_name(connect_st), rdmx_error_detail());
-    {
-        double t0 = th_now_ms();
-        while (accepted == NULL) {
-            rdmx_worker_progress(sw);
-            rdmx_worker_progress(cw);
-            CHECK(th_now_ms() - t0 < 10000.0 * TH_SLOW);
-        }
-    }
+    th_progress_pair(sw, cw, &accepts, 1, "accept");
     CHECK(rdmx_ep_transport(ep) == medium);
     CHECK(rdmx_ep_transport(accepted) == medium);
 
@@ -259,7 +194,7 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
         if (st == RDMX_OK)
             ops_done++;
     }
-    progress2(sw, cw, &ops_done, 16, "messages");
+    th_progress_pair(sw, cw, &ops_done, 16, "messages");
     for (int i = 0; i < 8; i++)
         CHECKF(strcmp(in[i], out[i]) == 0, "message %d: '%s'", i, in[i]);
 
@@ -277,7 +212,7 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
         st = rdmx_send_nb(ep, src, big, &op);
         CHECK(st == RDMX_INPROGRESS || st == RDMX_OK);
         ops_done += st == RDMX_OK;
-        progress2(sw, cw, &ops_done, 2, "large message");
+        th_progress_pair(sw, cw, &ops_done, 2, "large message");
         CHECK(memcmp(src, dst, big) == 0);
         ops_done = 0;
         memset(dst, 0, big);
@@ -289,7 +224,7 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
             rdmx_worker_progress(sw);
         }
         CHECK(rdmx_recv_nb(accepted, dst, big, &op) == RDMX_INPROGRESS);
-        progress2(sw, cw, &ops_done, 2, "unexpected large message");
+        th_progress_pair(sw, cw, &ops_done, 2, "unexpected large message");
         CHECK(memcmp(src, dst, big) == 0);
         free(src);
         free(dst);
@@ -318,16 +253,7 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
         CHECK(strcmp(in[0], "wake") == 0);
     }
 
-    rdmx_ep_close(ep);
-    rdmx_ep_close(accepted);
-    for (int i = 0; i < 50; i++) {
-        rdmx_worker_progress(sw);
-        rdmx_worker_progress(cw);
-    }
-    rdmx_listener_destroy(l);
-    rdmx_worker_destroy(cw);
-    rdmx_worker_destroy(sw);
-    rdmx_context_destroy(ctx);
+    th_close_pair(ctx, sw, cw, l, ep, accepted);
 }
 
 /* A UCX client's worker address reaches an ofi server: refused at once,
@@ -335,24 +261,19 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
 static void test_mismatch(void)
 {
     rdmx_status_t st;
-    rdmx_context_t *octx = ofi_context("ofi:tcp", &st);
-    rdmx_context_params_t p;
-    rdmx_context_t *uctx = NULL;
+    rdmx_context_t *octx = th_context_on("ofi:tcp", &st);
+    rdmx_context_t *uctx;
     rdmx_worker_t *sw, *cw;
     rdmx_listener_t *l;
     rdmx_ep_t *ep;
 
     CHECK_OK(st);
-    memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME |
-                   RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
-    p.transport_name = "tcp";
-    p.net_devices = "lo";
-    CHECK_OK(rdmx_context_create(&p, &uctx));
+    uctx = th_context_on("tcp", &st);
+    CHECK_OK(st);
     CHECK(strcmp(rdmx_context_backend(uctx), "ucx") == 0);
     sw = th_worker(octx, 0);
     cw = th_worker(uctx, 0);
-    l = listen_on(sw);
+    l = th_listen(sw, on_accept, NULL);
     ep = connect_to(cw, sw, l);
     CHECKF(connect_st != RDMX_OK &&
                strstr(rdmx_error_detail(), "libfabric") != NULL,
@@ -364,7 +285,7 @@ static void test_mismatch(void)
 
     /* And the other way: an ofi client's address never reaches UCX's
      * parser (which aborts on it). */
-    l = listen_on(cw);
+    l = th_listen(cw, on_accept, NULL);
     ep = connect_to(sw, cw, l);
     CHECKF(connect_st != RDMX_OK &&
                strstr(rdmx_error_detail(), "libfabric") != NULL,

@@ -26,7 +26,7 @@
 #define BIG    ((9u << 20) + 5)
 
 static rdmx_ep_t *accepted;
-static int connected, ops_done, notified;
+static int accepts, ops_done, notified;
 static rdmx_status_t last_st;
 static rdmx_notify_t last_notify;
 
@@ -34,15 +34,7 @@ static void on_accept(rdmx_ep_t *ep, void *arg)
 {
     (void)arg;
     accepted = ep;
-}
-
-static void on_connect(rdmx_ep_t *ep, rdmx_status_t st, void *arg)
-{
-    (void)ep;
-    (void)arg;
-    CHECKF(st == RDMX_OK, "connect: %s (%s)", rdmx_status_name(st),
-           rdmx_error_detail());
-    connected = 1;
+    accepts++;
 }
 
 static void on_op(rdmx_status_t st, size_t len, void *arg)
@@ -61,18 +53,6 @@ static void on_notify(rdmx_ep_t *ep, const rdmx_notify_t *n, void *arg)
     notified++;
 }
 
-static void progress2(rdmx_worker_t *a, rdmx_worker_t *b, int *flag, int want,
-                      const char *what)
-{
-    double t0 = th_now_ms();
-
-    while (*flag < want) {
-        rdmx_worker_progress(a);
-        rdmx_worker_progress(b);
-        CHECKF(th_now_ms() - t0 < 10000.0 * TH_SLOW, "%s: no progress", what);
-    }
-}
-
 /* Start an operation with on_op and wait for it; its status. */
 #define RUN(cw, sw, call, what)                                                \
     do {                                                                       \
@@ -80,7 +60,7 @@ static void progress2(rdmx_worker_t *a, rdmx_worker_t *b, int *flag, int want,
         ops_done = 0;                                                          \
         st_ = (call);                                                          \
         if (st_ == RDMX_INPROGRESS)                                            \
-            progress2(cw, sw, &ops_done, 1, what);                             \
+            th_progress_pair(cw, sw, &ops_done, 1, what);                      \
         else                                                                   \
             last_st = st_;                                                     \
         CHECKF(last_st == RDMX_OK, "%s: %s (%s)", what,                        \
@@ -89,65 +69,40 @@ static void progress2(rdmx_worker_t *a, rdmx_worker_t *b, int *flag, int want,
 
 static void run(const char *spec, const char *extra)
 {
-    rdmx_context_params_t p;
-    rdmx_context_t *ctx = NULL;
-    rdmx_listener_params_t lp;
-    rdmx_listener_t *l = NULL;
+    rdmx_context_t *ctx;
+    rdmx_listener_t *l;
     rdmx_ep_params_t ep_p;
     rdmx_worker_t *sw, *cw;
     rdmx_op_params_t op;
     rdmx_mr_t *mr, *lmr;
     rdmx_rmem_t *rm;
-    rdmx_ep_t *ep = NULL;
+    rdmx_ep_t *ep;
     unsigned char desc[8192], *region, *src, *dst;
     size_t dlen = 0;
     uint64_t old = 0;
-    char addr[64];
     rdmx_status_t st;
 
     if (extra != NULL)
         setenv("RDMX_OFI_MR_MODE_EXTRA", extra, 1);
     else
         unsetenv("RDMX_OFI_MR_MODE_EXTRA");
-    memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CONTEXT_PARAM_FIELD_TRANSPORT_NAME |
-                   RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES;
-    p.transport_name = spec;
-    p.net_devices = "lo";
-    CHECKF(rdmx_context_create(&p, &ctx) == RDMX_OK, "%s: %s", spec,
-           rdmx_error_detail());
+    ctx = th_context_on(spec, &st);
+    CHECKF(st == RDMX_OK, "%s: %s", spec, rdmx_error_detail());
     /* (workers first: with FI_MR_ENDPOINT a region's key table names the
      * workers that exist when it is registered) */
     sw = th_worker(ctx, 0);
     cw = th_worker(ctx, 0);
 
-    memset(&lp, 0, sizeof(lp));
-    lp.field_mask = RDMX_LISTENER_PARAM_FIELD_ADDRESS |
-                    RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB |
-                    RDMX_LISTENER_PARAM_FIELD_EP_PARAMS;
-    lp.address = "127.0.0.1:0";
-    lp.accept_cb = on_accept;
-    lp.ep_params.field_mask = RDMX_EP_PARAM_FIELD_NOTIFY_CB;
-    lp.ep_params.notify_cb = on_notify;
-    CHECK_OK(rdmx_listener_create(sw, &lp, &l));
     memset(&ep_p, 0, sizeof(ep_p));
-    ep_p.field_mask = RDMX_EP_PARAM_FIELD_CONNECT_CB;
-    ep_p.connect_cb = on_connect;
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u",
-             (unsigned)rdmx_listener_port(l));
-    connected = 0;
+    ep_p.field_mask = RDMX_EP_PARAM_FIELD_NOTIFY_CB;
+    ep_p.notify_cb = on_notify;
+    l = th_listen(sw, on_accept, &ep_p);
+    accepts = 0;
     accepted = NULL;
-    st = rdmx_connect_nb(cw, addr, &ep_p, &ep);
-    CHECK(st == RDMX_OK || st == RDMX_INPROGRESS);
-    progress2(cw, sw, &connected, 1, "connect");
-    {
-        double t0 = th_now_ms();
-        while (accepted == NULL) {
-            rdmx_worker_progress(sw);
-            rdmx_worker_progress(cw);
-            CHECK(th_now_ms() - t0 < 10000.0 * TH_SLOW);
-        }
-    }
+    ep = th_connect_pair(cw, sw, l, &st);
+    CHECKF(st == RDMX_OK, "connect: %s (%s)", rdmx_status_name(st),
+           rdmx_error_detail());
+    th_progress_pair(sw, cw, &accepts, 1, "accept");
 
     CHECK_OK(rdmx_mem_alloc(ctx, REGION, RDMX_ACCESS_ALL, &mr));
     region = rdmx_mr_addr(mr);
@@ -203,7 +158,7 @@ static void run(const char *spec, const char *extra)
     memset(region + 4096, 0, 64);
     RUN(cw, sw, rdmx_put_notify_nb(ep, rm, 4096, src + 1, 64, 4242, &op),
         "put_notify");
-    progress2(cw, sw, &notified, 1, "notify");
+    th_progress_pair(cw, sw, &notified, 1, "notify");
     CHECK(last_notify.imm == 4242 && last_notify.offset == 4096 &&
           last_notify.length == 64 && last_notify.mr == mr);
     CHECK(memcmp(region + 4096, src + 1, 64) == 0);
@@ -219,16 +174,7 @@ static void run(const char *spec, const char *extra)
     rdmx_mem_deregister(mr);
     free(src);
     free(dst);
-    rdmx_ep_close(ep);
-    rdmx_ep_close(accepted);
-    for (int i = 0; i < 50; i++) {
-        rdmx_worker_progress(sw);
-        rdmx_worker_progress(cw);
-    }
-    rdmx_listener_destroy(l);
-    rdmx_worker_destroy(cw);
-    rdmx_worker_destroy(sw);
-    rdmx_context_destroy(ctx);
+    th_close_pair(ctx, sw, cw, l, ep, accepted);
 }
 
 int main(void)

@@ -396,7 +396,7 @@ static int srv_dispatch(const uint8_t *buf, size_t len)
 
 int ts_server_main(int argc, char **argv)
 {
-    rdmx_listener_params_t lp;
+    rdmx_ep_params_t ep_p;
     size_t cap = sizeof(ts_msg_t) + TS_MAX_DATA;
     uint8_t *buf;
     double deadline;
@@ -409,17 +409,12 @@ int ts_server_main(int argc, char **argv)
 
     S.ctx = th_context();
     S.worker = th_worker(S.ctx, 0);
-    memset(&lp, 0, sizeof(lp));
-    lp.field_mask = RDMX_LISTENER_PARAM_FIELD_ADDRESS |
-                    RDMX_LISTENER_PARAM_FIELD_ACCEPT_CB |
-                    RDMX_LISTENER_PARAM_FIELD_EP_PARAMS;
-    lp.address = "127.0.0.1:0";
-    lp.accept_cb = srv_accept_cb;
-    lp.ep_params.field_mask =
+    memset(&ep_p, 0, sizeof(ep_p));
+    ep_p.field_mask =
         RDMX_EP_PARAM_FIELD_ERROR_CB | RDMX_EP_PARAM_FIELD_NOTIFY_CB;
-    lp.ep_params.error_cb = srv_error_cb;
-    lp.ep_params.notify_cb = srv_notify_cb;
-    CHECK_OK(rdmx_listener_create(S.worker, &lp, &S.listener));
+    ep_p.error_cb = srv_error_cb;
+    ep_p.notify_cb = srv_notify_cb;
+    S.listener = th_listen(S.worker, srv_accept_cb, &ep_p);
     CHECK(rdmx_listener_port(S.listener) != 0);
     th_announce_port(rdmx_listener_port(S.listener));
 
