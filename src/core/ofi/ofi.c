@@ -103,6 +103,13 @@ static rdmx_transport_t prov_medium(const char *prov)
     return RDMX_TRANSPORT_AUTO;
 }
 
+int rdmx__ofi_env_off(const char *name)
+{
+    const char *s = getenv(name);
+
+    return s != NULL && strcmp(s, "0") == 0;
+}
+
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 /* libfabric reads its parameters from the environment when first used;
@@ -242,6 +249,14 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
                         RDMX_OFI_FRAME_HDR_MAX;
     oc->frame_max =
         oc->eager_max + RDMX_OFI_FRAME_SIZE + RDMX_OFI_FRAME_HDR_MAX;
+    /* Frames up to the inject size go by fi_inject: no request and no
+     * completion (rxm over tcp wakes its progress once per completion:
+     * a write and a read of a signal). RDMX_OFI_INJECT=0: never. */
+    oc->inject_max = info->tx_attr->inject_size;
+    if (oc->inject_max > OFI_INJECT_MAX)
+        oc->inject_max = OFI_INJECT_MAX;
+    if (rdmx__ofi_env_off("RDMX_OFI_INJECT"))
+        oc->inject_max = 0;
     oc->chunk = 4u << 20;
     if (info->ep_attr->max_msg_size < oc->chunk)
         oc->chunk = info->ep_attr->max_msg_size;

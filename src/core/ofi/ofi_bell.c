@@ -1,8 +1,8 @@
 /*
- * The doorbell of a worker whose completion queue has no wait fd (shm in
- * libfabric 1.17) (docs/FABRIC.md, "Wake-up"). Such a worker sleeps on a
- * datagram socket of its own; a peer rings it, one datagram, only when
- * the worker said it sleeps, in a flag both map.
+ * The doorbell of a shared-memory worker, whose completion queue has no
+ * wait fd (shm in libfabric 1.17) (docs/FABRIC.md, "Wake-up"). Such a worker
+ * sleeps on a datagram socket of its own; a peer rings it, one datagram, only
+ * when the worker said it sleeps, in a flag both map.
  *
  * Names: the flag is the first word of a page /rdmx-bell-INSTANCE
  * (shm_open, mode 0600), the socket is bound to the same name in Linux's
@@ -67,13 +67,6 @@ static socklen_t bell_sockaddr(struct sockaddr_un *sa, const char *name)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-static int bell_wanted(void)
-{
-    const char *s = getenv("RDMX_OFI_DOORBELL");
-
-    return s == NULL || strcmp(s, "0") != 0;
-}
-
 void rdmx__ofi_bell_init(ofi_worker_t *ow)
 {
     struct sockaddr_un sa;
@@ -83,7 +76,8 @@ void rdmx__ofi_bell_init(ofi_worker_t *ow)
     int fd;
 
     ow->bell_fd = -1;
-    if (ow->tfd < 0 || !bell_wanted())
+    if (ow->tfd < 0 || ow->ctx->medium != RDMX_TRANSPORT_SHM ||
+        rdmx__ofi_env_off("RDMX_OFI_DOORBELL"))
         return;
     bell_name(name, sizeof(name), ow->instance);
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -35,6 +35,7 @@
 #define OFI_RX_RESERVE 8           /* posted buffers never lent to a handler */
 #define OFI_REQ_CHUNK  64 /* requests allocated (and registered) at once */
 #define OFI_EAGER_MAX  (16384 - RDMX_OFI_FRAME_SIZE - RDMX_OFI_FRAME_HDR_MAX)
+#define OFI_INJECT_MAX 4096 /* frame bytes sent by fi_inject, at most */
 
 typedef struct ofi_worker ofi_worker_t;
 
@@ -68,6 +69,7 @@ typedef struct {
     rdmx_transport_t medium; /* what ep_transport reports */
     uint64_t mr_mode;        /* as granted */
     size_t eager_max;        /* data bytes in one frame */
+    size_t inject_max;       /* frame bytes fi_inject takes (0: none) */
     size_t chunk;            /* bytes of one fi_read of a pull */
     size_t key_size;         /* mr_key_size: bytes of a requested key */
     size_t frame_max;        /* bytes of a receive buffer */
@@ -388,6 +390,14 @@ static inline void rdmx__ofi_posted(ofi_worker_t *ow, ofi_peer_t *p)
         rdmx__ofi_bell_ring_slow(ow, p);
 }
 
+/* The provider took a frame by fi_inject toward @p (nothing to count):
+ * ring @p if it sleeps. */
+static inline void rdmx__ofi_injected(ofi_worker_t *ow, ofi_peer_t *p)
+{
+    if (p->bell != NULL || p->bell_always)
+        rdmx__ofi_bell_ring_slow(ow, p);
+}
+
 /* ofi_rndv.c */
 rdmx_status_t rdmx__ofi_rts_send(ofi_ep_t *ep, unsigned id, const void *hdr,
                                  size_t hlen, const void *data, size_t length,
@@ -424,6 +434,8 @@ void rdmx__ofi_req_forget(void *req);
 
 /* ofi.c */
 rdmx_status_t rdmx__ofi_status(int fi_err);
+/* The environment variable @name is "0" (a feature turned off). */
+int rdmx__ofi_env_off(const char *name);
 
 /* ofi_mem.c */
 rdmx_status_t rdmx__ofi_mr_reg(ofi_ctx_t *oc, ofi_worker_t *ow, const void *buf,

@@ -253,8 +253,28 @@ rdmx_status_t rdmx__ofi_frame_send(ofi_ep_t *ep, unsigned kind, unsigned id,
     ofi_req_t *r;
     ssize_t ret;
 
-    if ((flags & RDMX_TP_SEND_NOW) && !rdmx_list_empty(&ow->pending))
-        return RDMX_ERR_NO_RESOURCE;
+    if (!rdmx_list_empty(&ow->pending)) {
+        if (flags & RDMX_TP_SEND_NOW)
+            return RDMX_ERR_NO_RESOURCE;
+    } else if (RDMX_OFI_FRAME_SIZE + hlen + length <= ow->ctx->inject_max) {
+        /* Small: copied by the provider at once, no completion. */
+        unsigned char b[OFI_INJECT_MAX];
+        size_t n = RDMX_OFI_FRAME_SIZE + hlen + length;
+        rdmx__ofi_frame_pack(b, kind, id, hlen, ep->id, ep->remote);
+        if (hlen != 0)
+            memcpy(b + RDMX_OFI_FRAME_SIZE, hdr, hlen);
+        if (length != 0)
+            memcpy(b + RDMX_OFI_FRAME_SIZE + hlen, data, length);
+        ret = fi_inject(ow->ep, b, n, ep->peer->fi_addr);
+        if (ret == 0) {
+            rdmx__ofi_injected(ow, ep->peer);
+            return RDMX_OK;
+        }
+        if (ret != -FI_EAGAIN)
+            return rdmx__error(rdmx__ofi_status((int)ret), "ofi %s: send: %s",
+                               ow->ctx->prov, fi_strerror((int)-ret));
+        /* (-FI_EAGAIN: queued as a request below) */
+    }
     r = req_get(ow);
     if (r == NULL)
         return (flags & RDMX_TP_SEND_NOW)
