@@ -129,6 +129,20 @@ static void open_fabric(const char *prov, size_t size)
     g_info = fi_dupinfo(pick);
     fi_freeinfo(list);
     fi_freeinfo(hints);
+    /* shm names its region after the process id: one a killed process
+     * left in /dev/shm fails a later process with that id. A random part,
+     * as rdmx's backend adds. */
+    if (g_info->addr_format == FI_ADDR_STR &&
+        strcmp(g_info->fabric_attr->prov_name, "shm") == 0) {
+        char *name = malloc(64);
+        if (name == NULL)
+            die("malloc", -FI_ENOMEM);
+        snprintf(name, 64, "fi_shm://%d-rma%08lx", (int)getpid(),
+                 (unsigned long)(now_ns() & 0xffffffffu));
+        free(g_info->src_addr);
+        g_info->src_addr = name;
+        g_info->src_addrlen = strlen(name) + 1;
+    }
     if ((ret = fi_fabric(g_info->fabric_attr, &g_fabric, NULL)) != 0)
         die("fi_fabric", ret);
     if ((ret = fi_domain(g_fabric, g_info, &g_domain, NULL)) != 0)

@@ -5,7 +5,8 @@
 # (p50 below 500 us), while with the doorbell off (RDMX_OFI_DOORBELL=0)
 # it waits for the timer (p50 at least 500 us: the test can tell them
 # apart); an idle rdmx-kvd with a client connected wakes fewer than 200
-# times a second (on the 1 ms timer: about 1000 per worker).
+# times a second (on the 1 ms timer: about 1000 per worker); the files a
+# SIGKILLed process leaves in /dev/shm go when the next process starts.
 # Usage: ofi_doorbell.sh BINDIR
 set -eu
 bin=$1
@@ -72,5 +73,21 @@ echo "idle rdmx-kvd (2 workers): $rate wake-ups a second"
 "$bin/rdmx-kv" -s "$addr" --transport ofi:shm get k >"$tmp/v" ||
     die "rdmx-kv get after idling"
 [ "$(cat "$tmp/v")" = v ] || die "got '$(cat "$tmp/v")' after idling"
+stop
+
+# A process killed by SIGKILL leaves its shm region and doorbell page in
+# /dev/shm; the next process's first ofi:shm context removes them.
+start "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m --transport ofi:shm
+dead=$srv
+ls /dev/shm | grep -q "^rdmx-bell-$dead-" || die "no doorbell page of $dead"
+ls /dev/shm | grep -q "^$dead-[0-9a-f]*:" || die "no shm region of $dead"
+kill -KILL "$dead"
+wait "$dead" 2>/dev/null || true
+srv=""
+ls /dev/shm | grep -q "^rdmx-bell-$dead-" || die "the page went with SIGKILL?"
+start "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m --transport ofi:shm
+if ls /dev/shm | grep -q -e "^rdmx-bell-$dead-" -e "^$dead-[0-9a-f]*:"; then
+    die "files of the killed process $dead stayed: $(ls /dev/shm | grep "$dead")"
+fi
 stop
 echo "ok"

@@ -111,6 +111,7 @@ int rdmx__ofi_env_off(const char *name)
 }
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static pthread_once_t sweep_once = PTHREAD_ONCE_INIT;
 
 /* libfabric reads its parameters from the environment when first used;
  * values the user set win. */
@@ -223,10 +224,12 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     /* shm names its regions after the process id ("fi_shm://PID", then
      * ":UID:EP" per endpoint): a region a killed process left in /dev/shm
      * makes a later process with the same id fail fi_endpoint with EBUSY.
-     * A random part keeps each context's names its own. */
+     * A random part keeps each context's names its own; the first shm
+     * context of a process removes those of dead processes (ofi_bell.c). */
     if (info->addr_format == FI_ADDR_STR && !strcmp(oc->prov, "shm")) {
         uint64_t r = 0;
         char *name = malloc(64);
+        pthread_once(&sweep_once, rdmx__ofi_shm_sweep);
         if (name == NULL || rdmx__random(&r, sizeof(r)) != RDMX_OK) {
             free(name);
             st = rdmx__error(RDMX_ERR_NO_MEMORY, "context: out of memory");

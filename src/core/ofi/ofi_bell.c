@@ -4,10 +4,13 @@
  * sleeps on a datagram socket of its own; a peer rings it, one datagram, only
  * when the worker said it sleeps, in a flag both map.
  *
- * Names: the flag is the first word of a page /rdmx-bell-INSTANCE
+ * Names: the flag is the first word of a page /rdmx-bell-PID-INSTANCE
  * (shm_open, mode 0600), the socket is bound to the same name in Linux's
  * abstract namespace; INSTANCE is the worker's random instance id, which
- * its address carries, with OFI_ADDR_BELL set in the address's flags.
+ * its address carries, with OFI_ADDR_BELL set in the address's flags,
+ * and PID the process id its shm name starts with ("fi_shm://PID-...").
+ * rdmx__ofi_shm_sweep removes pages and shm regions whose process is
+ * gone.
  *
  * Sleeping: arm() sets the flag and answers busy once, so one more
  * progress pass runs after the flag is up; only if that pass found
@@ -32,7 +35,9 @@
 #include "util/log.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +56,22 @@
 
 enum { OFI_BELL_AWAKE, OFI_BELL_CHECK, OFI_BELL_ASLEEP };
 
-static void bell_name(char *out, size_t size, uint64_t instance)
+static void bell_name(char *out, size_t size, long pid, uint64_t instance)
 {
-    snprintf(out, size, "/rdmx-bell-%016llx", (unsigned long long)instance);
+    snprintf(out, size, "/rdmx-bell-%ld-%016llx", pid,
+             (unsigned long long)instance);
+}
+
+/* The process id a peer's shm name starts with ("fi_shm://PID-"), or 0. */
+static long name_pid(const unsigned char *addr)
+{
+    const char *s = (const char *)addr + OFI_ADDR_HDR + 9;
+    long pid = 0;
+
+    /* (parse_address checked the prefix and the terminating NUL) */
+    while (*s >= '0' && *s <= '9' && pid < 1L << 30)
+        pid = pid * 10 + (*s++ - '0');
+    return *s == '-' ? pid : 0;
 }
 
 /* @name ("/rdmx-bell-...") as an abstract socket address. */
@@ -71,7 +89,7 @@ void rdmx__ofi_bell_init(ofi_worker_t *ow)
 {
     struct sockaddr_un sa;
     struct epoll_event ev = {.events = EPOLLIN};
-    char name[64];
+    const char *name;
     void *page;
     int fd;
 
@@ -79,7 +97,9 @@ void rdmx__ofi_bell_init(ofi_worker_t *ow)
     if (ow->tfd < 0 || ow->ctx->medium != RDMX_TRANSPORT_SHM ||
         rdmx__ofi_env_off("RDMX_OFI_DOORBELL"))
         return;
-    bell_name(name, sizeof(name), ow->instance);
+    bell_name(ow->bell_name, sizeof(ow->bell_name), (long)getpid(),
+              ow->instance);
+    name = ow->bell_name;
     fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         rdmx_debug("ofi %s: no doorbell (shm_open %s: %s): the worker wakes "
@@ -118,11 +138,8 @@ err_unlink:
 
 void rdmx__ofi_bell_fini(ofi_worker_t *ow)
 {
-    char name[64];
-
     if (ow->bell != NULL) {
-        bell_name(name, sizeof(name), ow->instance);
-        shm_unlink(name);
+        shm_unlink(ow->bell_name);
         munmap(ow->bell, OFI_BELL_PAGE);
         ow->bell = NULL;
     }
@@ -140,7 +157,7 @@ void rdmx__ofi_bell_peer_open(ofi_worker_t *ow, ofi_peer_t *p,
     void *page = MAP_FAILED;
     int fd;
 
-    if (p->bell_tried || !(addr[5] & OFI_ADDR_BELL))
+    if (p->bell_tried || !(addr[5] & OFI_ADDR_BELL) || name_pid(addr) == 0)
         return;
     p->bell_tried = 1;
     if (ow->bell_fd < 0) { /* (ours failed or is off: a socket to ring) */
@@ -153,7 +170,7 @@ void rdmx__ofi_bell_peer_open(ofi_worker_t *ow, ofi_peer_t *p,
             return;
         }
     }
-    bell_name(name, sizeof(name), rdmx_get_le64(addr + 8));
+    bell_name(name, sizeof(name), name_pid(addr), rdmx_get_le64(addr + 8));
     p->bell_alen = bell_sockaddr(&p->bell_addr, name);
     fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd >= 0) {
@@ -250,4 +267,56 @@ rdmx_status_t rdmx__ofi_bell_arm(ofi_worker_t *ow)
     if (timerfd_settime(ow->tfd, 0, &its, NULL) != 0)
         return RDMX_ERR_BUSY;
     return RDMX_OK;
+}
+
+/* A process's own files in /dev/shm: those of shm endpoints rdmx named
+ * ("PID-HEX16:..." for "fi_shm://PID-HEX16", ofi.c) and doorbell pages
+ * ("rdmx-bell-PID-HEX16"). Returns the process id, or 0. */
+static long shm_file_pid(const char *n)
+{
+    long pid = 0;
+    int digits = 0, hex = 0;
+
+    if (!strncmp(n, "rdmx-bell-", 10))
+        n += 10;
+    while (*n >= '0' && *n <= '9' && pid < 1L << 30) {
+        pid = pid * 10 + (*n++ - '0');
+        digits++;
+    }
+    if (digits == 0 || *n++ != '-')
+        return 0;
+    while ((*n >= '0' && *n <= '9') || (*n >= 'a' && *n <= 'f')) {
+        n++;
+        hex++;
+    }
+    return hex == 16 && (*n == '\0' || *n == ':') ? pid : 0;
+}
+
+/* Remove this user's files of rdmx shm workers whose process is gone: a
+ * process killed by a signal it cannot handle leaves its provider region
+ * (16 MiB of memory in libfabric 1.17) and its doorbell page behind. */
+void rdmx__ofi_shm_sweep(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    unsigned n = 0;
+    struct stat st;
+
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        long pid = shm_file_pid(e->d_name);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
+            errno != ESRCH)
+            continue;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            n++;
+    }
+    closedir(d);
+    if (n != 0)
+        rdmx_info("ofi shm: removed %u files of dead processes from /dev/shm",
+                  n);
 }

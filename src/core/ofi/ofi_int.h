@@ -365,6 +365,7 @@ struct ofi_worker {
     struct ofi_bell *bell; /* our page; NULL: none (the timer alone) */
     int bell_fd;           /* our socket, or one to ring peers; or -1 */
     int bell_state;        /* OFI_BELL_* (ofi_bell.c) */
+    char bell_name[64];    /* our page's name */
     unsigned bell_peers;   /* peers we may ring */
     uint64_t bell_rings, bell_wakes, bell_errors;
 };
@@ -379,6 +380,7 @@ void rdmx__ofi_bell_ring_slow(ofi_worker_t *ow, ofi_peer_t *p);
 void rdmx__ofi_bell_ring_all(ofi_worker_t *ow);
 void rdmx__ofi_bell_awake(ofi_worker_t *ow);
 rdmx_status_t rdmx__ofi_bell_arm(ofi_worker_t *ow);
+void rdmx__ofi_shm_sweep(void);
 
 /* The provider took a send, read or piece toward @p: count it, and ring
  * @p if it sleeps. */
