@@ -15,6 +15,11 @@
  *     connection stays up (the server answers after it); a blocking send
  *     a stopped server cannot complete returns RDMX_ERR_TIMEOUT near its
  *     limit and fails the connection.
+ *  F. A worker created with RDMX_WORKER_FLAG_BUSY_POLL, against the same
+ *     server: blocking calls complete (they poll instead of sleeping), a
+ *     blocking receive past its limit still ends near it, and
+ *     rdmx_worker_wait on it sleeps for its timeout and no longer than a
+ *     few timer periods beyond.
  */
 #include "harness.h"
 
@@ -304,21 +309,61 @@ static void test_server(rdmx_context_t *ctx, th_proc_t *srv,
     rdmx_worker_destroy(w);
 }
 
+/* --- F: a busy-polled worker -------------------------------------------- */
+
+static void test_busy_poll(rdmx_context_t *ctx, th_proc_t *srv)
+{
+    rdmx_worker_t *w = th_worker(ctx, RDMX_WORKER_FLAG_BUSY_POLL);
+    rdmx_op_params_t lim = {.field_mask = RDMX_OP_PARAM_FIELD_TIMEOUT,
+                            .timeout_ms = 300 * TH_SLOW};
+    rdmx_ep_t *ep = th_connect(w, srv, NULL);
+    ts_region_t r;
+    char buf[64];
+    size_t len = 0;
+    double t0, took, recv_took;
+
+    for (int i = 0; i < 20; i++) { /* requests and replies, RMA, descriptors */
+        ts_alloc(ep, &r, 64 * 1024, RDMX_ACCESS_ALL, 0, 11 + (uint64_t)i);
+        ts_fill(ep, &r, 0, 64 * 1024, 21 + (uint64_t)i);
+        TS_VERIFY_REMOTE(ep, &r, 0, 64 * 1024, 21 + (uint64_t)i);
+        ts_free(ep, &r);
+    }
+    t0 = th_now_ms();
+    CHECK_ST(rdmx_recv(ep, buf, sizeof(buf), &lim, &len), RDMX_ERR_TIMEOUT);
+    recv_took = took = th_now_ms() - t0;
+    CHECKF(took >= 290 * TH_SLOW && took < 3000 * TH_SLOW,
+           "busy worker: recv limit 300 ms took %.0f ms", took);
+    CHECK_OK(rdmx_ep_status(ep));
+    t0 = th_now_ms();
+    CHECK_ST(rdmx_worker_wait(w, 50), RDMX_ERR_TIMEOUT);
+    took = th_now_ms() - t0;
+    CHECKF(took >= 49 && took < 1000 * TH_SLOW,
+           "busy worker: wait of 50 ms took %.0f ms", took);
+    ts_quit(ep);
+    rdmx_worker_destroy(w);
+    th_log("F: busy-polled worker: 20 rounds of region, fill, verify; "
+           "recv limit after %.0f ms, a 50 ms wait after %.0f ms",
+           recv_took, took);
+}
+
 int main(int argc, char **argv)
 {
-    th_proc_t srv, victim;
+    th_proc_t srv, victim, busy_srv;
     rdmx_context_t *ctx;
 
     if (argc > 1 && strcmp(argv[1], "--server") == 0)
         return ts_server_main(argc, argv);
     th_init("worker_tasks", 120);
     th_spawn_self(&srv, "--server", 30000, NULL);
+    th_spawn_self(&busy_srv, "--server", 30000, NULL);
     th_spawn_self(&victim, "--server", 30000, NULL);
     ctx = th_context();
     test_timers(ctx);
     test_posts(ctx);
     test_destroy(ctx);
     test_progress_thread(ctx);
+    test_busy_poll(ctx, &busy_srv);
+    th_check_exit_ok("server (F)", th_wait_exit(&busy_srv, 10000));
     test_server(ctx, &srv, &victim);
     th_check_exit_ok("server", th_wait_exit(&srv, 10000));
     th_wait_exit(&victim, 10000);

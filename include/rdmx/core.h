@@ -146,6 +146,15 @@ enum {
     /** Progress the worker on a thread of its own; every call on the worker
      *  may then come from any thread. */
     RDMX_WORKER_FLAG_PROGRESS_THREAD = 1u << 0,
+    /** The owner polls the worker and does not sleep on it (a thread that
+     *  owns a core: a busy-polling server, a benchmark): rdmx's blocking
+     *  calls on it poll until they end instead of sleeping after
+     *  RDMX_SPIN_US, and the backend may leave out what lets a sleeper
+     *  wake on each completion (UCX: nothing changes; libfabric: a
+     *  completion queue without a wait object, whose progress is cheaper
+     *  over tcp). rdmx_worker_wait() and the fd still work, but a wake-up
+     *  may come up to 1 ms late. */
+    RDMX_WORKER_FLAG_BUSY_POLL = 1u << 1,
 };
 
 typedef struct {

@@ -471,6 +471,7 @@ struct rdmx_worker {
     volatile int post_pending;
     /* progress thread mode */
     int mt;
+    int busy; /* RDMX_WORKER_FLAG_BUSY_POLL: blocking calls never sleep */
     pthread_mutex_t lock;     /* recursive; held around every call in mt */
     pthread_cond_t cond;      /* signalled when an op completes (mt) */
     pthread_t thread;

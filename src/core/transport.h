@@ -52,6 +52,15 @@ enum {
     RDMX_TP_SEND_EAGER = 1u << 1,
 };
 
+/* Flags of worker_create. */
+enum {
+    /* Calls come from several threads, serialized by the core's lock. */
+    RDMX_TP_WORKER_THREADED = 1u << 0,
+    /* RDMX_WORKER_FLAG_BUSY_POLL: the owner rarely sleeps on the fd, and
+     * a wake-up may then come a timer's period (1 ms) late. */
+    RDMX_TP_WORKER_BUSY = 1u << 1,
+};
+
 /* What kind of remote key a backend packs into descriptors (mem.c
  * writes it into each descriptor and refuses another kind at unpack). */
 enum {
@@ -88,12 +97,12 @@ typedef struct {
     void (*mem_unmap)(void *tctx, void *tmr, void *rkey);
 
     /* --- worker ------------------------------------------------------- */
-    /* Create; @threaded: calls come from several threads, serialized by
-     * the core's lock. Writes the fd that becomes readable on events and
-     * the worker's transport address (valid until worker_destroy). */
-    rdmx_status_t (*worker_create)(void *tctx, rdmx_worker_t *w,
-                                   int threaded, void **tw_p, int *efd_p,
-                                   const void **addr_p, size_t *addr_len_p);
+    /* Create; @flags: RDMX_TP_WORKER_*. Writes the fd that becomes
+     * readable on events and the worker's transport address (valid until
+     * worker_destroy). */
+    rdmx_status_t (*worker_create)(void *tctx, rdmx_worker_t *w, unsigned flags,
+                                   void **tw_p, int *efd_p, const void **addr_p,
+                                   size_t *addr_len_p);
     void (*worker_destroy)(void *tw);
     unsigned (*progress)(void *tw);
     /* RDMX_OK: safe to sleep on the fd; RDMX_ERR_BUSY: progress first. */

@@ -332,6 +332,7 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     w->ctx = context;
     w->tp = context->tp;
     w->mt = !!(flags & RDMX_WORKER_FLAG_PROGRESS_THREAD);
+    w->busy = !!(flags & RDMX_WORKER_FLAG_BUSY_POLL);
     rdmx_list_init(&w->eps);
     rdmx_list_init(&w->closing);
     rdmx_list_init(&w->listeners);
@@ -360,8 +361,10 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
         rdmx__timers_cleanup(w);
         goto err_free;
     }
-    status = w->tp->worker_create(context->tctx, w, w->mt, &w->tw, &w->efd,
-                                  &w->addr, &w->addr_len);
+    status = w->tp->worker_create(context->tctx, w,
+                                  (w->mt ? RDMX_TP_WORKER_THREADED : 0u) |
+                                      (w->busy ? RDMX_TP_WORKER_BUSY : 0u),
+                                  &w->tw, &w->efd, &w->addr, &w->addr_len);
     if (status != RDMX_OK)
         goto err_map;
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -537,10 +540,9 @@ void rdmx__worker_unlock(rdmx_worker_t *w)
     rdmx__unlock(w);
 }
 
-
 /* Poll for up to ctx->spin_ns (RDMX_SPIN_US; 0: sleep at once) after the
  * last event, then sleep on the worker's fd until the next event or timer
- * (at most 100 ms at a time). */
+ * (at most 100 ms at a time); a busy-polled worker polls until done. */
 void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
 {
     rdmx__wait_deadline(w, done, UINT64_MAX);
@@ -587,7 +589,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
             return -1;
         if (idle_since == 0)
             idle_since = now;
-        if (now - idle_since >= spin_ns) {
+        if (now - idle_since >= spin_ns && !w->busy) {
             /* Sleep until an event, a timer (rdmx_worker_wait knows them)
              * or the deadline: a thread blocked on a stopped peer wakes a
              * few times a second, not a thousand. */

@@ -1205,6 +1205,7 @@ rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *ctx,
 rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
 {
     rdmx_listener_params_t lp = {0};
+    rdmx_worker_params_t wp = {.field_mask = RDMX_WORKER_PARAM_FIELD_FLAGS};
     rdmx_worker_t **ws = NULL;
     rdmx_status_t st;
     unsigned i;
@@ -1215,6 +1216,8 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
         (st = add_handler(s, "rdmx.ping", h_ping, s, RDMX_RPC_IDEMPOTENT)) ||
         (st = build_slots(s)))
         return st;
+    if (s->poll == RDMX_RPC_POLL_BUSY)
+        wp.flags = RDMX_WORKER_FLAG_BUSY_POLL; /* (its workers never sleep) */
     s->workers = calloc(s->nworkers, sizeof(*s->workers));
     ws = calloc(s->nworkers, sizeof(*ws));
     if (s->workers == NULL || ws == NULL) {
@@ -1232,7 +1235,7 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
             st = rdmx__error(RDMX_ERR_NO_MEMORY, "rpc server: out of memory");
             goto err;
         }
-        if ((st = rdmx_worker_create(s->ctx, NULL, &sw->w)) != RDMX_OK ||
+        if ((st = rdmx_worker_create(s->ctx, &wp, &sw->w)) != RDMX_OK ||
             (st = rdmx__rpc_attach(sw->w)) != RDMX_OK)
             goto err;
         ws[i] = sw->w;

@@ -308,7 +308,10 @@ int main(int argc, char **argv)
     if (strncmp(rdmx_context_backend(p->ctx), "ofi", 3) == 0)
         fprintf(stderr, "rdmx-perf: backend %s\n",
                 rdmx_context_backend(p->ctx));
-    st = rdmx_worker_create(p->ctx, NULL, &p->worker);
+    /* (rdmx-perf polls, as ucx_perftest does) */
+    rdmx_worker_params_t wp = {.field_mask = RDMX_WORKER_PARAM_FIELD_FLAGS,
+                               .flags = RDMX_WORKER_FLAG_BUSY_POLL};
+    st = rdmx_worker_create(p->ctx, &wp, &p->worker);
     if (st != RDMX_OK) {
         perf_fail("create worker", st);
         rdmx_context_destroy(p->ctx);

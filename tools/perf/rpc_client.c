@@ -218,7 +218,9 @@ static int rpc_thread_setup(rpc_thread_t *t)
     t->params.field_mask = RDMX_CALL_PARAM_FIELD_CB;
     t->params.cb = rpc_cb;
     t->params.arg = t;
-    st = rdmx_worker_create(run->ctx, NULL, &t->w);
+    rdmx_worker_params_t wp = {.field_mask = RDMX_WORKER_PARAM_FIELD_FLAGS,
+                               .flags = RDMX_WORKER_FLAG_BUSY_POLL};
+    st = rdmx_worker_create(run->ctx, &wp, &t->w);
     if (st != RDMX_OK) {
         perf_rpc_thread_fail(t, "create worker", st, rdmx_error_detail());
         return -1;

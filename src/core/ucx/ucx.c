@@ -379,9 +379,8 @@ static rdmx_status_t ucx_set_handler(void *tw, unsigned id, int hold)
 }
 
 static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
-                                       int threaded, void **tw_p, int *efd_p,
-                                       const void **addr_p,
-                                       size_t *addr_len_p)
+                                       unsigned flags, void **tw_p, int *efd_p,
+                                       const void **addr_p, size_t *addr_len_p)
 {
     ucp_worker_params_t wp = {0};
     ucx_worker_t *uw;
@@ -398,8 +397,10 @@ static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
     }
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     /* With a progress thread rdmx serializes every call under its lock. */
-    wp.thread_mode =
-        threaded ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
+    /* (RDMX_TP_WORKER_BUSY: UCX's wake-up costs nothing per completion) */
+    wp.thread_mode = (flags & RDMX_TP_WORKER_THREADED)
+                         ? UCS_THREAD_MODE_SERIALIZED
+                         : UCS_THREAD_MODE_SINGLE;
     us = ucp_worker_create(((ucx_ctx_t *)tctx)->ucp, &wp, &uw->ucp);
     if (us != UCS_OK) {
         st = rdmx__error(RDMX_ERR_IO, "UCX worker: %s",
