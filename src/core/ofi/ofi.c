@@ -502,6 +502,7 @@ static void ofi_worker_destroy(void *tw)
         free(p);
     }
     rdmx__ofi_bell_fini(ow);
+    free(ow->peer_tab);
     rdmx__ofi_bufs_cleanup(ow);
     free(ow->slots);
     if (ow->tfd >= 0)

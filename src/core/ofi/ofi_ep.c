@@ -16,12 +16,19 @@
 #define OFI_SLOT_BITS 20
 #define OFI_SLOT_MASK ((1u << OFI_SLOT_BITS) - 1)
 
+#define OFI_PEER_TAB_MAX (1u << 20) /* AV indices the table covers */
+
+/* The peer of a completion's source address: FI_AV_TABLE addresses are
+ * indices, so a table finds it in one step (a walk of the peers beyond
+ * the table's reach). */
 ofi_peer_t *rdmx__ofi_peer_by_addr(ofi_worker_t *ow, fi_addr_t a)
 {
     rdmx_list_t *e;
 
     if (a == FI_ADDR_NOTAVAIL)
         return NULL;
+    if (a < ow->peer_tab_len)
+        return ow->peer_tab[a];
     rdmx_list_for_each(e, &ow->peers)
     {
         ofi_peer_t *p = rdmx_container_of(e, ofi_peer_t, link);
@@ -29,6 +36,37 @@ ofi_peer_t *rdmx__ofi_peer_by_addr(ofi_worker_t *ow, fi_addr_t a)
             return p;
     }
     return NULL;
+}
+
+/* Note @p under its AV index (nothing when the index is past
+ * OFI_PEER_TAB_MAX or memory runs out: lookups walk the list then). */
+static void peer_tab_set(ofi_worker_t *ow, fi_addr_t a, ofi_peer_t *p)
+{
+    rdmx_list_t *e;
+
+    if (a >= ow->peer_tab_len) {
+        size_t len = ow->peer_tab_len ? ow->peer_tab_len : 64;
+        ofi_peer_t **t;
+        if (p == NULL || a >= OFI_PEER_TAB_MAX)
+            return;
+        while (len <= a)
+            len *= 2;
+        t = realloc(ow->peer_tab, len * sizeof(*t));
+        if (t == NULL)
+            return;
+        memset(t + ow->peer_tab_len, 0,
+               (len - ow->peer_tab_len) * sizeof(*t));
+        ow->peer_tab = t;
+        ow->peer_tab_len = len;
+        /* (peers a failed growth left out) */
+        rdmx_list_for_each(e, &ow->peers)
+        {
+            ofi_peer_t *q = rdmx_container_of(e, ofi_peer_t, link);
+            if (q->fi_addr < len)
+                t[q->fi_addr] = q;
+        }
+    }
+    ow->peer_tab[a] = p;
 }
 
 ofi_ep_t *rdmx__ofi_ep_lookup(ofi_worker_t *ow, uint32_t id)
@@ -170,6 +208,7 @@ static unsigned peers_evict_idle(ofi_worker_t *ow)
         ofi_peer_t *p = rdmx_container_of(e, ofi_peer_t, link);
         if (p->refs == 0 && p->inflight == 0) {
             fi_av_remove(ow->av, &p->fi_addr, 1, 0);
+            peer_tab_set(ow, p->fi_addr, NULL);
             rdmx_list_del(&p->link);
             rdmx__ofi_bell_peer_close(ow, p);
             free(p);
@@ -213,6 +252,7 @@ static rdmx_status_t peer_get(ofi_worker_t *ow, const unsigned char *name,
     }
     p->refs = 1;
     rdmx_list_insert_tail(&ow->peers, &p->link);
+    peer_tab_set(ow, p->fi_addr, p);
     *peer_p = p;
     return RDMX_OK;
 }

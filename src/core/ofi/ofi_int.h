@@ -331,6 +331,8 @@ struct ofi_worker {
     size_t addr_len;
     uint64_t instance; /* random, in the address */
     rdmx_list_t peers; /* ofi_peer_t, in the AV (idle ones too) */
+    ofi_peer_t **peer_tab; /* by AV index (FI_AV_TABLE), peer_tab_len */
+    size_t peer_tab_len;
     rdmx_list_t eps;   /* ofi_ep_t, oldest first */
     uint64_t ep_seq;
     ofi_slot_t *slots; /* endpoint ids */
