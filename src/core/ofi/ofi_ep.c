@@ -54,8 +54,7 @@ static void peer_tab_set(ofi_worker_t *ow, fi_addr_t a, ofi_peer_t *p)
         t = realloc(ow->peer_tab, len * sizeof(*t));
         if (t == NULL)
             return;
-        memset(t + ow->peer_tab_len, 0,
-               (len - ow->peer_tab_len) * sizeof(*t));
+        memset(t + ow->peer_tab_len, 0, (len - ow->peer_tab_len) * sizeof(*t));
         ow->peer_tab = t;
         ow->peer_tab_len = len;
         /* (peers a failed growth left out) */
