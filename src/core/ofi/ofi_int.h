@@ -329,11 +329,11 @@ struct ofi_worker {
     int hold[RDMX_MSG_ID_MAX]; /* set_handler's @hold */
     unsigned char addr[OFI_ADDR_HDR + OFI_NAME_MAX];
     size_t addr_len;
-    uint64_t instance; /* random, in the address */
-    rdmx_list_t peers; /* ofi_peer_t, in the AV (idle ones too) */
+    uint64_t instance;     /* random, in the address */
+    rdmx_list_t peers;     /* ofi_peer_t, in the AV (idle ones too) */
     ofi_peer_t **peer_tab; /* by AV index (FI_AV_TABLE), peer_tab_len */
     size_t peer_tab_len;
-    rdmx_list_t eps;   /* ofi_ep_t, oldest first */
+    rdmx_list_t eps; /* ofi_ep_t, oldest first */
     uint64_t ep_seq;
     ofi_slot_t *slots; /* endpoint ids */
     size_t nslots, slot_cap;
