@@ -6,7 +6,8 @@
 # connection's backend; a UCX client of an ofi server is refused with the
 # reason; the local report names this build, its backends
 # and its transports; --version prints the version; an unreachable server
-# exits 3, a bad option 2.
+# exits 3, a bad option 2. libfabric is mapped only by processes that use
+# it, and a libfabric that cannot be loaded is named.
 # Usage: rdmx_info.sh BINDIR
 set -eu
 bin=$1
@@ -86,9 +87,29 @@ ofi:*)
         die "the refusal does not say why"
     ;;
 esac
+# libfabric is loaded by the first ofi context only: a server over UCX
+# never maps it (nor the provider libraries it pulls in).
+case "${RDMX_TRANSPORT:-auto}" in
+ofi:*)
+    grep -q "libfabric" /proc/$kvd/maps || die "an ofi server without libfabric?"
+    ;;
+*)
+    if grep -q -e "libfabric" -e "infinipath" /proc/$kvd/maps; then
+        die "a UCX server loaded libfabric"
+    fi
+    ;;
+esac
 kill -TERM $kvd
 wait $kvd || die "rdmx-kvd did not stop cleanly"
 kvd=""
+
+# A libfabric that cannot be loaded: the ofi transports say so.
+if grep -q "^backends: ucx, ofi" "$tmp/local"; then
+    RDMX_OFI_LIBRARY=/nonexistent/libfabric.so.1 "$bin/rdmx-info" \
+        >"$tmp/nolib" 2>&1 || true
+    grep -q "^  ofi:tcp  *not available (.*cannot load /nonexistent/libfabric.so.1" \
+        "$tmp/nolib" || die "no word of the library it could not load: $(cat "$tmp/nolib")"
+fi
 
 # The server is gone: exit 3. A bad option: exit 2.
 rc=0

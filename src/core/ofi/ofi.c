@@ -155,6 +155,8 @@ static rdmx_status_t ofi_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     int ret;
 
     (void)t;
+    if ((st = rdmx__ofi_lib_load()) != RDMX_OK)
+        return st;
     pthread_once(&env_once, env_defaults);
     oc = calloc(1, sizeof(*oc));
     hints = fi_allocinfo();

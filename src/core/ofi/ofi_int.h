@@ -26,6 +26,34 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+/* libfabric's exported functions, from the library loaded by the first
+ * ofi context (ofi_lib.c). The names below make the backend's calls go
+ * through them; fi_allocinfo() is the header's inline fi_dupinfo(NULL). */
+typedef struct {
+    int (*getinfo)(uint32_t version, const char *node, const char *service,
+                   uint64_t flags, const struct fi_info *hints,
+                   struct fi_info **info);
+    void (*freeinfo)(struct fi_info *info);
+    struct fi_info *(*dupinfo)(const struct fi_info *info);
+    int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric,
+                  void *context);
+    const char *(*strerror)(int errnum);
+    uint32_t (*version)(void);
+} rdmx_ofi_lib_t;
+
+extern rdmx_ofi_lib_t rdmx__ofi_lib;
+
+/* Load libfabric once per process; RDMX_ERR_UNSUPPORTED saying why not. */
+rdmx_status_t rdmx__ofi_lib_load(void);
+
+#define fi_getinfo     rdmx__ofi_lib.getinfo
+#define fi_freeinfo    rdmx__ofi_lib.freeinfo
+#define fi_dupinfo     rdmx__ofi_lib.dupinfo
+#define fi_fabric      rdmx__ofi_lib.fabric
+#define fi_strerror    rdmx__ofi_lib.strerror
+#define fi_version     rdmx__ofi_lib.version
+#define fi_allocinfo() rdmx__ofi_lib.dupinfo(NULL)
+
 #define OFI_NAME_MAX   256 /* fi_getname() bytes we accept */
 #define OFI_PROV_MAX   32  /* prov_name bytes in the address, NUL padded */
 #define OFI_ADDR_MAGIC 0x49464f52u /* "ROFI" little-endian */
