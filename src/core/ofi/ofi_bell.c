@@ -157,7 +157,10 @@ void rdmx__ofi_bell_peer_open(ofi_worker_t *ow, ofi_peer_t *p,
     void *page = MAP_FAILED;
     int fd;
 
-    if (p->bell_tried || !(addr[5] & OFI_ADDR_BELL) || name_pid(addr) == 0)
+    /* (only shm names are strings parse_address checked: a flag on any
+     * other address is ignored) */
+    if (p->bell_tried || ow->ctx->medium != RDMX_TRANSPORT_SHM ||
+        !(addr[5] & OFI_ADDR_BELL) || name_pid(addr) == 0)
         return;
     p->bell_tried = 1;
     if (ow->bell_fd < 0) { /* (ours failed or is off: a socket to ring) */
@@ -202,8 +205,11 @@ void rdmx__ofi_bell_peer_close(ofi_worker_t *ow, ofi_peer_t *p)
 void rdmx__ofi_bell_ring_slow(ofi_worker_t *ow, ofi_peer_t *p)
 {
     if (p->bell != NULL) {
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&p->bell->sleeping, __ATOMIC_RELAXED) == 0 ||
+        /* A full barrier between the post and the load: a locked
+         * read-modify-write of our own word (ThreadSanitizer knows no
+         * fences) */
+        __atomic_fetch_or(&ow->bell_barrier, 0u, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&p->bell->sleeping, __ATOMIC_SEQ_CST) == 0 ||
             __atomic_exchange_n(&p->bell->sleeping, 0, __ATOMIC_SEQ_CST) == 0)
             return;
     } else if (!p->bell_always) {

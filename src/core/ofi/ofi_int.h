@@ -396,6 +396,7 @@ struct ofi_worker {
     int bell_fd;           /* our socket, or one to ring peers; or -1 */
     int bell_state;        /* OFI_BELL_* (ofi_bell.c) */
     char bell_name[64];    /* our page's name */
+    unsigned bell_barrier; /* a word to order a post before a flag's load */
     unsigned bell_peers;   /* peers we may ring */
     uint64_t bell_rings, bell_wakes, bell_errors;
 };
