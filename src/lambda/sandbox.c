@@ -749,8 +749,9 @@ static int frozen_next(lua_State *L)
     return 1;
 }
 
-/* __pairs of a frozen proxy: (frozen_next of its real table, proxy, nil). */
-static int frozen_pairs(lua_State *L)
+/* __pairs of a frozen proxy or a call's environment: (the closure's own
+ * next function, its upvalue: frozen_next or env_next; the table; nil). */
+static int upvalue_pairs(lua_State *L)
 {
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_pushvalue(L, 1);
@@ -803,7 +804,7 @@ static void freeze(lua_State *L)
     lua_setfield(L, -2, "__newindex");
     lua_pushvalue(L, -3);
     lua_pushcclosure(L, frozen_next, 1);
-    lua_pushcclosure(L, frozen_pairs, 1);
+    lua_pushcclosure(L, upvalue_pairs, 1);
     lua_setfield(L, -2, "__pairs");
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "__metatable");
@@ -847,15 +848,6 @@ static int env_next(lua_State *L)
     }
     lua_pushnil(L);
     return 1;
-}
-
-/* __pairs of a call's environment: (env_next, env, nil). */
-static int env_pairs(lua_State *L)
-{
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_pushvalue(L, 1);
-    lua_pushnil(L);
-    return 3;
 }
 
 /* Open a library function, leave its table on the stack. */
@@ -999,7 +991,7 @@ static void open_sandbox(lua_State *L, rdmx__lambda_state_t *s)
     lua_rawsetp(L, -2, &env_tag);
     lua_pushvalue(L, g);
     lua_pushcclosure(L, env_next, 1);
-    lua_pushcclosure(L, env_pairs, 1);
+    lua_pushcclosure(L, upvalue_pairs, 1);
     lua_setfield(L, -2, "__pairs");
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "__metatable");
