@@ -62,16 +62,34 @@ static void bell_name(char *out, size_t size, long pid, uint64_t instance)
              (unsigned long long)instance);
 }
 
-/* The process id a peer's shm name starts with ("fi_shm://PID-"), or 0. */
+/* A process's own files in /dev/shm: those of shm endpoints rdmx named
+ * ("PID-HEX16:..." for "fi_shm://PID-HEX16", ofi.c) and doorbell pages
+ * ("rdmx-bell-PID-HEX16"). Returns the process id, or 0. */
+static long shm_file_pid(const char *n)
+{
+    long pid = 0;
+    int digits = 0, hex = 0;
+
+    if (!strncmp(n, "rdmx-bell-", 10))
+        n += 10;
+    while (*n >= '0' && *n <= '9' && pid < 1L << 30) {
+        pid = pid * 10 + (*n++ - '0');
+        digits++;
+    }
+    if (digits == 0 || *n++ != '-')
+        return 0;
+    while ((*n >= '0' && *n <= '9') || (*n >= 'a' && *n <= 'f')) {
+        n++;
+        hex++;
+    }
+    return hex == 16 && (*n == '\0' || *n == ':') ? pid : 0;
+}
+
+/* The process id of a peer's shm name ("fi_shm://PID-HEX16", as ofi.c
+ * names them), or 0. (parse_address checked the prefix and the NUL.) */
 static long name_pid(const unsigned char *addr)
 {
-    const char *s = (const char *)addr + OFI_ADDR_HDR + 9;
-    long pid = 0;
-
-    /* (parse_address checked the prefix and the terminating NUL) */
-    while (*s >= '0' && *s <= '9' && pid < 1L << 30)
-        pid = pid * 10 + (*s++ - '0');
-    return *s == '-' ? pid : 0;
+    return shm_file_pid((const char *)addr + OFI_ADDR_HDR + 9);
 }
 
 /* @name ("/rdmx-bell-...") as an abstract socket address. */
@@ -273,29 +291,6 @@ rdmx_status_t rdmx__ofi_bell_arm(ofi_worker_t *ow)
     if (timerfd_settime(ow->tfd, 0, &its, NULL) != 0)
         return RDMX_ERR_BUSY;
     return RDMX_OK;
-}
-
-/* A process's own files in /dev/shm: those of shm endpoints rdmx named
- * ("PID-HEX16:..." for "fi_shm://PID-HEX16", ofi.c) and doorbell pages
- * ("rdmx-bell-PID-HEX16"). Returns the process id, or 0. */
-static long shm_file_pid(const char *n)
-{
-    long pid = 0;
-    int digits = 0, hex = 0;
-
-    if (!strncmp(n, "rdmx-bell-", 10))
-        n += 10;
-    while (*n >= '0' && *n <= '9' && pid < 1L << 30) {
-        pid = pid * 10 + (*n++ - '0');
-        digits++;
-    }
-    if (digits == 0 || *n++ != '-')
-        return 0;
-    while ((*n >= '0' && *n <= '9') || (*n >= 'a' && *n <= 'f')) {
-        n++;
-        hex++;
-    }
-    return hex == 16 && (*n == '\0' || *n == ':') ? pid : 0;
 }
 
 /* Remove this user's files of rdmx shm workers whose process is gone: a
