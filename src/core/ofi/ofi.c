@@ -8,7 +8,8 @@
  * Facts of libfabric 1.17 this code lives by (docs/FABRIC.md, "Providers"):
  * - shm's CQ has no wait object, and fi_trywait on a CQ without one
  *   crashes: only a CQ opened with FI_WAIT_FD is ever passed to it; the
- *   others wake their worker with a 1 ms timer.
+ *   others wake their worker with a timer, and shm's also by a doorbell
+ *   its peers ring (ofi_bell.c).
  * - rxm connects lazily: sends return -FI_EAGAIN until the connection is
  *   up (ofi_msg.c queues them), and it handles connection requests every
  *   FI_OFI_RXM_CM_PROGRESS_INTERVAL microseconds (1000 unless set).
@@ -407,7 +408,8 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
                                                                  : FI_WAIT_NONE;
     ret = fi_cq_open(oc->domain, &cqa, &ow->cq, NULL);
     if (ret == -FI_ENOSYS || ret == -FI_EINVAL || ret == -FI_EOPNOTSUPP) {
-        /* (shm in 1.17: no wait objects; the timer below wakes us) */
+        /* (shm in 1.17: no wait objects; the doorbell and the timer
+         * below wake us) */
         cqa.wait_obj = FI_WAIT_NONE;
         ret = fi_cq_open(oc->domain, &cqa, &ow->cq, NULL);
     }
