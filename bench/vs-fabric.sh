@@ -23,6 +23,12 @@
 #   rpc_lat   64 B   rdmx-perf rpc_lat         p50 round trip of a blocking
 #                    call, against 2 x fi_pingpong -S 64 (mean one-way) and
 #                    2 x fabric_rma -t lat -s 64 (p50 one-way)
+#   wire_rtt  64 B   the two raw transports rdmx runs over, no rdmx:
+#                    2 x fi_pingpong -S 64 (mean one-way) against
+#                    ucx_perftest ucp_am_lat -s 64 -e (2 x mean one-way),
+#                    UCX_TLS as rdmx's --transport tcp|shm selects. The
+#                    ratio UCX/libfabric is the best the KV rows can reach
+#                    if rdmx added nothing on either (printed with them)
 #   kv_get_4k, kv_get_1m   rdmx-kv bench --op get (1 thread, --zero-copy,
 #                    keys as in vs-memcached.sh) against rdmx-kvd over
 #                    ofi:PROV and against rdmx-kvd over UCX on the same wire
@@ -44,7 +50,7 @@
 #                           [--only TEST[,TEST...]] [--quick] [--keep]
 # --only takes row names, "kv" (both KV rows) or "raw" (the others).
 # Environment: RDMX_PERF, RDMX_KV, RDMX_KVD, FABRIC_RMA (default build/bin/),
-# FI_PINGPONG.
+# FI_PINGPONG, UCX_PERFTEST.
 set -euo pipefail
 
 NAME=vs-fabric
@@ -89,6 +95,8 @@ done
 [ -x "$FABRIC_RMA" ] ||
     die "$FABRIC_RMA not found; run make (built with the ofi backend only)"
 [ -n "$FI_PINGPONG" ] || die "fi_pingpong not found (package libfabric-bin)"
+UCX_PERFTEST=${UCX_PERFTEST:-$(command -v ucx_perftest || true)}
+[ -n "$UCX_PERFTEST" ] || die "ucx_perftest not found (package ucx-utils)"
 
 make_work_dir
 loopback_ucx
@@ -96,20 +104,21 @@ unset FI_PROVIDER
 export FI_TCP_IFACE=lo
 
 # --- what runs -----------------------------------------------------------------
-# row : size : kind (lat, bw, rtt, kv) : variants
+# row : size : kind (lat, bw, rma, rtt, wire, kv) : variants
 ROWS="send_lat:8:lat:3
 send_bw:1048576:bw:3
 put_bw:1048576:rma:2
 get_bw:1048576:rma:2
 rpc_lat:64:rtt:3
+wire_rtt:64:wire:2
 kv_get_4k:4096:kv:2
 kv_get_1m:1048576:kv:2"
 
 iters_for() { # provider kind size -> "N W"
     local n w
     case "$1:$2" in
-    shm:lat | shm:rtt) n=100000 w=10000 ;;
-    tcp:lat | tcp:rtt) n=10000 w=1000 ;;
+    shm:lat | shm:rtt | shm:wire) n=100000 w=10000 ;;
+    tcp:lat | tcp:rtt | tcp:wire) n=10000 w=1000 ;;
     shm:bw | shm:rma) n=4000 w=400 ;;
     tcp:bw | tcp:rma) n=400 w=40 ;;
     *) n=0 w=0 ;;
@@ -125,7 +134,12 @@ iters_for() { # provider kind size -> "N W"
 KV_SECONDS=$([ "$QUICK" = 1 ] && echo 1 || echo 3)
 
 # row -> 0 if --only takes it (groups: kv, the kv_ rows; raw, the others)
-selected() { only_selects "$1" kv_ kv raw; }
+# (wire_rtt also whenever a KV row runs: it gives their bound)
+selected() {
+    only_selects "$1" kv_ kv raw && return 0
+    [ "$1" = wire_rtt ] || return 1
+    only_selects kv_get_4k kv_ kv raw || only_selects kv_get_1m kv_ kv raw
+}
 
 load_note() { # when -> a line on the machine's load
     echo "# CPU load from other processes ($1): $(cpu_busy)%," \
@@ -165,6 +179,28 @@ run_pingpong() { # prov size iters kind
     else
         VAL=$(awk '{print $7}' <<<"$line")
     fi
+}
+
+# ucx_perftest ucp_am_lat with peer error handling (rdmx's mode), UCX_TLS
+# as rdmx's --transport PROV: VAL (2 x mean one-way = mean RTT, us).
+run_ucx_am_lat() { # prov size iters warmup
+    local prov=$1 size=$2 n=$3 w=$4 line
+    local -a env=(UCX_TLS="$([ "$prov" = shm ] && echo sm,self ||
+        echo tcp,self)" UCX_MM_ERROR_HANDLING=y)
+    start_on_free_port us ucx_perftest env "${env[@]}" "$UCX_PERFTEST" \
+        -p @PORT@
+    if ! env "${env[@]}" "$UCX_PERFTEST" 127.0.0.1 -p "$PORT" -t ucp_am_lat \
+        -s "$size" -n "$n" -w "$w" -m host -e -f -v \
+        >"$WORK/uc.out" 2>"$WORK/uc.err"; then
+        die "ucx_perftest ucp_am_lat ($prov) failed:" \
+            "$(cat "$WORK/uc.err" "$WORK/uc.out")"
+    fi
+    wait "$SERVER_PID" || true
+    SERVER_PID=""
+    # CSV: iters,p50_lat,avg_lat,... (one-way: round trips / 2)
+    line=$(grep -E '^ *[0-9]+,' "$WORK/uc.out" | tail -1 || true)
+    [ -n "$line" ] || die "ucx_perftest: no result: $(cat "$WORK/uc.out")"
+    VAL=$(awk -F, '{printf "%.4f\n", 2 * $3}' <<<"$line")
 }
 
 # fabric_rma: VAL (p50 one-way us for lat, MB/s otherwise).
@@ -252,6 +288,11 @@ for ((r = 0; r < ROUNDS; r++)); do
                 kv:1)
                     p="KVD_PORT_$prov"
                     run_kv "$prov" "${!p}" "$size" ;;
+                wire:0)
+                    run_pingpong "$prov" "$size" "$n" rtt
+                    VAL=$(awk -v x="$VAL" 'BEGIN { printf "%.4f", 2 * x }') ;;
+                wire:1)
+                    run_ucx_am_lat "$prov" "$size" "$n" "$w" ;;
                 *:0)
                     test=$row
                     run_rdmx "$prov" "$test" "$size" "$n" "$w" "$kind"
@@ -306,7 +347,12 @@ echo "rpc_lat: p50 round trip (us) against 2 x the 64 B one-way figures."
 echo "send_bw: MB/s, rdmx with 16 in flight against the ping-pongs'"
 echo "  bandwidth (one message at a time); put_bw/get_bw: MB/s, 16 in"
 echo "  flight on both sides; higher is better."
+echo "wire_rtt: mean RTT (us) of the raw transports, 64 B, no rdmx: the"
+echo "  rdmx column holds ucx_perftest ucp_am_lat's, the fi_pingpong column"
+echo "  libfabric's; ratio libfabric/UCX (above 1: libfabric is slower)."
 echo "kv_get_*: ops/s, rdmx-kvd over ofi against over UCX; higher is better."
+echo "  bound: the wire_rtt rounds' median UCX/libfabric RTT ratio, what a"
+echo "  2-message GET could reach if rdmx cost nothing on either transport."
 for prov in $PROVIDERS; do
     echo
     echo "== provider $prov ($([ "$prov" = tcp ] && echo "tcp;ofi_rxm, lo" ||
@@ -344,12 +390,23 @@ for prov in $PROVIDERS; do
                 "$row" "$size" MB/s "$m0" - - "$m1" "$q1" \
                 "$(verdict "$row" "$q1")"
             ;;
+        wire)
+            m1=$(col_median "$WORK/$prov.$row.1")
+            q1=$(ratio_median "$WORK/$prov.$row.0" "$WORK/$prov.$row.1")
+            printf "%-10s %8s %-7s %14s %12.3f %7.3f %12s %7s  %s\n" \
+                "$row" "$size" "RTT us" "ucx $(printf %.3f "$m1")" "$m0" \
+                "$q1" - - -
+            ;;
         kv)
             m1=$(col_median "$WORK/$prov.$row.1")
             q1=$(ratio_median "$WORK/$prov.$row.0" "$WORK/$prov.$row.1")
+            bound=""
+            [ -f "$WORK/$prov.wire_rtt.0" ] &&
+                bound=" bound $(ratio_median "$WORK/$prov.wire_rtt.1" \
+                    "$WORK/$prov.wire_rtt.0" | xargs printf %.3f)"
             printf "%-10s %8s %-7s %14.0f %12s %7s %12s %7s  %s\n" \
                 "$row" "$size" ops/s "$m0" "ucx $(printf %.0f "$m1")" \
-                "$(printf %.3f "$q1")" - - "$(verdict "$row" "$q1")"
+                "$(printf %.3f "$q1")" - - "$(verdict "$row" "$q1")$bound"
             ;;
         esac
     done <<<"$ROWS"
