@@ -206,11 +206,20 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
      * copies back to zero-copy's speed (2,372 MB/s; 1,891 GETs/s).
      * Buffers for unexpected messages are sized by the receive segment,
      * which stays as it is. A send or receive segment size the user set
-     * wins (a send segment must not outgrow the peer's receive one). */
+     * wins (a send segment must not outgrow the peer's receive one).
+     * ucp_config_modify passes a transport's setting on to the transport
+     * by its name in the transport's table before UCX 1.17 ("TX_SEG_SIZE")
+     * and by its full name from 1.17 on ("TCP_TX_SEG_SIZE"). */
     if (t == RDMX_TRANSPORT_TCP && getenv("UCX_TCP_TX_SEG_SIZE") == NULL &&
-        getenv("UCX_TCP_RX_SEG_SIZE") == NULL &&
-        ucp_config_modify(config, "TX_SEG_SIZE", "64k") != UCS_OK)
-        rdmx_debug("UCX: cannot set TCP_TX_SEG_SIZE=64k");
+        getenv("UCX_TCP_RX_SEG_SIZE") == NULL) {
+        unsigned major, minor, release;
+        ucp_get_version(&major, &minor, &release);
+        if (ucp_config_modify(config,
+                              major == 1 && minor < 17 ? "TX_SEG_SIZE"
+                                                       : "TCP_TX_SEG_SIZE",
+                              "64k") != UCS_OK)
+            rdmx_debug("UCX: cannot set TCP_TX_SEG_SIZE=64k");
+    }
     if (net_devices != NULL &&
         ucp_config_modify(config, "NET_DEVICES", net_devices) != UCS_OK) {
         ucp_config_release(config);
