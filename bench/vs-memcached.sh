@@ -3,9 +3,11 @@
 # the same workload, interleaved, in one run.
 #
 # Systems (all servers on 127.0.0.1, started here, stopped at exit):
-#   memcached  memcached -t 2 -m 2048 -I 2m (text protocol over tcp)
+#   memcached  memcached -t 2 -m 2048 -I 2m (text protocol over tcp; -I
+#              twice the largest size when --sizes goes above 1m)
 #   redis      redis-server --save "" --appendonly no (one thread, tcp)
-#   rdmx shm   rdmx-kvd --workers 2 --memory 1g, RDMX_TRANSPORT=shm for the
+#   rdmx shm   rdmx-kvd --workers 2 --memory 1g (--max-value: the largest
+#              size, at least 1m), RDMX_TRANSPORT=shm for the
 #              server and the client (shared memory; tcp only for setup)
 #   rdmx tcp   the same with RDMX_TRANSPORT=tcp
 # UCX_NET_DEVICES=lo for rdmx. No address but 127.0.0.1 is ever used.
@@ -18,8 +20,9 @@
 # one thread first stores every key (not timed), then all threads run for
 # --seconds; every operation is timed (clock_gettime). Reported: ops/s, MB/s
 # (10^6 B/s of values) and p50/p99 latency over all operations.
-# Cells: GET and SET x 100 B, 4 KiB, 1 MiB x 1 and 8 clients. Key space:
-# 10,000 keys (100 B, 4 KiB), 100 keys (1 MiB). rdmx-kv runs with
+# Cells: GET and SET x 100 B, 4 KiB, 1 MiB x 1 and 8 clients (--sizes takes
+# any up to 64m). Key space: 10,000 keys below 1 MiB, 100 keys from 1 MiB,
+# 4 keys from 16 MiB (every value fits every server). rdmx-kv runs with
 # --zero-copy for 4 KiB and 1 MiB (registered client buffers: a 1 MiB GET is
 # RDMA-written into it, a 1 MiB SET RDMA-read from it; 4 KiB is still
 # answered inline, --inline-threshold 4k); --zero-copy on|off changes that.
@@ -40,7 +43,8 @@
 #   GET 100 B and 4 KiB, 1 client: ops/s >= 10x over shm, >= 1.5x over tcp;
 #     p99 below memcached's (shm and tcp)
 #   GET 4 KiB, 8 clients: ops/s >= 4x over shm
-#   GET and SET 1 MiB (1 and 8 clients): MB/s >= 4x over shm, >= 1x over tcp
+#   GET and SET from 64 KiB to 64 MiB, every size run (1 and 8 clients):
+#     MB/s >= 4x over shm, >= 1x over tcp
 # Redis is reported beside memcached (no targets).
 #
 # Peers are Debian packages: memcached, redis-server, libmemcached-dev,
@@ -121,7 +125,13 @@ size_label() { # bytes -> 100B | 4KiB | 1MiB
     elif [ $((b % 1024)) = 0 ]; then echo "$((b / 1024))KiB"
     else echo "${b}B"; fi
 }
-size_list "$SIZES" 1048576 "sizes up to 1m (rdmx-kvd --max-value)"
+size_list "$SIZES" 67108864 "sizes up to 64m"
+MAX_SIZE=0
+for b in $SIZE_LIST; do [ "$b" -gt "$MAX_SIZE" ] && MAX_SIZE=$b; done
+# the servers' largest value: 1m unless a size is larger; memcached's -I
+# (its item: key and header too) twice that
+MAX_VALUE=$((MAX_SIZE > 1048576 ? MAX_SIZE : 1048576))
+MC_ITEM="$((MAX_VALUE * 2 / 1048576))m"
 
 RDMX_KV=${RDMX_KV:-$RDMX_BUILD/bin/rdmx-kv}
 RDMX_KVD=${RDMX_KVD:-$RDMX_BUILD/bin/rdmx-kvd}
@@ -179,7 +189,9 @@ start_redis() {
 
 # --- one run: leaves "ops_per_s mb_per_s p50_us p99_us" in RES ----------------
 keys_for() { # bytes -> key space
-    if [ "$1" -ge 1048576 ]; then echo 100; else echo 10000; fi
+    if [ "$1" -ge 16777216 ]; then echo 4
+    elif [ "$1" -ge 1048576 ]; then echo 100
+    else echo 10000; fi
 }
 
 check_line() { # system line err-file
@@ -247,13 +259,14 @@ bench_cc kv_peer_driver "${defs[@]}" "${libs[@]}" -lpthread ||
 
 SYSTEMS=()
 if [ "$HAVE_MC" = 1 ]; then
-    start_memcached -m 2048 -I 2m -c 1024
+    start_memcached -m 2048 -I "$MC_ITEM" -c 1024
     SYSTEMS+=(memcached)
 fi
 [ "$HAVE_REDIS" = 1 ] && { start_redis; SYSTEMS+=(redis); }
 for tr in $TRANSPORTS; do
     # registering 1 GiB takes seconds when busy
-    RDMX_TRANSPORT=$tr start_kvd "$tr" --workers 2 --memory 1g --max-value 1m
+    RDMX_TRANSPORT=$tr start_kvd "$tr" --workers 2 --memory 1g \
+        --max-value "$MAX_VALUE"
     printf -v "KVD_PORT_$tr" '%s' "$KVD_PORT"
     SYSTEMS+=("$tr")
 done
@@ -281,12 +294,12 @@ echo "# $(nproc) CPUs shared by clients and servers;" \
     "rdmx binaries built $BIN_TIME, tree at $(tree_at)"
 servers=""
 [ "$HAVE_MC" = 1 ] &&
-    servers="memcached -t 2 -m 2048 -I 2m on :$MC_PORT; "
+    servers="memcached -t 2 -m 2048 -I $MC_ITEM on :$MC_PORT; "
 [ "$HAVE_REDIS" = 1 ] &&
     servers="${servers}redis-server (1 thread, no persistence) on :$REDIS_PORT; "
 for tr in $TRANSPORTS; do
     v="KVD_PORT_$tr"
-    servers="${servers}rdmx-kvd --workers 2 --memory 1g ($tr) on :${!v}; "
+    servers="${servers}rdmx-kvd --workers 2 --memory 1g --max-value $MAX_VALUE ($tr) on :${!v}; "
 done
 echo "# servers: ${servers%; }"
 echo "# clients: rdmx-kv bench ($( [ "$ZC" = auto ] &&
@@ -418,11 +431,15 @@ if [ "$HAVE_MC" = 1 ]; then
     target get 4096 8 shm 2 4 "GET 4KiB, 8 clients, ops/s shm/mc"
     for op in get set; do
         OP=$(tr a-z A-Z <<<"$op")
-        for n in 1 8; do
-            target "$op" 1048576 "$n" shm 3 4 \
-                "$OP 1MiB, $n client(s), MB/s shm/mc"
-            target "$op" 1048576 "$n" tcp 3 1 \
-                "$OP 1MiB, $n client(s), MB/s tcp/mc"
+        for b in $SIZE_LIST; do
+            [ "$b" -ge 65536 ] || continue
+            l=$(size_label "$b")
+            for n in 1 8; do
+                target "$op" "$b" "$n" shm 3 4 \
+                    "$OP $l, $n client(s), MB/s shm/mc"
+                target "$op" "$b" "$n" tcp 3 1 \
+                    "$OP $l, $n client(s), MB/s tcp/mc"
+            done
         done
     done
 fi
