@@ -132,6 +132,11 @@ for b in $SIZE_LIST; do [ "$b" -gt "$MAX_SIZE" ] && MAX_SIZE=$b; done
 # (its item: key and header too) twice that
 MAX_VALUE=$((MAX_SIZE > 1048576 ? MAX_SIZE : 1048576))
 MC_ITEM="$((MAX_VALUE * 2 / 1048576))m"
+# Memory: 2 GiB for memcached, 1 GiB for rdmx-kvd; 4 GiB each with values
+# above 1 MiB (every cell's items stay stored: the smaller cells' values
+# would otherwise crowd out the 64 MiB ones, and GETs would miss)
+if [ "$MAX_VALUE" -gt 1048576 ]; then MC_MEM=4096 KVD_MEM=4g
+else MC_MEM=2048 KVD_MEM=1g; fi
 
 RDMX_KV=${RDMX_KV:-$RDMX_BUILD/bin/rdmx-kv}
 RDMX_KVD=${RDMX_KVD:-$RDMX_BUILD/bin/rdmx-kvd}
@@ -259,13 +264,13 @@ bench_cc kv_peer_driver "${defs[@]}" "${libs[@]}" -lpthread ||
 
 SYSTEMS=()
 if [ "$HAVE_MC" = 1 ]; then
-    start_memcached -m 2048 -I "$MC_ITEM" -c 1024
+    start_memcached -m "$MC_MEM" -I "$MC_ITEM" -c 1024
     SYSTEMS+=(memcached)
 fi
 [ "$HAVE_REDIS" = 1 ] && { start_redis; SYSTEMS+=(redis); }
 for tr in $TRANSPORTS; do
     # registering 1 GiB takes seconds when busy
-    RDMX_TRANSPORT=$tr start_kvd "$tr" --workers 2 --memory 1g \
+    RDMX_TRANSPORT=$tr start_kvd "$tr" --workers 2 --memory "$KVD_MEM" \
         --max-value "$MAX_VALUE"
     printf -v "KVD_PORT_$tr" '%s' "$KVD_PORT"
     SYSTEMS+=("$tr")
@@ -294,12 +299,12 @@ echo "# $(nproc) CPUs shared by clients and servers;" \
     "rdmx binaries built $BIN_TIME, tree at $(tree_at)"
 servers=""
 [ "$HAVE_MC" = 1 ] &&
-    servers="memcached -t 2 -m 2048 -I $MC_ITEM on :$MC_PORT; "
+    servers="memcached -t 2 -m $MC_MEM -I $MC_ITEM on :$MC_PORT; "
 [ "$HAVE_REDIS" = 1 ] &&
     servers="${servers}redis-server (1 thread, no persistence) on :$REDIS_PORT; "
 for tr in $TRANSPORTS; do
     v="KVD_PORT_$tr"
-    servers="${servers}rdmx-kvd --workers 2 --memory 1g --max-value $MAX_VALUE ($tr) on :${!v}; "
+    servers="${servers}rdmx-kvd --workers 2 --memory $KVD_MEM --max-value $MAX_VALUE ($tr) on :${!v}; "
 done
 echo "# servers: ${servers%; }"
 echo "# clients: rdmx-kv bench ($( [ "$ZC" = auto ] &&
