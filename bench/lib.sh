@@ -26,6 +26,7 @@
 #   start_memcached, start_kvd
 #                           servers on 127.0.0.1
 #   perf_pair               an rdmx-perf server and client on 127.0.0.1
+#   ucx_perftest_pair       a ucx_perftest server and client on 127.0.0.1
 #   median, cpu_busy, psi, cpu_ticks, others_pct, json_field
 #                           figures
 #   ucx_version, extra_env, tree_at   what the report's header says
@@ -323,6 +324,28 @@ perf_pair() { # tr test arg...
     wait "$SERVER_PID" || die "rdmx-perf server failed: $(cat "$WORK/rs.err")"
     SERVER_PID=""
     PERF_LINE=$(grep '^{' "$WORK/rc.out" | tail -1 || true)
+}
+
+# A ucx_perftest server and client on 127.0.0.1, both with the environment
+# ENV (NAME=VALUE words), the client with ARG... and -f -v; its last CSV line
+# in UCX_LINE: iters,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw(MiB/s),
+# avg_mr,overall_mr. Latencies are one-way: the round trips halved
+# (libperf.c, ucx_perf_calc_result: factor 2 for ping-pong tests).
+ucx_perftest_pair() { # ENV... -- ARG...
+    local -a env=()
+    while [ "$1" != -- ]; do env+=("$1"); shift; done
+    shift
+    start_on_free_port us ucx_perftest env "${env[@]}" "$UCX_PERFTEST" \
+        -p @PORT@
+    if ! env "${env[@]}" "$UCX_PERFTEST" 127.0.0.1 -p "$PORT" "$@" -f -v \
+        >"$WORK/uc.out" 2>"$WORK/uc.err"; then
+        die "ucx_perftest $* failed: $(cat "$WORK/uc.err" "$WORK/uc.out")"
+    fi
+    wait "$SERVER_PID" || true
+    SERVER_PID=""
+    UCX_LINE=$(grep -E '^ *[0-9]+,' "$WORK/uc.out" | tail -1 || true)
+    [ -n "$UCX_LINE" ] ||
+        die "ucx_perftest $*: no result: $(cat "$WORK/uc.out")"
 }
 
 # --- figures -------------------------------------------------------------------

@@ -184,23 +184,10 @@ run_pingpong() { # prov size iters kind
 # ucx_perftest ucp_am_lat with peer error handling (rdmx's mode), UCX_TLS
 # as rdmx's --transport PROV: VAL (2 x mean one-way = mean RTT, us).
 run_ucx_am_lat() { # prov size iters warmup
-    local prov=$1 size=$2 n=$3 w=$4 line
-    local -a env=(UCX_TLS="$([ "$prov" = shm ] && echo sm,self ||
-        echo tcp,self)" UCX_MM_ERROR_HANDLING=y)
-    start_on_free_port us ucx_perftest env "${env[@]}" "$UCX_PERFTEST" \
-        -p @PORT@
-    if ! env "${env[@]}" "$UCX_PERFTEST" 127.0.0.1 -p "$PORT" -t ucp_am_lat \
-        -s "$size" -n "$n" -w "$w" -m host -e -f -v \
-        >"$WORK/uc.out" 2>"$WORK/uc.err"; then
-        die "ucx_perftest ucp_am_lat ($prov) failed:" \
-            "$(cat "$WORK/uc.err" "$WORK/uc.out")"
-    fi
-    wait "$SERVER_PID" || true
-    SERVER_PID=""
-    # CSV: iters,p50_lat,avg_lat,... (one-way: round trips / 2)
-    line=$(grep -E '^ *[0-9]+,' "$WORK/uc.out" | tail -1 || true)
-    [ -n "$line" ] || die "ucx_perftest: no result: $(cat "$WORK/uc.out")"
-    VAL=$(awk -F, '{printf "%.4f\n", 2 * $3}' <<<"$line")
+    ucx_perftest_pair UCX_TLS="$([ "$1" = shm ] && echo sm,self ||
+        echo tcp,self)" UCX_MM_ERROR_HANDLING=y -- -t ucp_am_lat -s "$2" \
+        -n "$3" -w "$4" -m host -e
+    VAL=$(awk -F, '{printf "%.4f\n", 2 * $3}' <<<"$UCX_LINE")
 }
 
 # fabric_rma: VAL (p50 one-way us for lat, MB/s otherwise).

@@ -189,22 +189,9 @@ run_ucx() { # transport errmode(0|1) test size iters warmup outstanding kind
         env+=(UCX_MM_ERROR_HANDLING=y)
         flags+=(-e)
     fi
-    start_on_free_port us ucx_perftest env "${env[@]}" "$UCX_PERFTEST" \
-        -p @PORT@
-    if ! env "${env[@]}" "$UCX_PERFTEST" 127.0.0.1 -p "$PORT" -t "$test" \
-        -s "$size" -n "$n" -w "$w" -O "$o" -m host "${flags[@]}" -f -v \
-        >"$WORK/uc.out" 2>"$WORK/uc.err"; then
-        die "ucx_perftest $test ($tr) failed:" \
-            "$(cat "$WORK/uc.err" "$WORK/uc.out")"
-    fi
-    wait "$SERVER_PID" || true
-    SERVER_PID=""
-    # CSV: iters,p50_lat,avg_lat,overall_lat,avg_bw,overall_bw(MiB/s),
-    #      avg_mr,overall_mr (messages/s). *_lat latencies are one-way: the
-    #      p50 of per-iteration round trips divided by 2 (libperf.c,
-    #      ucx_perf_calc_result: factor 2 for ping-pong tests).
-    line=$(grep -E '^ *[0-9]+,' "$WORK/uc.out" | tail -1 || true)
-    [ -n "$line" ] || die "ucx_perftest $test: no result: $(cat "$WORK/uc.out")"
+    ucx_perftest_pair "${env[@]}" -- -t "$test" -s "$size" -n "$n" -w "$w" \
+        -O "$o" -m host "${flags[@]}"
+    line=$UCX_LINE
     case "$kind" in
     lat) VAL=$(awk -F, '{print $2}' <<<"$line") ;;
     rtt) VAL=$(awk -F, '{printf "%.4f\n", 2 * $2}' <<<"$line") ;;
