@@ -20,10 +20,10 @@
  *    reused: dropped without a trace (proto_errors and msgs_unexpected
  *    unchanged, the good client unaffected).
  *  - BIND: replayed with dst 0 and with the endpoint's id (+1 each);
- *    with a wrong magic (+1; it spends the endpoint it lands on, which
- *    then takes no BIND: +1); with a made-up token (+1); with another
- *    connection's token, made under another worker id (+1), after which
- *    that connection's own BIND still pairs it.
+ *    with a wrong magic (+1) or a made-up token (+1), after which the
+ *    connection's own BIND still pairs it; with another connection's
+ *    token, made under another worker id (+1), after which both
+ *    connections' own BINDs still pair them.
  *  - RPC over frames: a header of version 3 (malformed +1, ERROR back);
  *    rendezvous RTS of REQUESTs with lengths 2^64-1 and 2^63 (malformed
  *    +1 each, ERROR and FIN(CANCELED) back), 100 MiB (too_big +1, ERROR
@@ -661,21 +661,25 @@ static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
     unsigned char h[16];
     raw_conn_t b, dd, f, g;
 
-    /* A wrong magic lands on the new endpoint and spends it: the right
-     * BIND then finds no unpaired endpoint. */
+    /* A wrong magic lands on the new endpoint and is refused; the
+     * endpoint stays unpaired, so the right BIND then pairs it. */
     b = raw_connect(srv, 0xb0b);
     bind_hdr(h, 0x12345678, b.token);
     frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, b.src, 0, h, 16, NULL, 0);
-    bind_hdr(h, WIRE_MAGIC, b.token);
-    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, b.src, 0, h, 16, NULL, 0);
     raw_marker(a);
-    check_server("BIND with a wrong magic, then the right one", 2);
+    check_server("BIND with a wrong magic", 1);
+    raw_bind(&b);
+    raw_marker(a);
+    check_server("the right BIND after it", 0);
 
     dd = raw_connect(srv, 0xd0d);
     bind_hdr(h, WIRE_MAGIC, dd.token ^ 0x5a5a5a5a5a5aull);
     frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, dd.src, 0, h, 16, NULL, 0);
     raw_marker(a);
     check_server("BIND with a made-up token", 1);
+    raw_bind(&dd);
+    raw_marker(a);
+    check_server("the right BIND after it", 0);
 
     /* Two connections under two worker ids: F's endpoint with G's token. */
     f = raw_connect(srv, 0xf0f);
@@ -684,11 +688,11 @@ static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
     frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, f.src, 0, h, 16, NULL, 0);
     raw_marker(a);
     check_server("BIND with another connection's token", 1);
-    /* G's own BIND still pairs G (F's endpoint is spent, G's is the
-     * oldest unpaired one toward this peer). */
+    /* Both connections' own BINDs still pair them. */
+    raw_bind(&f);
     raw_bind(&g);
     raw_marker(a);
-    check_server("the right BIND after it", 0);
+    check_server("the right BINDs after it", 0);
     close(b.fd);
     close(dd.fd);
     close(f.fd);

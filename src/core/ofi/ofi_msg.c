@@ -400,6 +400,18 @@ static ofi_ep_t *frame_ep(ofi_worker_t *ow, const rdmx_ofi_frame_t *f,
     return best;
 }
 
+/* A BIND paired endpoint @id with its sender (frame_ep) before the core
+ * read the token inside. If the core refused it (a wrong magic or token),
+ * the endpoint is unpaired again, so that the connection's own BIND still
+ * finds it: a forged BIND costs a counter, not the connection. */
+static void bind_settled(ofi_worker_t *ow, uint32_t id)
+{
+    ofi_ep_t *ep = rdmx__ofi_ep_lookup(ow, id);
+
+    if (ep != NULL && (ep->tep.owner == NULL || !ep->tep.owner->bound))
+        ep->remote = 0;
+}
+
 static void on_recv(ofi_worker_t *ow, ofi_rxbuf_t *rx, size_t len,
                     fi_addr_t src)
 {
@@ -428,6 +440,15 @@ static void on_recv(ofi_worker_t *ow, ofi_rxbuf_t *rx, size_t len,
     }
     if (f.id == RDMX_AM_NOTIFY && f.len == 8) {
         rdmx__ofi_on_notify(ow, ep, &f); /* (joined with its write) */
+        rx_post(ow, i);
+        return;
+    }
+    if (f.dst == 0) { /* (a BIND: the only frame frame_ep pairs by) */
+        uint32_t id = ep->id;
+
+        rdmx__tp_deliver(ow->w, f.id, &ep->tep, f.hdr, f.hlen, (void *)f.data,
+                         f.len, 0);
+        bind_settled(ow, id);
         rx_post(ow, i);
         return;
     }
