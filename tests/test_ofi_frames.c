@@ -17,8 +17,8 @@
  *    endpoint's peer id (+1); dst naming no endpoint, a generation
  *    already gone, the server side of the good client's connection (ids
  *    1..8), a closed endpoint, and the closed id after its slot was
- *    reused: dropped without a trace (proto_errors and msgs_unexpected
- *    unchanged, the good client unaffected).
+ *    reused: dropped, msgs_dropped +1 each (proto_errors and
+ *    msgs_unexpected unchanged, the good client unaffected).
  *  - BIND: replayed with dst 0 and with the endpoint's id (+1 each);
  *    with a wrong magic (+1) or a made-up token (+1), after which the
  *    connection's own BIND still pairs it; with another connection's
@@ -525,10 +525,12 @@ static uint64_t handler_errors(const char *name)
     th_fail(__FILE__, __LINE__, "no handler '%s' in rdmx.stats", name);
 }
 
-/* After a case: the good client's echo comes back intact, and the
- * server's proto_errors moved by @proto exactly (msgs_unexpected not at
+/* After a case: the good client's echo comes back intact, the server's
+ * proto_errors moved by @proto exactly and msgs_dropped (frames for no
+ * live endpoint of their sender) by @dropped (msgs_unexpected not at
  * all). */
-static void check_server(const char *what, uint64_t proto)
+static void check_server_dropped(const char *what, uint64_t proto,
+                                 uint64_t dropped)
 {
     unsigned char in[64], out[64];
     rdmx_worker_stats_t ws;
@@ -544,13 +546,22 @@ static void check_server(const char *what, uint64_t proto)
            "%s: proto_errors +%llu, expected +%llu", what,
            (unsigned long long)(ws.proto_errors - last_ws.proto_errors),
            (unsigned long long)proto);
+    CHECKF(ws.msgs_dropped - last_ws.msgs_dropped == dropped,
+           "%s: msgs_dropped +%llu, expected +%llu", what,
+           (unsigned long long)(ws.msgs_dropped - last_ws.msgs_dropped),
+           (unsigned long long)dropped);
     CHECKF(ws.msgs_unexpected == last_ws.msgs_unexpected,
            "%s: a forged frame reached an endpoint (msgs_unexpected +%llu)",
            what,
            (unsigned long long)(ws.msgs_unexpected - last_ws.msgs_unexpected));
-    th_log("%-44s proto_errors +%llu, the good client served", what,
-           (unsigned long long)proto);
+    th_log("%-44s proto_errors +%llu, dropped +%llu, the good client served",
+           what, (unsigned long long)proto, (unsigned long long)dropped);
     last_ws = ws;
+}
+
+static void check_server(const char *what, uint64_t proto)
+{
+    check_server_dropped(what, proto, 0);
 }
 
 static uint64_t server_stat(const char *key)
@@ -626,6 +637,7 @@ static void case_pairing(const raw_conn_t *a)
 {
     uint32_t s = a->src, d = a->srv_id;
     unsigned char h[16];
+    uint64_t dropped = 2; /* (the first two frames below) */
 
     frame(RDMX_OFI_FRAME_EAGER, AM_MSG, 0, s, 0, NULL, 0, "x", 1);
     frame(RDMX_OFI_FRAME_EAGER, AM_MSG, 0, s + 1000, d, NULL, 0, "x", 1);
@@ -645,9 +657,11 @@ static void case_pairing(const raw_conn_t *a)
               "x", 1);
         frame(RDMX_OFI_FRAME_EAGER, AM_RPC, (unsigned)hl, s, (1u << 20) | slot,
               rh, hl, NULL, 0);
+        dropped += 2;
     }
     raw_marker(a);
-    check_server("dst of no endpoint, or of another peer's", 0);
+    check_server_dropped("dst of no endpoint, or of another peer's", 0,
+                         dropped);
 
     bind_hdr(h, WIRE_MAGIC, a->token);
     frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, s, 0, h, 16, NULL, 0);
@@ -710,9 +724,11 @@ static void case_closed(const th_proc_t *srv, const raw_conn_t *a)
     while (raw_ping(&c, 500 * TH_SLOW)) {
         CHECKF(th_now_ms() < end, "the server keeps a closed endpoint");
     }
+    raw_marker(a);
+    check_server_dropped("PING to the endpoint after its close", 0, 1);
     frame(RDMX_OFI_FRAME_EAGER, AM_MSG, 0, c.src, c.srv_id, NULL, 0, "x", 1);
     raw_marker(a);
-    check_server("MSG to a closed endpoint", 0);
+    check_server_dropped("MSG to a closed endpoint", 0, 1);
 
     c2 = raw_connect(srv, 0xc0c);
     raw_bind(&c2);
@@ -723,7 +739,8 @@ static void case_closed(const th_proc_t *srv, const raw_conn_t *a)
     frame(RDMX_OFI_FRAME_EAGER, AM_MSG, 0, c.src, c.srv_id, NULL, 0, "x", 1);
     frame(RDMX_OFI_FRAME_EAGER, AM_MSG, 0, c2.src, c.srv_id, NULL, 0, "x", 1);
     raw_marker(a);
-    check_server("MSG to the closed id after its slot was reused", 0);
+    check_server_dropped("MSG to the closed id after its slot was reused", 0,
+                         2);
     close(c2.fd);
 }
 

@@ -180,6 +180,9 @@ typedef struct {
                                      handshake completed */
     uint64_t auth_failed;       /**< connections refused by a listener for a
                                      wrong or missing proof of its secret */
+    uint64_t msgs_dropped;      /**< messages for no live endpoint of
+                                     their sender (one closing or closed:
+                                     in flight at its close), dropped */
 } rdmx_worker_stats_t;
 
 RDMX_API rdmx_status_t rdmx_worker_create(rdmx_context_t *context,

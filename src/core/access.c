@@ -556,6 +556,8 @@ rdmx_status_t rdmx__am_access(rdmx_worker_t *w, rdmx_tep_t *tep,
     if (ep == NULL || ep->tep == NULL || ep->status != RDMX_OK) {
         if (ep == NULL)
             w->stats.proto_errors++;
+        else
+            w->stats.msgs_dropped++;
         return RDMX_OK;
     }
     if (hlen != ACC_REQ_SIZE) {

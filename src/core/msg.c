@@ -138,6 +138,8 @@ rdmx_status_t rdmx__am_msg(rdmx_worker_t *w, rdmx_tep_t *tep,
     if (ep == NULL || ep->status != RDMX_OK || hlen != 0) {
         if (hlen != 0 || ep == NULL)
             w->stats.proto_errors++;
+        else
+            w->stats.msgs_dropped++;
         return RDMX_OK; /* dropped: closing, or not ours */
     }
     while ((e = rdmx_list_pop(&ep->recvs)) != NULL) {

@@ -280,6 +280,8 @@ rdmx_status_t rdmx__am_notify(rdmx_worker_t *w, rdmx_tep_t *tep,
     if (ep == NULL || ep->status != RDMX_OK) {
         if (ep == NULL)
             w->stats.proto_errors++;
+        else
+            w->stats.msgs_dropped++;
         return RDMX_OK;
     }
     if (hlen != RDMX_NOTIFY_SIZE || len != 0) {

@@ -498,6 +498,8 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
         if (info.ep == NULL || id >= RDMX_MSG_ID_MAX ||
             w->handlers[id] == NULL)
             w->stats.proto_errors++;
+        else
+            w->stats.msgs_dropped++;
         return RDMX_OK; /* closing, or not an rdmx peer */
     }
     info.flags = flags;

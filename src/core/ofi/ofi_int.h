@@ -380,7 +380,6 @@ struct ofi_worker {
     void *rx_desc;
     ofi_rxbuf_t rx[OFI_RX_BUFS];
     unsigned rx_count, rx_posted;
-    uint64_t stale;        /* frames for endpoints already closed */
     uint64_t tp_errors;    /* completion errors tied to no request */
     rdmx_list_t clink;     /* ctx->workers (under ctx->lock) */
     rdmx_list_t rma_free;  /* ofi_rma_t ready for reuse */

@@ -364,7 +364,7 @@ static ofi_ep_t *frame_ep(ofi_worker_t *ow, const rdmx_ofi_frame_t *f,
     if (f->dst != 0) {
         ep = rdmx__ofi_ep_lookup(ow, f->dst);
         if (ep == NULL || ep->peer != peer) {
-            ow->stale++; /* (closed already) */
+            ow->w->stats.msgs_dropped++; /* (closed already) */
             return NULL;
         }
         if (ep->remote == 0) {

@@ -615,7 +615,7 @@ void rdmx__ofi_on_cq_data(ofi_worker_t *ow, uint64_t token)
     ofi_join_t *j;
 
     if (ep == NULL) {
-        ow->stale++; /* (its endpoint closed) */
+        ow->w->stats.msgs_dropped++; /* (its endpoint closed) */
         return;
     }
     j = join_find(ow, token);
