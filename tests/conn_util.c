@@ -78,6 +78,12 @@ int cu_server_main(int argc, char **argv)
         } else if (strcmp(argv[i], "--max-connections") == 0) {
             sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_MAX_CONNECTIONS;
             sp.max_connections = (unsigned)atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--max-message") == 0) {
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_MAX_MESSAGE;
+            sp.max_message = (size_t)strtoull(argv[i + 1], NULL, 0);
+        } else if (strcmp(argv[i], "--max-receiving") == 0) {
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_MAX_RECEIVING;
+            sp.max_receiving = (size_t)strtoull(argv[i + 1], NULL, 0);
         } else if (strcmp(argv[i], "--poll") == 0) {
             sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_POLL;
             sp.poll = (rdmx_rpc_poll_t)atoi(argv[i + 1]);

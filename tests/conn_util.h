@@ -13,10 +13,10 @@
  *   wstats  answers cu_wstats_t: that worker's index and its core counters
  *           (rdmx_worker_stats of the connection's worker, read on the
  *           worker's own thread)
- * Options (pairs): --workers N (2), --max-connections N (RPC default),
- * --poll 0|1|2. It prints "PORT n"; on SIGTERM it logs "shutting down",
- * destroys the server and the context and logs "shut down after N ms"
- * before it exits 0.
+ * Options (pairs): --workers N (2), --max-connections N, --max-message
+ * BYTES, --max-receiving BYTES (RPC defaults), --poll 0|1|2. It prints
+ * "PORT n"; on SIGTERM it logs "shutting down", destroys the server and
+ * the context and logs "shut down after N ms" before it exits 0.
  */
 #ifndef RDMX_TEST_CONN_UTIL_H
 #define RDMX_TEST_CONN_UTIL_H

@@ -34,6 +34,10 @@
  *    server's pulls fail (tcp: at once; shm: when the peer's connection
  *    ends, its provider never answers such a read); both requests are
  *    counted as errors of "echo" and not answered.
+ *  - max_receiving (the server runs with max_message 1 MiB and
+ *    max_receiving 3 MiB; shm only): three 1 MiB pulls that stay in
+ *    flight fill the connection's budget, a fourth request is refused
+ *    (no_credit +1, ERROR NO_RESOURCE and FIN(CANCELED) back).
  *  - a flood: 4,000 garbage frames and 200 forged RTS back to back:
  *    proto_errors +4,000, malformed +200, every FIN and ERROR back.
  * Ordering: frames between two libfabric endpoints arrive in order
@@ -785,7 +789,7 @@ static void case_rpc(const th_proc_t *srv, raw_conn_t *a)
     fins = got.fin_canceled;
     rts_request(a, echo, 4, 100ull << 20, 504, 0x1000, 0xbad);
     raw_marker(a);
-    check_server("RTS of 100 MiB (max_message 64 MiB)", 0);
+    check_server("RTS of 100 MiB (max_message 1 MiB)", 0);
     CHECK(server_stat("too_big") == too_big + 1);
     CHECK(got.err_status == RDMX_ERR_TOO_BIG);
     CHECK(got.fin_canceled == fins + 1);
@@ -837,6 +841,57 @@ static void case_bad_pull(const th_proc_t *srv)
     check_server("... and after the peer closed", 0);
 }
 
+/* max_receiving (the server runs with max_message 1 MiB, max_receiving
+ * 3 MiB): large requests whose pulls stay in flight fill a connection's
+ * budget, the next gets ERROR NO_RESOURCE (no_credit +1) and its
+ * descriptor back (FIN canceled), other connections are served. Over shm
+ * only: there a pull of memory nobody registered stays in flight until the
+ * peer's connection ends (case_bad_pull); tcp's provider ends the
+ * connection at the first such read, so nothing stays in flight. */
+static void case_receiving(const th_proc_t *srv)
+{
+    uint32_t echo = rdmx_rpc_id("echo");
+    raw_conn_t r = raw_connect(srv, 0x5e5);
+    uint64_t no_credit, fins, errs, errors;
+    double end;
+
+    raw_bind(&r);
+    raw_rpc_hello(&r);
+    no_credit = server_stat("no_credit");
+    cu_stats_text(good, stats_text, sizeof(stats_text));
+    errors = handler_errors("echo");
+    fins = got.fin_canceled;
+    errs = got.rpc[3];
+    for (uint64_t i = 0; i < 3; i++)
+        rts_request(&r, echo, 21 + i, 1 << 20, 621 + i, 0x10, 0xbadbadbad);
+    raw_marker(&r);
+    check_server("three 1 MiB pulls that stay in flight (3 MiB)", 0);
+    CHECK(server_stat("no_credit") == no_credit);
+    CHECK(got.rpc[3] == errs && got.fin_canceled == fins);
+    /* one byte more than the budget holds: refused, nothing pulled */
+    rts_request(&r, echo, 24, 1, 624, 0x10, 0xbadbadbad);
+    raw_marker(&r);
+    check_server("a fourth request over max_receiving", 0);
+    CHECKF(server_stat("no_credit") == no_credit + 1, "no_credit +%llu",
+           (unsigned long long)(server_stat("no_credit") - no_credit));
+    CHECKF(got.rpc[3] == errs + 1 && got.err_status == RDMX_ERR_NO_RESOURCE,
+           "ERRORs +%llu (last status %d), expected one NO_RESOURCE",
+           (unsigned long long)(got.rpc[3] - errs), got.err_status);
+    CHECK(got.fin_canceled == fins + 1);
+    /* the peer's connection ends: the three pulls fail, the budget with
+     * the connection */
+    close(r.fd);
+    end = th_now_ms() + 5000.0 * TH_SLOW;
+    do {
+        raw_spin(10);
+        cu_stats_text(good, stats_text, sizeof(stats_text));
+    } while (handler_errors("echo") < errors + 3 && th_now_ms() < end);
+    CHECKF(handler_errors("echo") == errors + 3,
+           "echo errors +%llu, expected +3",
+           (unsigned long long)(handler_errors("echo") - errors));
+    check_server("... and after the peer closed", 0);
+}
+
 static void case_flood(const th_proc_t *srv)
 {
     uint32_t echo = rdmx_rpc_id("echo");
@@ -885,7 +940,9 @@ int main(int argc, char **argv)
            "RDMX_TRANSPORT=ofi:tcp or ofi:shm, not %s", tr ? tr : "unset");
     prov = strcmp(tr, "ofi:tcp") == 0 ? "tcp;ofi_rxm" : tr + 4;
     cu_log_path(log, sizeof(log), "ofi-frames");
-    cu_spawn_logged(&srv, log, CU_SERVER_ROLE, 30000, "--workers", "1", NULL);
+    cu_spawn_logged(&srv, log, CU_SERVER_ROLE, 30000, "--workers", "1",
+                    "--max-message", "1048576", "--max-receiving", "3145728",
+                    NULL);
     ctx = th_context();
     w = th_worker(ctx, 0);
     good = cu_channel(w, srv.addr, 10000, -1);
@@ -906,6 +963,8 @@ int main(int argc, char **argv)
     case_rpc(&srv, &a);
     close(a.fd);
     case_bad_pull(&srv);
+    if (strcmp(prov, "shm") == 0)
+        case_receiving(&srv);
     case_flood(&srv);
 
     raw_spin(20);

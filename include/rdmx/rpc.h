@@ -67,6 +67,7 @@ enum {
     RDMX_RPC_SERVER_PARAM_FIELD_AUTH_SECRET = 1u << 5,
     RDMX_RPC_SERVER_PARAM_FIELD_POLL = 1u << 6,
     RDMX_RPC_SERVER_PARAM_FIELD_MAX_INFLIGHT = 1u << 7,
+    RDMX_RPC_SERVER_PARAM_FIELD_MAX_RECEIVING = 1u << 8,
 };
 
 /* Earlier names, kept for one release. */
@@ -119,6 +120,12 @@ typedef struct {
     /** Deferred requests a worker holds at once over all its connections;
      *  past it, new requests get RDMX_ERR_BUSY. Default 65536. */
     unsigned max_inflight;
+    /** Bytes of large requests (those the server receives by rendezvous,
+     *  above the transport's eager limit) being received on one connection
+     *  at once; past it, new ones get RDMX_ERR_NO_RESOURCE and count in
+     *  no_credit. Bounds the memory a peer that stalls its transfers can
+     *  hold. Default 4 x max_message; at least max_message. */
+    size_t max_receiving;
 } rdmx_rpc_server_params_t;
 
 /** A request arrived. Answer it with rdmx_rpc_respond*() now or later. */
@@ -175,7 +182,8 @@ typedef struct {
     uint64_t unknown_handler;     /**< requests for a name not registered */
     uint64_t malformed;           /**< bad magic, version, kind or lengths */
     uint64_t too_big;             /**< payload over max_message */
-    uint64_t no_credit;           /**< over a connection's credits */
+    uint64_t no_credit;           /**< over a connection's credits or
+                                       max_receiving */
     uint64_t busy;                /**< refused: worker's max_inflight */
     uint64_t expired;             /**< deadline passed: dropped, not answered */
     uint64_t canceled;            /**< canceled by the caller */

@@ -260,7 +260,7 @@ static unsigned warnings_of(const rdmx_metrics_http_t *m,
       "Requests with bad magic, version, kind or lengths.")                    \
     X(too_big, "rdmx_rpc_too_big_total", "Requests over max_message.")         \
     X(no_credit, "rdmx_rpc_no_credit_total",                                   \
-      "Requests over a connection's credits.")                                 \
+      "Requests over a connection's credits or max_receiving.")                \
     X(busy, "rdmx_rpc_busy_total",                                             \
       "Requests refused at a worker's max_inflight.")                          \
     X(expired, "rdmx_rpc_expired_total",                                       \

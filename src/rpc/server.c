@@ -70,6 +70,8 @@ typedef struct {
     rdmx_ep_t *ep;        /* NULL once closed */
     conn_state_t state;
     unsigned inflight;    /* requests not answered yet (credits used) */
+    uint64_t receiving;   /* bytes of requests being received by rendezvous
+                             (max_receiving) */
     unsigned refs;        /* request records pointing here */
     rdmx_ptrmap_t deferred; /* request id -> deferred request (CANCEL) */
     dcache_t *dcache;     /* [DCACHE_SIZE], allocated on first bulk use */
@@ -91,6 +93,8 @@ struct rdmx_rpc_req {
     size_t aux_len, len;
     void *ucx_data;       /* UCX's buffer we hold, or NULL */
     void *own;            /* our buffer (rendezvous, copies), or NULL */
+    size_t receiving;     /* bytes counted in conn->receiving until its
+                             rendezvous ends */
     uint64_t arrival_ns, deadline_ns;
     unsigned nbulk;
     rdmx_rpc_bulk_ref_t bulk[RDMX_RPC_BULK_MAX];
@@ -186,6 +190,7 @@ struct rdmx_rpc_server {
     unsigned max_connections;
     unsigned credits;
     uint64_t max_message;
+    uint64_t max_receiving;
     unsigned max_inflight;
     rdmx_rpc_poll_t poll;
     unsigned char *secret;
@@ -699,11 +704,20 @@ static void mark_deferred(rdmx_rpc_req_t *req)
     rdmx_ptrmap_put(&req->conn->deferred, (void *)(uintptr_t)req->id, req);
 }
 
+/* A request's rendezvous ended (or never started): its bytes leave the
+ * connection's max_receiving count. */
+static void rndv_uncount(rdmx_rpc_req_t *req)
+{
+    req->conn->receiving -= req->receiving;
+    req->receiving = 0;
+}
+
 static void rndv_done(rdmx_status_t status, size_t length, void *arg)
 {
     rdmx_rpc_req_t *req = arg;
 
     (void)length;
+    rndv_uncount(req);
     if (status != RDMX_OK) {
         req->answered = 1; /* nothing to answer: the link is gone */
         req->conn->sw->counters[req->hidx].errors++;
@@ -757,6 +771,17 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
                    s->credits);
         return RDMX_OK;
     }
+    if (m->rndv && m->length > s->max_receiving - c->receiving) {
+        STAT_INC(sw, no_credit);
+        if (!oneway)
+            send_error(c, h->id, h->handler, RDMX_ERR_NO_RESOURCE,
+                       "a request of %zu bytes over the %llu bytes of large "
+                       "requests this connection may have being received "
+                       "(%llu now; max_receiving)",
+                       m->length, (unsigned long long)s->max_receiving,
+                       (unsigned long long)c->receiving);
+        return RDMX_OK; /* (the descriptor goes back: nothing pulled) */
+    }
     if (sw->deferred >= s->max_inflight) {
         STAT_INC(sw, busy);
         if (!oneway)
@@ -794,9 +819,13 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
             return RDMX_INPROGRESS; /* the descriptor is released */
         }
         req->data = req->own;
+        req->receiving = m->length;
+        c->receiving += m->length;
         if (rdmx__msg_recv(c->ep, m->data, req->own, m->length, rndv_done,
-                           req) != RDMX_INPROGRESS)
+                           req) != RDMX_INPROGRESS) {
+            rndv_uncount(req);
             answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
+        }
         return RDMX_INPROGRESS; /* the descriptor is the receive's */
     }
     if (!m->can_hold && m->length != 0) {
@@ -1174,6 +1203,12 @@ rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *ctx,
                          : SRV_DEFAULT_MAX_MSG;
     if (s->max_message > UINT32_MAX - 4096)
         s->max_message = UINT32_MAX - 4096;
+    s->max_receiving =
+        (f & RDMX_RPC_SERVER_PARAM_FIELD_MAX_RECEIVING) && p->max_receiving
+            ? p->max_receiving
+            : 4 * s->max_message;
+    if (s->max_receiving < s->max_message)
+        s->max_receiving = s->max_message;
     s->max_inflight = (f & RDMX_RPC_SERVER_PARAM_FIELD_MAX_INFLIGHT) &&
                               p->max_inflight
                           ? p->max_inflight
