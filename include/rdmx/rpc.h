@@ -122,9 +122,10 @@ typedef struct {
     unsigned max_inflight;
     /** Bytes of large requests (those the server receives by rendezvous,
      *  above the transport's eager limit) being received on one connection
-     *  at once; past it, new ones get RDMX_ERR_NO_RESOURCE and count in
-     *  no_credit. Bounds the memory a peer that stalls its transfers can
-     *  hold. Default 4 x max_message; at least max_message. */
+     *  at once; past it, new ones wait (counted in waited) and their
+     *  transfers start, in order, as earlier ones end. Bounds the memory
+     *  a peer that stalls its transfers can hold. Default 4 x max_message;
+     *  at least max_message. */
     size_t max_receiving;
 } rdmx_rpc_server_params_t;
 
@@ -182,14 +183,16 @@ typedef struct {
     uint64_t unknown_handler;     /**< requests for a name not registered */
     uint64_t malformed;           /**< bad magic, version, kind or lengths */
     uint64_t too_big;             /**< payload over max_message */
-    uint64_t no_credit;           /**< over a connection's credits or
-                                       max_receiving */
+    uint64_t no_credit;           /**< over a connection's credits */
     uint64_t busy;                /**< refused: worker's max_inflight */
     uint64_t expired;             /**< deadline passed: dropped, not answered */
     uint64_t canceled;            /**< canceled by the caller */
     uint64_t auth_failed;         /**< connections refused in the handshake
                                        for a wrong or missing secret */
     uint64_t pings;               /**< heartbeats answered */
+    uint64_t waited;              /**< large requests whose transfer waited
+                                       for room in their connection's
+                                       max_receiving */
 } rdmx_rpc_server_stats_t;
 
 RDMX_API void rdmx_rpc_server_stats(rdmx_rpc_server_t *server,

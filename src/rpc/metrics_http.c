@@ -260,7 +260,7 @@ static unsigned warnings_of(const rdmx_metrics_http_t *m,
       "Requests with bad magic, version, kind or lengths.")                    \
     X(too_big, "rdmx_rpc_too_big_total", "Requests over max_message.")         \
     X(no_credit, "rdmx_rpc_no_credit_total",                                   \
-      "Requests over a connection's credits or max_receiving.")                \
+      "Requests over a connection's credits.")                                 \
     X(busy, "rdmx_rpc_busy_total",                                             \
       "Requests refused at a worker's max_inflight.")                          \
     X(expired, "rdmx_rpc_expired_total",                                       \
@@ -268,7 +268,9 @@ static unsigned warnings_of(const rdmx_metrics_http_t *m,
     X(canceled, "rdmx_rpc_canceled_total", "Requests canceled by the caller.") \
     X(auth_failed, "rdmx_rpc_auth_failed_total",                               \
       "Connections refused for a wrong or missing secret.")                    \
-    X(pings, "rdmx_rpc_pings_total", "Heartbeats answered.")
+    X(pings, "rdmx_rpc_pings_total", "Heartbeats answered.")                   \
+    X(waited, "rdmx_rpc_waited_total",                                         \
+      "Large requests that waited for room in max_receiving.")
 
 /* `handler="NAME"` with NAME escaped into @buf (cut at @size: a name is
  * at most RDMX_RPC_NAME_MAX bytes, twice that escaped). */

@@ -72,6 +72,9 @@ typedef struct {
     unsigned inflight;    /* requests not answered yet (credits used) */
     uint64_t receiving;   /* bytes of requests being received by rendezvous
                              (max_receiving) */
+    rdmx_list_t waiting;  /* requests whose rendezvous waits for room in
+                             max_receiving, in arrival order (req->link) */
+    unsigned nwaiting;
     unsigned refs;        /* request records pointing here */
     rdmx_ptrmap_t deferred; /* request id -> deferred request (CANCEL) */
     dcache_t *dcache;     /* [DCACHE_SIZE], allocated on first bulk use */
@@ -91,10 +94,12 @@ struct rdmx_rpc_req {
     int canceled;
     const unsigned char *data; /* aux || payload */
     size_t aux_len, len;
-    void *ucx_data;       /* UCX's buffer we hold, or NULL */
+    void *ucx_data;       /* the transport's buffer we hold (or a
+                             rendezvous descriptor waiting), or NULL */
     void *own;            /* our buffer (rendezvous, copies), or NULL */
     size_t receiving;     /* bytes counted in conn->receiving until its
                              rendezvous ends */
+    size_t wait_len;      /* waiting: the rendezvous' length */
     uint64_t arrival_ns, deadline_ns;
     unsigned nbulk;
     rdmx_rpc_bulk_ref_t bulk[RDMX_RPC_BULK_MAX];
@@ -112,22 +117,23 @@ struct rdmx_rpc_req {
  * entry, in this order (tests and tools parse it). The assertions below
  * hold the list to the public struct: same names, order and size.
  */
-#define SERVER_STATS(X)             \
-    X(connections, SERVER)          \
-    X(connections_total, WORKER)    \
-    X(connections_refused, WORKER)  \
-    X(requests, WORKER)             \
-    X(responses, WORKER)            \
-    X(errors, WORKER)               \
-    X(unknown_handler, WORKER)      \
-    X(malformed, WORKER)            \
-    X(too_big, WORKER)              \
-    X(no_credit, WORKER)            \
-    X(busy, WORKER)                 \
-    X(expired, WORKER)              \
-    X(canceled, WORKER)             \
-    X(auth_failed, SERVER)          \
-    X(pings, WORKER)
+#define SERVER_STATS(X)                                                        \
+    X(connections, SERVER)                                                     \
+    X(connections_total, WORKER)                                               \
+    X(connections_refused, WORKER)                                             \
+    X(requests, WORKER)                                                        \
+    X(responses, WORKER)                                                       \
+    X(errors, WORKER)                                                          \
+    X(unknown_handler, WORKER)                                                 \
+    X(malformed, WORKER)                                                       \
+    X(too_big, WORKER)                                                         \
+    X(no_credit, WORKER)                                                       \
+    X(busy, WORKER)                                                            \
+    X(expired, WORKER)                                                         \
+    X(canceled, WORKER)                                                        \
+    X(auth_failed, SERVER)                                                     \
+    X(pings, WORKER)                                                           \
+    X(waited, WORKER)
 
 enum {
 #define STAT_INDEX(f, src) STAT_INDEX_##f,
@@ -704,12 +710,53 @@ static void mark_deferred(rdmx_rpc_req_t *req)
     rdmx_ptrmap_put(&req->conn->deferred, (void *)(uintptr_t)req->id, req);
 }
 
-/* A request's rendezvous ended (or never started): its bytes leave the
- * connection's max_receiving count. */
+static void rndv_done(rdmx_status_t status, size_t length, void *arg);
+
+/* Receive @req's payload, whose rendezvous descriptor of @length bytes is
+ * @desc: into a buffer of ours, counted in the connection's receiving
+ * bytes until it ends. */
+static void rndv_start(rdmx_rpc_req_t *req, void *desc, size_t length)
+{
+    conn_t *c = req->conn;
+
+    req->own = rdmx__buf_alloc(length);
+    if (req->own == NULL) {
+        rdmx__msg_release(c->sw->w, desc);
+        answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
+        return;
+    }
+    req->data = req->own;
+    req->receiving = length;
+    c->receiving += length;
+    if (rdmx__msg_recv(c->ep, desc, req->own, length, rndv_done, req) !=
+        RDMX_INPROGRESS) {
+        c->receiving -= length;
+        req->receiving = 0;
+        answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
+    }
+}
+
+/* A request's rendezvous ended: its bytes leave the connection's count,
+ * and the requests waiting for that room start, in order. */
 static void rndv_uncount(rdmx_rpc_req_t *req)
 {
-    req->conn->receiving -= req->receiving;
+    conn_t *c = req->conn;
+    uint64_t max = c->sw->srv->max_receiving;
+    rdmx_rpc_req_t *next;
+    void *desc;
+
+    c->receiving -= req->receiving;
     req->receiving = 0;
+    while (c->ep != NULL && !rdmx_list_empty(&c->waiting)) {
+        next = rdmx_container_of(c->waiting.next, rdmx_rpc_req_t, link);
+        if (next->wait_len > max - c->receiving)
+            break;
+        rdmx_list_del(&next->link);
+        c->nwaiting--;
+        desc = next->ucx_data;
+        next->ucx_data = NULL;
+        rndv_start(next, desc, next->wait_len);
+    }
 }
 
 static void rndv_done(rdmx_status_t status, size_t length, void *arg)
@@ -771,16 +818,14 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
                    s->credits);
         return RDMX_OK;
     }
-    if (m->rndv && m->length > s->max_receiving - c->receiving) {
+    if (m->rndv && c->nwaiting >= s->credits) {
+        /* (ONEWAYs take no credit: this bounds their waiting records) */
         STAT_INC(sw, no_credit);
         if (!oneway)
             send_error(c, h->id, h->handler, RDMX_ERR_NO_RESOURCE,
-                       "a request of %zu bytes over the %llu bytes of large "
-                       "requests this connection may have being received "
-                       "(%llu now; max_receiving)",
-                       m->length, (unsigned long long)s->max_receiving,
-                       (unsigned long long)c->receiving);
-        return RDMX_OK; /* (the descriptor goes back: nothing pulled) */
+                       "%u large requests already wait on this connection",
+                       c->nwaiting);
+        return RDMX_OK; /* the descriptor goes back: nothing pulled */
     }
     if (sw->deferred >= s->max_inflight) {
         STAT_INC(sw, busy);
@@ -812,20 +857,17 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         req->deadline_ns = req->arrival_ns + (uint64_t)h->deadline_us * 1000;
 
     if (m->rndv) {
-        req->own = rdmx__buf_alloc(m->length);
-        if (req->own == NULL) {
-            rdmx__msg_release(sw->w, m->data);
-            answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
-            return RDMX_INPROGRESS; /* the descriptor is released */
+        if (c->nwaiting != 0 || m->length > s->max_receiving - c->receiving) {
+            /* Back-pressure: the transfer starts when earlier ones of
+             * this connection made room (rndv_uncount). */
+            req->ucx_data = m->data;
+            req->wait_len = m->length;
+            rdmx_list_insert_tail(&c->waiting, &req->link);
+            c->nwaiting++;
+            STAT_INC(sw, waited);
+            return RDMX_INPROGRESS; /* we hold the descriptor */
         }
-        req->data = req->own;
-        req->receiving = m->length;
-        c->receiving += m->length;
-        if (rdmx__msg_recv(c->ep, m->data, req->own, m->length, rndv_done,
-                           req) != RDMX_INPROGRESS) {
-            rndv_uncount(req);
-            answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
-        }
+        rndv_start(req, m->data, m->length);
         return RDMX_INPROGRESS; /* the descriptor is the receive's */
     }
     if (!m->can_hold && m->length != 0) {
@@ -928,6 +970,7 @@ static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
     c->ep = ep;
     c->refs = 1; /* the connection's own */
     c->state = CONN_HELLO;
+    rdmx_list_init(&c->waiting);
     snprintf(c->peer, sizeof(c->peer), "%s", rdmx__ep_peer(ep));
     rdmx_list_insert_tail(&sw->conns, &c->node);
     STAT_INC(sw, connections_total);
@@ -939,10 +982,20 @@ static conn_t *conn_create(rdmx_ep_t *ep, rdmx_rpc_server_t *s)
 static void conn_close(conn_t *c)
 {
     rdmx_ep_t *ep = c->ep;
+    rdmx_list_t *e;
 
     if (ep == NULL)
         return;
     dcache_clear(c);
+    /* Requests waiting to be received: their descriptors go back while
+     * the endpoint still exists; nothing to answer (the link is gone). */
+    while ((e = rdmx_list_pop(&c->waiting)) != NULL) {
+        rdmx_rpc_req_t *req = rdmx_container_of(e, rdmx_rpc_req_t, link);
+        c->nwaiting--;
+        req->answered = 1;
+        c->sw->counters[req->hidx].errors++;
+        req_finish(req);
+    }
     rdmx__ep_set_upper(ep, NULL);
     c->ep = NULL;
     rdmx_list_del(&c->node);
