@@ -492,7 +492,8 @@ static rdmx_rmem_t *pull_key(rdmx_ep_t *ep, const unsigned char *desc,
 
 /* Bring a checked PUT's bytes into the region: by reading them from the
  * initiator's memory (a->pull: @data is its descriptor, @dlen bytes, read
- * here), or by receiving the rendezvous @data. A fenced grant's bytes go
+ * here; copied at once where the transport maps that memory here), or by
+ * receiving the rendezvous @data. Otherwise a fenced grant's bytes go
  * through a bounce buffer the receive record owns (copied in when it
  * completes). The reply follows the data when this returns RDMX_OK or
  * RDMX_INPROGRESS, which say who owns @data (rdmx_core_handler_t):
@@ -525,6 +526,15 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
+    if (a->pull && a->length != 0 && w->tp->rkey_ptr != NULL &&
+        w->tp->rkey_ptr(src->trkey, raddr, &dst) == RDMX_OK) {
+        /* The initiator's memory is mapped here (shared memory): one copy,
+         * done before this returns, so a fenced grant needs no bounce
+         * buffer: nothing can land once the endpoint closed. */
+        memcpy(a->in, dst, a->length);
+        rdmx__op_defer(op, RDMX_OK, a->length);
+        return RDMX_OK;
+    }
     if (a->fenced && a->length != 0 &&
         (op->aux = rdmx__bounce_get(w, a->length, &op->aux_cap)) == NULL) {
         rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);

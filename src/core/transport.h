@@ -149,6 +149,11 @@ typedef struct {
     rdmx_status_t (*rkey_unpack)(rdmx_tep_t *tep, const void *rkey,
                                  size_t len, void **trkey_p);
     void (*rkey_destroy)(void *trkey);
+    /* Optional (NULL: never): where remote address @raddr of @trkey is
+     * mapped in this process (shared memory the peer's transport made), so
+     * that the core can copy from it itself; RDMX_ERR_UNSUPPORTED when it
+     * is not mapped. */
+    rdmx_status_t (*rkey_ptr)(void *trkey, uint64_t raddr, void **ptr_p);
     rdmx_status_t (*put)(rdmx_tep_t *tep, const void *buf, size_t length,
                          void *tmr, uint64_t raddr, void *trkey,
                          rdmx_op_t *op, void **req_p);

@@ -695,6 +695,14 @@ static rdmx_status_t ucx_rkey_unpack(rdmx_tep_t *tep, const void *rkey,
     return RDMX_OK;
 }
 
+static rdmx_status_t ucx_rkey_ptr(void *trkey, uint64_t raddr, void **ptr_p)
+{
+    /* (UCX maps a peer's segment only for memory its shared-memory
+     * transports allocated: rdmx_mem_alloc's, not registered user memory) */
+    return ucp_rkey_ptr(trkey, raddr, ptr_p) == UCS_OK ? RDMX_OK
+                                                       : RDMX_ERR_UNSUPPORTED;
+}
+
 static void ucx_rkey_destroy(void *trkey)
 {
     ucp_rkey_destroy(trkey);
@@ -825,6 +833,7 @@ const rdmx_tp_ops_t rdmx_tp_ucx = {
     .release = ucx_release,
     .rkey_unpack = ucx_rkey_unpack,
     .rkey_destroy = ucx_rkey_destroy,
+    .rkey_ptr = ucx_rkey_ptr,
     .put = ucx_put,
     .get = ucx_get,
     .flush = ucx_flush,
