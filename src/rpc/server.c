@@ -718,6 +718,7 @@ static void rndv_done(rdmx_status_t status, size_t length, void *arg);
 static void rndv_start(rdmx_rpc_req_t *req, void *desc, size_t length)
 {
     conn_t *c = req->conn;
+    rdmx_status_t st;
 
     req->own = rdmx__buf_alloc(length);
     if (req->own == NULL) {
@@ -728,11 +729,11 @@ static void rndv_start(rdmx_rpc_req_t *req, void *desc, size_t length)
     req->data = req->own;
     req->receiving = length;
     c->receiving += length;
-    if (rdmx__msg_recv(c->ep, desc, req->own, length, rndv_done, req) !=
-        RDMX_INPROGRESS) {
+    st = rdmx__msg_recv(c->ep, desc, req->own, length, rndv_done, req);
+    if (st != RDMX_INPROGRESS) {
         c->receiving -= length;
         req->receiving = 0;
-        answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
+        answer(req, st, NULL, 0, "the server could not receive the request");
     }
 }
 
