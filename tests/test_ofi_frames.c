@@ -20,15 +20,16 @@
  *    reused: dropped, msgs_dropped +1 each (proto_errors and
  *    msgs_unexpected unchanged, the good client unaffected).
  *  - BIND: replayed with dst 0 and with the endpoint's id (+1 each);
- *    with a wrong magic (+1) or a made-up token (+1), after which the
- *    connection's own BIND still pairs it; with another connection's
+ *    with a wrong magic (+1), a made-up token (+1) or as an RTS frame
+ *    (+1), after which the connection's own BIND still pairs it; with another connection's
  *    token, made under another worker id (+1), after which both
  *    connections' own BINDs still pair them.
  *  - RPC over frames: a header of version 3 (malformed +1, ERROR back);
  *    rendezvous RTS of REQUESTs with lengths 2^64-1 and 2^63 (malformed
  *    +1 each, ERROR and FIN(CANCELED) back), 100 MiB (too_big +1, ERROR
- *    TOO_BIG), and one before the RPC handshake (malformed +1): nothing is
- *    pulled.
+ *    TOO_BIG), 3.5 MiB of which 3 MiB is bulk table (over max_receiving:
+ *    too_big +1, ERROR TOO_BIG), and one before the RPC handshake
+ *    (malformed +1): nothing is pulled.
  *  - a plausible RTS (64 KiB) with a key and an address the peer never
  *    registered, and one whose address + length wraps 64 bits: the
  *    server's pulls fail (tcp: at once; shm: when the peer's connection
@@ -676,7 +677,7 @@ static void case_pairing(const raw_conn_t *a)
 
 static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
 {
-    unsigned char h[16];
+    unsigned char h[16], body[RDMX_OFI_RTS_SIZE];
     raw_conn_t b, dd, f, g;
 
     /* A wrong magic lands on the new endpoint and is refused; the
@@ -695,9 +696,16 @@ static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
     frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, dd.src, 0, h, 16, NULL, 0);
     raw_marker(a);
     check_server("BIND with a made-up token", 1);
+    /* a rendezvous frame posing as a BIND: not a pairing either */
+    rdmx__ofi_rts_pack(body, 4096, 1, 0x1000, 1);
+    bind_hdr(h, WIRE_MAGIC, dd.token);
+    frame(RDMX_OFI_FRAME_RTS, AM_BIND, 16, dd.src, 0, h, 16, body,
+          sizeof(body));
+    raw_marker(a);
+    check_server("an RTS with BIND's id and dst 0", 1);
     raw_bind(&dd);
     raw_marker(a);
-    check_server("the right BIND after it", 0);
+    check_server("the right BIND after them", 0);
 
     /* Two connections under two worker ids: F's endpoint with G's token. */
     f = raw_connect(srv, 0xf0f);
@@ -791,6 +799,23 @@ static void case_rpc(const th_proc_t *srv, raw_conn_t *a)
     raw_marker(a);
     check_server("RTS of 100 MiB (max_message 1 MiB)", 0);
     CHECK(server_stat("too_big") == too_big + 1);
+    CHECK(got.err_status == RDMX_ERR_TOO_BIG);
+    CHECK(got.fin_canceled == fins + 1);
+
+    /* a payload within max_message beside a bulk table that takes the
+     * whole past max_receiving (3 MiB): it could never start */
+    fins = got.fin_canceled;
+    {
+        unsigned char body[RDMX_OFI_RTS_SIZE];
+        hl = rpc_hdr(h, RPC_V | 1, echo, 5, 3u << 20);
+        rdmx__ofi_rts_pack(body, (3u << 20) + (512u << 10), 505, 0x1000,
+                           0xbad);
+        frame(RDMX_OFI_FRAME_RTS, AM_RPC, (unsigned)hl, a->src, a->srv_id, h,
+              hl, body, sizeof(body));
+    }
+    raw_marker(a);
+    check_server("RTS of 3.5 MiB, 512 KiB of it payload", 0);
+    CHECK(server_stat("too_big") == too_big + 2);
     CHECK(got.err_status == RDMX_ERR_TOO_BIG);
     CHECK(got.fin_canceled == fins + 1);
 }

@@ -125,7 +125,8 @@ typedef struct {
      *  at once; past it, new ones wait (counted in waited) and their
      *  transfers start, in order, as earlier ones end. Bounds the memory
      *  a peer that stalls its transfers can hold. Default 4 x max_message;
-     *  at least max_message. */
+     *  at least max_message + 64 KiB (a bulk table beside the largest
+     *  payload); a request larger than it gets RDMX_ERR_TOO_BIG. */
     size_t max_receiving;
 } rdmx_rpc_server_params_t;
 

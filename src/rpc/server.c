@@ -29,6 +29,7 @@
 #define SRV_DEFAULT_CREDITS  256
 #define SRV_DEFAULT_MAX_MSG  (64ull << 20)
 #define SRV_DEFAULT_INFLIGHT 65536
+#define SRV_AUX_SLACK        (64u << 10) /* max_receiving beyond max_message */
 #define SRV_REQ_POOL_MAX     1024
 
 typedef struct {
@@ -768,7 +769,7 @@ static void rndv_done(rdmx_status_t status, size_t length, void *arg)
     rndv_uncount(req);
     if (status != RDMX_OK) {
         req->answered = 1; /* nothing to answer: the link is gone */
-        req->conn->sw->counters[req->hidx].errors++;
+        RDMX_COUNT_ADD(req->conn->sw->counters[req->hidx].errors, 1);
         req_finish(req);
         return;
     }
@@ -818,6 +819,17 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
                    "more than %u requests in flight on this connection",
                    s->credits);
         return RDMX_OK;
+    }
+    if (m->rndv && m->length > s->max_receiving) {
+        /* (payload and bulk table together: it could never start) */
+        STAT_INC(sw, too_big);
+        if (!oneway)
+            send_error(c, h->id, h->handler, RDMX_ERR_TOO_BIG,
+                       "request of %zu bytes (payload and bulk table) to "
+                       "'%s' exceeds max_receiving, %llu",
+                       m->length, hd->name,
+                       (unsigned long long)s->max_receiving);
+        return RDMX_OK; /* the descriptor goes back: nothing pulled */
     }
     if (m->rndv && c->nwaiting >= s->credits) {
         /* (ONEWAYs take no credit: this bounds their waiting records) */
@@ -994,7 +1006,7 @@ static void conn_close(conn_t *c)
         rdmx_rpc_req_t *req = rdmx_container_of(e, rdmx_rpc_req_t, link);
         c->nwaiting--;
         req->answered = 1;
-        c->sw->counters[req->hidx].errors++;
+        RDMX_COUNT_ADD(c->sw->counters[req->hidx].errors, 1);
         req_finish(req);
     }
     rdmx__ep_set_upper(ep, NULL);
@@ -1261,8 +1273,9 @@ rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *ctx,
         (f & RDMX_RPC_SERVER_PARAM_FIELD_MAX_RECEIVING) && p->max_receiving
             ? p->max_receiving
             : 4 * s->max_message;
-    if (s->max_receiving < s->max_message)
-        s->max_receiving = s->max_message;
+    /* (at least one largest payload with a bulk table beside it) */
+    if (s->max_receiving < s->max_message + SRV_AUX_SLACK)
+        s->max_receiving = s->max_message + SRV_AUX_SLACK;
     s->max_inflight = (f & RDMX_RPC_SERVER_PARAM_FIELD_MAX_INFLIGHT) &&
                               p->max_inflight
                           ? p->max_inflight

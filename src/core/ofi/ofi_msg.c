@@ -380,7 +380,7 @@ static ofi_ep_t *frame_ep(ofi_worker_t *ow, const rdmx_ofi_frame_t *f,
      * token inside, as for UCX's pairing). An endpoint that sent a BIND
      * itself is a client's: never the target, even toward this very
      * worker. */
-    if (f->id != RDMX_AM_BIND) {
+    if (f->id != RDMX_AM_BIND || f->kind != RDMX_OFI_FRAME_EAGER) {
         ow->w->stats.proto_errors++;
         return NULL;
     }
