@@ -21,9 +21,9 @@
  *    msgs_unexpected unchanged, the good client unaffected).
  *  - BIND: replayed with dst 0 and with the endpoint's id (+1 each);
  *    with a wrong magic (+1), a made-up token (+1) or as an RTS frame
- *    (+1), after which the connection's own BIND still pairs it; with another connection's
- *    token, made under another worker id (+1), after which both
- *    connections' own BINDs still pair them.
+ *    (+1), after which the connection's own BIND still pairs it; with
+ *    another connection's token, made under another worker id (+1), after
+ *    which both connections' own BINDs still pair them.
  *  - RPC over frames: a header of version 3 (malformed +1, ERROR back);
  *    rendezvous RTS of REQUESTs with lengths 2^64-1 and 2^63 (malformed
  *    +1 each, ERROR and FIN(CANCELED) back), 100 MiB (too_big +1, ERROR
@@ -808,8 +808,7 @@ static void case_rpc(const th_proc_t *srv, raw_conn_t *a)
     {
         unsigned char body[RDMX_OFI_RTS_SIZE];
         hl = rpc_hdr(h, RPC_V | 1, echo, 5, 3u << 20);
-        rdmx__ofi_rts_pack(body, (3u << 20) + (512u << 10), 505, 0x1000,
-                           0xbad);
+        rdmx__ofi_rts_pack(body, (3u << 20) + (512u << 10), 505, 0x1000, 0xbad);
         frame(RDMX_OFI_FRAME_RTS, AM_RPC, (unsigned)hl, a->src, a->srv_id, h,
               hl, body, sizeof(body));
     }
