@@ -38,7 +38,8 @@
  *  - max_receiving (the server runs with max_message 1 MiB and
  *    max_receiving 3 MiB; shm only): three 1 MiB pulls that stay in
  *    flight fill the connection's budget; a fourth request waits (waited
- *    +1; no answer, no FIN) and ends with the connection (echo errors +4).
+ *    +1; no answer, no FIN), a CANCEL finds it (canceled +1), and it ends
+ *    with the connection (echo errors +4).
  *  - a flood: 4,000 garbage frames and 200 forged RTS back to back:
  *    proto_errors +4,000, malformed +200, every FIN and ERROR back.
  * Ordering: frames between two libfabric endpoints arrive in order
@@ -877,7 +878,7 @@ static void case_receiving(const th_proc_t *srv)
 {
     uint32_t echo = rdmx_rpc_id("echo");
     raw_conn_t r = raw_connect(srv, 0x5e5);
-    uint64_t waited, fins, frames, errors;
+    uint64_t waited, fins, frames, errors, canceled;
     double end;
 
     raw_bind(&r);
@@ -901,6 +902,18 @@ static void case_receiving(const th_proc_t *srv)
     CHECKF(got.rpc[2] + got.rpc[3] == frames &&
                got.fin_canceled + got.fin_failed == fins,
            "the waiting request was answered or its descriptor released");
+    /* a CANCEL finds the waiting request */
+    canceled = server_stat("canceled");
+    {
+        unsigned char ch[20];
+        size_t chl = rpc_hdr(ch, RPC_V | 5, 0, 24, 0);
+        frame(RDMX_OFI_FRAME_EAGER, AM_RPC, (unsigned)chl, r.src, r.srv_id,
+              ch, chl, NULL, 0);
+    }
+    raw_marker(&r);
+    check_server("a CANCEL of the waiting request", 0);
+    CHECKF(server_stat("canceled") == canceled + 1, "canceled +%llu",
+           (unsigned long long)(server_stat("canceled") - canceled));
     /* the peer's connection ends: the three pulls fail, the fourth's
      * descriptor goes back; all four end as errors of "echo" */
     close(r.fd);

@@ -755,6 +755,12 @@ static void rndv_uncount(rdmx_rpc_req_t *req)
             break;
         rdmx_list_del(&next->link);
         c->nwaiting--;
+        if (rdmx_rpc_req_expired(next)) {
+            /* canceled or past its deadline while it waited: the short
+             * ERROR, nothing pulled (req_finish gives the descriptor back) */
+            answer(next, RDMX_ERR_TIMEOUT, NULL, 0, "expired");
+            continue;
+        }
         desc = next->ucx_data;
         next->ucx_data = NULL;
         rndv_start(next, desc, next->wait_len);
@@ -1051,6 +1057,19 @@ static void conn_ep_error(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
         rdmx_ep_close(ep);
 }
 
+static rdmx_rpc_req_t *waiting_find(conn_t *c, uint64_t id)
+{
+    rdmx_list_t *e;
+
+    rdmx_list_for_each(e, &c->waiting)
+    {
+        rdmx_rpc_req_t *req = rdmx_container_of(e, rdmx_rpc_req_t, link);
+        if (req->id == id && !req->oneway)
+            return req;
+    }
+    return NULL;
+}
+
 rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
                                  rdmx_rpc_msg_t *m)
 {
@@ -1071,6 +1090,8 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         return on_request(c, m);
     case RDMX_RPC_MSG_CANCEL:
         req = rdmx_ptrmap_get(&c->deferred, (void *)(uintptr_t)m->h.id);
+        if (req == NULL) /* (or one waiting to be received: at most credits) */
+            req = waiting_find(c, m->h.id);
         if (req != NULL && !req->canceled) {
             req->canceled = 1;
             STAT_INC(c->sw, canceled);
