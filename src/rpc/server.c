@@ -450,8 +450,9 @@ int rdmx_rpc_req_may_write(const rdmx_rpc_req_t *req)
     return !rdmx_rpc_req_expired(req) && rdmx__ep_peer_alive(req->conn->ep);
 }
 
-/* Common end of an answer: metrics, credits, memory. */
-static void req_finish(rdmx_rpc_req_t *req)
+/* What a request holds goes back (credit, memory, the record); its
+ * reference to the connection stays for the caller to drop. */
+static void req_release(rdmx_rpc_req_t *req)
 {
     conn_t *c = req->conn;
     server_worker_t *sw = c->sw;
@@ -481,6 +482,14 @@ static void req_finish(rdmx_rpc_req_t *req)
     } else {
         free(req);
     }
+}
+
+/* Common end of an answer: metrics, credits, memory. */
+static void req_finish(rdmx_rpc_req_t *req)
+{
+    conn_t *c = req->conn;
+
+    req_release(req);
     conn_put(c);
 }
 
@@ -1013,7 +1022,8 @@ static void conn_close(conn_t *c)
         c->nwaiting--;
         req->answered = 1;
         RDMX_COUNT_ADD(c->sw->counters[req->hidx].errors, 1);
-        req_finish(req);
+        req_release(req);
+        c->refs--; /* (the connection's own reference keeps it) */
     }
     rdmx__ep_set_upper(ep, NULL);
     c->ep = NULL;
