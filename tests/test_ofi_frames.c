@@ -907,8 +907,8 @@ static void case_receiving(const th_proc_t *srv)
     {
         unsigned char ch[20];
         size_t chl = rpc_hdr(ch, RPC_V | 5, 0, 24, 0);
-        frame(RDMX_OFI_FRAME_EAGER, AM_RPC, (unsigned)chl, r.src, r.srv_id,
-              ch, chl, NULL, 0);
+        frame(RDMX_OFI_FRAME_EAGER, AM_RPC, (unsigned)chl, r.src, r.srv_id, ch,
+              chl, NULL, 0);
     }
     raw_marker(&r);
     check_server("a CANCEL of the waiting request", 0);
