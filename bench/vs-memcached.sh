@@ -431,7 +431,8 @@ if [ "$HAVE_MC" = 1 ]; then
     echo "MB/s, bound: the machine's memcpy MB/s at that size over"
     echo "memcached's, the most a one-copy transfer can reach):"
     target() { # op bytes clients tr column(2 thr, 3 MB/s, 5 p99) bound what
-        local op=$1 b=$2 n=$3 tr=$4 c=$5 bound=$6 what=$7 fr fp q ok mb
+        local op=$1 b=$2 n=$3 tr=$4 c=$5 bound=$6 what=$7 fr fp q ok cmp mb
+        local extra=""
         fr="$WORK/res.$op.$b.$n.$tr"
         fp="$WORK/res.$op.$b.$n.memcached"
         # cells left out by --ops/--sizes/--clients/--transport: no line
@@ -439,19 +440,18 @@ if [ "$HAVE_MC" = 1 ]; then
         q=$(ratio "$fr" "$fp" "$c")
         if [ "$tr" = shm ] && [ "$c" = 3 ]; then
             mb=$(memcpy_bound "$b" "$fp")
-            [ -n "$mb" ] && bound="$bound) bound $mb" || bound="$bound)"
-        else
-            bound="$bound)"
+            [ -n "$mb" ] && extra=" bound $mb"
         fi
-        if [ "$c" = 5 ]; then
-            ok=$(awk -v q="$q" -v t="${bound%%)*}" 'BEGIN { print (q < t) }')
-            printf "  %-52s %6.2f  %s (< %s\n" "$what" "$q" \
-                "$([ "$ok" = 1 ] && echo met || echo MISSED)" "$bound"
+        if [ "$c" = 5 ]; then # p99: lower is better
+            cmp="<"
+            ok=$(awk -v q="$q" -v t="$bound" 'BEGIN { print (q < t) }')
         else
-            ok=$(awk -v q="$q" -v t="${bound%%)*}" 'BEGIN { print (q >= t) }')
-            printf "  %-52s %6.2f  %s (>= %s\n" "$what" "$q" \
-                "$([ "$ok" = 1 ] && echo met || echo MISSED)" "$bound"
+            cmp=">="
+            ok=$(awk -v q="$q" -v t="$bound" 'BEGIN { print (q >= t) }')
         fi
+        printf "  %-52s %6.2f  %s (%s %s)%s\n" "$what" "$q" \
+            "$([ "$ok" = 1 ] && echo met || echo MISSED)" "$cmp" "$bound" \
+            "$extra"
     }
     for b in 100 4096; do
         l=$(size_label "$b")
