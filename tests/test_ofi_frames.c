@@ -531,6 +531,19 @@ static uint64_t handler_errors(const char *name)
     th_fail(__FILE__, __LINE__, "no handler '%s' in rdmx.stats", name);
 }
 
+/* Spin the raw peer until the server's "echo" errors reach @want or @ms
+ * pass (stretched under sanitizers); the count then. */
+static uint64_t wait_echo_errors(uint64_t want, double ms)
+{
+    double end = th_now_ms() + ms * TH_SLOW;
+
+    do {
+        raw_spin(10);
+        cu_stats_text(good, stats_text, sizeof(stats_text));
+    } while (handler_errors("echo") < want && th_now_ms() < end);
+    return handler_errors("echo");
+}
+
 /* After a case: the good client's echo comes back intact, the server's
  * proto_errors moved by @proto exactly and msgs_dropped (frames for no
  * live endpoint of their sender) by @dropped (msgs_unexpected not at
@@ -831,7 +844,6 @@ static void case_bad_pull(const th_proc_t *srv)
     uint32_t echo = rdmx_rpc_id("echo");
     raw_conn_t e = raw_connect(srv, 0xe0e);
     uint64_t errors, open_errors, cq = got.cq_errors, resp = got.rpc[2];
-    double end;
 
     raw_bind(&e);
     raw_rpc_hello(&e);
@@ -839,19 +851,10 @@ static void case_bad_pull(const th_proc_t *srv)
     errors = handler_errors("echo");
     rts_request(&e, echo, 11, 64 << 10, 601, 0x10, 0xbadbadbad);
     rts_request(&e, echo, 12, 4096, 602, UINT64_MAX - 100, 0xbadbadbad);
-    end = th_now_ms() + 2000.0 * TH_SLOW;
-    do {
-        raw_spin(10);
-        cu_stats_text(good, stats_text, sizeof(stats_text));
-    } while (handler_errors("echo") < errors + 2 && th_now_ms() < end);
-    open_errors = handler_errors("echo") - errors;
+    open_errors = wait_echo_errors(errors + 2, 2000.0) - errors;
     check_server("RTS naming memory nobody registered", 0);
     close(e.fd);
-    end = th_now_ms() + 5000.0 * TH_SLOW;
-    do {
-        raw_spin(10);
-        cu_stats_text(good, stats_text, sizeof(stats_text));
-    } while (handler_errors("echo") < errors + 2 && th_now_ms() < end);
+    wait_echo_errors(errors + 2, 5000.0);
     th_log("pulls of unregistered memory: echo errors +%llu while the peer "
            "was connected, +%llu after; FINs with an error %llu, raw "
            "completion errors %llu",
@@ -879,7 +882,6 @@ static void case_receiving(const th_proc_t *srv)
     uint32_t echo = rdmx_rpc_id("echo");
     raw_conn_t r = raw_connect(srv, 0x5e5);
     uint64_t waited, fins, frames, errors, canceled;
-    double end;
 
     raw_bind(&r);
     raw_rpc_hello(&r);
@@ -917,11 +919,7 @@ static void case_receiving(const th_proc_t *srv)
     /* the peer's connection ends: the three pulls fail, the fourth's
      * descriptor goes back; all four end as errors of "echo" */
     close(r.fd);
-    end = th_now_ms() + 5000.0 * TH_SLOW;
-    do {
-        raw_spin(10);
-        cu_stats_text(good, stats_text, sizeof(stats_text));
-    } while (handler_errors("echo") < errors + 4 && th_now_ms() < end);
+    wait_echo_errors(errors + 4, 5000.0);
     CHECKF(handler_errors("echo") == errors + 4,
            "echo errors +%llu, expected +4",
            (unsigned long long)(handler_errors("echo") - errors));
