@@ -859,11 +859,11 @@ static void test_contract(void)
     rdmx_lambda_engine_destroy(e);
 }
 
-/* --- fresh states built ahead ---------------------------------------------- */
+/* --- fresh states from an image ------------------------------------------ */
 
-/* Run @p src on @p e; 1 if the call found a ready spare. */
-static int spare_call(rdmx_lambda_engine_t *e, const char *src,
-                      const char *want, size_t *peak_p)
+/* Run @p src on @p e; 1 if the call found a pooled state. */
+static int pooled_call(rdmx_lambda_engine_t *e, const char *src,
+                       const char *want, size_t *peak_p)
 {
     rdmx_lambda_stats_t a, b;
     rdmx_lambda_result_t r;
@@ -881,7 +881,20 @@ static int spare_call(rdmx_lambda_engine_t *e, const char *src,
     return b.states_ready == a.states_ready + 1;
 }
 
-static void test_spares(void)
+/* Call function @p i (of those fresh_states made) by id; its output. */
+static void call_fn(rdmx_lambda_engine_t *e, const uint8_t *id, int i)
+{
+    rdmx_lambda_result_t r;
+    char want[32];
+
+    snprintf(want, sizeof(want), "f%d:nil", i);
+    CHECK_OK(rdmx_lambda_engine_call(e, id, NULL, &r));
+    CHECKF(strcmp(r.output, want) == 0, "function %d by id: got '%s'", i,
+           r.output);
+    rdmx_lambda_result_free(&r);
+}
+
+static void test_fresh_states(void)
 {
     rdmx_lambda_params_t p = {.field_mask =
                                   RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES |
@@ -889,75 +902,147 @@ static void test_spares(void)
                                   RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES,
                               .max_memory = RDMX__LAMBDA_MIN_MEMORY,
                               .fresh_states = 1};
-    rdmx_lambda_engine_t *e0, *e2, *x = NULL;
+    enum { NFN = RDMX__LAMBDA_FN_IMAGES + 4 };
+    uint8_t ids[NFN][RDMX_LAMBDA_ID_LEN];
+    rdmx_lambda_engine_t *e, *big, *x = NULL;
+    rdmx_lambda_result_t r;
     rdmx_lambda_stats_t s;
-    size_t peak0 = 0, peak2 = 0;
-    int tries, isolated = 0, ready = 0;
-    double t0;
+    size_t peak1 = 0, peak2 = 0;
+    long before, after;
+    char src[128];
+    int i, round;
 
-    th_log("spares: built ahead, never used twice, same accounting");
+    th_log("fresh states: every call from an image of the pristine state");
+    /* spare_states is still checked, though fresh states need none now */
     p.spare_states = RDMX__LAMBDA_MAX_SPARES + 1;
     CHECK_ST(rdmx_lambda_engine_create(&p, &x), RDMX_ERR_INVALID);
     CHECKF(strstr(rdmx_error_detail(), "spare_states 65 over 64") != NULL,
            "detail: %s", rdmx_error_detail());
     CHECK(x == NULL);
-    p.spare_states = 0;
-    e0 = mk_engine(&p);
     p.spare_states = 2;
-    e2 = mk_engine(&p);
+    e = mk_engine(&p);
 
-    /* no keeper: each call builds its own state */
-    CHECK(spare_call(e0, "return 'a'", "a", &peak0) == 0);
-    rdmx_lambda_engine_stats(e0, &s);
-    CHECK(s.states_ready == 0 && s.states_built == 1);
+    /* the first call builds the state, the next ones take it again; the
+     * accounting is the same either way (compiled each time: no cache),
+     * and the same call after call (from the function's image) */
+    p.field_mask |= RDMX_LAMBDA_PARAM_FIELD_CACHE_ENTRIES;
+    p.cache_entries = 0;
+    x = mk_engine(&p);
+    CHECK(pooled_call(x, "return 'a'", "a", &peak1) == 0);
+    CHECK(pooled_call(x, "return 'a'", "a", &peak2) == 1);
+    th_log("  memory peak of 'return' compiled: %zu B in a new state, %zu B "
+           "in the pooled one",
+           peak1, peak2);
+    CHECKF(peak2 == peak1, "peak %zu B pooled, %zu B built", peak2, peak1);
+    rdmx_lambda_engine_destroy(x);
+    CHECK(pooled_call(e, "return 'a'", "a", NULL) == 0);
+    CHECK(pooled_call(e, "return 'a'", "a", &peak1) == 1);
+    for (i = 0; i < 3; i++) {
+        CHECK(pooled_call(e, "return 'a'", "a", &peak2) == 1);
+        CHECKF(peak2 == peak1, "peak %zu B, then %zu B", peak1, peak2);
+    }
 
-    /* A pair of calls, each in a ready spare: nothing the first leaves,
+    /* the same state, one call after the other: nothing the first leaves,
      * globals, the string library or the contract's tables, reaches the
-     * second. The keeper builds in idle CPU time (SCHED_IDLE): pause
-     * before each call, as long as the machine is busy. */
-    t0 = th_now_ms();
-    for (tries = 0; !isolated && th_now_ms() - t0 < 30000.0 * TH_SLOW;
-         tries++) {
-        usleep(5000);
-        int first = spare_call(e2,
-                               "leak = 'secret' string = nil "
-                               "input = 'x' args[9] = 1 KEYS[9] = 1 "
-                               "ARGV[1] = 1 return 'set'",
-                               "set", NULL);
-        usleep(5000);
-        int second = spare_call(e2,
-                                "return tostring(leak) .. ('x'):upper() .. "
-                                "input .. tostring(args[9]) .. "
-                                "tostring(KEYS[9]) .. #ARGV",
-                                "nilXnilnil0", NULL);
-        isolated = first && second;
+     * second; nor the interned strings of the first (a fresh state's
+     * string table holds only the sandbox's) */
+    for (round = 0; round < 3; round++) {
+        CHECK(pooled_call(e,
+                          "leak = 'secret' string = nil "
+                          "input = 'x' args[9] = 1 KEYS[9] = 1 "
+                          "ARGV[1] = 1 return 'set'",
+                          "set", NULL) == 1);
+        CHECK(pooled_call(e,
+                          "return tostring(leak) .. ('x'):upper() .. "
+                          "input .. tostring(args[9]) .. "
+                          "tostring(KEYS[9]) .. #ARGV",
+                          "nilXnilnil0", NULL) == 1);
     }
-    CHECKF(isolated, "no two calls in a row found a ready spare (%d tries)",
-           tries);
+    rdmx_lambda_engine_stats(e, &s);
+    CHECK(s.states_built == 1);
 
-    /* the sandbox's memory is the call's, as when a call built its own */
-    t0 = th_now_ms();
-    while (!ready && th_now_ms() - t0 < 30000.0 * TH_SLOW) {
-        usleep(5000);
-        ready = spare_call(e2, "return 'a'", "a", &peak2);
+    /* The interned strings of an earlier call: making a string the state
+     * already holds allocates nothing, which collectgarbage('count')
+     * shows. A reused state gives away that an earlier call made it
+     * (docs/LAMBDA.md, "What a reused state does not hide": the probe can
+     * see); a fresh one does not. */
+    for (i = 0; i <= 1; i++) {
+        rdmx_lambda_params_t rp = {.field_mask =
+                                       RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES,
+                                   .fresh_states = i};
+        rdmx_lambda_engine_t *pe = mk_engine(&rp);
+        double made_planted, made_new;
+        EXPECT_OUT(pe, "keep = 'planted-secre' .. 't1' return 1", "1");
+        CHECK_OK(ev(pe,
+                    "local a = collectgarbage('count') "
+                    "local s = 'planted-secre' .. 't1' "
+                    "local b = collectgarbage('count') "
+                    "local t = 'planted-secre' .. 'T1' "
+                    "local c = collectgarbage('count') "
+                    "return ((b - a) * 1024) .. ' ' .. ((c - b) * 1024)",
+                    NULL, &r));
+        CHECK(sscanf(r.output, "%lf %lf", &made_planted, &made_new) == 2);
+        th_log("  %s state: bytes to make the earlier call's string %.0f, "
+               "a new one %.0f",
+               i ? "fresh" : "reused", made_planted, made_new);
+        if (i)
+            CHECKF(made_planted == made_new,
+                   "a fresh state held an earlier call's string (%s)",
+                   r.output);
+        else
+            CHECKF(made_planted < made_new, "the probe sees nothing (%s)",
+                   r.output);
+        rdmx_lambda_result_free(&r);
+        rdmx_lambda_engine_destroy(pe);
     }
-    CHECK(ready);
-    th_log("  memory peak of 'return' : %zu B built by the call, %zu B "
-           "in a spare",
-           peak0, peak2);
-    CHECKF(peak2 + peak0 / 4 >= peak0 && peak2 <= peak0 + peak0 / 4,
-           "peak %zu B in a spare, %zu B built", peak2, peak0);
-    /* and its budget holds there too (256 KiB here) */
-    EXPECT_ERR(e2, "local s = string.rep('x', 300000) return #s",
+
+    /* the budget holds as before (256 KiB here), and the next call is
+     * whole again */
+    EXPECT_ERR(e, "local s = string.rep('x', 300000) return #s",
                RDMX_ERR_NO_RESOURCE, "memory budget");
-    EXPECT_ERR(e0, "local s = string.rep('x', 300000) return #s",
-               RDMX_ERR_NO_RESOURCE, "memory budget");
-    rdmx_lambda_engine_stats(e2, &s);
-    th_log("  %llu calls found a spare ready, %llu built their own",
-           (unsigned long long)s.states_ready,
-           (unsigned long long)s.states_built);
-    rdmx_lambda_engine_destroy(e0);
-    rdmx_lambda_engine_destroy(e2);
+    EXPECT_OUT(e, "return #string.rep('x', 100000)", "100000");
+
+    /* more functions by id than a state keeps images of (LRU): each call
+     * runs its own function, whichever image it begins from */
+    for (i = 0; i < NFN; i++) {
+        char want[32];
+        snprintf(src, sizeof(src),
+                 "local r = 'f%d:' .. tostring(seen) seen = 1 return r", i);
+        snprintf(want, sizeof(want), "f%d:nil", i);
+        CHECK_OK(ev(e, src, NULL, &r));
+        CHECKF(strcmp(r.output, want) == 0, "eval %d: %s", i, r.output);
+        memcpy(ids[i], r.id, RDMX_LAMBDA_ID_LEN);
+        rdmx_lambda_result_free(&r);
+    }
+    for (round = 0; round < 3; round++)
+        for (i = 0; i < NFN; i++)
+            call_fn(e, ids[(i * 7 + round) % NFN], (i * 7 + round) % NFN);
+    for (i = 0; i < 50; i++)
+        call_fn(e, ids[i % 3], i % 3);
+    rdmx_lambda_engine_destroy(e);
+
+    /* memory a call used well beyond the image goes back to the system
+     * when the next call begins */
+    big = mk_engine(NULL);
+    EXPECT_OUT(big, "return 'warm'", "warm");
+    before = th_rss_kib(getpid());
+    EXPECT_OUT(big,
+               "local t = {} for i = 1, 40 do t[i] = string.rep('x', 1 << 20)"
+               " .. i end return #t",
+               "40");
+    after = th_rss_kib(getpid());
+    th_log("  RSS %ld KiB, after a 40 MiB call %ld KiB", before, after);
+    CHECKF(after - before > 30 * 1024,
+           "the call's 40 MiB did not show: "
+           "RSS %ld -> %ld KiB",
+           before, after);
+    EXPECT_OUT(big, "return 'small'", "small");
+    after = th_rss_kib(getpid());
+    th_log("  and after the next call %ld KiB", after);
+    CHECKF(after - before < 8 * 1024,
+           "a fresh state kept the last call's memory: RSS %ld -> %ld KiB",
+           before, after);
+    rdmx_lambda_engine_destroy(big);
 }
 
 /* --- cache ----------------------------------------------------------------- */
@@ -1767,7 +1852,7 @@ int main(int argc, char **argv)
     chmod(tmpdir, 0755);
     test_contract();
     test_isolation();
-    test_spares();
+    test_fresh_states();
     test_sandbox();
     test_cache();
     test_kv();

@@ -365,6 +365,19 @@ static rdmx_status_t load_plugins(rdmx_lambda_engine_t *e, const char *dir)
 
 /* --- create / destroy ----------------------------------------------------- */
 
+/* Address space of a fresh state's arena: the sandbox and a loaded
+ * function, and a call's max_memory with room for the allocator's size
+ * classes and the blocks it does not merge (docs/LAMBDA.md, "Fresh states
+ * from an image"). Reserved, not committed. */
+static size_t arena_size(size_t max_memory, size_t max_source)
+{
+    const size_t cap = (size_t)1 << 44;
+    size_t m = max_memory < cap ? max_memory : cap;
+    size_t s = max_source < cap ? max_source : cap;
+
+    return 4 * m + 4 * s + ((size_t)64 << 20);
+}
+
 rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
                                         rdmx_lambda_engine_t **engine_p)
 {
@@ -394,9 +407,9 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
                         : RDMX__LAMBDA_DEF_CACHE_BYTES;
     if (m & RDMX_LAMBDA_PARAM_FIELD_MAX_TIME)
         time_ms = params->max_time_ms;
-    p.spare_states = (m & RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES)
-                         ? params->spare_states
-                         : RDMX__LAMBDA_DEF_SPARES;
+    /* checked as it always was; fresh states need no spares now */
+    p.spare_states =
+        (m & RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES) ? params->spare_states : 0;
     p.fresh_states =
         (m & RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES) ? params->fresh_states : 1;
     if (p.spare_states > RDMX__LAMBDA_MAX_SPARES)
@@ -440,12 +453,12 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
         }
         e->nbuckets = nb;
     }
-    e->states = rdmx__lambda_states_create(e->fresh_states, p.spare_states);
+    e->states = rdmx__lambda_states_create(
+        e->fresh_states ? arena_size(e->max_memory, e->max_source) : 0);
     if (e->states == NULL) { /* nothing else is set up yet */
         free(e->buckets);
         free(e);
-        return rdmx__error(RDMX_ERR_NO_MEMORY,
-                           "lambda: out of memory (or no keeper thread)");
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "lambda: out of memory");
     }
     pthread_mutex_init(&e->lock, NULL);
     if ((m & RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR) && params->plugin_dir != NULL &&
@@ -529,8 +542,8 @@ static void result_init(rdmx_lambda_result_t *res)
 }
 
 /* Count the outcome, set the detail. @p fresh: 1 the call ran in a state
- * found ready (a spare or a pooled state), 0 it built its state, -1 it ran
- * no Lua state. */
+ * found ready (a pooled state), 0 it built its state, -1 it ran no Lua
+ * state. */
 static rdmx_status_t finish(rdmx_lambda_engine_t *e, rdmx_status_t st,
                             rdmx_lambda_result_t *res, int syntax, int fresh)
 {
@@ -624,7 +637,7 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
         return finish(e, RDMX_ERR_NO_MEMORY, res, 0, -1);
     }
     st = rdmx__lambda_run(&r, state);
-    rdmx__lambda_states_done(e->states, state, !fresh);
+    rdmx__lambda_states_done(e->states, state);
     res->output = r.out.data;
     res->output_len = r.out.len;
     res->type = st == RDMX_OK ? r.type : RDMX_LAMBDA_NIL;

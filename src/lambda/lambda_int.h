@@ -11,6 +11,8 @@
 
 #include <rdmx/lambda.h>
 
+#include "lambda/arena.h"
+
 #include <lua.h>
 
 #include <stddef.h>
@@ -26,8 +28,11 @@
 #define RDMX__LAMBDA_DEF_TIME_MS      1000u
 #define RDMX__LAMBDA_MIN_INSTRUCTIONS 1000ull
 #define RDMX__LAMBDA_MIN_MEMORY       ((size_t)256 << 10)
-#define RDMX__LAMBDA_DEF_SPARES       2u
-#define RDMX__LAMBDA_MAX_SPARES       64u
+#define RDMX__LAMBDA_MAX_SPARES       64u /* spare_states: checked, unused */
+
+/* Function images a fresh state keeps (docs/LAMBDA.md, "Fresh states from
+ * an image"). */
+#define RDMX__LAMBDA_FN_IMAGES 16u
 
 /* Names every call's environment holds (sandbox.c, env_names). */
 #define RDMX__LAMBDA_ENV_NAMES 5
@@ -65,9 +70,10 @@ typedef struct rdmx__lambda_run {
     int want_dump;                 /* dump the compiled function (cache) */
     const uint8_t *id;             /* the function's id (SHA-256 of source) */
     unsigned keep_fns;             /* loaded closures a state keeps; 0: none */
-    int fresh;                     /* the state is closed after this call */
+    int fresh;                     /* no call sees what this one leaves */
 
     /* --- accounting (one thread; the state's allocator ud) --- */
+    rdmx__arena_t *arena;          /* the state's arena, or NULL: malloc */
     uint64_t units;                /* work used */
     uint64_t clock_at;             /* check the clock when units reach it */
     uint64_t deadline_ns;          /* effective: min(caller's, max_time) */
@@ -99,10 +105,20 @@ typedef struct rdmx__lambda_run {
     uint64_t elapsed_ns;
 } rdmx__lambda_run_t;
 
-/* A sandbox state: the libraries opened and frozen once, then either one
- * call (the fresh_states mode; a spare before it) or many calls, each in
- * its own environment (docs/LAMBDA.md, "Sandbox states"). Owned by one
- * thread at a time: the pool hands it over under its mutex. */
+/* A saved image of a fresh state's arena: the pristine state, or the
+ * pristine state with one function loaded and kept. */
+typedef struct {
+    rdmx__arena_image_t img;
+    size_t mem;                     /* bytes the state holds in it */
+    uint8_t id[RDMX_LAMBDA_ID_LEN]; /* the function's (function images) */
+    uint64_t used;                  /* LRU clock */
+} rdmx__lambda_image_t;
+
+/* A sandbox state: the libraries opened and frozen once, then many calls,
+ * each in its own environment. Reused states carry over what calls leave
+ * in them; fresh ones live in an arena and begin every call from a saved
+ * image (docs/LAMBDA.md, "Sandbox states"). Owned by one thread at a time:
+ * the pool hands it over under its mutex. */
 typedef struct rdmx__lambda_state {
     struct rdmx__lambda_state *next; /* pool list link (states.c) */
     lua_State *L;
@@ -115,15 +131,24 @@ typedef struct rdmx__lambda_state {
     size_t sandbox_mem;       /* bytes held right after the build */
     size_t clean_mem;         /* bytes held after the last full collect */
     uint64_t calls;           /* calls run in this state */
-    int random_used;          /* math.random used since the last seed */
+    int random_used;          /* math.random used since the last seed
+                               * (fresh: since the images were saved) */
     int broken;               /* not to be reused (host out of memory) */
     /* registry refs of the names every environment holds */
     int name_ref[RDMX__LAMBDA_ENV_NAMES];
     rdmx__lambda_run_t owner; /* allocator ud while no call owns the state */
+    /* fresh states: the arena, the pristine image, function images */
+    rdmx__arena_t *arena;
+    rdmx__lambda_image_t pristine;
+    rdmx__lambda_image_t fn_images[RDMX__LAMBDA_FN_IMAGES];
+    unsigned nfn_images;
+    uint64_t image_clock;
 } rdmx__lambda_state_t;
 
-/* sandbox.c: build a state (any thread). RDMX_ERR_NO_MEMORY. */
-rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s);
+/* sandbox.c: build a state (any thread); @p arena_size > 0: a fresh state
+ * in an arena of that many bytes. RDMX_ERR_NO_MEMORY. */
+rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
+                                       size_t arena_size);
 /* sandbox.c: close a state, built or used (any thread). */
 void rdmx__lambda_state_close(rdmx__lambda_state_t *s);
 
@@ -133,29 +158,25 @@ void rdmx__lambda_state_close(rdmx__lambda_state_t *s);
  * call's bytes) are filled. */
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s);
 
-/* states.c: the states of an engine. Reused (@p fresh 0): a free list,
- * states built on demand and pushed back after each call. Fresh (@p fresh
- * 1): spares built ahead by a keeper thread and closed after one call
- * (docs/LAMBDA.md, "Fresh states"). */
+/* states.c: the states of an engine, a free list: a call pops a state, or
+ * builds one when the list is empty, and pushes it back when done. The
+ * list holds as many states as calls ever ran at once. @p arena_size > 0:
+ * fresh states in arenas of that size (docs/LAMBDA.md, "Sandbox
+ * states"). */
 typedef struct rdmx__lambda_states rdmx__lambda_states_t;
 
-/* @p target spares kept ready in the fresh mode (0: no thread, calls build
- * and close their own); ignored when reusing. NULL when out of memory or
- * the thread cannot start. */
-rdmx__lambda_states_t *rdmx__lambda_states_create(int fresh, unsigned target);
-/* Stop the keeper, close every state the pool holds. */
+/* NULL when out of memory. */
+rdmx__lambda_states_t *rdmx__lambda_states_create(size_t arena_size);
+/* Close every state the pool holds. */
 void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st);
-/* A state for one call: a pooled or spare one (*@p ready_p 1) or one built
- * now (0). NULL when out of memory. */
+/* A state for one call: a pooled one (*@p ready_p 1) or one built now (0).
+ * NULL when out of memory. */
 rdmx__lambda_state_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
                                                int *ready_p);
-/* A state a call is done with. Reused: back on the free list (closed if
- * broken). Fresh: the keeper closes it, unless the call built it itself
- * (@p built_here: its memory is this thread's, and freeing it from the
- * keeper's thread would contend for this thread's allocator), or there is
- * no keeper. */
+/* A state a call is done with: back on the free list (closed if
+ * broken). */
 void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
-                              rdmx__lambda_state_t *s, int built_here);
+                              rdmx__lambda_state_t *s);
 
 /* sandbox.c: charge @p units of library work to the running call; raises
  * the budget error (a Lua error that cannot be caught for good) when a

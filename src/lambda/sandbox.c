@@ -181,7 +181,10 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
     if (nsize == 0) {
         if (ptr != NULL) {
             r->mem -= osize;
-            free(ptr);
+            if (r->arena != NULL)
+                rdmx__arena_realloc(r->arena, ptr, osize, 0);
+            else
+                free(ptr);
         }
         return NULL;
     }
@@ -215,8 +218,15 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
                 trap_current(r);
         }
     }
-    p = realloc(ptr, nsize);
-    if (p == NULL) {
+    if (r->arena != NULL) {
+        p = rdmx__arena_realloc(r->arena, ptr, osize, nsize);
+        if (p == NULL) {
+            /* the arena is full: the budget, past what its size classes
+             * and unmerged blocks cost (engine.c, arena_size) */
+            r->mem_refused = 1;
+            return NULL;
+        }
+    } else if ((p = realloc(ptr, nsize)) == NULL) {
         if (nsize > old)
             return NULL; /* the host is out of memory */
         p = ptr;         /* a shrink that failed: keep the block */
@@ -1158,7 +1168,10 @@ static int pmain(lua_State *L)
         lua_pushinteger(L, (lua_Integer)rdmx_now_ns());
         lua_pushinteger(L, (lua_Integer)((uintptr_t)state ^ state->calls));
         lua_call(L, 2, 0);
-        state->random_used = 0;
+        /* a fresh state's images hold the generator as it was when they
+         * were saved: every later call needs a seed of its own */
+        if (state->arena == NULL)
+            state->random_used = 0;
     }
     env_name(L, state, NAME_INPUT);
     lua_pushlstring(L, c->input != NULL ? c->input : "", c->input_len);
@@ -1296,7 +1309,19 @@ static int prepare(lua_State *L)
     return 0;
 }
 
-rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s)
+/* Save the arena into @p im, with what the state holds: collected fully
+ * first, so that a call beginning from it finds the collector at rest. */
+static int image_save(rdmx__lambda_state_t *s, rdmx__lambda_image_t *im)
+{
+    lua_gc(s->L, LUA_GCCOLLECT);
+    if (rdmx__arena_save(s->arena, &im->img) != 0)
+        return -1;
+    im->mem = s->owner.mem;
+    return 0;
+}
+
+rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
+                                       size_t arena_size)
 {
     lua_State *L;
 
@@ -1304,14 +1329,22 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s)
     s->owner.max_memory = SIZE_MAX; /* the call's budget applies on use */
     s->owner.mem_limit = SIZE_MAX;
     s->stop_ref = s->owner.stop_ref = LUA_NOREF;
-    L = lua_newstate(lalloc, &s->owner);
-    if (L == NULL)
+    s->arena = NULL;
+    if (arena_size > 0 && (s->arena = rdmx__arena_create(arena_size)) == NULL)
         return RDMX_ERR_NO_MEMORY;
+    s->owner.arena = s->arena;
+    L = lua_newstate(lalloc, &s->owner);
+    if (L == NULL) {
+        rdmx__arena_destroy(s->arena);
+        s->arena = NULL;
+        return RDMX_ERR_NO_MEMORY;
+    }
     s->owner.L = s->owner.current = L;
     lua_pushcfunction(L, prepare);
     lua_pushlightuserdata(L, s);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        lua_close(L);
+        s->L = L;
+        rdmx__lambda_state_close(s);
         return RDMX_ERR_NO_MEMORY;
     }
     s->owner.stop_ref = s->stop_ref;
@@ -1321,15 +1354,34 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s)
     s->nfns = 0;
     s->calls = 0;
     s->broken = 0;
+    s->nfn_images = 0;
     lua_sethook(L, hook, LUA_MASKCOUNT, 1);
     s->L = L;
+    if (s->arena != NULL && image_save(s, &s->pristine) != 0) {
+        rdmx__lambda_state_close(s);
+        return RDMX_ERR_NO_MEMORY;
+    }
     return RDMX_OK;
 }
 
 void rdmx__lambda_state_close(rdmx__lambda_state_t *s)
 {
+    unsigned i;
+
     if (s->L == NULL)
         return;
+    if (s->arena != NULL) {
+        /* nothing of a state lives outside its arena (the sandbox has no
+         * io and refuses __gc): unmapping it is closing it */
+        rdmx__arena_destroy(s->arena);
+        s->arena = NULL;
+        rdmx__arena_image_free(&s->pristine.img);
+        for (i = 0; i < s->nfn_images; i++)
+            rdmx__arena_image_free(&s->fn_images[i].img);
+        s->nfn_images = 0;
+        s->L = NULL;
+        return;
+    }
     /* Nothing of a call runs here: the sandbox refuses __gc, so the only
      * finalizers are Lua's own, which free memory; any Lua code would meet
      * the stop at its first instruction. */
@@ -1338,6 +1390,76 @@ void rdmx__lambda_state_close(rdmx__lambda_state_t *s)
     lua_sethook(s->L, hook, LUA_MASKCOUNT, 1);
     lua_close(s->L);
     s->L = NULL;
+}
+
+/* Load the engine's bytecode (upvalue: the run) and keep the closure in the
+ * state's table of functions. */
+static int load_keep(lua_State *L)
+{
+    rdmx__lambda_run_t *r = lua_touserdata(L, 1);
+
+    if (luaL_loadbufferx(L, r->code, r->code_len, "=lambda", "b") != LUA_OK)
+        return lua_error(L);
+    fn_keep(L, r->state, r->id, UINT32_MAX);
+    return 0;
+}
+
+/* The image of a fresh state that a call of @p r begins from: the one of
+ * its function, saved now if there is none (the least recently used gives
+ * way); the pristine one for source, or when that fails. The arena is made
+ * that image. 1 when the image holds the function. */
+static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
+{
+    rdmx__lambda_image_t *im = NULL;
+    unsigned i;
+
+    if (r->binary && r->id != NULL) {
+        for (i = 0; i < s->nfn_images; i++)
+            if (memcmp(s->fn_images[i].id, r->id, RDMX_LAMBDA_ID_LEN) == 0) {
+                im = &s->fn_images[i];
+                break;
+            }
+    }
+    if (im != NULL) {
+        rdmx__arena_restore(s->arena, &im->img);
+        s->owner.mem = im->mem;
+        im->used = ++s->image_clock;
+        return 1;
+    }
+    rdmx__arena_restore(s->arena, &s->pristine.img);
+    s->owner.mem = s->pristine.mem;
+    if (!r->binary || r->id == NULL)
+        return 0;
+
+    /* a function image: the pristine state with the function loaded */
+    if (s->nfn_images < RDMX__LAMBDA_FN_IMAGES) {
+        im = &s->fn_images[s->nfn_images++];
+    } else {
+        im = &s->fn_images[0];
+        for (i = 1; i < s->nfn_images; i++)
+            if (s->fn_images[i].used < im->used)
+                im = &s->fn_images[i];
+        rdmx__arena_image_free(&im->img);
+    }
+    s->owner.state = s;
+    s->owner.code = r->code;
+    s->owner.code_len = r->code_len;
+    s->owner.id = r->id;
+    lua_pushcfunction(s->L, load_keep);
+    lua_pushlightuserdata(s->L, &s->owner);
+    if (lua_pcall(s->L, 1, 0, 0) == LUA_OK && image_save(s, im) == 0) {
+        memcpy(im->id, r->id, RDMX_LAMBDA_ID_LEN);
+        im->used = ++s->image_clock;
+        s->nfns = 0;
+        return 1;
+    }
+    /* out of room: this call loads the function itself */
+    *im = s->fn_images[--s->nfn_images];
+    memset(&s->fn_images[s->nfn_images], 0, sizeof(*im));
+    rdmx__arena_restore(s->arena, &s->pristine.img);
+    s->owner.mem = s->pristine.mem;
+    s->nfns = 0;
+    return 0;
 }
 
 /* Bytes of garbage a state may hold beyond its clean size before it is
@@ -1387,7 +1509,7 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     const rdmx_lambda_call_params_t *c = r->call;
     rdmx_status_t status = RDMX_OK;
     lua_State *L;
-    int st;
+    int st, have_fn;
 
     r->out.max = r->max_output;
     r->stop_ref = LUA_NOREF;
@@ -1405,9 +1527,13 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
         }
     }
 
+    /* a fresh state begins from an image: of the function, if it has one */
+    have_fn = s->arena != NULL ? image_begin(r, s) : r->keep_fns > 0;
+
     /* the call owns the state from here: its record counts what the state
      * holds beyond what it held now */
     L = s->L;
+    r->arena = s->arena;
     lua_setallocf(L, lalloc, r);
     r->mem = r->mem_base = r->mem_peak = s->owner.mem;
     r->mem_limit =
@@ -1419,7 +1545,7 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 
     /* the closure this state keeps for the function, if any: looked up
      * once, for pmain and for hand_back (the stack is empty here) */
-    if (r->keep_fns == 0 || !fn_find(L, s, r->id))
+    if (!have_fn || !fn_find(L, s, r->id))
         lua_pushnil(L);
     lua_pushcfunction(L, pmain);
     lua_pushlightuserdata(L, r);

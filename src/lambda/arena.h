@@ -1,0 +1,57 @@
+/*
+ * rdmx lambda — a fixed-address arena for one Lua state, and images of it
+ * (docs/LAMBDA.md, "Fresh states from an image").
+ *
+ * The arena is one private mapping that never moves. Its allocator keeps
+ * all of its bookkeeping inside the arena (a header at the base: the bump
+ * offset and one free list per size class), so the bytes from the base to
+ * the bump offset are the whole state: saving them is an image, and copying
+ * an image back makes the state, allocator included, byte for byte what it
+ * was when the image was saved. Every pointer in it stays valid because the
+ * arena is at the same address.
+ *
+ * Blocks are not headed: Lua passes a block's size back on every realloc
+ * and free. Sizes round up to a class (16-byte steps to 512 B, then four
+ * classes per power of two); a freed block goes on its class's list and is
+ * reused for that class only.
+ *
+ * Owned by one thread at a time; no locking.
+ */
+#ifndef RDMX_LAMBDA_ARENA_H
+#define RDMX_LAMBDA_ARENA_H
+
+#include <stddef.h>
+
+typedef struct rdmx__arena rdmx__arena_t;
+
+/* A saved image: the bytes from the base to the bump offset then. */
+typedef struct {
+    unsigned char *bytes; /* malloc'd */
+    size_t len;
+} rdmx__arena_image_t;
+
+/* Reserve @p size bytes of address space (rounded up to pages; no memory
+ * is committed until used). NULL when the mapping fails. */
+rdmx__arena_t *rdmx__arena_create(size_t size);
+void rdmx__arena_destroy(rdmx__arena_t *a);
+
+/* Lua's allocator contract: @p osize is the block's size as allocated (or
+ * asked for by the last realloc); @p nsize 0 frees. NULL when the arena is
+ * full (a shrink that finds no room keeps the block). */
+void *rdmx__arena_realloc(rdmx__arena_t *a, void *p, size_t osize,
+                          size_t nsize);
+
+/* Bytes from the base to the bump offset: the size an image would have. */
+size_t rdmx__arena_used(const rdmx__arena_t *a);
+
+/* Save the arena into @p img (its bytes malloc'd; free with
+ * rdmx__arena_image_free). -1 when out of memory. */
+int rdmx__arena_save(const rdmx__arena_t *a, rdmx__arena_image_t *img);
+
+/* Make the arena what it was when @p img was saved. Memory the arena
+ * touched well beyond the image is given back to the system. */
+void rdmx__arena_restore(rdmx__arena_t *a, const rdmx__arena_image_t *img);
+
+void rdmx__arena_image_free(rdmx__arena_image_t *img);
+
+#endif /* RDMX_LAMBDA_ARENA_H */
