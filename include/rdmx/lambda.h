@@ -4,9 +4,10 @@
  * operator installed as a plugin.
  *
  * - Engine: shared by any number of threads (an RPC server's workers). Every
- *   call has a sandbox state to itself while it runs (built for it, or,
- *   with fresh_states 0, reused from a pool for callers who trust each
- *   other) and its own globals: nothing a call sets is seen by another.
+ *   call has a sandbox state to itself while it runs (pristine, restored
+ *   from an image; with fresh_states 0, reused as the last call left it,
+ *   for callers who trust each other) and its own globals: nothing a call
+ *   sets is seen by another.
  *   The cache of compiled functions (keyed by the SHA-256 of the source)
  *   and the pool are shared, under mutexes.
  * - Sandbox: base (no dofile/loadfile/warn; load is text-only; print writes
@@ -117,17 +118,15 @@ typedef struct {
     /** Wall-clock limit of one call, ms, besides the caller's deadline.
      *  Default 1000; RDMX_TIMEOUT_INFINITE: only the caller's deadline. */
     int max_time_ms;
-    /** In the fresh_states mode: fresh Lua states a keeper thread of the
-     *  engine builds ahead of the calls, and closes after them, so that
-     *  neither is on a call's path. Default 2; 0: no thread, each call
-     *  builds and closes its own. At most 64. Unused when states are
-     *  reused. */
+    /** Unused (fresh states are restored from an image and need no states
+     *  built ahead); still refused over 64. */
     unsigned spare_states;
-    /** 1 (the default): every call runs in a Lua state built for it and
-     *  closed after it. 0: calls reuse long-lived sandbox states, each call
-     *  in a fresh environment over frozen libraries: several times faster,
-     *  but for callers who trust each other only, since a call can learn
-     *  which short strings earlier calls in the same state held, and the
+    /** 1 (the default): every call begins from a pristine Lua state, its
+     *  pooled state restored from a saved image of itself (docs/LAMBDA.md,
+     *  "Fresh states from an image"). 0: calls reuse long-lived sandbox
+     *  states, each call in a fresh environment over frozen libraries, for
+     *  callers who trust each other only, since a call can learn which
+     *  short strings earlier calls in the same state held, and the
      *  functions a state keeps are charged to no call's memory budget
      *  (docs/LAMBDA.md, "What a reused state does not hide"). */
     int fresh_states;

@@ -127,6 +127,7 @@ typedef struct rdmx__lambda_state {
     int globals_ref;          /* registry ref of the frozen globals */
     int seed_ref;             /* registry ref of math.randomseed */
     int fns_ref;              /* registry ref of id -> loaded closure */
+    int env_ref;              /* fresh: registry ref of a call's globals */
     unsigned nfns;            /* entries in that table */
     size_t sandbox_mem;       /* bytes held right after the build */
     size_t clean_mem;         /* bytes held after the last full collect */

@@ -1135,6 +1135,53 @@ static void env_name(lua_State *L, const rdmx__lambda_state_t *s, int n)
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->name_ref[n]);
 }
 
+/* Push a call's globals: a new table over the frozen ones (their
+ * protected metatable), with room for the contract's names without
+ * growing, and those names set raw (no __newindex): _G, input (empty),
+ * args, KEYS, ARGV (empty tables, with room for @p nargs and @p nkeys). */
+static void env_new(lua_State *L, const rdmx__lambda_state_t *state,
+                    unsigned nargs, unsigned nkeys)
+{
+    lua_createtable(L, 0, 8);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_mt_ref);
+    lua_setmetatable(L, -2);
+    env_name(L, state, NAME_G);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -3);
+    env_name(L, state, NAME_INPUT);
+    lua_pushliteral(L, "");
+    lua_rawset(L, -3);
+    env_name(L, state, NAME_ARGS);
+    lua_createtable(L, (int)nargs, 0);
+    lua_rawset(L, -3);
+    env_name(L, state, NAME_KEYS);
+    lua_createtable(L, (int)nkeys, 0);
+    lua_rawset(L, -3);
+    env_name(L, state, NAME_ARGV);
+    lua_createtable(L, (int)(nargs - nkeys), 0);
+    lua_rawset(L, -3);
+}
+
+/* Append args[@p from, @p to) to the table named @p n in the globals at
+ * stack index 1. */
+static void env_args(lua_State *L, const rdmx__lambda_state_t *state, int n,
+                     const rdmx_lambda_call_params_t *c, unsigned from,
+                     unsigned to)
+{
+    unsigned i;
+
+    if (from == to)
+        return;
+    env_name(L, state, n);
+    lua_rawget(L, 1);
+    for (i = from; i < to; i++) {
+        lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
+                        c->args[i].len);
+        lua_rawseti(L, -2, (lua_Integer)(i - from) + 1);
+    }
+    lua_pop(L, 1);
+}
+
 /* Everything that touches the state for a call runs here, under lua_pcall:
  * the call's environment, its function bound to it, the run, the result. */
 static int pmain(lua_State *L)
@@ -1144,23 +1191,22 @@ static int pmain(lua_State *L)
     const rdmx_lambda_call_params_t *c = r->call;
     char msg[128];
     int base, nres, st;
-    unsigned i, nkeys;
+    unsigned nkeys = c->nkeys < c->nargs ? c->nkeys : c->nargs;
 
-    /* 1: the call's globals, 2: the closure the state keeps, or nil */
+    /* 1: the call's globals, 2: the closure the state keeps, or nil. A
+     * fresh state's image holds them made already, and the registry's
+     * globals pointing to them (state_build); else they are made now,
+     * the registry's globals while the call runs (lua_setglobal below,
+     * load without an env). */
     lua_settop(L, 2);
-    /* the call's globals: a new table over the frozen ones, the registry's
-     * globals while the call runs (lua_setglobal below, load without an
-     * env); it has room for the contract's names without growing */
-    lua_createtable(L, 0, 8);
+    if (state->arena != NULL) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_ref);
+    } else {
+        env_new(L, state, c->nargs, nkeys);
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    }
     lua_replace(L, 1);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_mt_ref);
-    lua_setmetatable(L, 1);
-    lua_pushvalue(L, 1);
-    lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-    /* its names, set raw (no __newindex): _G, input, args, KEYS, ARGV */
-    env_name(L, state, NAME_G);
-    lua_pushvalue(L, 1);
-    lua_rawset(L, 1);
     /* a seed of this call's own, if an earlier call used the generator
      * (math.random and randomseed tell, l_random) */
     if (state->random_used) {
@@ -1173,35 +1219,15 @@ static int pmain(lua_State *L)
         if (state->arena == NULL)
             state->random_used = 0;
     }
-    env_name(L, state, NAME_INPUT);
-    lua_pushlstring(L, c->input != NULL ? c->input : "", c->input_len);
-    lua_rawset(L, 1);
-    env_name(L, state, NAME_ARGS);
-    lua_createtable(L, (int)c->nargs, 0);
-    for (i = 0; i < c->nargs; i++) {
-        lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
-                        c->args[i].len);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    if (c->input_len > 0) {
+        env_name(L, state, NAME_INPUT);
+        lua_pushlstring(L, c->input, c->input_len);
+        lua_rawset(L, 1);
     }
-    lua_rawset(L, 1);
     /* KEYS and ARGV: the same strings split at nkeys (Redis scripts' names) */
-    nkeys = c->nkeys < c->nargs ? c->nkeys : c->nargs;
-    env_name(L, state, NAME_KEYS);
-    lua_createtable(L, (int)nkeys, 0);
-    for (i = 0; i < nkeys; i++) {
-        lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
-                        c->args[i].len);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
-    lua_rawset(L, 1);
-    env_name(L, state, NAME_ARGV);
-    lua_createtable(L, (int)(c->nargs - nkeys), 0);
-    for (i = nkeys; i < c->nargs; i++) {
-        lua_pushlstring(L, c->args[i].data != NULL ? c->args[i].data : "",
-                        c->args[i].len);
-        lua_rawseti(L, -2, (lua_Integer)(i - nkeys) + 1);
-    }
-    lua_rawset(L, 1);
+    env_args(L, state, NAME_ARGS, c, 0, c->nargs);
+    env_args(L, state, NAME_KEYS, c, 0, nkeys);
+    env_args(L, state, NAME_ARGV, c, nkeys, c->nargs);
     if (c->env != NULL)
         open_kv(L, c->env);
 
@@ -1297,7 +1323,9 @@ static rdmx_status_t limit_status(int limit)
 }
 
 /* Everything a state holds before any call: the frozen sandbox, and the
- * stop error, allocated now to be raised later without allocating. */
+ * stop error, allocated now to be raised later without allocating. A
+ * fresh state's images hold a call's globals too, made once here (every
+ * call begins from its own copy): the registry's globals point to them. */
 static int prepare(lua_State *L)
 {
     rdmx__lambda_state_t *s = lua_touserdata(L, 1);
@@ -1306,6 +1334,13 @@ static int prepare(lua_State *L)
     open_sandbox(L, s);
     lua_pushstring(L, "lambda stopped: budget exhausted");
     s->stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    s->env_ref = LUA_NOREF;
+    if (s->arena != NULL) {
+        env_new(L, s, 0, 0);
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+        s->env_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
     return 0;
 }
 
@@ -1479,6 +1514,14 @@ static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 {
     lua_State *L = s->L;
 
+    s->owner.mem = r->mem;
+    s->owner.stop_ref = r->stop_ref;
+    s->calls++;
+    if (s->arena != NULL) {
+        /* a fresh state: the next call restores an image first */
+        lua_setallocf(L, lalloc, &s->owner);
+        return;
+    }
     lua_sethook(L, hook, LUA_MASKCOUNT, 1);
     /* 1: the kept closure (or nil: none, or loaded by this call) */
     lua_settop(L, 1);
@@ -1490,13 +1533,10 @@ static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     lua_settop(L, 0);
     lua_rawgeti(L, LUA_REGISTRYINDEX, s->globals_ref);
     lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-    s->owner.mem = r->mem;
-    s->owner.stop_ref = r->stop_ref;
     s->owner.armed = 1;
     s->owner.closing = 1;
     s->owner.current = L;
     lua_setallocf(L, lalloc, &s->owner);
-    s->calls++;
     if (!r->fresh && s->owner.mem > s->clean_mem + gc_slack(r)) {
         lua_gc(L, LUA_GCCOLLECT);
         s->clean_mem = s->owner.mem;
