@@ -9,7 +9,7 @@
 # phases of the machine. Kinds: hash (lambda.call by id, the compiled code
 # cached: what rdmx_lambda_eval does after its first call), source
 # (lambda.eval with the source each time), nocache (an engine that compiles
-# every call), reused (the source to an engine with reused states).
+# every call).
 #
 # Functions: the empty one (`return`) and bench/lambda-60fns.lua (7.5 KB,
 # 60 local functions). Rounds rotate the order of the cells; the table
@@ -55,7 +55,7 @@ RDMX_PERF=${RDMX_PERF:-$RDMX_BUILD/bin/rdmx-perf}
 make_work_dir
 loopback_ucx
 
-KINDS="rpc hash source nocache reused"
+KINDS="rpc hash source nocache"
 
 run_cell() { # tr fn(empty|big) -> one line per kind in $WORK/res.TR.FN.KIND
     local tr=$1 fn=$2 k line

@@ -7,7 +7,7 @@
  *
  *   cc -O2 -g -o lambda_loop bench/lambda_loop.c -Iinclude -Ibuild/include \
  *       -Lbuild/lib -lrdmx -Wl,-rpath,build/lib
- *   ./lambda_loop N FRESH [FILE]     (FRESH: 1 fresh states, 0 reused)
+ *   ./lambda_loop N [FILE]
  */
 #include <rdmx/lambda.h>
 
@@ -21,24 +21,21 @@ static char src[1 << 20];
 
 int main(int argc, char **argv)
 {
-    rdmx_lambda_params_t p = {.field_mask =
-                                  RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES};
     rdmx_lambda_engine_t *e;
     rdmx_lambda_result_t r;
     uint8_t id[RDMX_LAMBDA_ID_LEN];
     uint64_t t0, t1;
     long i, n;
 
-    if (argc < 3 || (n = atol(argv[1])) <= 0) {
-        fprintf(stderr, "usage: %s N FRESH(0|1) [FILE]\n", argv[0]);
+    if (argc < 2 || (n = atol(argv[1])) <= 0) {
+        fprintf(stderr, "usage: %s N [FILE]\n", argv[0]);
         return 2;
     }
-    p.fresh_states = atoi(argv[2]);
-    if (argc > 3) {
-        FILE *f = fopen(argv[3], "r");
+    if (argc > 2) {
+        FILE *f = fopen(argv[2], "r");
         size_t len;
         if (f == NULL) {
-            perror(argv[3]);
+            perror(argv[2]);
             return 1;
         }
         len = fread(src, 1, sizeof(src) - 1, f);
@@ -47,7 +44,7 @@ int main(int argc, char **argv)
     } else {
         strcpy(src, "return nil");
     }
-    if (rdmx_lambda_engine_create(&p, &e) != RDMX_OK) {
+    if (rdmx_lambda_engine_create(NULL, &e) != RDMX_OK) {
         fprintf(stderr, "engine: %s\n", rdmx_error_detail());
         return 1;
     }
@@ -66,9 +63,8 @@ int main(int argc, char **argv)
         rdmx_lambda_result_free(&r);
     }
     t1 = now_ns();
-    printf("%.3f us per call (%s states, %ld calls)\n",
-           (double)(t1 - t0) / 1e3 / (double)n,
-           p.fresh_states ? "fresh" : "reused", n);
+    printf("%.3f us per call (%ld calls)\n",
+           (double)(t1 - t0) / 1e3 / (double)n, n);
     rdmx_lambda_engine_destroy(e);
     return 0;
 }

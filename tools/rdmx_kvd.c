@@ -70,9 +70,9 @@ static void usage(FILE *f)
         "                             caller's deadline (default 1000; a call\n"
         "                             holds its server thread meanwhile)\n"
         "      --lambda-cache N       compiled functions kept (default 256)\n"
-        "      --lambda-reuse-states  run calls in reused sandbox states\n"
-        "                             (faster; only for clients that trust\n"
-        "                             each other: docs/LAMBDA.md)\n"
+        "      --lambda-reuse-states  accepted and ignored: every call begins\n"
+        "                             from a pristine state, as fast as a\n"
+        "                             reused one was (docs/LAMBDA.md)\n"
         "      --config FILE          options from FILE, one \"name = value\"\n"
         "                             a line (names without the dashes);\n"
         "                             the command line wins\n"
@@ -239,9 +239,7 @@ static int kvd_option(kvd_options_t *o, int c, const char *arg)
         lp->cache_entries = (unsigned)v;
         break;
     }
-    case 'R':
-        lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES;
-        lp->fresh_states = 0;
+    case 'R': /* reused states are gone; fresh ones cost no more */
         break;
     case 'H': o->metrics_listen = arg; break;
     case 'F': o->config_file = arg; break;

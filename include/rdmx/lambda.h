@@ -4,10 +4,9 @@
  * operator installed as a plugin.
  *
  * - Engine: shared by any number of threads (an RPC server's workers). Every
- *   call has a sandbox state to itself while it runs (pristine, restored
- *   from an image; with fresh_states 0, reused as the last call left it,
- *   for callers who trust each other) and its own globals: nothing a call
- *   sets is seen by another.
+ *   call has a sandbox state to itself while it runs, pristine (restored
+ *   from a saved image of the state before any call), and its own globals:
+ *   nothing a call sets is seen by another.
  *   The cache of compiled functions (keyed by the SHA-256 of the source)
  *   and the pool are shared, under mutexes.
  * - Sandbox: base (no dofile/loadfile/warn; load is text-only; print writes
@@ -121,14 +120,10 @@ typedef struct {
     /** Unused (fresh states are restored from an image and need no states
      *  built ahead); still refused over 64. */
     unsigned spare_states;
-    /** 1 (the default): every call begins from a pristine Lua state, its
-     *  pooled state restored from a saved image of itself (docs/LAMBDA.md,
-     *  "Fresh states from an image"). 0: calls reuse long-lived sandbox
-     *  states, each call in a fresh environment over frozen libraries, for
-     *  callers who trust each other only, since a call can learn which
-     *  short strings earlier calls in the same state held, and the
-     *  functions a state keeps are charged to no call's memory budget
-     *  (docs/LAMBDA.md, "What a reused state does not hide"). */
+    /** Unused: every call begins from a pristine Lua state, its pooled
+     *  state restored from a saved image of itself (docs/LAMBDA.md,
+     *  "Fresh states from an image"). 0 once selected reused states, for
+     *  callers who trust each other; fresh states now cost no more. */
     int fresh_states;
 } rdmx_lambda_params_t;
 

@@ -6,9 +6,9 @@
  * engine itself dumped after compiling that source (never bytecode from a
  * client), in a hash table with an LRU list, bounded by cache_entries and
  * cache_bytes. A call takes a reference on its entry under the mutex and
- * loads the bytecode into its sandbox state without the lock (a reused
- * state keeps the loaded closure, sandbox.c); an entry evicted meanwhile is
- * freed by its last reference.
+ * loads the bytecode into its sandbox state without the lock (once per
+ * state: a function image keeps it loaded, sandbox.c); an entry evicted
+ * meanwhile is freed by its last reference.
  */
 #define _GNU_SOURCE
 #include "lambda/lambda_int.h"
@@ -49,7 +49,6 @@ struct rdmx_lambda_engine {
     size_t max_memory, max_source, max_output, cache_bytes;
     unsigned cache_entries;
     uint64_t max_time_ns;
-    int fresh_states; /* one state per call (else states are reused) */
 
     pthread_mutex_t lock;
     lambda_fn_t **buckets;
@@ -365,7 +364,7 @@ static rdmx_status_t load_plugins(rdmx_lambda_engine_t *e, const char *dir)
 
 /* --- create / destroy ----------------------------------------------------- */
 
-/* Address space of a fresh state's arena: the sandbox and a loaded
+/* Address space of a state's arena: the sandbox and a loaded
  * function, and a call's max_memory with room for the allocator's size
  * classes and the blocks it does not merge (docs/LAMBDA.md, "Fresh states
  * from an image"). Reserved, not committed. */
@@ -410,8 +409,8 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
     /* checked as it always was; fresh states need no spares now */
     p.spare_states =
         (m & RDMX_LAMBDA_PARAM_FIELD_SPARE_STATES) ? params->spare_states : 0;
-    p.fresh_states =
-        (m & RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES) ? params->fresh_states : 1;
+    /* fresh_states: every call begins from a pristine state; 0 asked for
+     * reused states, which fresh ones now cost no more than (unused) */
     if (p.spare_states > RDMX__LAMBDA_MAX_SPARES)
         return rdmx__error(RDMX_ERR_INVALID, "lambda: spare_states %u over %u",
                            p.spare_states, RDMX__LAMBDA_MAX_SPARES);
@@ -437,7 +436,6 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
     e->max_output = p.max_output;
     e->cache_entries = p.cache_entries;
     e->cache_bytes = p.cache_bytes;
-    e->fresh_states = p.fresh_states != 0;
     /* (0 ns: no limit; a limit of 0 ms stops every call at once) */
     e->max_time_ns = time_ms < 0    ? 0
                      : time_ms == 0 ? 1
@@ -453,8 +451,8 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
         }
         e->nbuckets = nb;
     }
-    e->states = rdmx__lambda_states_create(
-        e->fresh_states ? arena_size(e->max_memory, e->max_source) : 0);
+    e->states =
+        rdmx__lambda_states_create(arena_size(e->max_memory, e->max_source));
     if (e->states == NULL) { /* nothing else is set up yet */
         free(e->buckets);
         free(e);
@@ -620,8 +618,6 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
     r.binary = binary;
     r.want_dump = want_dump;
     r.id = res->id;
-    r.keep_fns = e->fresh_states ? 0 : e->cache_entries;
-    r.fresh = e->fresh_states;
     if (r.call->nargs > RDMX_LAMBDA_ARGS_MAX ||
         (r.call->nargs > 0 && r.call->args == NULL) ||
         (r.call->input == NULL && r.call->input_len > 0)) {

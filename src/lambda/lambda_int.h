@@ -1,8 +1,8 @@
 /*
  * rdmx lambda — internals shared by engine.c (engine, cache, natives,
  * plugins), sandbox.c (the frozen sandbox state, one call in it), states.c
- * (the engine's pool of states: reused, or fresh ones built ahead and
- * closed by a keeper thread), rpc.c (wire format, handlers, client) and
+ * (the engine's pool of states), arena.c (the memory a state lives in, and
+ * its images), rpc.c (wire format, handlers, client) and
  * the Lua library functions rewritten to charge their work
  * (third_party/lua-5.4-safelib/).
  */
@@ -30,8 +30,8 @@
 #define RDMX__LAMBDA_MIN_MEMORY       ((size_t)256 << 10)
 #define RDMX__LAMBDA_MAX_SPARES       64u /* spare_states: checked, unused */
 
-/* Function images a fresh state keeps (docs/LAMBDA.md, "Fresh states from
- * an image"). */
+/* Function images a state keeps (docs/LAMBDA.md, "Fresh states from an
+ * image"). */
 #define RDMX__LAMBDA_FN_IMAGES 16u
 
 /* Names every call's environment holds (sandbox.c, env_names). */
@@ -69,11 +69,9 @@ typedef struct rdmx__lambda_run {
     int binary;                    /* code is the engine's own lua_dump */
     int want_dump;                 /* dump the compiled function (cache) */
     const uint8_t *id;             /* the function's id (SHA-256 of source) */
-    unsigned keep_fns;             /* loaded closures a state keeps; 0: none */
-    int fresh;                     /* no call sees what this one leaves */
 
     /* --- accounting (one thread; the state's allocator ud) --- */
-    rdmx__arena_t *arena;          /* the state's arena, or NULL: malloc */
+    rdmx__arena_t *arena;          /* the state's arena */
     uint64_t units;                /* work used */
     uint64_t clock_at;             /* check the clock when units reach it */
     uint64_t deadline_ns;          /* effective: min(caller's, max_time) */
@@ -105,8 +103,8 @@ typedef struct rdmx__lambda_run {
     uint64_t elapsed_ns;
 } rdmx__lambda_run_t;
 
-/* A saved image of a fresh state's arena: the pristine state, or the
- * pristine state with one function loaded and kept. */
+/* A saved image of a state's arena: the pristine state, or the pristine
+ * state with one function loaded. */
 typedef struct {
     rdmx__arena_image_t img;
     size_t mem;                     /* bytes the state holds in it */
@@ -115,30 +113,26 @@ typedef struct {
 } rdmx__lambda_image_t;
 
 /* A sandbox state: the libraries opened and frozen once, then many calls,
- * each in its own environment. Reused states carry over what calls leave
- * in them; fresh ones live in an arena and begin every call from a saved
- * image (docs/LAMBDA.md, "Sandbox states"). Owned by one thread at a time:
- * the pool hands it over under its mutex. */
+ * each beginning from a saved image of the state's arena (docs/LAMBDA.md,
+ * "Sandbox states"). Owned by one thread at a time: the pool hands it over
+ * under its mutex. */
 typedef struct rdmx__lambda_state {
     struct rdmx__lambda_state *next; /* pool list link (states.c) */
     lua_State *L;
     int stop_ref;             /* registry ref of the stop message */
     int env_mt_ref;           /* registry ref of the environments' metatable */
-    int globals_ref;          /* registry ref of the frozen globals */
     int seed_ref;             /* registry ref of math.randomseed */
-    int fns_ref;              /* registry ref of id -> loaded closure */
-    int env_ref;              /* fresh: registry ref of a call's globals */
-    unsigned nfns;            /* entries in that table */
+    int fn_ref;               /* registry ref of a function image's function */
+    int env_ref;              /* registry ref of a call's globals */
     size_t sandbox_mem;       /* bytes held right after the build */
-    size_t clean_mem;         /* bytes held after the last full collect */
     uint64_t calls;           /* calls run in this state */
-    int random_used;          /* math.random used since the last seed
-                               * (fresh: since the images were saved) */
+    int random_used;          /* math.random used since the images were
+                               * saved */
     int broken;               /* not to be reused (host out of memory) */
     /* registry refs of the names every environment holds */
     int name_ref[RDMX__LAMBDA_ENV_NAMES];
     rdmx__lambda_run_t owner; /* allocator ud while no call owns the state */
-    /* fresh states: the arena, the pristine image, function images */
+    /* the arena, the pristine image, function images */
     rdmx__arena_t *arena;
     rdmx__lambda_image_t pristine;
     rdmx__lambda_image_t fn_images[RDMX__LAMBDA_FN_IMAGES];
@@ -146,24 +140,23 @@ typedef struct rdmx__lambda_state {
     uint64_t image_clock;
 } rdmx__lambda_state_t;
 
-/* sandbox.c: build a state (any thread); @p arena_size > 0: a fresh state
- * in an arena of that many bytes. RDMX_ERR_NO_MEMORY. */
+/* sandbox.c: build a state (any thread) in an arena of @p arena_size
+ * bytes. RDMX_ERR_NO_MEMORY. */
 rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
                                        size_t arena_size);
 /* sandbox.c: close a state, built or used (any thread). */
 void rdmx__lambda_state_close(rdmx__lambda_state_t *s);
 
-/* sandbox.c: run one call in @p s's state, in a fresh environment; the
- * state is handed back idle, reusable unless s->broken. Returns the
+/* sandbox.c: run one call in @p s's state, begun from an image; the state
+ * is handed back idle, reusable unless s->broken. Returns the
  * status; r->msg, r->out, r->type, r->limit, r->units, r->mem_peak (the
  * call's bytes) are filled. */
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s);
 
 /* states.c: the states of an engine, a free list: a call pops a state, or
  * builds one when the list is empty, and pushes it back when done. The
- * list holds as many states as calls ever ran at once. @p arena_size > 0:
- * fresh states in arenas of that size (docs/LAMBDA.md, "Sandbox
- * states"). */
+ * list holds as many states as calls ever ran at once; each lives in an
+ * arena of @p arena_size bytes (docs/LAMBDA.md, "Sandbox states"). */
 typedef struct rdmx__lambda_states rdmx__lambda_states_t;
 
 /* NULL when out of memory. */

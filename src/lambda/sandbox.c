@@ -3,29 +3,29 @@
  * allocator, the instruction/deadline hook, the sandboxed libraries opened
  * once and frozen, the call's own environment with the globals of the
  * function contract (input, args, kv), and the conversion of the result.
- * A state serves many calls one after the other (or one, in the
- * fresh_states mode), maybe on different threads: the allocator's user
- * data, the record every budget is counted in, is a call's only while that
- * call owns the state (docs/LAMBDA.md, "Sandbox states").
+ * A state serves many calls one after the other, maybe on different
+ * threads: the allocator's user data, the record every budget is counted
+ * in, is a call's only while that call owns the state (docs/LAMBDA.md,
+ * "Sandbox states").
  *
- * Isolation between calls of one state
- * - What calls share is frozen: the library tables a function sees are
- *   empty proxies whose protected metatables read through to the real
- *   tables and refuse writes; rawset refuses them; the string metatable is
- *   protected the same way. The real tables are reachable from no Lua code.
- * - What a call changes is its own: its globals are a new table (_ENV, _G)
- *   reading the frozen globals through a protected metatable; the registry's
- *   globals point to it while the call runs (load without an env); the
- *   cached closure's one upvalue (_ENV) is bound to it and reset after; the
- *   stack is emptied; math.random is reseeded.
+ * Isolation between calls of one state: the state lives in an arena
+ * (arena.c), and every call begins by copying back a saved image of it,
+ * the pristine state or the pristine state with the call's function
+ * loaded (image_begin): nothing an earlier call did is there.
+ *
+ * The contract within a call: the library tables a function sees are
+ * empty proxies whose protected metatables read through to the real
+ * tables and refuse writes; rawset refuses them; the string metatable is
+ * protected the same way; the real tables are reachable from no Lua code.
+ * A call's globals are a table (_ENV, _G) reading the frozen globals
+ * through a protected metatable, made in the image; the registry's
+ * globals point to it (load without an env).
  *
  * Budgets
  * - Memory: the state's allocator refuses to grow more than max_memory
- *   past what the state held when the call began; Lua then collects and
- *   raises "not enough memory" (reported as the memory budget). Garbage of
- *   earlier calls the call frees gives it room: the state is collected
- *   fully after a call that leaves it more than gc_slack() above its clean
- *   size, which bounds that room.
+ *   past what the state held when the call began (its image); Lua then
+ *   collects and raises "not enough memory" (reported as the memory
+ *   budget).
  * - Work ("instructions"): a count hook every hook_count VM instructions
  *   adds them up; library functions whose work is not VM instructions
  *   charge it (third_party/lua-5.4-safelib/, the wrappers below, 1 unit per
@@ -181,10 +181,7 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
     if (nsize == 0) {
         if (ptr != NULL) {
             r->mem -= osize;
-            if (r->arena != NULL)
-                rdmx__arena_realloc(r->arena, ptr, osize, 0);
-            else
-                free(ptr);
+            rdmx__arena_realloc(r->arena, ptr, osize, 0);
         }
         return NULL;
     }
@@ -218,18 +215,13 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
                 trap_current(r);
         }
     }
-    if (r->arena != NULL) {
-        p = rdmx__arena_realloc(r->arena, ptr, osize, nsize);
-        if (p == NULL) {
-            /* the arena is full: the budget, past what its size classes
-             * and unmerged blocks cost (engine.c, arena_size) */
-            r->mem_refused = 1;
-            return NULL;
-        }
-    } else if ((p = realloc(ptr, nsize)) == NULL) {
-        if (nsize > old)
-            return NULL; /* the host is out of memory */
-        p = ptr;         /* a shrink that failed: keep the block */
+    p = rdmx__arena_realloc(r->arena, ptr, osize, nsize);
+    if (p == NULL) {
+        /* the arena is full (a shrink never fails): the budget, past what
+         * its size classes and unmerged blocks cost (engine.c,
+         * arena_size) */
+        r->mem_refused = 1;
+        return NULL;
     }
     r->mem = r->mem - old + nsize;
     if (r->mem > r->mem_peak)
@@ -1006,9 +998,9 @@ static void open_sandbox(lua_State *L, rdmx__lambda_state_t *s)
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "__metatable");
     s->env_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    s->globals_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops g */
-    lua_newtable(L);
-    s->fns_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 1);         /* g: the env metatable's upvalues hold it */
+    lua_pushboolean(L, 0); /* a function image's function (fn_find) */
+    s->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     for (i = 0; i < RDMX__LAMBDA_ENV_NAMES; i++) {
         lua_pushstring(L, env_names[i]);
         s->name_ref[i] = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -1084,49 +1076,14 @@ static void out_append(lua_State *L, rdmx__lambda_run_t *r, const char *s,
 /* The integer key of @p id in the state's table: its first 8 bytes (a
  * SHA-256: uniform); the entry, a userdata of the whole id with the closure
  * as its user value, tells a collision apart. */
-static lua_Integer fn_key(const uint8_t *id)
+/* Push the function a function image holds and return 1, or push nothing
+ * and return 0 (the pristine image). Allocates nothing. */
+static int fn_find(lua_State *L, const rdmx__lambda_state_t *s)
 {
-    lua_Integer k;
-    memcpy(&k, id, sizeof(k));
-    return k;
-}
-
-/* Push the closure this state keeps for @p id and return 1, or push
- * nothing and return 0. Allocates nothing. */
-static int fn_find(lua_State *L, const rdmx__lambda_state_t *s,
-                   const uint8_t *id)
-{
-    int top = lua_gettop(L), found = 0;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, s->fns_ref);
-    if (lua_rawgeti(L, -1, fn_key(id)) == LUA_TUSERDATA &&
-        memcmp(lua_touserdata(L, -1), id, RDMX_LAMBDA_ID_LEN) == 0 &&
-        lua_getiuservalue(L, -1, 1) == LUA_TFUNCTION) {
-        lua_replace(L, top + 1);
-        found = 1;
-    }
-    lua_settop(L, top + found);
-    return found;
-}
-
-/* Keep the closure at the top of the stack for @p id (it stays there). At
- * most @p max entries: past that, the table starts again empty. */
-static void fn_keep(lua_State *L, rdmx__lambda_state_t *s, const uint8_t *id,
-                    unsigned max)
-{
-    void *ud;
-    if (s->nfns >= max) {
-        lua_newtable(L);
-        lua_rawseti(L, LUA_REGISTRYINDEX, s->fns_ref);
-        s->nfns = 0;
-    }
-    lua_rawgeti(L, LUA_REGISTRYINDEX, s->fns_ref);
-    ud = lua_newuserdatauv(L, RDMX_LAMBDA_ID_LEN, 1);
-    memcpy(ud, id, RDMX_LAMBDA_ID_LEN);
-    lua_pushvalue(L, -3);
-    lua_setiuservalue(L, -2, 1);
-    lua_rawseti(L, -2, fn_key(id));
+    if (lua_rawgeti(L, LUA_REGISTRYINDEX, s->fn_ref) == LUA_TFUNCTION)
+        return 1;
     lua_pop(L, 1);
-    s->nfns++;
+    return 0;
 }
 
 /* Push the name @p n of env_names. */
@@ -1138,9 +1095,8 @@ static void env_name(lua_State *L, const rdmx__lambda_state_t *s, int n)
 /* Push a call's globals: a new table over the frozen ones (their
  * protected metatable), with room for the contract's names without
  * growing, and those names set raw (no __newindex): _G, input (empty),
- * args, KEYS, ARGV (empty tables, with room for @p nargs and @p nkeys). */
-static void env_new(lua_State *L, const rdmx__lambda_state_t *state,
-                    unsigned nargs, unsigned nkeys)
+ * args, KEYS, ARGV (empty tables). */
+static void env_new(lua_State *L, const rdmx__lambda_state_t *state)
 {
     lua_createtable(L, 0, 8);
     lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_mt_ref);
@@ -1152,13 +1108,13 @@ static void env_new(lua_State *L, const rdmx__lambda_state_t *state,
     lua_pushliteral(L, "");
     lua_rawset(L, -3);
     env_name(L, state, NAME_ARGS);
-    lua_createtable(L, (int)nargs, 0);
+    lua_newtable(L);
     lua_rawset(L, -3);
     env_name(L, state, NAME_KEYS);
-    lua_createtable(L, (int)nkeys, 0);
+    lua_newtable(L);
     lua_rawset(L, -3);
     env_name(L, state, NAME_ARGV);
-    lua_createtable(L, (int)(nargs - nkeys), 0);
+    lua_newtable(L);
     lua_rawset(L, -3);
 }
 
@@ -1193,31 +1149,21 @@ static int pmain(lua_State *L)
     int base, nres, st;
     unsigned nkeys = c->nkeys < c->nargs ? c->nkeys : c->nargs;
 
-    /* 1: the call's globals, 2: the closure the state keeps, or nil. A
-     * fresh state's image holds them made already, and the registry's
-     * globals pointing to them (state_build); else they are made now,
-     * the registry's globals while the call runs (lua_setglobal below,
-     * load without an env). */
+    /* 1: the call's globals, 2: the function of a function image, or
+     * nil. The image holds the globals made already, the registry's
+     * globals pointing to them (lua_setglobal below, load without an env),
+     * and the function's _ENV bound to them (it was loaded so). */
     lua_settop(L, 2);
-    if (state->arena != NULL) {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_ref);
-    } else {
-        env_new(L, state, c->nargs, nkeys);
-        lua_pushvalue(L, -1);
-        lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_ref);
     lua_replace(L, 1);
-    /* a seed of this call's own, if an earlier call used the generator
-     * (math.random and randomseed tell, l_random) */
+    /* a seed of this call's own once any call used the generator
+     * (math.random and randomseed tell, l_random): the images hold it as
+     * it was when they were saved */
     if (state->random_used) {
         lua_rawgeti(L, LUA_REGISTRYINDEX, state->seed_ref);
         lua_pushinteger(L, (lua_Integer)rdmx_now_ns());
         lua_pushinteger(L, (lua_Integer)((uintptr_t)state ^ state->calls));
         lua_call(L, 2, 0);
-        /* a fresh state's images hold the generator as it was when they
-         * were saved: every later call needs a seed of its own */
-        if (state->arena == NULL)
-            state->random_used = 0;
     }
     if (c->input_len > 0) {
         env_name(L, state, NAME_INPUT);
@@ -1234,8 +1180,6 @@ static int pmain(lua_State *L)
     /* the function, with _ENV (its one upvalue) the call's globals */
     if (lua_type(L, 2) == LUA_TFUNCTION) {
         lua_pushvalue(L, 2);
-        lua_pushvalue(L, 1);
-        lua_setupvalue(L, -2, 1);
     } else {
         st = luaL_loadbufferx(L, r->code, r->code_len, "=lambda",
                               r->binary ? "b" : "t");
@@ -1245,8 +1189,6 @@ static int pmain(lua_State *L)
         }
         if (r->want_dump)
             lua_dump(L, dump_writer, r, 0);
-        if (r->keep_fns > 0)
-            fn_keep(L, state, r->id, r->keep_fns);
     }
 
     /* arm the budgets: the function's work starts here */
@@ -1322,10 +1264,10 @@ static rdmx_status_t limit_status(int limit)
     }
 }
 
-/* Everything a state holds before any call: the frozen sandbox, and the
- * stop error, allocated now to be raised later without allocating. A
- * fresh state's images hold a call's globals too, made once here (every
- * call begins from its own copy): the registry's globals point to them. */
+/* Everything a state holds before any call: the frozen sandbox; the stop
+ * error, allocated now to be raised later without allocating; and a
+ * call's globals, made once here (every call begins from its own copy of
+ * the image), the registry's globals pointing to them. */
 static int prepare(lua_State *L)
 {
     rdmx__lambda_state_t *s = lua_touserdata(L, 1);
@@ -1334,13 +1276,10 @@ static int prepare(lua_State *L)
     open_sandbox(L, s);
     lua_pushstring(L, "lambda stopped: budget exhausted");
     s->stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    s->env_ref = LUA_NOREF;
-    if (s->arena != NULL) {
-        env_new(L, s, 0, 0);
-        lua_pushvalue(L, -1);
-        lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-        s->env_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    }
+    env_new(L, s);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    s->env_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     return 0;
 }
 
@@ -1364,8 +1303,8 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
     s->owner.max_memory = SIZE_MAX; /* the call's budget applies on use */
     s->owner.mem_limit = SIZE_MAX;
     s->stop_ref = s->owner.stop_ref = LUA_NOREF;
-    s->arena = NULL;
-    if (arena_size > 0 && (s->arena = rdmx__arena_create(arena_size)) == NULL)
+    s->L = NULL;
+    if ((s->arena = rdmx__arena_create(arena_size)) == NULL)
         return RDMX_ERR_NO_MEMORY;
     s->owner.arena = s->arena;
     L = lua_newstate(lalloc, &s->owner);
@@ -1374,72 +1313,60 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
         s->arena = NULL;
         return RDMX_ERR_NO_MEMORY;
     }
+    s->L = L;
     s->owner.L = s->owner.current = L;
     lua_pushcfunction(L, prepare);
     lua_pushlightuserdata(L, s);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        s->L = L;
         rdmx__lambda_state_close(s);
         return RDMX_ERR_NO_MEMORY;
     }
     s->owner.stop_ref = s->stop_ref;
     s->owner.armed = 1;
     s->owner.closing = 1;
-    s->sandbox_mem = s->clean_mem = s->owner.mem;
-    s->nfns = 0;
+    s->sandbox_mem = s->owner.mem;
     s->calls = 0;
     s->broken = 0;
     s->nfn_images = 0;
     lua_sethook(L, hook, LUA_MASKCOUNT, 1);
-    s->L = L;
-    if (s->arena != NULL && image_save(s, &s->pristine) != 0) {
+    if (image_save(s, &s->pristine) != 0) {
         rdmx__lambda_state_close(s);
         return RDMX_ERR_NO_MEMORY;
     }
     return RDMX_OK;
 }
 
+/* Nothing of a state lives outside its arena (the sandbox has no io and
+ * refuses __gc, so Lua's own finalizers would only free memory): unmapping
+ * the arena is closing the state. */
 void rdmx__lambda_state_close(rdmx__lambda_state_t *s)
 {
     unsigned i;
 
     if (s->L == NULL)
         return;
-    if (s->arena != NULL) {
-        /* nothing of a state lives outside its arena (the sandbox has no
-         * io and refuses __gc): unmapping it is closing it */
-        rdmx__arena_destroy(s->arena);
-        s->arena = NULL;
-        rdmx__arena_image_free(&s->pristine.img);
-        for (i = 0; i < s->nfn_images; i++)
-            rdmx__arena_image_free(&s->fn_images[i].img);
-        s->nfn_images = 0;
-        s->L = NULL;
-        return;
-    }
-    /* Nothing of a call runs here: the sandbox refuses __gc, so the only
-     * finalizers are Lua's own, which free memory; any Lua code would meet
-     * the stop at its first instruction. */
-    s->owner.closing = 1;
-    s->owner.current = s->L;
-    lua_sethook(s->L, hook, LUA_MASKCOUNT, 1);
-    lua_close(s->L);
+    rdmx__arena_destroy(s->arena);
+    s->arena = NULL;
+    rdmx__arena_image_free(&s->pristine.img);
+    for (i = 0; i < s->nfn_images; i++)
+        rdmx__arena_image_free(&s->fn_images[i].img);
+    s->nfn_images = 0;
     s->L = NULL;
 }
 
-/* Load the engine's bytecode (upvalue: the run) and keep the closure in the
- * state's table of functions. */
+/* Load the engine's bytecode (the run at index 1) as a function image's
+ * function. */
 static int load_keep(lua_State *L)
 {
     rdmx__lambda_run_t *r = lua_touserdata(L, 1);
 
     if (luaL_loadbufferx(L, r->code, r->code_len, "=lambda", "b") != LUA_OK)
         return lua_error(L);
-    fn_keep(L, r->state, r->id, UINT32_MAX);
+    lua_rawseti(L, LUA_REGISTRYINDEX, r->state->fn_ref);
     return 0;
 }
 
-/* The image of a fresh state that a call of @p r begins from: the one of
+/* The image that a call of @p r begins from: the one of
  * its function, saved now if there is none (the least recently used gives
  * way); the pristine one for source, or when that fails. The arena is made
  * that image. 1 when the image holds the function. */
@@ -1485,7 +1412,6 @@ static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     if (lua_pcall(s->L, 1, 0, 0) == LUA_OK && image_save(s, im) == 0) {
         memcpy(im->id, r->id, RDMX_LAMBDA_ID_LEN);
         im->used = ++s->image_clock;
-        s->nfns = 0;
         return 1;
     }
     /* out of room: this call loads the function itself */
@@ -1493,54 +1419,17 @@ static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     memset(&s->fn_images[s->nfn_images], 0, sizeof(*im));
     rdmx__arena_restore(s->arena, &s->pristine.img);
     s->owner.mem = s->pristine.mem;
-    s->nfns = 0;
     return 0;
 }
 
-/* Bytes of garbage a state may hold beyond its clean size before it is
- * collected fully after a call: what a later call could free and so get
- * beyond its budget. */
-static size_t gc_slack(const rdmx__lambda_run_t *r)
-{
-    size_t slack = r->max_memory / 8;
-    return slack < ((size_t)256 << 10) ? slack : ((size_t)256 << 10);
-}
-
-/* The call is over: nothing of it stays reachable (stack emptied, the
- * registry's globals and the kept closure's _ENV reset); the state goes
- * back to its own record, stopped, and is collected if the call left
- * much garbage. Allocates nothing but what a collection may. */
+/* The call is over: the state goes back to its own record (the next call
+ * restores an image before anything else). */
 static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 {
-    lua_State *L = s->L;
-
     s->owner.mem = r->mem;
     s->owner.stop_ref = r->stop_ref;
     s->calls++;
-    if (s->arena != NULL) {
-        /* a fresh state: the next call restores an image first */
-        lua_setallocf(L, lalloc, &s->owner);
-        return;
-    }
-    lua_sethook(L, hook, LUA_MASKCOUNT, 1);
-    /* 1: the kept closure (or nil: none, or loaded by this call) */
-    lua_settop(L, 1);
-    if (lua_type(L, 1) == LUA_TFUNCTION ||
-        (r->keep_fns > 0 && fn_find(L, s, r->id))) {
-        lua_pushnil(L);
-        lua_setupvalue(L, -2, 1);
-    }
-    lua_settop(L, 0);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, s->globals_ref);
-    lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
-    s->owner.armed = 1;
-    s->owner.closing = 1;
-    s->owner.current = L;
-    lua_setallocf(L, lalloc, &s->owner);
-    if (!r->fresh && s->owner.mem > s->clean_mem + gc_slack(r)) {
-        lua_gc(L, LUA_GCCOLLECT);
-        s->clean_mem = s->owner.mem;
-    }
+    lua_setallocf(s->L, lalloc, &s->owner);
 }
 
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
@@ -1567,8 +1456,8 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
         }
     }
 
-    /* a fresh state begins from an image: of the function, if it has one */
-    have_fn = s->arena != NULL ? image_begin(r, s) : r->keep_fns > 0;
+    /* the state begins from an image: of the function, if it has one */
+    have_fn = image_begin(r, s);
 
     /* the call owns the state from here: its record counts what the state
      * holds beyond what it held now */
@@ -1583,9 +1472,8 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     r->state = s;
     r->L = r->current = L;
 
-    /* the closure this state keeps for the function, if any: looked up
-     * once, for pmain and for hand_back (the stack is empty here) */
-    if (!have_fn || !fn_find(L, s, r->id))
+    /* the function the image holds, if any (the stack is empty here) */
+    if (!have_fn || !fn_find(L, s))
         lua_pushnil(L);
     lua_pushcfunction(L, pmain);
     lua_pushlightuserdata(L, r);

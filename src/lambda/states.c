@@ -4,10 +4,9 @@
  *
  * A free list. A call pops a state under the mutex, or builds one when the
  * list is empty, and pushes it back when done. The list holds as many
- * states as calls ever ran at once. Reused states carry what calls leave
- * in them (each call runs in its own environment, sandbox.c); fresh ones
- * live in an arena and begin every call from a saved image, so that no call
- * sees anything an earlier one left.
+ * states as calls ever ran at once. Each lives in an arena and begins
+ * every call from a saved image (sandbox.c), so that no call sees anything
+ * an earlier one left.
  */
 #include "lambda/lambda_int.h"
 
@@ -16,7 +15,7 @@
 
 struct rdmx__lambda_states {
     pthread_mutex_t lock;
-    size_t arena_size; /* fresh states: their arenas' size; 0: reused */
+    size_t arena_size; /* of each state's arena */
     rdmx__lambda_state_t *idle;
 };
 

@@ -94,12 +94,6 @@ static int lambda_requests(rpc_thread_t *t)
     }
     memcpy(t->lreq[LK_NOCACHE], b, t->lreq_len[LK_SOURCE]);
     t->lreq_len[LK_NOCACHE] = t->lreq_len[LK_SOURCE];
-    t->lreq[LK_REUSED] = malloc(t->lreq_len[LK_SOURCE]);
-    if (t->lreq[LK_REUSED] == NULL) {
-        return -1;
-    }
-    memcpy(t->lreq[LK_REUSED], b, t->lreq_len[LK_SOURCE]);
-    t->lreq_len[LK_REUSED] = t->lreq_len[LK_SOURCE];
     return 0;
 }
 
@@ -154,8 +148,7 @@ int perf_lambda_setup(rpc_thread_t *t)
 int perf_lambda_phase(rpc_thread_t *t, uint64_t count, bool measure)
 {
     static const char *const method[LK_COUNT] = {
-        RPC_ECHO, "lambda.call", "lambda.eval", RPC_LAMBDA_NOCACHE,
-        RPC_LAMBDA_REUSED};
+        RPC_ECHO, "lambda.call", "lambda.eval", RPC_LAMBDA_NOCACHE};
     rpc_run_t *run = t->run;
 
     for (uint64_t done = 0; done < count; done += LAMBDA_BLOCK) {

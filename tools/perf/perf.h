@@ -68,7 +68,6 @@ extern const perf_test_t g_tests[TEST_COUNT];
 #define RPC_PUSH           "perf.push"
 #define RPC_INFO           "perf.info"
 #define RPC_LAMBDA_NOCACHE "perf.lambda_nocache"
-#define RPC_LAMBDA_REUSED  "perf.lambda_reused"
 #define RPC_MAX_WORKERS    64
 #define RPC_MAX_THREADS    256
 
@@ -240,7 +239,7 @@ typedef struct {
 typedef struct rpc_run rpc_run_t;
 
 /* lambda_lat: the kinds of call it compares (see main.c). */
-enum { LK_RPC, LK_HASH, LK_SOURCE, LK_NOCACHE, LK_REUSED, LK_COUNT };
+enum { LK_RPC, LK_HASH, LK_SOURCE, LK_NOCACHE, LK_COUNT };
 #define LAMBDA_SOURCE  "return" /* the empty function (default) */
 #define LAMBDA_BLOCK   100      /* calls of one kind in a row */
 #define LAMBDA_OUT_MAX 65536    /* --function: longest output accepted */

@@ -12,13 +12,12 @@
 
 /* lambda_lat's kinds of call (LK_*): their names and what each calls. */
 static const char *const lk_names[LK_COUNT] = {"rpc", "hash", "source",
-                                               "nocache", "reused"};
+                                               "nocache"};
 static const char *const lk_what[LK_COUNT] = {
     "perf.echo (plain RPC round trip)",
     "lambda.call by id, compiled code cached",
     "lambda.eval with the source, cached engine",
     "lambda.eval with the source, no cache",
-    "lambda.eval with the source, cached engine, reused states",
 };
 
 /* qsort() order of uint64_t samples. */

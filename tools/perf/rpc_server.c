@@ -44,7 +44,6 @@ typedef struct rpc_srv {
     char info[128];                       /* perf.info's answer */
     rdmx_lambda_engine_t *lambda;         /* lambda.eval/call/native */
     rdmx_lambda_engine_t *lambda_nocache; /* perf.lambda_nocache */
-    rdmx_lambda_engine_t *lambda_reused;  /* perf.lambda_reused */
     struct {
         rdmx_mr_t *mr;
         size_t len;
@@ -314,14 +313,6 @@ static int rpc_srv_start(rpc_srv_t *s, rdmx_context_t *ctx, const char *address,
 
         st = rdmx_lambda_engine_create(&lp, &s->lambda_nocache);
     }
-    if (st == RDMX_OK) {
-        rdmx_lambda_params_t lp = {
-            .field_mask = RDMX_LAMBDA_PARAM_FIELD_FRESH_STATES,
-            .fresh_states = 0,
-        };
-
-        st = rdmx_lambda_engine_create(&lp, &s->lambda_reused);
-    }
     if (st != RDMX_OK) {
         return perf_fail("create the lambda engines", st);
     }
@@ -339,9 +330,6 @@ static int rpc_srv_start(rpc_srv_t *s, rdmx_context_t *ctx, const char *address,
             RDMX_OK ||
         (st = rdmx_rpc_server_register(s->srv, RPC_LAMBDA_NOCACHE,
                                        perf_lambda_nocache, s->lambda_nocache,
-                                       0)) != RDMX_OK ||
-        (st = rdmx_rpc_server_register(s->srv, RPC_LAMBDA_REUSED,
-                                       perf_lambda_nocache, s->lambda_reused,
                                        0)) != RDMX_OK ||
         (st = rdmx_lambda_register_handlers(s->srv, s->lambda, NULL)) !=
             RDMX_OK) {
@@ -370,10 +358,6 @@ static void rpc_srv_stop(rpc_srv_t *s, rdmx_rpc_server_stats_t *stats)
     if (s->lambda != NULL) {
         rdmx_lambda_engine_destroy(s->lambda);
         s->lambda = NULL;
-    }
-    if (s->lambda_reused != NULL) {
-        rdmx_lambda_engine_destroy(s->lambda_reused);
-        s->lambda_reused = NULL;
     }
     if (s->lambda_nocache != NULL) {
         rdmx_lambda_engine_destroy(s->lambda_nocache);
