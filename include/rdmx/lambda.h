@@ -101,7 +101,7 @@ typedef struct {
      *  64 bytes allocated, ...). Default 10,000,000; at least 1000. */
     uint64_t max_instructions;
     /** Bytes a call may add to its Lua state (input included). Default
-     *  64 MiB; at least 256 KiB. */
+     *  64 MiB; at least 256 KiB, at most 1 TiB. */
     size_t max_memory;
     /** Longest source. Default 1 MiB. */
     size_t max_source;

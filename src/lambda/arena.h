@@ -3,17 +3,16 @@
  * (docs/LAMBDA.md, "Fresh states from an image").
  *
  * The arena is one private mapping that never moves. Its allocator keeps
- * all of its bookkeeping inside the arena (a header at the base: the bump
- * offset and one free list per size class), so the bytes from the base to
- * the bump offset are the whole state: saving them is an image, and copying
- * an image back makes the state, allocator included, byte for byte what it
- * was when the image was saved. Every pointer in it stays valid because the
- * arena is at the same address.
+ * all of its bookkeeping inside the arena (a header at the base), so the
+ * bytes the allocator uses are the whole state: saving them is an image,
+ * and copying an image back makes the state, allocator included, byte for
+ * byte what it was when the image was saved. Every pointer in it stays
+ * valid because the arena is at the same address.
  *
- * Blocks are not headed: Lua passes a block's size back on every realloc
- * and free. Sizes round up to a class (16-byte steps to 512 B, then four
- * classes per power of two); a freed block goes on its class's list and is
- * reused for that class only.
+ * Small blocks (Lua's objects, up to 512 B) grow up from the base in size
+ * classes without headers (Lua passes a block's size back on every realloc
+ * and free); large ones grow down from the end with boundary tags, and
+ * freed ones merge (arena.c).
  *
  * Owned by one thread at a time; no locking.
  */
@@ -41,16 +40,21 @@ void rdmx__arena_destroy(rdmx__arena_t *a);
 void *rdmx__arena_realloc(rdmx__arena_t *a, void *p, size_t osize,
                           size_t nsize);
 
-/* Bytes from the base to the bump offset: the size an image would have. */
+/* Bytes the allocator uses: the size an image would have. */
 size_t rdmx__arena_used(const rdmx__arena_t *a);
 
 /* Save the arena into @p img (its bytes malloc'd; free with
- * rdmx__arena_image_free). -1 when out of memory. */
-int rdmx__arena_save(const rdmx__arena_t *a, rdmx__arena_image_t *img);
+ * rdmx__arena_image_free). -1 when out of memory. The pages just beyond
+ * the image (256 KiB at each region's edge) are touched, to stay resident:
+ * a call never finds them warm or cold because of an earlier call. */
+int rdmx__arena_save(rdmx__arena_t *a, rdmx__arena_image_t *img);
 
-/* Make the arena what it was when @p img was saved. Memory the arena
- * touched well beyond the image is given back to the system. */
+/* Make the arena what it was when @p img was saved. */
 void rdmx__arena_restore(rdmx__arena_t *a, const rdmx__arena_image_t *img);
+
+/* Give back to the system what the arena touched beyond @p img and its
+ * resident edges (a call is over; its state began from @p img). */
+void rdmx__arena_trim(rdmx__arena_t *a, const rdmx__arena_image_t *img);
 
 void rdmx__arena_image_free(rdmx__arena_image_t *img);
 

@@ -364,17 +364,16 @@ static rdmx_status_t load_plugins(rdmx_lambda_engine_t *e, const char *dir)
 
 /* --- create / destroy ----------------------------------------------------- */
 
-/* Address space of a state's arena: the sandbox and a loaded
- * function, and a call's max_memory with room for the allocator's size
- * classes and the blocks it does not merge (docs/LAMBDA.md, "Fresh states
- * from an image"). Reserved, not committed. */
+/* Address space of a state's arena: the sandbox and a loaded function
+ * (source beyond 1 GiB is not worth room), and a call's max_memory (at most
+ * RDMX__LAMBDA_MAX_MEMORY) with room for what the allocator does not merge:
+ * freed small blocks serve their own size class only (docs/LAMBDA.md,
+ * "Fresh states from an image"). Reserved, not committed. */
 static size_t arena_size(size_t max_memory, size_t max_source)
 {
-    const size_t cap = (size_t)1 << 44;
-    size_t m = max_memory < cap ? max_memory : cap;
-    size_t s = max_source < cap ? max_source : cap;
+    size_t s = max_source < ((size_t)1 << 30) ? max_source : (size_t)1 << 30;
 
-    return 4 * m + 4 * s + ((size_t)64 << 20);
+    return 4 * max_memory + 4 * s + ((size_t)64 << 20);
 }
 
 rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
@@ -423,6 +422,10 @@ rdmx_status_t rdmx_lambda_engine_create(const rdmx_lambda_params_t *params,
         return rdmx__error(RDMX_ERR_INVALID,
                            "lambda: max_memory %zu below %zu", p.max_memory,
                            RDMX__LAMBDA_MIN_MEMORY);
+    if (p.max_memory > RDMX__LAMBDA_MAX_MEMORY)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "lambda: max_memory %zu over %zu (1 TiB)",
+                           p.max_memory, RDMX__LAMBDA_MAX_MEMORY);
     if (p.max_source == 0 || p.max_output == 0)
         return rdmx__error(RDMX_ERR_INVALID,
                            "lambda: max_source and max_output must be > 0");

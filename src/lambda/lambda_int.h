@@ -30,9 +30,13 @@
 #define RDMX__LAMBDA_MIN_MEMORY       ((size_t)256 << 10)
 #define RDMX__LAMBDA_MAX_SPARES       64u /* spare_states: checked, unused */
 
-/* Function images a state keeps (docs/LAMBDA.md, "Fresh states from an
- * image"). */
-#define RDMX__LAMBDA_FN_IMAGES 16u
+/* Function images a state keeps, and the bytes they hold at most
+ * (docs/LAMBDA.md, "Fresh states from an image"). */
+#define RDMX__LAMBDA_FN_IMAGES      64u
+#define RDMX__LAMBDA_FN_IMAGE_BYTES ((size_t)16 << 20)
+/* max_memory at most: a state's arena reserves a few times as much address
+ * space (engine.c, arena_size). */
+#define RDMX__LAMBDA_MAX_MEMORY ((size_t)1 << 40)
 
 /* Names every call's environment holds (sandbox.c, env_names). */
 #define RDMX__LAMBDA_ENV_NAMES 5
@@ -83,6 +87,7 @@ typedef struct rdmx__lambda_run {
     size_t mem_peak;               /* highest mem */
     size_t mem_shown;              /* the sandbox's own size (count) */
     int mem_refused;               /* an allocation hit max_memory */
+    int seeded;                    /* math.random seeded for this call */
     int armed;                     /* the function runs: budgets apply */
     int stop;                      /* rdmx_lambda_limit_t that stopped it */
     int closing;
@@ -126,8 +131,6 @@ typedef struct rdmx__lambda_state {
     int env_ref;              /* registry ref of a call's globals */
     size_t sandbox_mem;       /* bytes held right after the build */
     uint64_t calls;           /* calls run in this state */
-    int random_used;          /* math.random used since the images were
-                               * saved */
     int broken;               /* not to be reused (host out of memory) */
     /* registry refs of the names every environment holds */
     int name_ref[RDMX__LAMBDA_ENV_NAMES];
@@ -136,8 +139,10 @@ typedef struct rdmx__lambda_state {
     rdmx__arena_t *arena;
     rdmx__lambda_image_t pristine;
     rdmx__lambda_image_t fn_images[RDMX__LAMBDA_FN_IMAGES];
-    unsigned nfn_images;
+    unsigned nfn_images;   /* slots in use (bytes != NULL) */
+    size_t fn_image_bytes; /* bytes they hold */
     uint64_t image_clock;
+    const rdmx__arena_image_t *begun; /* the image the last call began from */
 } rdmx__lambda_state_t;
 
 /* sandbox.c: build a state (any thread) in an arena of @p arena_size

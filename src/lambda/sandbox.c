@@ -47,6 +47,7 @@
 
 #include <lauxlib.h>
 #include <lualib.h>
+#include <openssl/rand.h>
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -660,13 +661,26 @@ static void open_kv(lua_State *L, const rdmx_lambda_env_t *env)
     lua_setglobal(L, "kv");
 }
 
-/* math.random and math.randomseed (upvalue 1): mark the state's generator
- * as used, so that the next call gets a seed of its own. */
+/* math.random and math.randomseed (upvalue 1): the first use in a call
+ * seeds the generator from the system's random bytes, so that a call's
+ * numbers tell nothing of the image (which holds the generator as it was
+ * when saved), of other calls or of the clock. */
 static int l_random(lua_State *L)
 {
     rdmx__lambda_run_t *r = run_of(L);
-    if (r->state != NULL)
-        r->state->random_used = 1;
+
+    if (!r->seeded && r->state != NULL) {
+        uint64_t seed[2] = {0, 0};
+        r->seeded = 1;
+        if (RAND_bytes((unsigned char *)seed, (int)sizeof(seed)) != 1) {
+            seed[0] = rdmx_now_ns();
+            seed[1] = (uint64_t)(uintptr_t)r->state ^ r->state->calls;
+        }
+        lua_rawgeti(L, LUA_REGISTRYINDEX, r->state->seed_ref);
+        lua_pushinteger(L, (lua_Integer)seed[0]);
+        lua_pushinteger(L, (lua_Integer)seed[1]);
+        lua_call(L, 2, 0);
+    }
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
@@ -951,8 +965,8 @@ static void open_sandbox(lua_State *L, rdmx__lambda_state_t *s)
     lua_setfield(L, g, "os");
     lua_pop(L, 1); /* the full os table */
 
-    /* math.randomseed, to reseed the call after one that used the
-     * generator; random and randomseed tell when they are used */
+    /* math.randomseed, to seed each call's generator at its first use
+     * (l_random) */
     lua_getfield(L, g, "math");
     lua_getfield(L, -1, "randomseed");
     s->seed_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -1156,15 +1170,6 @@ static int pmain(lua_State *L)
     lua_settop(L, 2);
     lua_rawgeti(L, LUA_REGISTRYINDEX, state->env_ref);
     lua_replace(L, 1);
-    /* a seed of this call's own once any call used the generator
-     * (math.random and randomseed tell, l_random): the images hold it as
-     * it was when they were saved */
-    if (state->random_used) {
-        lua_rawgeti(L, LUA_REGISTRYINDEX, state->seed_ref);
-        lua_pushinteger(L, (lua_Integer)rdmx_now_ns());
-        lua_pushinteger(L, (lua_Integer)((uintptr_t)state ^ state->calls));
-        lua_call(L, 2, 0);
-    }
     if (c->input_len > 0) {
         env_name(L, state, NAME_INPUT);
         lua_pushlstring(L, c->input, c->input_len);
@@ -1328,6 +1333,7 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
     s->calls = 0;
     s->broken = 0;
     s->nfn_images = 0;
+    s->fn_image_bytes = 0;
     lua_sethook(L, hook, LUA_MASKCOUNT, 1);
     if (image_save(s, &s->pristine) != 0) {
         rdmx__lambda_state_close(s);
@@ -1348,9 +1354,10 @@ void rdmx__lambda_state_close(rdmx__lambda_state_t *s)
     rdmx__arena_destroy(s->arena);
     s->arena = NULL;
     rdmx__arena_image_free(&s->pristine.img);
-    for (i = 0; i < s->nfn_images; i++)
+    for (i = 0; i < RDMX__LAMBDA_FN_IMAGES; i++)
         rdmx__arena_image_free(&s->fn_images[i].img);
     s->nfn_images = 0;
+    s->fn_image_bytes = 0;
     s->L = NULL;
 }
 
@@ -1366,18 +1373,29 @@ static int load_keep(lua_State *L)
     return 0;
 }
 
-/* The image that a call of @p r begins from: the one of
- * its function, saved now if there is none (the least recently used gives
- * way); the pristine one for source, or when that fails. The arena is made
- * that image. 1 when the image holds the function. */
+/* Drop the function image @p im (its slot becomes free). */
+static void image_drop(rdmx__lambda_state_t *s, rdmx__lambda_image_t *im)
+{
+    s->fn_image_bytes -= im->img.len;
+    rdmx__arena_image_free(&im->img);
+    im->used = 0;
+    s->nfn_images--;
+}
+
+/* The image that a call of @p r begins from: the one of its function,
+ * saved now if there is none (the least recently used give way, past
+ * RDMX__LAMBDA_FN_IMAGES or RDMX__LAMBDA_FN_IMAGE_BYTES); the pristine one
+ * for source, or when that fails. The arena is made that image. 1 when
+ * the image holds the function. */
 static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 {
-    rdmx__lambda_image_t *im = NULL;
+    rdmx__lambda_image_t *im = NULL, *lru;
     unsigned i;
 
     if (r->binary && r->id != NULL) {
-        for (i = 0; i < s->nfn_images; i++)
-            if (memcmp(s->fn_images[i].id, r->id, RDMX_LAMBDA_ID_LEN) == 0) {
+        for (i = 0; i < RDMX__LAMBDA_FN_IMAGES; i++)
+            if (s->fn_images[i].img.bytes != NULL &&
+                memcmp(s->fn_images[i].id, r->id, RDMX_LAMBDA_ID_LEN) == 0) {
                 im = &s->fn_images[i];
                 break;
             }
@@ -1386,22 +1404,30 @@ static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
         rdmx__arena_restore(s->arena, &im->img);
         s->owner.mem = im->mem;
         im->used = ++s->image_clock;
+        s->begun = &im->img;
         return 1;
     }
     rdmx__arena_restore(s->arena, &s->pristine.img);
     s->owner.mem = s->pristine.mem;
+    s->begun = &s->pristine.img;
     if (!r->binary || r->id == NULL)
         return 0;
 
-    /* a function image: the pristine state with the function loaded */
-    if (s->nfn_images < RDMX__LAMBDA_FN_IMAGES) {
-        im = &s->fn_images[s->nfn_images++];
-    } else {
-        im = &s->fn_images[0];
-        for (i = 1; i < s->nfn_images; i++)
-            if (s->fn_images[i].used < im->used)
-                im = &s->fn_images[i];
-        rdmx__arena_image_free(&im->img);
+    /* a function image: the pristine state with the function loaded, in a
+     * free slot (the least recently used one's, when none is free) */
+    lru = NULL;
+    for (i = 0; i < RDMX__LAMBDA_FN_IMAGES; i++) {
+        rdmx__lambda_image_t *x = &s->fn_images[i];
+        if (x->img.bytes == NULL) {
+            im = x;
+            break;
+        }
+        if (lru == NULL || x->used < lru->used)
+            lru = x;
+    }
+    if (im == NULL) {
+        image_drop(s, lru);
+        im = lru;
     }
     s->owner.state = s;
     s->owner.code = r->code;
@@ -1409,27 +1435,42 @@ static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     s->owner.id = r->id;
     lua_pushcfunction(s->L, load_keep);
     lua_pushlightuserdata(s->L, &s->owner);
-    if (lua_pcall(s->L, 1, 0, 0) == LUA_OK && image_save(s, im) == 0) {
-        memcpy(im->id, r->id, RDMX_LAMBDA_ID_LEN);
-        im->used = ++s->image_clock;
-        return 1;
+    if (lua_pcall(s->L, 1, 0, 0) != LUA_OK || image_save(s, im) != 0) {
+        /* out of room: this call loads the function itself */
+        rdmx__arena_restore(s->arena, &s->pristine.img);
+        s->owner.mem = s->pristine.mem;
+        return 0;
     }
-    /* out of room: this call loads the function itself */
-    *im = s->fn_images[--s->nfn_images];
-    memset(&s->fn_images[s->nfn_images], 0, sizeof(*im));
-    rdmx__arena_restore(s->arena, &s->pristine.img);
-    s->owner.mem = s->pristine.mem;
-    return 0;
+    memcpy(im->id, r->id, RDMX_LAMBDA_ID_LEN);
+    im->used = ++s->image_clock;
+    s->nfn_images++;
+    s->fn_image_bytes += im->img.len;
+    s->begun = &im->img;
+    /* the bytes the images hold, bounded: the least recently used go */
+    while (s->fn_image_bytes > RDMX__LAMBDA_FN_IMAGE_BYTES &&
+           s->nfn_images > 1) {
+        lru = NULL;
+        for (i = 0; i < RDMX__LAMBDA_FN_IMAGES; i++) {
+            rdmx__lambda_image_t *x = &s->fn_images[i];
+            if (x->img.bytes != NULL && x != im &&
+                (lru == NULL || x->used < lru->used))
+                lru = x;
+        }
+        image_drop(s, lru);
+    }
+    return 1;
 }
 
 /* The call is over: the state goes back to its own record (the next call
- * restores an image before anything else). */
+ * restores an image before anything else), and what the call touched
+ * beyond its image goes back to the system. */
 static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 {
     s->owner.mem = r->mem;
     s->owner.stop_ref = r->stop_ref;
     s->calls++;
     lua_setallocf(s->L, lalloc, &s->owner);
+    rdmx__arena_trim(s->arena, s->begun);
 }
 
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
