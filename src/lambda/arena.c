@@ -57,6 +57,8 @@ struct rdmx__arena {
     size_t page;
     size_t small_touched; /* highest small_top since the last trim */
     size_t large_touched; /* lowest large_low since the last trim */
+    size_t kept_high;     /* [0, kept_high) resident since the last trim */
+    size_t kept_low;      /* [kept_low, size) resident since the last trim */
     arena_hdr_t *h;
 };
 
@@ -321,8 +323,18 @@ void *rdmx__arena_realloc(rdmx__arena_t *a, void *p, size_t osize, size_t nsize)
         return p;
     }
     q = arena_alloc(a, nsize);
-    if (q == NULL)
-        return nsize < osize ? p : NULL; /* a shrink keeps its block */
+    if (q == NULL) {
+        /* a shrink (or a same size) keeps its block, and so does any size
+         * a large block kept by an earlier failed shrink still holds */
+        if (nsize <= osize)
+            return p;
+        if (is_large(a, p) &&
+            nsize <= (((lblock_t *)(void *)((unsigned char *)p - LHDR))->size &
+                      ~(size_t)1) -
+                         LHDR)
+            return p;
+        return NULL;
+    }
     memcpy(q, p, osize < nsize ? osize : nsize);
     arena_free(a, p, osize);
     return q;
@@ -358,6 +370,8 @@ rdmx__arena_t *rdmx__arena_create(size_t size)
     a->h->large_low = size;
     a->small_touched = HDR_SIZE;
     a->large_touched = size;
+    a->kept_high = 0;
+    a->kept_low = size;
     return a;
 }
 
@@ -372,6 +386,35 @@ void rdmx__arena_destroy(rdmx__arena_t *a)
 size_t rdmx__arena_used(const rdmx__arena_t *a)
 {
     return a->h->small_top + (a->size - a->h->large_low);
+}
+
+/* Make the slack of an image with these edges resident again where the
+ * last trim (of another image) may have given it back. */
+static void touch_slack(rdmx__arena_t *a, size_t small_top, size_t large_low)
+{
+    size_t i, to = page_up(a, small_top + SLACK);
+    size_t from = large_low > SLACK ? page_down(a, large_low - SLACK) : 0;
+
+    if (to > a->kept_high) {
+        for (i = page_up(a, small_top) > a->kept_high ? page_up(a, small_top)
+                                                      : a->kept_high;
+             i < to && i < large_low; i += a->page)
+            a->base[i] = 0;
+        a->kept_high = to;
+        if (to > a->small_touched)
+            a->small_touched = to;
+    }
+    if (from < a->kept_low) {
+        size_t end = page_down(a, large_low) < a->kept_low
+                         ? page_down(a, large_low)
+                         : a->kept_low;
+        for (i = from; i < end; i += a->page)
+            if (i >= small_top)
+                a->base[i] = 0;
+        a->kept_low = from;
+        if (from < a->large_touched)
+            a->large_touched = from;
+    }
 }
 
 int rdmx__arena_save(rdmx__arena_t *a, rdmx__arena_image_t *img)
@@ -401,6 +444,10 @@ int rdmx__arena_save(rdmx__arena_t *a, rdmx__arena_image_t *img)
             a->base[i] = 0;
     if (from < a->large_touched)
         a->large_touched = from;
+    if (to > a->kept_high)
+        a->kept_high = to;
+    if (from < a->kept_low)
+        a->kept_low = from;
     return 0;
 }
 
@@ -415,6 +462,7 @@ void rdmx__arena_restore(rdmx__arena_t *a, const rdmx__arena_image_t *img)
         a->small_touched = low;
     if (ih->large_low < a->large_touched)
         a->large_touched = ih->large_low;
+    touch_slack(a, ih->small_top, ih->large_low);
 }
 
 void rdmx__arena_trim(rdmx__arena_t *a, const rdmx__arena_image_t *img)
@@ -439,6 +487,12 @@ void rdmx__arena_trim(rdmx__arena_t *a, const rdmx__arena_image_t *img)
         if (keep_low > from)
             (void)madvise(a->base + from, keep_low - from, MADV_DONTNEED);
         a->large_touched = keep_low;
+    }
+    if (keep_high < keep_low) {
+        if (a->kept_high > keep_high)
+            a->kept_high = keep_high;
+        if (a->kept_low < keep_low)
+            a->kept_low = keep_low;
     }
 }
 

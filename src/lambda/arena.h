@@ -49,11 +49,14 @@ size_t rdmx__arena_used(const rdmx__arena_t *a);
  * a call never finds them warm or cold because of an earlier call. */
 int rdmx__arena_save(rdmx__arena_t *a, rdmx__arena_image_t *img);
 
-/* Make the arena what it was when @p img was saved. */
+/* Make the arena what it was when @p img was saved (and its resident
+ * edges resident again, if a trim for another image gave them back). */
 void rdmx__arena_restore(rdmx__arena_t *a, const rdmx__arena_image_t *img);
 
 /* Give back to the system what the arena touched beyond @p img and its
- * resident edges (a call is over; its state began from @p img). */
+ * resident edges (a call is over; its state began from @p img). What lay
+ * there reads as zeros afterwards: the state is not to be used again
+ * until an image is restored. */
 void rdmx__arena_trim(rdmx__arena_t *a, const rdmx__arena_image_t *img);
 
 void rdmx__arena_image_free(rdmx__arena_image_t *img);
