@@ -131,7 +131,6 @@ typedef struct rdmx__lambda_state {
     int env_ref;              /* registry ref of a call's globals */
     size_t sandbox_mem;       /* bytes held right after the build */
     uint64_t calls;           /* calls run in this state */
-    int broken;               /* not to be reused (host out of memory) */
     /* registry refs of the names every environment holds */
     int name_ref[RDMX__LAMBDA_ENV_NAMES];
     rdmx__lambda_run_t owner; /* allocator ud while no call owns the state */
@@ -153,7 +152,7 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
 void rdmx__lambda_state_close(rdmx__lambda_state_t *s);
 
 /* sandbox.c: run one call in @p s's state, begun from an image; the state
- * is handed back idle, reusable unless s->broken. Returns the
+ * is handed back idle (the next call restores an image). Returns the
  * status; r->msg, r->out, r->type, r->limit, r->units, r->mem_peak (the
  * call's bytes) are filled. */
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s);
@@ -172,8 +171,7 @@ void rdmx__lambda_states_destroy(rdmx__lambda_states_t *st);
  * NULL when out of memory. */
 rdmx__lambda_state_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
                                                int *ready_p);
-/* A state a call is done with: back on the free list (closed if
- * broken). */
+/* A state a call is done with: back on the free list. */
 void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
                               rdmx__lambda_state_t *s);
 

@@ -1085,11 +1085,8 @@ static void out_append(lua_State *L, rdmx__lambda_run_t *r, const char *s,
     }
 }
 
-/* --- loaded closures kept per state (id -> closure) ----------------------- */
+/* --- a call's function and globals -------------------------------------- */
 
-/* The integer key of @p id in the state's table: its first 8 bytes (a
- * SHA-256: uniform); the entry, a userdata of the whole id with the closure
- * as its user value, tells a collision apart. */
 /* Push the function a function image holds and return 1, or push nothing
  * and return 0 (the pristine image). Allocates nothing. */
 static int fn_find(lua_State *L, const rdmx__lambda_state_t *s)
@@ -1331,7 +1328,6 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
     s->owner.closing = 1;
     s->sandbox_mem = s->owner.mem;
     s->calls = 0;
-    s->broken = 0;
     s->nfn_images = 0;
     s->fn_image_bytes = 0;
     lua_sethook(L, hook, LUA_MASKCOUNT, 1);
@@ -1531,10 +1527,9 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
                 stop_message(r, RDMX_LAMBDA_LIMIT_MEMORY, r->msg,
                              sizeof(r->msg));
                 status = RDMX_ERR_NO_RESOURCE;
-            } else {
+            } else { /* not our allocator's refusal (none known) */
                 snprintf(r->msg, sizeof(r->msg), "out of memory");
                 status = RDMX_ERR_NO_MEMORY;
-                s->broken = 1; /* the host's memory: start afresh */
             }
         } else {
             const char *m = lua_type(L, -1) == LUA_TSTRING ||

@@ -77,10 +77,6 @@ rdmx__lambda_state_t *rdmx__lambda_states_take(rdmx__lambda_states_t *st,
 void rdmx__lambda_states_done(rdmx__lambda_states_t *st,
                               rdmx__lambda_state_t *s)
 {
-    if (s->broken) {
-        state_free(s);
-        return;
-    }
     pthread_mutex_lock(&st->lock);
     s->next = st->idle;
     st->idle = s;
