@@ -235,6 +235,8 @@ struct rdmx_op {
     size_t early_len;
     unsigned char hdr[RDMX_OP_HDR_MAX]; /* AM header: lives as long as the
                                            send (UCX 1.13 does not copy) */
+    rdmx_tp_iov_t iov[RDMX_TP_IOV_MAX]; /* a gathered send's pieces (the
+                                           backend reads them until done) */
 };
 
 /* A message that arrived before a receive was posted. */

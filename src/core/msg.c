@@ -9,6 +9,7 @@
  * verbs), and an unexpected one waits as a descriptor, not a copy.
  */
 #include "core/internal.h"
+#include "util/bufcache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,92 @@ rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
     return rdmx__op_issue(op, st, req, "send");
 }
 
+_Static_assert(RDMX_MSG_IOV_MAX == RDMX_TP_IOV_MAX,
+               "upper.h and transport.h disagree on the pieces of a send");
+
+/* A gathered send on a transport that cannot gather: the pieces joined
+ * into one buffer, freed when the send is done. */
+typedef struct {
+    rdmx_cb_t cb;
+    void *arg;
+    void *buf;
+} joined_t;
+
+static void joined_done(rdmx_status_t status, size_t length, void *arg)
+{
+    joined_t *j = arg;
+
+    rdmx__buf_free(j->buf);
+    if (j->cb != NULL)
+        j->cb(status, length, j->arg);
+    free(j);
+}
+
+static rdmx_status_t send_joined(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                                 size_t hlen, const rdmx_msg_iov_t *iov,
+                                 unsigned n, size_t total, rdmx_cb_t cb,
+                                 void *arg)
+{
+    joined_t *j = malloc(sizeof(*j));
+    unsigned char *p;
+    rdmx_status_t st;
+    unsigned i;
+
+    if (j == NULL || (j->buf = rdmx__buf_alloc(total)) == NULL) {
+        free(j);
+        return rdmx__error(RDMX_ERR_NO_MEMORY,
+                           "send: out of memory for %zu "
+                           "bytes",
+                           total);
+    }
+    for (p = j->buf, i = 0; i < n; p += iov[i].length, i++)
+        if (iov[i].length != 0)
+            memcpy(p, iov[i].base, iov[i].length);
+    j->cb = cb;
+    j->arg = arg;
+    st = rdmx__msg_send(ep, id, hdr, hlen, j->buf, total, joined_done, j);
+    if (st != RDMX_INPROGRESS) {
+        rdmx__buf_free(j->buf);
+        free(j);
+    }
+    return st;
+}
+
+rdmx_status_t rdmx__msg_sendv(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                              size_t hlen, const rdmx_msg_iov_t *iov,
+                              unsigned n, rdmx_cb_t cb, void *arg)
+{
+    rdmx_worker_t *w = ep->worker;
+    size_t total = 0;
+    rdmx_status_t st;
+    rdmx_op_t *op;
+    void *req = NULL;
+    unsigned i;
+
+    if (hlen > RDMX_OP_HDR_MAX || n == 0 || n > RDMX_MSG_IOV_MAX)
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "send: header of %zu bytes, "
+                           "%u pieces",
+                           hlen, n);
+    for (i = 0; i < n; i++)
+        total += iov[i].length;
+    if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
+        return st;
+    if (w->tp->sendv == NULL)
+        return send_joined(ep, id, hdr, hlen, iov, n, total, cb, arg);
+    op = rdmx__op_get(w, ep, RDMX_OP_SEND, cb, arg);
+    if (op == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
+    op->length = total;
+    memcpy(op->hdr, hdr, hlen);
+    for (i = 0; i < n; i++) {
+        op->iov[i].base = iov[i].base;
+        op->iov[i].length = iov[i].length;
+    }
+    st = w->tp->sendv(ep->tep, id, op->hdr, hlen, op->iov, n, 0, op, &req);
+    return rdmx__op_issue(op, st, req, "send");
+}
+
 /* Say which peer a failed send was for (out of the send's path). */
 static rdmx_status_t __attribute__((noinline, cold))
 send_failed(rdmx_ep_t *ep, rdmx_status_t st)
@@ -86,6 +173,29 @@ rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
         return rdmx__ep_usable(ep);
     st = ep->worker->tp->send(ep->tep, id, hdr, hlen, data, length, NULL,
                               RDMX_TP_SEND_NOW, NULL, NULL);
+    if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE)
+        return send_failed(ep, st);
+    return st;
+}
+
+rdmx_status_t rdmx__msg_sendv_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                                  size_t hlen, const rdmx_msg_iov_t *iov,
+                                  unsigned n)
+{
+    rdmx_tp_iov_t tiov[RDMX_TP_IOV_MAX];
+    rdmx_status_t st;
+    unsigned i;
+
+    if (ep->status != RDMX_OK || ep->state != RDMX_EP_CONNECTED)
+        return rdmx__ep_usable(ep);
+    if (ep->worker->tp->sendv == NULL || n == 0 || n > RDMX_TP_IOV_MAX)
+        return RDMX_ERR_NO_RESOURCE;
+    for (i = 0; i < n; i++) {
+        tiov[i].base = iov[i].base;
+        tiov[i].length = iov[i].length;
+    }
+    st = ep->worker->tp->sendv(ep->tep, id, hdr, hlen, tiov, n,
+                               RDMX_TP_SEND_NOW, NULL, NULL);
     if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE)
         return send_failed(ep, st);
     return st;

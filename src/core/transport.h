@@ -42,6 +42,15 @@ typedef struct {
     int failed;            /* the transport reported an error on it */
 } rdmx_tep_t;
 
+/* A piece of a gathered send (sendv). Laid out as UCX's ucp_dt_iov_t,
+ * which the UCX backend checks at build time and passes on as it is. */
+typedef struct {
+    const void *base;
+    size_t length;
+} rdmx_tp_iov_t;
+
+#define RDMX_TP_IOV_MAX 4 /* most pieces of a sendv */
+
 /* Flags of a send. */
 enum {
     /* Only if the transport takes it at once from the caller's buffers:
@@ -137,6 +146,15 @@ typedef struct {
                           size_t hlen, const void *data, size_t length,
                           void *tmr, unsigned flags, rdmx_op_t *op,
                           void **req_p);
+    /* Optional (NULL: the core joins the pieces into one buffer and uses
+     * send): send as send does, with the data gathered from @n pieces
+     * (1 <= @n <= RDMX_TP_IOV_MAX) at @iov, none registered. With
+     * RDMX_TP_SEND_NOW, @iov and the pieces are read before the call
+     * returns; otherwise they stay valid until completion (the core keeps
+     * @iov in the operation record). */
+    rdmx_status_t (*sendv)(rdmx_tep_t *tep, unsigned id, const void *hdr,
+                           size_t hlen, const rdmx_tp_iov_t *iov, unsigned n,
+                           unsigned flags, rdmx_op_t *op, void **req_p);
     /* Move a large message (@desc from delivery, RDMX_MSG_RNDV) into
      * @buf; the descriptor is the backend's again from here. */
     rdmx_status_t (*recv)(void *tw, void *desc, void *buf, size_t length,

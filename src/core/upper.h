@@ -35,6 +35,14 @@ enum {
     RDMX_MSG_HOLDABLE = 1u << 1,
 };
 
+/* A piece of a gathered send (rdmx__msg_sendv). */
+typedef struct {
+    const void *base;
+    size_t length;
+} rdmx_msg_iov_t;
+
+#define RDMX_MSG_IOV_MAX 4 /* most pieces of one message */
+
 typedef struct {
     rdmx_ep_t *ep;  /* the sender's endpoint, on this worker */
     unsigned flags; /* RDMX_MSG_* */
@@ -68,6 +76,17 @@ rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
 rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
                              size_t hlen, const void *data, size_t length,
                              rdmx_cb_t cb, void *arg);
+/* rdmx__msg_send with the data gathered from @n pieces (at most
+ * RDMX_MSG_IOV_MAX; @iov itself is copied, the pieces stay valid until
+ * completion). A transport that cannot gather gets one joined copy. */
+rdmx_status_t rdmx__msg_sendv(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                              size_t hlen, const rdmx_msg_iov_t *iov,
+                              unsigned n, rdmx_cb_t cb, void *arg);
+/* rdmx__msg_send_now with the data gathered from @n pieces:
+ * RDMX_ERR_NO_RESOURCE also when the transport cannot gather. */
+rdmx_status_t rdmx__msg_sendv_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                                  size_t hlen, const rdmx_msg_iov_t *iov,
+                                  unsigned n);
 /* Send only if the transport takes it at once from the caller's buffers:
  * RDMX_OK (sent, nothing to wait for), RDMX_ERR_NO_RESOURCE (it could not;
  * nothing was sent), or another error. */

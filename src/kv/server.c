@@ -18,7 +18,6 @@
 
 #include "kv/proto.h"
 #include "rpc/respond.h"
-#include "util/bufcache.h"
 #include "util/error.h"
 #include "util/time.h"
 
@@ -65,30 +64,78 @@ static void count_bad(rdmx_kv_server_t *s)
 
 /* --- answers ------------------------------------------------------------ */
 
-/* Answer with a result header, optionally followed by @vlen bytes. */
+/* Answers up to this size are built on the stack and copied once more by
+ * the RPC layer; larger ones are sent from where their bytes are. */
+#define RDMX_KV_SMALL_ANSWER (RDMX_KV_RESULT_SIZE + 4096)
+
+/* Answer with a result header, optionally followed by @vlen bytes (a
+ * message or a small value: at most RDMX_KV_SMALL_ANSWER in all; a value
+ * goes through reply_item). */
 static void reply(rdmx_rpc_req_t *req, rdmx_status_t status, uint32_t where,
                   uint32_t flags, uint64_t cas, uint64_t length,
                   const void *value, size_t vlen)
 {
-    unsigned char stack[RDMX_KV_RESULT_SIZE + 4096], *out = stack;
+    unsigned char out[RDMX_KV_SMALL_ANSWER];
     rdmx_kv_result_t r = {.status = status, .where = where, .flags = flags,
                           .cas = cas, .length = length};
 
-    /* A large answer is built in a buffer the RPC layer takes over and
-     * sends from: one copy of the value, into memory kept warm between
-     * answers (util/bufcache.h), not two into fresh pages. */
-    if (RDMX_KV_RESULT_SIZE + vlen > sizeof(stack) &&
-        (out = rdmx__buf_alloc(RDMX_KV_RESULT_SIZE + vlen)) == NULL) {
-        rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
+    if (vlen > sizeof(out) - RDMX_KV_RESULT_SIZE) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_INTERNAL,
+                               "kv: an answer of %zu bytes built on the "
+                               "stack",
+                               vlen);
         return;
     }
     rdmx__kv_result_encode(&r, out);
     if (vlen != 0)
         memcpy(out + RDMX_KV_RESULT_SIZE, value, vlen);
-    if (out != stack)
-        rdmx__rpc_respond_owned(req, out, RDMX_KV_RESULT_SIZE + vlen);
-    else
-        rdmx_rpc_respond(req, out, RDMX_KV_RESULT_SIZE + vlen);
+    rdmx_rpc_respond(req, out, RDMX_KV_RESULT_SIZE + vlen);
+}
+
+/* An item whose value an answer is sent from: the reference is dropped
+ * when the transport no longer reads it. */
+typedef struct {
+    rdmx_kv_store_t *store;
+    rdmx_kv_item_t *it;
+} sent_item_t;
+
+static void item_sent(void *arg)
+{
+    sent_item_t *x = arg;
+
+    rdmx__kv_store_release(x->store, x->it);
+    free(x);
+}
+
+/* Answer a GET with the value of @it, which holds a reference that this
+ * call takes over. A large value goes out from the item itself: the
+ * transport gathers the result header and the value, and the reference
+ * keeps the value unchanged until the send is over (store.h, "Reading"). */
+static void reply_item(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
+                       rdmx_kv_item_t *it)
+{
+    size_t len = rdmx__kv_item_length(it);
+    unsigned char head[RDMX_KV_RESULT_SIZE];
+    rdmx_kv_result_t r = {.status = RDMX_OK,
+                          .where = RDMX_KV_WHERE_INLINE,
+                          .flags = rdmx__kv_item_flags(it),
+                          .cas = rdmx__kv_item_cas(it),
+                          .length = len};
+    sent_item_t *x;
+
+    if (RDMX_KV_RESULT_SIZE + len <= RDMX_KV_SMALL_ANSWER ||
+        (x = malloc(sizeof(*x))) == NULL) {
+        reply(req, RDMX_OK, RDMX_KV_WHERE_INLINE, r.flags, r.cas, len,
+              rdmx__kv_item_value(s->store, it), len);
+        rdmx__kv_store_release(s->store, it);
+        return;
+    }
+    x->store = s->store;
+    x->it = it;
+    rdmx__kv_result_encode(&r, head);
+    rdmx__rpc_respond_parts(req, head, sizeof(head),
+                            rdmx__kv_item_value(s->store, it), len, item_sent,
+                            x);
 }
 
 /* A failed operation: status and a message after the header. */
@@ -212,15 +259,14 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
     }
     len = rdmx__kv_item_length(it);
     if (!(r.mode & RDMX_KV_GET_BUF) || len <= s->inline_threshold) {
-        if ((r.mode & RDMX_KV_GET_BUF) && len > r.vlen)
+        if ((r.mode & RDMX_KV_GET_BUF) && len > r.vlen) {
             reply(req, RDMX_ERR_TOO_BIG, RDMX_KV_WHERE_NONE,
                   rdmx__kv_item_flags(it), rdmx__kv_item_cas(it), len, NULL,
                   0);
-        else
-            reply(req, RDMX_OK, RDMX_KV_WHERE_INLINE, rdmx__kv_item_flags(it),
-                  rdmx__kv_item_cas(it), len,
-                  rdmx__kv_item_value(s->store, it), len);
-        rdmx__kv_store_release(s->store, it);
+            rdmx__kv_store_release(s->store, it);
+        } else {
+            reply_item(s, req, it); /* (takes the reference) */
+        }
         return;
     }
     /* Large value, caller lent a buffer: RDMA-write it there. */

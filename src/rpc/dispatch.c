@@ -6,7 +6,9 @@
  * Sending: the first attempt asks UCX to complete at once from the caller's
  * buffer (no copy, no request). When UCX cannot (rendezvous, full send
  * queue), the caller's buffer is kept if the caller promises it outlives the
- * send, else copied into a send record freed at completion.
+ * send, else copied into a send record freed at completion. A message in
+ * two parts (a short head, then a body the caller keeps until told) is
+ * gathered by the transport: the body is never copied by rdmx.
  */
 #include "rpc/internal.h"
 #include "util/bufcache.h"
@@ -105,6 +107,58 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
     if (st != RDMX_INPROGRESS)
         rdmx__buf_free(copy);
     return st == RDMX_INPROGRESS ? RDMX_OK : st;
+}
+
+/* A gathered send in flight: the head's copy and whom to tell. */
+typedef struct {
+    void (*done)(void *arg);
+    void *arg;
+    unsigned char head[RDMX_RPC_RESPOND_HEAD_MAX];
+} parts_t;
+
+static void parts_sent(rdmx_status_t status, size_t length, void *arg)
+{
+    parts_t *p = arg;
+
+    (void)status;
+    (void)length;
+    p->done(p->arg);
+    free(p);
+}
+
+rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
+                                   const void *head, size_t hlen,
+                                   const void *body, size_t blen,
+                                   void (*done)(void *arg), void *arg)
+{
+    unsigned char hdr[RDMX_RPC_HDR_MAX];
+    size_t hl = rdmx_rpc_hdr_encode(h, hdr);
+    rdmx_msg_iov_t iov[2] = {{head, hlen}, {body, blen}};
+    rdmx_status_t st;
+    parts_t *p;
+
+    st = rdmx__msg_sendv_now(ep, RDMX_AM_RPC, hdr, hl, iov, 2);
+    if (st != RDMX_ERR_NO_RESOURCE) {
+        done(arg);
+        return st;
+    }
+    if (hlen > sizeof(p->head) || (p = malloc(sizeof(*p))) == NULL) {
+        done(arg);
+        return rdmx__error(hlen > RDMX_RPC_RESPOND_HEAD_MAX
+                               ? RDMX_ERR_INVALID
+                               : RDMX_ERR_NO_MEMORY,
+                           "send: a head of %zu bytes", hlen);
+    }
+    memcpy(p->head, head, hlen);
+    iov[0].base = p->head;
+    p->done = done;
+    p->arg = arg;
+    st = rdmx__msg_sendv(ep, RDMX_AM_RPC, hdr, hl, iov, 2, parts_sent, p);
+    if (st == RDMX_INPROGRESS)
+        return RDMX_OK;
+    free(p);
+    done(arg);
+    return st;
 }
 
 rdmx_status_t rdmx__rpc_send(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,

@@ -12,6 +12,7 @@
 #include <rdmx/rpc.h>
 
 #include "core/upper.h"
+#include "rpc/respond.h"
 #include "rpc/wire.h"
 #include "util/ptrmap.h"
 
@@ -110,6 +111,15 @@ rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep);
 rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                                   const void *data, size_t len,
                                   rdmx_cb_t keep_cb, void *keep_arg);
+/* Send a message of header @h whose data is @head (@hlen bytes, at most
+ * RDMX_RPC_RESPOND_HEAD_MAX, copied) then @body (@blen bytes, sent from where
+ * it is: it stays valid until @done(@arg), which runs exactly once, whatever
+ * happens; at once if nothing is in flight). @return RDMX_OK (done, or on
+ * its way) or an error. */
+rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
+                                   const void *head, size_t hlen,
+                                   const void *body, size_t blen,
+                                   void (*done)(void *arg), void *arg);
 rdmx_status_t rdmx__rpc_send(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                              const void *data, size_t len);
 /* Send a control message (no data): PING, PONG, CANCEL, ERROR w/o text. */

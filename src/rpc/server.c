@@ -493,20 +493,15 @@ static void req_finish(rdmx_rpc_req_t *req)
     conn_put(c);
 }
 
-/* The transport is done with an answer's buffer (answer_owned). */
-static void owned_sent(rdmx_status_t status, size_t length, void *arg)
-{
-    (void)status;
-    (void)length;
-    rdmx__buf_free(arg);
-}
-
 /* Answer @req: RESPONSE when @status is RDMX_OK, else ERROR with @msg.
- * @owned (NULL: none) is a buffer from rdmx__buf_alloc that holds @data:
- * it is sent without a copy and freed once sent, whatever happens. */
-static rdmx_status_t answer_owned(rdmx_rpc_req_t *req, rdmx_status_t status,
-                                  const void *data, size_t len, const char *msg,
-                                  void *owned)
+ * The response's data is @data (@len bytes), then @body (@blen bytes, sent
+ * from where it is) when @done is given: @done(@arg) runs exactly once,
+ * when the transport no longer reads @body, whatever happens. */
+static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
+                                  const void *data, size_t len,
+                                  const void *body, size_t blen,
+                                  const char *msg, void (*done)(void *),
+                                  void *arg)
 {
     conn_t *c = req->conn;
     server_worker_t *sw = c->sw;
@@ -515,7 +510,8 @@ static rdmx_status_t answer_owned(rdmx_rpc_req_t *req, rdmx_status_t status,
     rdmx_rpc_hdr_t h;
 
     if (req->answered) {
-        rdmx__buf_free(owned);
+        if (done != NULL)
+            done(arg);
         return rdmx__error(RDMX_ERR_INVALID, "request %llu of '%s' was "
                                              "already answered",
                            (unsigned long long)req->id, req->handler->name);
@@ -537,25 +533,23 @@ static rdmx_status_t answer_owned(rdmx_rpc_req_t *req, rdmx_status_t status,
                    "dropped: the call %s before the handler answered",
                    req->canceled ? "was canceled" : "expired");
     } else if (status == RDMX_OK) {
-        if (len > sw->srv->max_message) {
+        if (len + blen > sw->srv->max_message) {
             send_error(c, req->id, req->handler->id, RDMX_ERR_TOO_BIG,
                        "response of %zu bytes exceeds the limit of %llu",
-                       len, (unsigned long long)sw->srv->max_message);
-            st = rdmx__error(RDMX_ERR_TOO_BIG, "response of %zu bytes "
-                                               "exceeds max_message",
-                             len);
+                       len + blen, (unsigned long long)sw->srv->max_message);
+            st = rdmx__error(RDMX_ERR_TOO_BIG,
+                             "response of %zu bytes "
+                             "exceeds max_message",
+                             len + blen);
         } else {
             rdmx__rpc_hdr(&h, RDMX_RPC_MSG_RESPONSE, req->handler->id, req->id);
-            h.payload = (uint32_t)len;
+            h.payload = (uint32_t)(len + blen);
             STAT_INC(sw, responses);
-            RDMX_COUNT_ADD(m->bytes_out, len);
-            if (owned != NULL) {
-                st = rdmx__rpc_send_keep(c->ep, &h, data, len, owned_sent,
-                                         owned);
-                if (st == RDMX_INPROGRESS) { /* owned_sent frees it */
-                    owned = NULL;
-                    st = RDMX_OK;
-                }
+            RDMX_COUNT_ADD(m->bytes_out, len + blen);
+            if (done != NULL) {
+                st = rdmx__rpc_send_parts(c->ep, &h, data, len, body, blen,
+                                          done, arg);
+                done = NULL; /* rdmx__rpc_send_parts calls it */
             } else {
                 st = rdmx__rpc_send(c->ep, &h, data, len);
             }
@@ -566,24 +560,32 @@ static rdmx_status_t answer_owned(rdmx_rpc_req_t *req, rdmx_status_t status,
     /* arrival to the answer handed to the transport */
     rdmx__hist_add(&m->hist, rdmx_now_ns() - req->arrival_ns);
     req_finish(req);
-    rdmx__buf_free(owned);
+    if (done != NULL)
+        done(arg);
     return st;
 }
 
 static rdmx_status_t answer(rdmx_rpc_req_t *req, rdmx_status_t status,
                             const void *data, size_t len, const char *msg)
 {
-    return answer_owned(req, status, data, len, msg, NULL);
+    return answer_parts(req, status, data, len, NULL, 0, msg, NULL, NULL);
 }
 
-rdmx_status_t rdmx__rpc_respond_owned(rdmx_rpc_req_t *req, void *buf,
-                                      size_t length)
+rdmx_status_t rdmx__rpc_respond_parts(rdmx_rpc_req_t *req, const void *head,
+                                      size_t hlen, const void *body,
+                                      size_t blen, void (*done)(void *arg),
+                                      void *arg)
 {
-    if (req == NULL || buf == NULL) {
-        rdmx__buf_free(buf);
-        return rdmx__error(RDMX_ERR_INVALID, "respond: NULL argument");
+    if (req == NULL || done == NULL || hlen > RDMX_RPC_RESPOND_HEAD_MAX ||
+        (head == NULL && hlen != 0) || (body == NULL && blen != 0)) {
+        if (done != NULL)
+            done(arg);
+        return rdmx__error(RDMX_ERR_INVALID,
+                           "respond: NULL argument or a "
+                           "head of %zu bytes",
+                           hlen);
     }
-    return answer_owned(req, RDMX_OK, buf, length, NULL, buf);
+    return answer_parts(req, RDMX_OK, head, hlen, body, blen, NULL, done, arg);
 }
 
 rdmx_status_t rdmx_rpc_respond(rdmx_rpc_req_t *req, const void *data,

@@ -18,6 +18,7 @@
 #include "core/internal.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -610,20 +611,25 @@ static void memh_param(ucp_request_param_t *p, void *tmr)
     }
 }
 
-static rdmx_status_t ucx_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
-                              size_t hlen, const void *data, size_t length,
-                              void *tmr, unsigned flags, rdmx_op_t *op,
-                              void **req_p)
+/* An active message: @count bytes of contiguous @data, or (@iov) @count
+ * pieces at @data. */
+static rdmx_status_t am_send(ucx_ep_t *ep, unsigned id, const void *hdr,
+                             size_t hlen, const void *data, size_t count,
+                             int iov, void *tmr, unsigned flags, rdmx_op_t *op,
+                             void **req_p)
 {
-    ucx_ep_t *ep = (ucx_ep_t *)tep;
     ucp_request_param_t p;
     ucs_status_ptr_t r;
 
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
+    if (iov) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = ucp_dt_make_iov();
+    }
     if (flags & RDMX_TP_SEND_NOW) {
         p.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-        r = ucp_am_send_nbx(ep->ucp, id, hdr, hlen, data, length, &p);
+        r = ucp_am_send_nbx(ep->ucp, id, hdr, hlen, data, count, &p);
         if (r == NULL)
             return RDMX_OK;
         if (UCS_PTR_IS_PTR(r)) { /* not expected with FORCE_IMM_CMPL */
@@ -643,10 +649,36 @@ static rdmx_status_t ucx_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
     p.cb.send = send_cb;
     p.user_data = op;
     memh_param(&p, tmr);
-    r = ucp_am_send_nbx(ep->ucp, id, hdr, hlen, data, length, &p);
+    r = ucp_am_send_nbx(ep->ucp, id, hdr, hlen, data, count, &p);
     if (op == NULL && UCS_PTR_IS_PTR(r))
         return RDMX_OK; /* send_cb frees it */
     return issued(r, req_p, "send");
+}
+
+static rdmx_status_t ucx_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
+                              size_t hlen, const void *data, size_t length,
+                              void *tmr, unsigned flags, rdmx_op_t *op,
+                              void **req_p)
+{
+    return am_send((ucx_ep_t *)tep, id, hdr, hlen, data, length, 0, tmr, flags,
+                   op, req_p);
+}
+
+/* The core's pieces are UCX's: the same two fields at the same places. */
+_Static_assert(sizeof(rdmx_tp_iov_t) == sizeof(ucp_dt_iov_t) &&
+                   offsetof(rdmx_tp_iov_t, base) ==
+                       offsetof(ucp_dt_iov_t, buffer) &&
+                   offsetof(rdmx_tp_iov_t, length) ==
+                       offsetof(ucp_dt_iov_t, length),
+               "rdmx_tp_iov_t must match ucp_dt_iov_t");
+
+static rdmx_status_t ucx_sendv(rdmx_tep_t *tep, unsigned id, const void *hdr,
+                               size_t hlen, const rdmx_tp_iov_t *iov,
+                               unsigned n, unsigned flags, rdmx_op_t *op,
+                               void **req_p)
+{
+    return am_send((ucx_ep_t *)tep, id, hdr, hlen, iov, n, 1, NULL, flags, op,
+                   req_p);
 }
 
 /* Receive a rendezvous descriptor the core took (am_cb): UCX owns it from
@@ -829,6 +861,7 @@ const rdmx_tp_ops_t rdmx_tp_ucx = {
     .ep_transport = ucx_ep_transport,
     .ep_close = ucx_ep_close,
     .send = ucx_send,
+    .sendv = ucx_sendv,
     .recv = ucx_recv,
     .release = ucx_release,
     .rkey_unpack = ucx_rkey_unpack,
