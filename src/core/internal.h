@@ -247,6 +247,10 @@ typedef struct {
     unsigned char data[]; /* eager: the copied payload */
 } rdmx_unexp_t;
 
+/* Use the polling slots of shared-memory object @name, @n of them, from
+ * now on (tests: a private set of slots). 0, or -1 if it cannot. */
+int rdmx__spin_setup(const char *name, unsigned n);
+
 /* Default of rdmx_context.spin_ns. */
 #define RDMX_SPIN_NS 50000ull
 

@@ -130,6 +130,16 @@ void rdmx__context_one_sided(const rdmx_context_t *ctx, int *rma_p,
                              int *atomics_p);
 /* How long waits poll before they sleep, in ns (RDMX_SPIN_US). */
 uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx);
+
+/* Polling slots (src/core/spin.c): a thread polls while it waits only if
+ * it holds one. rdmx__spin_claim returns a slot (>= 0) to give back with
+ * rdmx__spin_release, RDMX_SPIN_UNLIMITED (poll; nothing to give back) or
+ * RDMX_SPIN_NONE (every slot is taken: sleep). @hint spreads threads over
+ * the slots (any value that differs between threads). */
+#define RDMX_SPIN_NONE      (-1)
+#define RDMX_SPIN_UNLIMITED (-2)
+int rdmx__spin_claim(unsigned hint);
+void rdmx__spin_release(int slot);
 /* Non-zero when the worker has a progress thread of its own. */
 int rdmx__worker_threaded(const rdmx_worker_t *w);
 /* Count a malformed or unexpected message in the worker's proto_errors. */

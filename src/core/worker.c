@@ -543,8 +543,10 @@ void rdmx__worker_unlock(rdmx_worker_t *w)
 }
 
 /* Poll for up to ctx->spin_ns (RDMX_SPIN_US; 0: sleep at once) after the
- * last event, then sleep on the worker's fd until the next event or timer
- * (at most 100 ms at a time); a busy-polled worker polls until done. */
+ * last event, while this thread holds a polling slot (spin.c; none free:
+ * sleep at once), then sleep on the worker's fd until the next event or
+ * timer (at most 100 ms at a time); a busy-polled worker polls until
+ * done. */
 void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
 {
     rdmx__wait_deadline(w, done, UINT64_MAX);
@@ -555,6 +557,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
 {
     uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns, now;
     unsigned spins = 0;
+    int slot = RDMX_SPIN_NONE, asked = 0;
 
     if (w->mt) {
         int rc = 0;
@@ -584,23 +587,37 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
             idle_since = 0;
             continue;
         }
-        if (spin_ns != 0 && (++spins & 63) != 0)
+        /* Idle: poll on only while holding a polling slot (spin.c). */
+        if (!asked) {
+            asked = 1;
+            if (spin_ns != 0 && !w->busy)
+                slot = rdmx__spin_claim((unsigned)((uintptr_t)w >> 6));
+        }
+        if (spin_ns != 0 && (w->busy || slot != RDMX_SPIN_NONE) &&
+            (++spins & 63) != 0)
             continue;
         now = rdmx_now_ns();
-        if (now >= deadline_ns)
+        if (now >= deadline_ns) {
+            rdmx__spin_release(slot);
             return -1;
+        }
         if (idle_since == 0)
             idle_since = now;
-        if (now - idle_since >= spin_ns && !w->busy) {
+        if ((slot == RDMX_SPIN_NONE || now - idle_since >= spin_ns) &&
+            !w->busy) {
             /* Sleep until an event, a timer (rdmx_worker_wait knows them)
              * or the deadline: a thread blocked on a stopped peer wakes a
              * few times a second, not a thousand. */
             uint64_t left_ms = deadline_ns == UINT64_MAX
                                    ? 100
                                    : (deadline_ns - now + 999999) / 1000000;
+            rdmx__spin_release(slot);
+            slot = RDMX_SPIN_NONE;
+            asked = 0;
             rdmx_worker_wait(w, left_ms > 100 ? 100 : (int)left_ms);
         }
     }
+    rdmx__spin_release(slot);
     return 0;
 }
 

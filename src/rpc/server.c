@@ -1234,7 +1234,8 @@ static void worker_shutdown(server_worker_t *sw)
 
 /*
  * Adaptive polling: after the last work, poll for twice the context's spin
- * time (100 us by default; RDMX_SPIN_US=0: none), then sleep on the
+ * time (100 us by default; RDMX_SPIN_US=0: none) while holding a polling
+ * slot (src/core/spin.c; none free: sleep at once), then sleep on the
  * worker's fd.
  */
 static void *worker_main(void *arg)
@@ -1243,6 +1244,7 @@ static void *worker_main(void *arg)
     rdmx_rpc_server_t *s = sw->srv;
     uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
+    int slot = RDMX_SPIN_NONE, asked = 0;
 
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
@@ -1254,14 +1256,25 @@ static void *worker_main(void *arg)
         if (s->poll == RDMX_RPC_POLL_BUSY)
             continue;
         if (s->poll == RDMX_RPC_POLL_ADAPTIVE && spin_ns != 0) {
-            if ((++spins & 63) != 0)
-                continue;
-            if (rdmx_now_ns() - last_work < spin_ns)
-                continue;
+            /* polls on only while it holds a polling slot */
+            if (!asked) {
+                asked = 1;
+                slot = rdmx__spin_claim((unsigned)sw->index);
+            }
+            if (slot != RDMX_SPIN_NONE) {
+                if ((++spins & 63) != 0)
+                    continue;
+                if (rdmx_now_ns() - last_work < spin_ns)
+                    continue;
+            }
         }
+        rdmx__spin_release(slot);
+        slot = RDMX_SPIN_NONE;
+        asked = 0;
         rdmx_worker_wait(sw->w, 100);
         last_work = rdmx_now_ns();
     }
+    rdmx__spin_release(slot);
     worker_shutdown(sw);
     return NULL;
 }

@@ -1,0 +1,159 @@
+/*
+ * Polling slots (src/core/spin.c), on a private set of slots: no more
+ * claims succeed than there are slots, a released slot is claimed again,
+ * slots held by a live process stay its own while those of a process that
+ * died holding them are taken over, and threads claiming and releasing at
+ * once never share a slot nor hold more than there are.
+ */
+#include "harness.h"
+#include "core/internal.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NSLOTS  3
+#define THREADS 6
+#define ROUNDS  200000
+
+static int holders;         /* slots held now, by the threads below */
+static int most;            /* the most held at once */
+static int in_slot[NSLOTS]; /* threads inside each slot */
+static int shared_seen;     /* a slot held by two threads at once */
+
+static void *claimer(void *arg)
+{
+    unsigned hint = (unsigned)(uintptr_t)arg;
+
+    for (int i = 0; i < ROUNDS; i++) {
+        int s = rdmx__spin_claim(hint);
+        if (s == RDMX_SPIN_NONE)
+            continue;
+        CHECKF(s >= 0 && s < NSLOTS, "claimed %d", s);
+        int h = __atomic_add_fetch(&holders, 1, __ATOMIC_SEQ_CST);
+        int m = __atomic_load_n(&most, __ATOMIC_RELAXED);
+        while (h > m &&
+               !__atomic_compare_exchange_n(&most, &m, h, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+            ;
+        if (__atomic_add_fetch(&in_slot[s], 1, __ATOMIC_SEQ_CST) != 1)
+            __atomic_store_n(&shared_seen, 1, __ATOMIC_RELAXED);
+        __atomic_sub_fetch(&in_slot[s], 1, __ATOMIC_SEQ_CST);
+        __atomic_sub_fetch(&holders, 1, __ATOMIC_SEQ_CST);
+        rdmx__spin_release(s);
+    }
+    return NULL;
+}
+
+/* A child process that claims every slot, says so, then either
+ * waits to be killed (@stay) or exits without giving them back. */
+static pid_t child_claiming_all(int stay)
+{
+    int pfd[2];
+    char c = 0;
+    pid_t pid;
+
+    CHECK(pipe(pfd) == 0);
+    pid = fork();
+    if (pid == 0) {
+        int n = 0;
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
+        for (int i = 0; i < NSLOTS; i++)
+            n += rdmx__spin_claim((unsigned)i) >= 0;
+        c = (char)n;
+        if (write(pfd[1], &c, 1) != 1)
+            _exit(2);
+        if (stay)
+            for (;;)
+                pause();
+        _exit(0);
+    }
+    CHECK(pid > 0);
+    CHECK(read(pfd[0], &c, 1) == 1);
+    CHECKF(c == NSLOTS, "the child claimed %d of %d free slots", c, NSLOTS);
+    close(pfd[0]);
+    close(pfd[1]);
+    return pid;
+}
+
+int main(void)
+{
+    char name[64];
+    int s[NSLOTS + 1], st;
+    pthread_t t[THREADS];
+    pid_t pid;
+
+    th_init("unit_spin", 60);
+    snprintf(name, sizeof(name), "/rdmx-spin-test-%d", (int)getpid());
+    shm_unlink(name);
+    CHECK(rdmx__spin_setup(name, NSLOTS) == 0);
+    shm_unlink(name); /* (mapped here and in children: nothing left over) */
+
+    /* As many claims as slots, each a different slot; then none. */
+    for (int i = 0; i < NSLOTS; i++) {
+        s[i] = rdmx__spin_claim(0);
+        CHECKF(s[i] >= 0 && s[i] < NSLOTS, "claim %d: %d", i, s[i]);
+        for (int j = 0; j < i; j++)
+            CHECKF(s[i] != s[j], "claims %d and %d share slot %d", j, i, s[i]);
+    }
+    s[NSLOTS] = rdmx__spin_claim(0);
+    CHECKF(s[NSLOTS] == RDMX_SPIN_NONE, "a claim beyond %d slots: %d", NSLOTS,
+           s[NSLOTS]);
+    /* A released slot is the one the next claim gets. */
+    rdmx__spin_release(s[1]);
+    CHECK(rdmx__spin_claim(0) == s[1]);
+    for (int i = 0; i < NSLOTS; i++)
+        rdmx__spin_release(s[i]);
+
+    /* A live process's slots stay its own, even past the sweep's pause. */
+    pid = child_claiming_all(1);
+    usleep(150 * 1000);
+    CHECKF(rdmx__spin_claim(0) == RDMX_SPIN_NONE,
+           "took a slot of a live process");
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, &st, 0) == pid);
+    /* ... and are taken over once it is gone (the sweep runs at most
+     * every 100 ms per thread). */
+    usleep(150 * 1000);
+    for (int i = 0; i < NSLOTS; i++) {
+        s[i] = rdmx__spin_claim(0);
+        CHECKF(s[i] >= 0, "slot %d of a killed process not taken over", i);
+    }
+    for (int i = 0; i < NSLOTS; i++)
+        rdmx__spin_release(s[i]);
+
+    /* A child that exits holding them: the same. */
+    pid = child_claiming_all(0);
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+    usleep(150 * 1000);
+    for (int i = 0; i < NSLOTS; i++) {
+        s[i] = rdmx__spin_claim(0);
+        CHECKF(s[i] >= 0, "slot %d of an exited process not taken over", i);
+    }
+    for (int i = 0; i < NSLOTS; i++)
+        rdmx__spin_release(s[i]);
+
+    /* Threads claiming and releasing at once. */
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, claimer, (void *)(uintptr_t)i) == 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    CHECKF(most <= NSLOTS && most >= 1, "%d slots held at once (of %d)", most,
+           NSLOTS);
+    CHECK(!shared_seen);
+    CHECK(holders == 0);
+    /* All free again. */
+    for (int i = 0; i < NSLOTS; i++)
+        CHECK((s[i] = rdmx__spin_claim(0)) >= 0);
+    for (int i = 0; i < NSLOTS; i++)
+        rdmx__spin_release(s[i]);
+
+    th_log("ok: %d slots, at most %d held at once by %d threads", NSLOTS, most,
+           THREADS);
+    return 0;
+}
