@@ -22,14 +22,22 @@
 
 #define KV_MAX_SERVERS 1024
 
+/* Over tcp a PUT lends its value (the server pulls it with a carried
+ * read, straight into the item) from this size on, and sends it inline
+ * below: the two break even at 128 KiB on loopback, and lending is 1.9x
+ * as fast at 1 MiB, 3x at 64 MiB (docs/PERFORMANCE.md, "KV cache against
+ * memcached and Redis"). A GET over tcp is answered inline at any size. */
+#define KV_TCP_LEND_MIN ((size_t)128 * 1024)
+
 struct rdmx_kv {
     rdmx_worker_t *w;
     unsigned n;
     unsigned replicas;
     int timeout_ms;
     size_t inline_max;
-    int no_rma;           /* tcp: UCX emulates RMA over messages; lent
-                             buffers would only add round trips */
+    int tcp; /* tcp: one-sided access is carried over
+                messages (docs/SECURITY.md), so lending pays
+                only for large PUTs (below) */
     rdmx_channel_t **ch;
     char **addr;
 };
@@ -111,8 +119,8 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
     }
     kv->w = w;
-    kv->no_rma = rdmx__context_requested(rdmx__worker_context(w)) ==
-                 RDMX_TRANSPORT_TCP;
+    kv->tcp =
+        rdmx__context_requested(rdmx__worker_context(w)) == RDMX_TRANSPORT_TCP;
     kv->replicas = (f & RDMX_KV_PARAM_FIELD_REPLICAS) && p->replicas ? p->replicas
                                                                : 1;
     kv->timeout_ms = (f & RDMX_KV_PARAM_FIELD_TIMEOUT) ? p->timeout_ms : 5000;
@@ -275,8 +283,8 @@ static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key};
 
-    if (kv->no_rma)
-        mr = NULL; /* a hint: inline is faster without real RMA */
+    if (kv->tcp)
+        mr = NULL; /* a hint: over tcp an inline answer is faster */
     if (mr != NULL && capacity > 0) {
         r.mode = RDMX_KV_GET_BUF;
         r.vlen = capacity;
@@ -347,8 +355,8 @@ static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
 {
     int bulk;
 
-    if (kv->no_rma)
-        mr = NULL; /* a hint: inline is faster without real RMA */
+    if (kv->tcp && vlen < KV_TCP_LEND_MIN)
+        mr = NULL; /* a hint: over tcp inline is faster up to there */
     bulk = mr != NULL && vlen > kv->inline_max;
     *r_p = (rdmx_kv_req_t){
         .mode = (uint8_t)opts->mode,
