@@ -2,7 +2,9 @@
  * Polling slots (src/core/spin.c), on a private set of slots: no more
  * claims succeed than there are slots, a released slot is claimed again,
  * slots held by a live process stay its own while those of a process that
- * died holding them are taken over, and threads claiming and releasing at
+ * died holding them are taken over, a stopped process's are taken over
+ * once unconfirmed for 2 s (its late release and confirm then touch the
+ * new holder's claim not at all), and threads claiming and releasing at
  * once never share a slot nor hold more than there are.
  */
 #include "harness.h"
@@ -29,29 +31,29 @@ static int shared_seen;     /* a slot held by two threads at once */
 static void *claimer(void *arg)
 {
     unsigned hint = (unsigned)(uintptr_t)arg;
+    rdmx_spin_slot_t s;
 
     for (int i = 0; i < ROUNDS; i++) {
-        int s = rdmx__spin_claim(hint);
-        if (s == RDMX_SPIN_NONE)
+        if (!rdmx__spin_claim(hint, &s))
             continue;
-        CHECKF(s >= 0 && s < NSLOTS, "claimed %d", s);
+        CHECKF(s.index >= 0 && s.index < NSLOTS, "claimed %d", s.index);
         int h = __atomic_add_fetch(&holders, 1, __ATOMIC_SEQ_CST);
         int m = __atomic_load_n(&most, __ATOMIC_RELAXED);
         while (h > m &&
                !__atomic_compare_exchange_n(&most, &m, h, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED))
             ;
-        if (__atomic_add_fetch(&in_slot[s], 1, __ATOMIC_SEQ_CST) != 1)
+        if (__atomic_add_fetch(&in_slot[s.index], 1, __ATOMIC_SEQ_CST) != 1)
             __atomic_store_n(&shared_seen, 1, __ATOMIC_RELAXED);
-        __atomic_sub_fetch(&in_slot[s], 1, __ATOMIC_SEQ_CST);
+        __atomic_sub_fetch(&in_slot[s.index], 1, __ATOMIC_SEQ_CST);
         __atomic_sub_fetch(&holders, 1, __ATOMIC_SEQ_CST);
-        rdmx__spin_release(s);
+        rdmx__spin_release(&s);
     }
     return NULL;
 }
 
-/* A child process that claims every slot, says so, then either
- * waits to be killed (@stay) or exits without giving them back. */
+/* A child process that claims every slot, says so, then waits to be
+ * stopped or killed (@stay) or exits without giving them back. */
 static pid_t child_claiming_all(int stay)
 {
     int pfd[2];
@@ -61,10 +63,11 @@ static pid_t child_claiming_all(int stay)
     CHECK(pipe(pfd) == 0);
     pid = fork();
     if (pid == 0) {
+        rdmx_spin_slot_t s[NSLOTS];
         int n = 0;
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
         for (int i = 0; i < NSLOTS; i++)
-            n += rdmx__spin_claim((unsigned)i) >= 0;
+            n += rdmx__spin_claim((unsigned)i, &s[i]) && s[i].index >= 0;
         c = (char)n;
         if (write(pfd[1], &c, 1) != 1)
             _exit(2);
@@ -81,11 +84,27 @@ static pid_t child_claiming_all(int stay)
     return pid;
 }
 
+/* Every slot can be claimed (into @s, or given back at once if NULL). */
+static void claim_all(const char *whose, rdmx_spin_slot_t *s)
+{
+    rdmx_spin_slot_t mine[NSLOTS];
+
+    if (s == NULL)
+        s = mine;
+    for (int i = 0; i < NSLOTS; i++)
+        CHECKF(rdmx__spin_claim(0, &s[i]) && s[i].index >= 0,
+               "slot %d %s not taken over", i, whose);
+    if (s == mine)
+        for (int i = 0; i < NSLOTS; i++)
+            rdmx__spin_release(&s[i]);
+}
+
 int main(void)
 {
     char name[64];
-    int s[NSLOTS + 1], st;
+    rdmx_spin_slot_t s[NSLOTS], extra, again[NSLOTS];
     pthread_t t[THREADS];
+    int st;
     pid_t pid;
 
     th_init("unit_spin", 60);
@@ -96,47 +115,60 @@ int main(void)
 
     /* As many claims as slots, each a different slot; then none. */
     for (int i = 0; i < NSLOTS; i++) {
-        s[i] = rdmx__spin_claim(0);
-        CHECKF(s[i] >= 0 && s[i] < NSLOTS, "claim %d: %d", i, s[i]);
+        CHECKF(rdmx__spin_claim(0, &s[i]) && s[i].index >= 0 &&
+                   s[i].index < NSLOTS,
+               "claim %d: %d", i, s[i].index);
         for (int j = 0; j < i; j++)
-            CHECKF(s[i] != s[j], "claims %d and %d share slot %d", j, i, s[i]);
+            CHECKF(s[i].index != s[j].index, "claims %d and %d share slot %d",
+                   j, i, s[i].index);
     }
-    s[NSLOTS] = rdmx__spin_claim(0);
-    CHECKF(s[NSLOTS] == RDMX_SPIN_NONE, "a claim beyond %d slots: %d", NSLOTS,
-           s[NSLOTS]);
+    CHECKF(!rdmx__spin_claim(0, &extra) && extra.index == RDMX_SPIN_NONE,
+           "a claim beyond %d slots: %d", NSLOTS, extra.index);
+    CHECK(rdmx__spin_confirm(&s[0]));
     /* A released slot is the one the next claim gets. */
-    rdmx__spin_release(s[1]);
-    CHECK(rdmx__spin_claim(0) == s[1]);
+    int freed = s[1].index;
+    rdmx__spin_release(&s[1]);
+    CHECK(rdmx__spin_claim(0, &s[1]) && s[1].index == freed);
     for (int i = 0; i < NSLOTS; i++)
-        rdmx__spin_release(s[i]);
+        rdmx__spin_release(&s[i]);
 
     /* A live process's slots stay its own, even past the sweep's pause. */
     pid = child_claiming_all(1);
     usleep(150 * 1000);
-    CHECKF(rdmx__spin_claim(0) == RDMX_SPIN_NONE,
-           "took a slot of a live process");
+    CHECKF(!rdmx__spin_claim(0, &extra), "took a slot of a live process");
     kill(pid, SIGKILL);
     CHECK(waitpid(pid, &st, 0) == pid);
     /* ... and are taken over once it is gone (the sweep runs at most
      * every 100 ms per thread). */
     usleep(150 * 1000);
-    for (int i = 0; i < NSLOTS; i++) {
-        s[i] = rdmx__spin_claim(0);
-        CHECKF(s[i] >= 0, "slot %d of a killed process not taken over", i);
-    }
-    for (int i = 0; i < NSLOTS; i++)
-        rdmx__spin_release(s[i]);
+    claim_all("of a killed process", NULL);
 
     /* A child that exits holding them: the same. */
     pid = child_claiming_all(0);
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
     usleep(150 * 1000);
+    claim_all("of an exited process", NULL);
+
+    /* Slots this process holds but does not confirm for 2 s (as a stopped
+     * process's): taken over by the next claim that finds none free. */
+    claim_all("", s);
+    CHECK(!rdmx__spin_claim(0, &extra));
+    usleep(2300 * 1000);
+    claim_all("unconfirmed for 2.3 s", again);
+    /* The old claims learn they lost their slots; giving them back now
+     * leaves the new holders' alone. */
     for (int i = 0; i < NSLOTS; i++) {
-        s[i] = rdmx__spin_claim(0);
-        CHECKF(s[i] >= 0, "slot %d of an exited process not taken over", i);
+        if (i % 2 == 0) /* (a release without a confirm first, too) */
+            CHECKF(!rdmx__spin_confirm(&s[i]), "old claim %d still confirmed",
+                   i);
+        rdmx__spin_release(&s[i]);
     }
-    for (int i = 0; i < NSLOTS; i++)
-        rdmx__spin_release(s[i]);
+    CHECKF(!rdmx__spin_claim(0, &extra),
+           "an old claim's release freed a new holder's slot");
+    for (int i = 0; i < NSLOTS; i++) {
+        CHECK(rdmx__spin_confirm(&again[i]));
+        rdmx__spin_release(&again[i]);
+    }
 
     /* Threads claiming and releasing at once. */
     for (int i = 0; i < THREADS; i++)
@@ -147,11 +179,7 @@ int main(void)
            NSLOTS);
     CHECK(!shared_seen);
     CHECK(holders == 0);
-    /* All free again. */
-    for (int i = 0; i < NSLOTS; i++)
-        CHECK((s[i] = rdmx__spin_claim(0)) >= 0);
-    for (int i = 0; i < NSLOTS; i++)
-        rdmx__spin_release(s[i]);
+    claim_all("after the threads", NULL); /* all free again */
 
     th_log("ok: %d slots, at most %d held at once by %d threads", NSLOTS, most,
            THREADS);

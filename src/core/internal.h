@@ -237,6 +237,11 @@ struct rdmx_op {
                                            send (UCX 1.13 does not copy) */
     rdmx_tp_iov_t iov[RDMX_TP_IOV_MAX]; /* a gathered send's pieces (the
                                            backend reads them until done) */
+    int cb_at_end; /* the callback gives back memory the transport
+                      reads (a gathered send's pieces): if the record
+                      is orphaned, it runs only once the transport
+                      is done with the request or gone, with the
+                      status kept in `status` */
 };
 
 /* A message that arrived before a receive was posted. */

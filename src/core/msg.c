@@ -145,6 +145,7 @@ rdmx_status_t rdmx__msg_sendv(rdmx_ep_t *ep, unsigned id, const void *hdr,
     if (op == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
     op->length = total;
+    op->cb_at_end = 1; /* the pieces are the caller's until UCX is done */
     memcpy(op->hdr, hdr, hlen);
     for (i = 0; i < n; i++) {
         op->iov[i].base = iov[i].base;
@@ -173,29 +174,6 @@ rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
         return rdmx__ep_usable(ep);
     st = ep->worker->tp->send(ep->tep, id, hdr, hlen, data, length, NULL,
                               RDMX_TP_SEND_NOW, NULL, NULL);
-    if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE)
-        return send_failed(ep, st);
-    return st;
-}
-
-rdmx_status_t rdmx__msg_sendv_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
-                                  size_t hlen, const rdmx_msg_iov_t *iov,
-                                  unsigned n)
-{
-    rdmx_tp_iov_t tiov[RDMX_TP_IOV_MAX];
-    rdmx_status_t st;
-    unsigned i;
-
-    if (ep->status != RDMX_OK || ep->state != RDMX_EP_CONNECTED)
-        return rdmx__ep_usable(ep);
-    if (ep->worker->tp->sendv == NULL || n == 0 || n > RDMX_TP_IOV_MAX)
-        return RDMX_ERR_NO_RESOURCE;
-    for (i = 0; i < n; i++) {
-        tiov[i].base = iov[i].base;
-        tiov[i].length = iov[i].length;
-    }
-    st = ep->worker->tp->sendv(ep->tep, id, hdr, hlen, tiov, n,
-                               RDMX_TP_SEND_NOW, NULL, NULL);
     if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE)
         return send_failed(ep, st);
     return st;

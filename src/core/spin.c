@@ -12,14 +12,19 @@
  * memcached's threads do.
  *
  * The slots are a small POSIX shared-memory object, "/rdmx-spin-UID"
- * (mode 0600), one cache line each, holding the owning process's id (0:
- * free). Claiming is a compare-and-swap on a free slot's line, releasing a
- * store; a thread keeps its own slot's line in its cache, so a claim and
- * a release per wait cost a few nanoseconds when nobody contends. A slot
- * whose process is gone (killed while it held one) is taken over by the
- * next thread that finds every slot taken, at most every 100 ms per
- * thread. Without the object (no /dev/shm, or RDMX_SPIN_SLOTS=0) every
- * thread polls, as before.
+ * (mode 0600, only ever used if it is this user's alone), one cache line
+ * each, holding the holder's claim (its process id and a claim number; 0:
+ * free) and when the holder last confirmed it. Claiming is a
+ * compare-and-swap on a free slot's line, releasing a compare-and-swap
+ * back to free (only of the same claim); a polling holder confirms its
+ * slot every 64 idle passes (a coarse clock read and a store). A thread
+ * keeps its own slot's line in its cache, so a claim and a release per
+ * wait cost a few nanoseconds when nobody contends. A thread that finds
+ * every slot taken (at most every 100 ms per thread) takes over the slots
+ * of processes that are gone and those not confirmed for 2 s (a stopped
+ * process's); a holder whose slot was taken over learns it at its next
+ * confirm and sleeps. Without the object (no /dev/shm, /dev/shm full, or
+ * RDMX_SPIN_SLOTS=0) every thread polls, as before.
  */
 #include "core/internal.h"
 
@@ -34,13 +39,17 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SLOTS_MAX 256
 
 typedef struct {
-    uint32_t owner; /* process id of the holder; 0: free */
-    char pad[60];
+    uint64_t owner; /* the holder's claim: its process id << 32 | a number
+                       of the claim; 0: free */
+    uint64_t stamp; /* when the holder last said it still polls (coarse
+                       monotonic ns) */
+    char pad[48];
 } __attribute__((aligned(64))) slot_t;
 
 static struct {
@@ -48,7 +57,19 @@ static struct {
     slot_t *slots; /* NULL: no limit */
     unsigned n;
     uint32_t pid;
+    uint32_t claims; /* numbers claims (atomic) */
 } sp = {.once = PTHREAD_ONCE_INIT};
+
+/* A slot not confirmed for this long is taken over (a stopped process's). */
+#define STALE_NS (2000000000ull)
+
+static uint64_t coarse_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* The last time this thread looked for slots of processes that are gone. */
 static __thread uint64_t last_sweep_ns
@@ -81,9 +102,11 @@ static slot_t *open_slots(const char *name)
         close(fd);
         return NULL;
     }
-    /* Every process sizes it alike; the first one's zeros are free slots. */
-    if (ftruncate(fd, SLOTS_MAX * sizeof(slot_t)) != 0) {
-        rdmx_debug("polling slots: ftruncate %s: %s; no limit", name,
+    /* Every process sizes it alike; the first one's zeros are free slots.
+     * Its pages are allocated now: a full /dev/shm must mean no limit,
+     * not SIGBUS at the first claim. */
+    if ((errno = posix_fallocate(fd, 0, SLOTS_MAX * sizeof(slot_t))) != 0) {
+        rdmx_debug("polling slots: posix_fallocate %s: %s; no limit", name,
                    strerror(errno));
         close(fd);
         return NULL;
@@ -140,34 +163,52 @@ int rdmx__spin_setup(const char *name, unsigned n)
     return 0;
 }
 
-/* Take over slots whose processes are gone. */
+/* Take over slots whose processes are gone, or whose holders have not
+ * confirmed them for STALE_NS (a stopped process). */
 static void sweep(void)
 {
+    uint64_t now = coarse_ns();
+
     for (unsigned i = 0; i < sp.n; i++) {
-        uint32_t owner = __atomic_load_n(&sp.slots[i].owner, __ATOMIC_RELAXED);
-        if (owner != 0 && owner != sp.pid && kill((pid_t)owner, 0) != 0 &&
-            errno == ESRCH)
+        uint64_t owner = __atomic_load_n(&sp.slots[i].owner, __ATOMIC_ACQUIRE);
+        uint64_t stamp = __atomic_load_n(&sp.slots[i].stamp, __ATOMIC_RELAXED);
+        pid_t pid = (pid_t)(owner >> 32);
+        if (owner == 0)
+            continue;
+        if ((now > stamp && now - stamp > STALE_NS) ||
+            (pid != (pid_t)sp.pid && kill(pid, 0) != 0 && errno == ESRCH))
             __atomic_compare_exchange_n(&sp.slots[i].owner, &owner, 0, 0,
                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     }
 }
 
-int rdmx__spin_claim(unsigned hint)
+int rdmx__spin_claim(unsigned hint, rdmx_spin_slot_t *slot)
 {
     unsigned i, k;
+    uint64_t token;
 
+    slot->index = RDMX_SPIN_NONE;
     pthread_once(&sp.once, spin_init);
-    if (sp.slots == NULL)
-        return RDMX_SPIN_UNLIMITED;
+    if (sp.slots == NULL) {
+        slot->index = RDMX_SPIN_UNLIMITED;
+        return 1;
+    }
+    token = (uint64_t)sp.pid << 32 |
+            (__atomic_add_fetch(&sp.claims, 1, __ATOMIC_RELAXED) | 1u);
     for (int round = 0; round < 2; round++) {
         for (k = 0; k < sp.n; k++) {
-            uint32_t free_v = 0;
+            uint64_t free_v = 0;
             i = (hint + k) % sp.n;
             if (__atomic_load_n(&sp.slots[i].owner, __ATOMIC_RELAXED) == 0 &&
-                __atomic_compare_exchange_n(&sp.slots[i].owner, &free_v, sp.pid,
+                __atomic_compare_exchange_n(&sp.slots[i].owner, &free_v, token,
                                             0, __ATOMIC_ACQUIRE,
-                                            __ATOMIC_RELAXED))
-                return (int)i;
+                                            __ATOMIC_RELAXED)) {
+                __atomic_store_n(&sp.slots[i].stamp, coarse_ns(),
+                                 __ATOMIC_RELAXED);
+                slot->index = (int)i;
+                slot->token = token;
+                return 1;
+            }
         }
         if (round == 0) {
             uint64_t now = rdmx_now_ns();
@@ -177,11 +218,30 @@ int rdmx__spin_claim(unsigned hint)
             sweep();
         }
     }
-    return RDMX_SPIN_NONE;
+    return 0;
 }
 
-void rdmx__spin_release(int slot)
+int rdmx__spin_confirm(rdmx_spin_slot_t *slot)
 {
-    if (slot >= 0)
-        __atomic_store_n(&sp.slots[slot].owner, 0, __ATOMIC_RELEASE);
+    if (slot->index < 0)
+        return slot->index == RDMX_SPIN_UNLIMITED;
+    if (__atomic_load_n(&sp.slots[slot->index].owner, __ATOMIC_RELAXED) !=
+        slot->token) {
+        slot->index = RDMX_SPIN_NONE; /* taken over: a stale holder */
+        return 0;
+    }
+    __atomic_store_n(&sp.slots[slot->index].stamp, coarse_ns(),
+                     __ATOMIC_RELAXED);
+    return 1;
+}
+
+void rdmx__spin_release(rdmx_spin_slot_t *slot)
+{
+    uint64_t token = slot->token;
+
+    /* Only this claim's: a slot taken over meanwhile is someone else's. */
+    if (slot->index >= 0)
+        __atomic_compare_exchange_n(&sp.slots[slot->index].owner, &token, 0, 0,
+                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    slot->index = RDMX_SPIN_NONE;
 }

@@ -42,8 +42,9 @@ typedef struct {
     int failed;            /* the transport reported an error on it */
 } rdmx_tep_t;
 
-/* A piece of a gathered send (sendv). Laid out as UCX's ucp_dt_iov_t,
- * which the UCX backend checks at build time and passes on as it is. */
+/* A piece of a gathered send (sendv): an address and a length, in the
+ * layout of UCX's own iov pieces (the UCX backend checks that at build
+ * time and passes the array on as it is). */
 typedef struct {
     const void *base;
     size_t length;

@@ -78,15 +78,14 @@ rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
                              rdmx_cb_t cb, void *arg);
 /* rdmx__msg_send with the data gathered from @n pieces (at most
  * RDMX_MSG_IOV_MAX; @iov itself is copied, the pieces stay valid until
- * completion). A transport that cannot gather gets one joined copy. */
+ * @cb runs). A transport that cannot gather gets one joined copy. @cb
+ * runs only once the transport no longer reads the pieces: if the
+ * endpoint fails first, that may be later than the failure (from inside
+ * progress, when the transport gives the request back, or when the
+ * worker is destroyed). */
 rdmx_status_t rdmx__msg_sendv(rdmx_ep_t *ep, unsigned id, const void *hdr,
                               size_t hlen, const rdmx_msg_iov_t *iov,
                               unsigned n, rdmx_cb_t cb, void *arg);
-/* rdmx__msg_send_now with the data gathered from @n pieces:
- * RDMX_ERR_NO_RESOURCE also when the transport cannot gather. */
-rdmx_status_t rdmx__msg_sendv_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
-                                  size_t hlen, const rdmx_msg_iov_t *iov,
-                                  unsigned n);
 /* Send only if the transport takes it at once from the caller's buffers:
  * RDMX_OK (sent, nothing to wait for), RDMX_ERR_NO_RESOURCE (it could not;
  * nothing was sent), or another error. */
@@ -132,14 +131,22 @@ void rdmx__context_one_sided(const rdmx_context_t *ctx, int *rma_p,
 uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx);
 
 /* Polling slots (src/core/spin.c): a thread polls while it waits only if
- * it holds one. rdmx__spin_claim returns a slot (>= 0) to give back with
- * rdmx__spin_release, RDMX_SPIN_UNLIMITED (poll; nothing to give back) or
- * RDMX_SPIN_NONE (every slot is taken: sleep). @hint spreads threads over
+ * it holds one. rdmx__spin_claim returns 1 when the caller may poll (it
+ * holds a slot, or there is no limit: @slot->index RDMX_SPIN_UNLIMITED),
+ * 0 when every slot is taken (sleep). A holder confirms its slot now and
+ * then with rdmx__spin_confirm (0: it was taken over, as a stopped
+ * process's is after 2 s: sleep) and gives it back with
+ * rdmx__spin_release (any state; idempotent). @hint spreads threads over
  * the slots (any value that differs between threads). */
 #define RDMX_SPIN_NONE      (-1)
 #define RDMX_SPIN_UNLIMITED (-2)
-int rdmx__spin_claim(unsigned hint);
-void rdmx__spin_release(int slot);
+typedef struct {
+    int index; /* >= 0: held; RDMX_SPIN_NONE or RDMX_SPIN_UNLIMITED */
+    uint64_t token;
+} rdmx_spin_slot_t;
+int rdmx__spin_claim(unsigned hint, rdmx_spin_slot_t *slot);
+int rdmx__spin_confirm(rdmx_spin_slot_t *slot);
+void rdmx__spin_release(rdmx_spin_slot_t *slot);
 /* Non-zero when the worker has a progress thread of its own. */
 int rdmx__worker_threaded(const rdmx_worker_t *w);
 /* Count a malformed or unexpected message in the worker's proto_errors. */

@@ -54,6 +54,7 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     op->issuing = 0;
     op->early = 0;
     op->orphaned = 0;
+    op->cb_at_end = 0;
     if (ep != NULL)
         ep->ops++;
     return op;
@@ -158,12 +159,21 @@ void rdmx__op_issued(rdmx_op_t *op, void *req)
     rdmx_list_insert_tail(&op->ep->inflight, &op->link);
 }
 
+/* Free an orphaned record whose request the transport is done with (or
+ * whose transport is gone), telling its owner now if it waited for that. */
+static void orphan_free(rdmx_op_t *op)
+{
+    if (op->cb_at_end && op->cb != NULL)
+        op->cb(op->status, 0, op->arg);
+    free(op->aux);
+    free(op);
+}
+
 int rdmx__op_tp_done(rdmx_op_t *op, void *req)
 {
     rdmx_list_del(&op->link);
     if (op->orphaned) {
-        free(op->aux);
-        free(op); /* its request was released when it was orphaned */
+        orphan_free(op); /* its request was released when it was orphaned */
         return 0;
     }
     op->ep->worker->tp->req_forget(req);
@@ -234,9 +244,13 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep)
 
     while ((e = rdmx_list_pop(&ep->inflight)) != NULL) {
         rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
-        rdmx_op_t *stand_in = rdmx__op_get(w, NULL, op->kind, op->cb, op->arg);
-        /* The record stays with UCX; a stand-in carries the completion. */
+        /* The record stays with UCX; a stand-in carries the completion,
+         * unless the completion must wait for UCX (cb_at_end). */
+        rdmx_op_t *stand_in =
+            op->cb_at_end ? NULL
+                          : rdmx__op_get(w, NULL, op->kind, op->cb, op->arg);
         op->orphaned = 1;
+        op->status = ep->status;
         op->ep = NULL;
         if (op->kind == RDMX_OP_ACCESS) /* a late reply must not find it */
             rdmx_ptrmap_del(&w->amo_ops, (void *)op->amo_tag);
@@ -245,7 +259,7 @@ void rdmx__op_orphan_all(rdmx_ep_t *ep)
         w->tp->req_forget(op->req);
         rdmx_list_insert_tail(&w->orphans, &op->link);
         if (stand_in == NULL) {
-            if (op->cb)
+            if (op->cb && !op->cb_at_end)
                 op->cb(ep->status, 0, op->arg);
             rdmx__ep_release(ep);
             continue;
@@ -461,11 +475,8 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     w->tp->worker_destroy(w->tw);
     close(w->epfd);
     /* Requests UCX never completed went with its worker. */
-    while ((e = rdmx_list_pop(&w->orphans)) != NULL) {
-        rdmx_op_t *op = rdmx_container_of(e, rdmx_op_t, link);
-        free(op->aux);
-        free(op);
-    }
+    while ((e = rdmx_list_pop(&w->orphans)) != NULL)
+        orphan_free(rdmx_container_of(e, rdmx_op_t, link));
     rdmx__timers_cleanup(w); /* (endpoints' callbacks may have started some) */
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
@@ -557,7 +568,8 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
 {
     uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns, now;
     unsigned spins = 0;
-    int slot = RDMX_SPIN_NONE, asked = 0;
+    rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
+    int asked = 0, polls = 0;
 
     if (w->mt) {
         int rc = 0;
@@ -590,34 +602,34 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         /* Idle: poll on only while holding a polling slot (spin.c). */
         if (!asked) {
             asked = 1;
-            if (spin_ns != 0 && !w->busy)
-                slot = rdmx__spin_claim((unsigned)((uintptr_t)w >> 6));
+            polls = spin_ns != 0 &&
+                    (w->busy ||
+                     rdmx__spin_claim((unsigned)((uintptr_t)w >> 6), &slot));
         }
-        if (spin_ns != 0 && (w->busy || slot != RDMX_SPIN_NONE) &&
-            (++spins & 63) != 0)
+        if (polls && (++spins & 63) != 0)
             continue;
+        if (polls && !w->busy)
+            polls = rdmx__spin_confirm(&slot);
         now = rdmx_now_ns();
         if (now >= deadline_ns) {
-            rdmx__spin_release(slot);
+            rdmx__spin_release(&slot);
             return -1;
         }
         if (idle_since == 0)
             idle_since = now;
-        if ((slot == RDMX_SPIN_NONE || now - idle_since >= spin_ns) &&
-            !w->busy) {
+        if ((!polls || now - idle_since >= spin_ns) && !w->busy) {
             /* Sleep until an event, a timer (rdmx_worker_wait knows them)
              * or the deadline: a thread blocked on a stopped peer wakes a
              * few times a second, not a thousand. */
             uint64_t left_ms = deadline_ns == UINT64_MAX
                                    ? 100
                                    : (deadline_ns - now + 999999) / 1000000;
-            rdmx__spin_release(slot);
-            slot = RDMX_SPIN_NONE;
+            rdmx__spin_release(&slot);
             asked = 0;
             rdmx_worker_wait(w, left_ms > 100 ? 100 : (int)left_ms);
         }
     }
-    rdmx__spin_release(slot);
+    rdmx__spin_release(&slot);
     return 0;
 }
 

@@ -123,11 +123,15 @@ static void reply_item(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
                           .length = len};
     sent_item_t *x;
 
-    if (RDMX_KV_RESULT_SIZE + len <= RDMX_KV_SMALL_ANSWER ||
-        (x = malloc(sizeof(*x))) == NULL) {
+    if (RDMX_KV_RESULT_SIZE + len <= RDMX_KV_SMALL_ANSWER) {
         reply(req, RDMX_OK, RDMX_KV_WHERE_INLINE, r.flags, r.cas, len,
               rdmx__kv_item_value(s->store, it), len);
         rdmx__kv_store_release(s->store, it);
+        return;
+    }
+    if ((x = malloc(sizeof(*x))) == NULL) {
+        rdmx__kv_store_release(s->store, it);
+        rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
         return;
     }
     x->store = s->store;

@@ -137,11 +137,8 @@ rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
     rdmx_status_t st;
     parts_t *p;
 
-    st = rdmx__msg_sendv_now(ep, RDMX_AM_RPC, hdr, hl, iov, 2);
-    if (st != RDMX_ERR_NO_RESOURCE) {
-        done(arg);
-        return st;
-    }
+    /* (No attempt to complete at once: UCX takes gathered data only
+     * through a request.) */
     if (hlen > sizeof(p->head) || (p = malloc(sizeof(*p))) == NULL) {
         done(arg);
         return rdmx__error(hlen > RDMX_RPC_RESPOND_HEAD_MAX

@@ -533,7 +533,7 @@ static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
                    "dropped: the call %s before the handler answered",
                    req->canceled ? "was canceled" : "expired");
     } else if (status == RDMX_OK) {
-        if (len + blen > sw->srv->max_message) {
+        if (len > sw->srv->max_message || blen > sw->srv->max_message - len) {
             send_error(c, req->id, req->handler->id, RDMX_ERR_TOO_BIG,
                        "response of %zu bytes exceeds the limit of %llu",
                        len + blen, (unsigned long long)sw->srv->max_message);
@@ -1244,7 +1244,8 @@ static void *worker_main(void *arg)
     rdmx_rpc_server_t *s = sw->srv;
     uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
-    int slot = RDMX_SPIN_NONE, asked = 0;
+    rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
+    int asked = 0, polls = 0;
 
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
@@ -1259,22 +1260,22 @@ static void *worker_main(void *arg)
             /* polls on only while it holds a polling slot */
             if (!asked) {
                 asked = 1;
-                slot = rdmx__spin_claim((unsigned)sw->index);
+                polls = rdmx__spin_claim((unsigned)sw->index, &slot);
             }
-            if (slot != RDMX_SPIN_NONE) {
+            if (polls) {
                 if ((++spins & 63) != 0)
                     continue;
-                if (rdmx_now_ns() - last_work < spin_ns)
+                polls = rdmx__spin_confirm(&slot);
+                if (polls && rdmx_now_ns() - last_work < spin_ns)
                     continue;
             }
         }
-        rdmx__spin_release(slot);
-        slot = RDMX_SPIN_NONE;
+        rdmx__spin_release(&slot);
         asked = 0;
         rdmx_worker_wait(sw->w, 100);
         last_work = rdmx_now_ns();
     }
-    rdmx__spin_release(slot);
+    rdmx__spin_release(&slot);
     worker_shutdown(sw);
     return NULL;
 }
