@@ -149,10 +149,9 @@ typedef struct {
                           void **req_p);
     /* Optional (NULL: the core joins the pieces into one buffer and uses
      * send): send as send does, with the data gathered from @n pieces
-     * (1 <= @n <= RDMX_TP_IOV_MAX) at @iov, none registered. With
-     * RDMX_TP_SEND_NOW, @iov and the pieces are read before the call
-     * returns; otherwise they stay valid until completion (the core keeps
-     * @iov in the operation record). */
+     * (1 <= @n <= RDMX_TP_IOV_MAX) at @iov, none registered; @iov and the
+     * pieces stay valid until completion (the core keeps @iov in the
+     * operation record). The core always passes an @op and no flags. */
     rdmx_status_t (*sendv)(rdmx_tep_t *tep, unsigned id, const void *hdr,
                            size_t hlen, const rdmx_tp_iov_t *iov, unsigned n,
                            unsigned flags, rdmx_op_t *op, void **req_p);
