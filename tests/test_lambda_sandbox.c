@@ -54,11 +54,23 @@ static rdmx_lambda_engine_t *mk_engine(const rdmx_lambda_params_t *p)
     return e;
 }
 
+/* 1: ev() runs a call as the RPC handler does: the state stays held
+ * until the answer is out, then is restored to its image and given back
+ * (rdmx__lambda_engine_tidy), so the next call begins without a copy */
+static int held_mode;
+
 static rdmx_status_t ev(rdmx_lambda_engine_t *e, const char *src,
                         const rdmx_lambda_call_params_t *c,
                         rdmx_lambda_result_t *r)
 {
-    return rdmx_lambda_engine_eval(e, src, strlen(src), c, r);
+    rdmx__lambda_state_t *held;
+    rdmx_status_t st;
+
+    if (!held_mode)
+        return rdmx_lambda_engine_eval(e, src, strlen(src), c, r);
+    st = rdmx__lambda_engine_eval(e, src, strlen(src), c, r, &held);
+    rdmx__lambda_engine_tidy(e, held);
+    return st;
 }
 
 /* eval must succeed with exactly @p want as output */
@@ -674,7 +686,7 @@ static void isolation_extra(rdmx_lambda_engine_t *e)
     rdmx_lambda_engine_destroy(small);
 }
 
-static void test_isolation(void)
+static void test_isolation(int held)
 {
     rdmx_lambda_engine_t *e = mk_engine(NULL);
     rdmx_lambda_stats_t s;
@@ -682,8 +694,11 @@ static void test_isolation(void)
     char first[64];
     unsigned i, round;
 
-    th_log("isolation: %zu hostile pairs",
-           sizeof(hostile) / sizeof(hostile[0]));
+    held_mode = held;
+    th_log("isolation: %zu hostile pairs, %s",
+           sizeof(hostile) / sizeof(hostile[0]),
+           held ? "each state restored after its call (as a server does)"
+                : "each state restored as its next call begins");
     for (i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
         if (hostile[i].plant_out == NULL) { /* the random seed */
             CHECK_OK(ev(e, hostile[i].plant, NULL, &r));
@@ -723,6 +738,7 @@ static void test_isolation(void)
     CHECKF(s.states_built == 1, "%llu states built",
            (unsigned long long)s.states_built);
     rdmx_lambda_engine_destroy(e);
+    held_mode = 0;
 }
 
 /* --- errors, inputs, outputs ----------------------------------------------- */
@@ -1710,7 +1726,7 @@ static void test_wire(void)
         if (kind == RDMX__LAMBDA_NATIVE)
             CHECK(req.name_len == 3 && memcmp(req.name, "rev", 3) == 0);
         /* served as a handler would */
-        CHECK_OK(rdmx__lambda_serve(e, kind, &req, 0, NULL, &r));
+        CHECK_OK(rdmx__lambda_serve(e, kind, &req, 0, NULL, &r, NULL));
         CHECKF(strcmp(r.output,
                       kind == RDMX__LAMBDA_NATIVE ? "ni" : "in3xzz1x2zz") == 0,
                "%s", r.output);
@@ -1869,7 +1885,8 @@ int main(int argc, char **argv)
     CHECK(mkdtemp(tmpdir) != NULL);
     chmod(tmpdir, 0755);
     test_contract();
-    test_isolation();
+    test_isolation(0);
+    test_isolation(1);
     test_fresh_states();
     test_sandbox();
     test_cache();

@@ -581,10 +581,14 @@ static rdmx_status_t finish(rdmx_lambda_engine_t *e, rdmx_status_t st,
     return RDMX_OK;
 }
 
-static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
-                         size_t len, int binary, int want_dump,
+/* Run a call in a pooled state. With @p held_p, the state stays the
+ * caller's (rdmx__lambda_engine_tidy gives it back); without, it goes back
+ * to the pool now, and the next call in it restores its image first. */
+static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code, size_t len,
+                         int binary, int want_dump,
                          const rdmx_lambda_call_params_t *call,
-                         rdmx_lambda_result_t *res)
+                         rdmx_lambda_result_t *res,
+                         rdmx__lambda_state_t **held_p)
 {
     rdmx_lambda_call_params_t c = {0};
     uint64_t m = call != NULL ? call->field_mask : 0;
@@ -636,7 +640,10 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
         return finish(e, RDMX_ERR_NO_MEMORY, res, 0, -1);
     }
     st = rdmx__lambda_run(&r, state);
-    rdmx__lambda_states_done(e->states, state);
+    if (held_p != NULL)
+        *held_p = state;
+    else
+        rdmx__lambda_states_done(e->states, state);
     res->output = r.out.data;
     res->output_len = r.out.len;
     res->type = st == RDMX_OK ? r.type : RDMX_LAMBDA_NIL;
@@ -658,15 +665,18 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code,
     return finish(e, st, res, r.compile_error && !binary, fresh);
 }
 
-rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
-                                      const char *source, size_t length,
-                                      const rdmx_lambda_call_params_t *call,
-                                      rdmx_lambda_result_t *result)
+rdmx_status_t rdmx__lambda_engine_eval(rdmx_lambda_engine_t *engine,
+                                       const char *source, size_t length,
+                                       const rdmx_lambda_call_params_t *call,
+                                       rdmx_lambda_result_t *result,
+                                       rdmx__lambda_state_t **held_p)
 {
     rdmx_lambda_engine_t *e = engine;
     lambda_fn_t *f;
     rdmx_status_t st;
 
+    if (held_p != NULL)
+        *held_p = NULL;
     if (result == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "lambda: NULL result");
     result_init(result);
@@ -686,24 +696,35 @@ rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
     f = cache_get(e, result->id);
     if (f != NULL) {
         result->cached = 1;
-        st = run(e, (const char *)f->code, f->len, 1, 0, call, result);
+        st = run(e, (const char *)f->code, f->len, 1, 0, call, result, held_p);
         cache_put_ref(e, f);
         return st;
     }
-    return run(e, source != NULL ? source : "", length, 0,
-               e->cache_entries > 0, call, result);
+    return run(e, source != NULL ? source : "", length, 0, e->cache_entries > 0,
+               call, result, held_p);
 }
 
-rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
-                                      const uint8_t id[RDMX_LAMBDA_ID_LEN],
+rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
+                                      const char *source, size_t length,
                                       const rdmx_lambda_call_params_t *call,
                                       rdmx_lambda_result_t *result)
+{
+    return rdmx__lambda_engine_eval(engine, source, length, call, result, NULL);
+}
+
+rdmx_status_t rdmx__lambda_engine_call(rdmx_lambda_engine_t *engine,
+                                       const uint8_t id[RDMX_LAMBDA_ID_LEN],
+                                       const rdmx_lambda_call_params_t *call,
+                                       rdmx_lambda_result_t *result,
+                                       rdmx__lambda_state_t **held_p)
 {
     rdmx_lambda_engine_t *e = engine;
     lambda_fn_t *f;
     rdmx_status_t st;
     char hex[65];
 
+    if (held_p != NULL)
+        *held_p = NULL;
     if (result == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "lambda: NULL result");
     result_init(result);
@@ -724,9 +745,26 @@ rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
         return rdmx__error(RDMX_ERR_NOT_FOUND, "%s", result->message);
     }
     result->cached = 1;
-    st = run(e, (const char *)f->code, f->len, 1, 0, call, result);
+    st = run(e, (const char *)f->code, f->len, 1, 0, call, result, held_p);
     cache_put_ref(e, f);
     return st;
+}
+
+rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
+                                      const uint8_t id[RDMX_LAMBDA_ID_LEN],
+                                      const rdmx_lambda_call_params_t *call,
+                                      rdmx_lambda_result_t *result)
+{
+    return rdmx__lambda_engine_call(engine, id, call, result, NULL);
+}
+
+void rdmx__lambda_engine_tidy(rdmx_lambda_engine_t *engine,
+                              rdmx__lambda_state_t *held)
+{
+    if (held == NULL)
+        return;
+    rdmx__lambda_state_tidy(held);
+    rdmx__lambda_states_done(engine->states, held);
 }
 
 /* --- native calls -------------------------------------------------------- */

@@ -142,6 +142,9 @@ typedef struct rdmx__lambda_state {
     size_t fn_image_bytes; /* bytes they hold */
     uint64_t image_clock;
     const rdmx__arena_image_t *begun; /* the image the last call began from */
+    /* the image the arena equals now (a call beginning from it copies
+     * nothing), NULL once a call has run in it */
+    const rdmx__arena_image_t *clean;
 } rdmx__lambda_state_t;
 
 /* sandbox.c: build a state (any thread) in an arena of @p arena_size
@@ -151,11 +154,15 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
 /* sandbox.c: close a state, built or used (any thread). */
 void rdmx__lambda_state_close(rdmx__lambda_state_t *s);
 
-/* sandbox.c: run one call in @p s's state, begun from an image; the state
- * is handed back idle (the next call restores an image). Returns the
+/* sandbox.c: run one call in @p s's state, begun from an image (copied
+ * back into the arena unless the arena is that image already); the state
+ * is handed back idle. Returns the
  * status; r->msg, r->out, r->type, r->limit, r->units, r->mem_peak (the
  * call's bytes) are filled. */
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s);
+/* sandbox.c: restore an idle state to the image its last call began from,
+ * ahead of the next call (docs/LAMBDA.md, "Restored after the answer"). */
+void rdmx__lambda_state_tidy(rdmx__lambda_state_t *s);
 
 /* states.c: the states of an engine, a free list: a call pops a state, or
  * builds one when the list is empty, and pushes it back when done. The
@@ -238,13 +245,32 @@ rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
                                 size_t capacity, size_t *out_len_p);
 
 /* Serve a decoded request with @p engine (what a handler does, without
- * the RPC request: tests use it directly). */
-rdmx_status_t rdmx__lambda_serve(rdmx_lambda_engine_t *engine,
-                                 rdmx__lambda_kind_t kind,
-                                 const rdmx__lambda_req_t *req,
-                                 uint64_t deadline_ns,
-                                 const rdmx_lambda_env_t *env,
-                                 rdmx_lambda_result_t *result);
+ * the RPC request: tests use it directly). With @p held_p, the sandbox
+ * state the call ran in stays the caller's (*@p held_p, NULL when none
+ * ran) until it passes it to rdmx__lambda_engine_tidy(), after sending
+ * the answer; without, the state goes back to the pool at once. */
+rdmx_status_t
+rdmx__lambda_serve(rdmx_lambda_engine_t *engine, rdmx__lambda_kind_t kind,
+                   const rdmx__lambda_req_t *req, uint64_t deadline_ns,
+                   const rdmx_lambda_env_t *env, rdmx_lambda_result_t *result,
+                   rdmx__lambda_state_t **held_p);
+
+/* engine.c: rdmx_lambda_engine_eval() and _call() keeping the state the
+ * call ran in (@p held_p as for rdmx__lambda_serve; NULL: back at once). */
+rdmx_status_t rdmx__lambda_engine_eval(rdmx_lambda_engine_t *engine,
+                                       const char *source, size_t length,
+                                       const rdmx_lambda_call_params_t *call,
+                                       rdmx_lambda_result_t *result,
+                                       rdmx__lambda_state_t **held_p);
+rdmx_status_t rdmx__lambda_engine_call(rdmx_lambda_engine_t *engine,
+                                       const uint8_t id[RDMX_LAMBDA_ID_LEN],
+                                       const rdmx_lambda_call_params_t *call,
+                                       rdmx_lambda_result_t *result,
+                                       rdmx__lambda_state_t **held_p);
+/* engine.c: a held state (or NULL) restored to its last call's image and
+ * given back to the pool: what a server does once the answer is sent. */
+void rdmx__lambda_engine_tidy(rdmx_lambda_engine_t *engine,
+                              rdmx__lambda_state_t *held);
 
 /* engine.c: a handler binding (engine + env), freed with the engine. */
 typedef struct rdmx__lambda_binding {

@@ -211,12 +211,11 @@ rdmx_status_t rdmx__lambda_encode(rdmx__lambda_kind_t kind,
     return RDMX_OK;
 }
 
-rdmx_status_t rdmx__lambda_serve(rdmx_lambda_engine_t *engine,
-                                 rdmx__lambda_kind_t kind,
-                                 const rdmx__lambda_req_t *req,
-                                 uint64_t deadline_ns,
-                                 const rdmx_lambda_env_t *env,
-                                 rdmx_lambda_result_t *result)
+rdmx_status_t
+rdmx__lambda_serve(rdmx_lambda_engine_t *engine, rdmx__lambda_kind_t kind,
+                   const rdmx__lambda_req_t *req, uint64_t deadline_ns,
+                   const rdmx_lambda_env_t *env, rdmx_lambda_result_t *result,
+                   rdmx__lambda_state_t **held_p)
 {
     rdmx_lambda_call_params_t call = {
         .field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_INPUT |
@@ -234,12 +233,14 @@ rdmx_status_t rdmx__lambda_serve(rdmx_lambda_engine_t *engine,
     };
     char name[RDMX_LAMBDA_NAME_MAX + 1];
 
+    if (held_p != NULL)
+        *held_p = NULL;
     switch (kind) {
     case RDMX__LAMBDA_EVAL:
-        return rdmx_lambda_engine_eval(engine, req->source, req->source_len,
-                                       &call, result);
+        return rdmx__lambda_engine_eval(engine, req->source, req->source_len,
+                                        &call, result, held_p);
     case RDMX__LAMBDA_CALL:
-        return rdmx_lambda_engine_call(engine, req->id, &call, result);
+        return rdmx__lambda_engine_call(engine, req->id, &call, result, held_p);
     default:
         memcpy(name, req->name, req->name_len);
         name[req->name_len] = '\0';
@@ -252,6 +253,7 @@ static void handle(rdmx_rpc_req_t *rq, void *arg, rdmx__lambda_kind_t kind)
 {
     rdmx__lambda_binding_t *b = arg;
     rdmx__lambda_req_t req;
+    rdmx__lambda_state_t *held;
     rdmx_lambda_result_t res;
     const void *p;
     size_t len;
@@ -264,12 +266,15 @@ static void handle(rdmx_rpc_req_t *rq, void *arg, rdmx__lambda_kind_t kind)
         return;
     }
     st = rdmx__lambda_serve(b->engine, kind, &req, rdmx_rpc_req_deadline(rq),
-                            b->env, &res);
+                            b->env, &res, &held);
     if (st == RDMX_OK)
         rdmx_rpc_respond(rq, res.output, res.output_len);
     else
         rdmx_rpc_respond_error(rq, st, "%s", res.message);
     rdmx_lambda_result_free(&res);
+    /* the answer is on its way: the state's copy back to its image runs
+     * while the client reads it, not before the next call */
+    rdmx__lambda_engine_tidy(b->engine, held);
 }
 
 static void h_eval(rdmx_rpc_req_t *rq, void *arg)

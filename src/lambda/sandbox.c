@@ -1335,6 +1335,7 @@ rdmx_status_t rdmx__lambda_state_build(rdmx__lambda_state_t *s,
         rdmx__lambda_state_close(s);
         return RDMX_ERR_NO_MEMORY;
     }
+    s->begun = s->clean = &s->pristine.img; /* the arena is what was saved */
     return RDMX_OK;
 }
 
@@ -1354,6 +1355,7 @@ void rdmx__lambda_state_close(rdmx__lambda_state_t *s)
         rdmx__arena_image_free(&s->fn_images[i].img);
     s->nfn_images = 0;
     s->fn_image_bytes = 0;
+    s->begun = s->clean = NULL;
     s->L = NULL;
 }
 
@@ -1372,6 +1374,8 @@ static int load_keep(lua_State *L)
 /* Drop the function image @p im (its slot becomes free). */
 static void image_drop(rdmx__lambda_state_t *s, rdmx__lambda_image_t *im)
 {
+    if (s->clean == &im->img)
+        s->clean = NULL;
     s->fn_image_bytes -= im->img.len;
     rdmx__arena_image_free(&im->img);
     im->used = 0;
@@ -1383,6 +1387,16 @@ static void image_drop(rdmx__lambda_state_t *s, rdmx__lambda_image_t *im)
  * RDMX__LAMBDA_FN_IMAGES or RDMX__LAMBDA_FN_IMAGE_BYTES); the pristine one
  * for source, or when that fails. The arena is made that image. 1 when
  * the image holds the function. */
+/* Make the arena @p img, copying it back unless the arena is that image
+ * already (tidied after the last call, or never used); a call is about to
+ * change it. */
+static void arena_from(rdmx__lambda_state_t *s, const rdmx__arena_image_t *img)
+{
+    if (s->clean != img)
+        rdmx__arena_restore(s->arena, img);
+    s->clean = NULL;
+}
+
 static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 {
     rdmx__lambda_image_t *im = NULL, *lru;
@@ -1397,13 +1411,13 @@ static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
             }
     }
     if (im != NULL) {
-        rdmx__arena_restore(s->arena, &im->img);
+        arena_from(s, &im->img);
         s->owner.mem = im->mem;
         im->used = ++s->image_clock;
         s->begun = &im->img;
         return 1;
     }
-    rdmx__arena_restore(s->arena, &s->pristine.img);
+    arena_from(s, &s->pristine.img);
     s->owner.mem = s->pristine.mem;
     s->begun = &s->pristine.img;
     if (!r->binary || r->id == NULL)
@@ -1433,7 +1447,7 @@ static int image_begin(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     lua_pushlightuserdata(s->L, &s->owner);
     if (lua_pcall(s->L, 1, 0, 0) != LUA_OK || image_save(s, im) != 0) {
         /* out of room: this call loads the function itself */
-        rdmx__arena_restore(s->arena, &s->pristine.img);
+        arena_from(s, &s->pristine.img);
         s->owner.mem = s->pristine.mem;
         return 0;
     }
@@ -1467,6 +1481,14 @@ static void hand_back(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
     s->calls++;
     lua_setallocf(s->L, lalloc, &s->owner);
     rdmx__arena_trim(s->arena, s->begun);
+}
+
+void rdmx__lambda_state_tidy(rdmx__lambda_state_t *s)
+{
+    if (s->clean == NULL && s->begun != NULL) {
+        rdmx__arena_restore(s->arena, s->begun);
+        s->clean = s->begun;
+    }
 }
 
 rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
