@@ -121,6 +121,21 @@ typedef struct {
 
 static uint32_t next_src = 0x100;
 
+/* An RPC message's header, from a frame or from a batch in one. */
+static void on_rpc(const unsigned char *hdr, size_t hlen)
+{
+    unsigned kind;
+
+    if (hlen < 16)
+        return;
+    kind = hdr[0] & 0x0f;
+    got.rpc[kind]++;
+    if (kind == 7)
+        got.pong_id = rdmx_get_le64(hdr + 8);
+    if (kind == 3)
+        got.err_status = (int32_t)rdmx_get_le32(hdr + 4);
+}
+
 static void on_frame(const unsigned char *buf, size_t len)
 {
     rdmx_ofi_frame_t f;
@@ -147,13 +162,19 @@ static void on_frame(const unsigned char *buf, size_t len)
         got.ack_src = f.src;
         return;
     }
-    if (f.kind == RDMX_OFI_FRAME_EAGER && f.id == AM_RPC && f.hlen >= 16) {
-        unsigned kind = f.hdr[0] & 0x0f;
-        got.rpc[kind]++;
-        if (kind == 7)
-            got.pong_id = rdmx_get_le64(f.hdr + 8);
-        if (kind == 3)
-            got.err_status = (int32_t)rdmx_get_le32(f.hdr + 4);
+    if (f.kind == RDMX_OFI_FRAME_EAGER && f.id == AM_RPC)
+        on_rpc(f.hdr, f.hlen);
+    if (f.kind == RDMX_OFI_FRAME_EAGER && f.id == 8) { /* a batch */
+        const unsigned char *p = f.data, *end = f.data + f.len;
+        CHECKF(f.hlen == 0 && f.len > 0 && f.len % 8 == 0,
+               "raw: a batch of %zu bytes, header %zu", f.len, f.hlen);
+        while (p < end) { /* id, hlen, 0, 0, len (LE u32), hdr, data, pad */
+            CHECK(end - p >= 8 && p[0] == AM_RPC && p[2] == 0 && p[3] == 0 &&
+                  (size_t)p[1] + rdmx_get_le32(p + 4) <= (size_t)(end - p) - 8);
+            on_rpc(p + 8, p[1]);
+            p += (8 + p[1] + rdmx_get_le32(p + 4) + 7) & ~(size_t)7;
+        }
+        CHECK(p == end);
     }
 }
 
@@ -372,7 +393,7 @@ static raw_conn_t raw_connect(const th_proc_t *srv, uint64_t worker_id)
     rdmx_put_le32(f, (uint32_t)(32 + R.addr_len));
     f[4] = 1; /* HELLO */
     rdmx_put_le32(f + 8, WIRE_MAGIC);
-    rdmx_put_le16(f + 12, 3);
+    rdmx_put_le16(f + 12, 4); /* the wire version */
     rdmx_put_le64(f + 16, worker_id);
     memcpy(f + 40, R.addr, R.addr_len);
     CHECK(send(c.fd, f, 40 + R.addr_len, MSG_NOSIGNAL) ==

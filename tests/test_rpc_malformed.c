@@ -58,6 +58,7 @@
 #include "core/internal.h"
 #include "core/ucx/ucx.h" /* raw UCX messages */
 #include "rpc/wire.h"
+#include "util/endian.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -98,14 +99,14 @@ static void answer_data_done(rdmx_status_t st, size_t length, void *arg)
     a->data_done = 1;
 }
 
-static ucs_status_t raw_am(void *arg, const void *header, size_t hlen,
-                           void *data, size_t len,
-                           const ucp_am_recv_param_t *param)
+/* One answer: its header, and its data, copied (or, by rendezvous, being
+ * received into the copy). */
+static ucs_status_t take_answer(const void *header, size_t hlen, void *data,
+                                size_t len, int rndv)
 {
     answer_t *a;
     char why[160];
 
-    (void)arg;
     if (nanswers == cap_answers) {
         cap_answers = cap_answers ? cap_answers * 2 : 1024;
         answers = realloc(answers, cap_answers * sizeof(*answers));
@@ -118,16 +119,55 @@ static ucs_status_t raw_am(void *arg, const void *header, size_t hlen,
     CHECKF(!a->bad, "the server sent a malformed header: %s", why);
     a->len = len;
     a->data = th_alloc(len);
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    if (rndv) {
         a->rndv = 1;
         CHECK(rndv_ep != NULL);
         rdmx__msg_recv(rndv_ep, data, a->data, len, answer_data_done,
-                           (void *)(uintptr_t)(nanswers - 1));
+                       (void *)(uintptr_t)(nanswers - 1));
         return UCS_INPROGRESS;
     }
     if (len)
         memcpy(a->data, data, len);
     a->data_done = 1;
+    return UCS_OK;
+}
+
+static ucs_status_t raw_am(void *arg, const void *header, size_t hlen,
+                           void *data, size_t len,
+                           const ucp_am_recv_param_t *param)
+{
+    (void)arg;
+    return take_answer(header, hlen, data, len,
+                       (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+}
+
+/* A batch (docs/PROTOCOL.md, "Batched messages"): records of id, header
+ * length, two zero bytes, data length (LE u32), header, data, padding to
+ * 8; every record here must be a well-formed RPC message. */
+static unsigned batches_in; /* batches the server sent */
+
+static ucs_status_t raw_batch(void *arg, const void *header, size_t hlen,
+                              void *data, size_t len,
+                              const ucp_am_recv_param_t *param)
+{
+    const unsigned char *p = data, *end = p + len;
+
+    (void)arg;
+    batches_in++;
+    (void)header;
+    CHECK(hlen == 0 && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV));
+    CHECKF(len > 0 && len % 8 == 0, "batch of %zu bytes", len);
+    while (p < end) {
+        size_t rh, rl;
+
+        CHECK(end - p >= 8 && p[0] == RDMX_AM_RPC && p[2] == 0 && p[3] == 0);
+        rh = p[1];
+        rl = rdmx_get_le32(p + 4);
+        CHECK(rh + rl <= (size_t)(end - p) - 8);
+        take_answer(p + 8, rh, (void *)(p + 8 + rh), rl, 0);
+        p += (8 + rh + rl + 7) & ~(size_t)7;
+    }
+    CHECK(p == end);
     return UCS_OK;
 }
 
@@ -144,6 +184,9 @@ static void install_raw_handler(rdmx_worker_t *w)
     p.cb = raw_am;
     p.arg = NULL;
     p.flags = UCP_AM_FLAG_WHOLE_MSG;
+    CHECK(ucp_worker_set_am_recv_handler(rdmx__ucx_worker(w), &p) == UCS_OK);
+    p.id = RDMX_AM_BATCH;
+    p.cb = raw_batch;
     CHECK(ucp_worker_set_am_recv_handler(rdmx__ucx_worker(w), &p) == UCS_OK);
 }
 
@@ -1234,6 +1277,117 @@ static void model_prehello(const unsigned char *p, size_t hlen, size_t dlen)
     expect_bad(kind, id, NULL);
 }
 
+/* A batch record (docs/PROTOCOL.md, "Batched messages") at @b + *@off. */
+static void rec(unsigned char *b, size_t *off, unsigned id, const void *hdr,
+                size_t hlen, const void *data, size_t len)
+{
+    unsigned char *p = b + *off;
+    size_t n = (8 + hlen + len + 7) & ~(size_t)7;
+
+    memset(p, 0, n);
+    p[0] = (unsigned char)id;
+    p[1] = (unsigned char)hlen;
+    put_le32(p + 4, (uint32_t)len);
+    memcpy(p + 8, hdr, hlen);
+    if (len)
+        memcpy(p + 8 + hlen, data, len);
+    *off += n;
+}
+
+/* Send @len bytes at @b as one message of core id @id with @hlen bytes of
+ * header @hdr. */
+static void raw_send_id(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                        size_t hlen, const void *b, size_t len)
+{
+    void *copy = th_alloc(len);
+    rdmx_status_t st;
+
+    memcpy(copy, b, len);
+    st = rdmx__msg_send(ep, id, hdr, hlen, copy, len, send_done, copy);
+    if (st == RDMX_OK) {
+        free(copy);
+    } else {
+        CHECKF(st == RDMX_INPROGRESS, "send: %s", rdmx_status_name(st));
+        sends_pending++;
+    }
+}
+
+/* Batches: five PINGs announced with "more" leave as one batch, and the
+ * server's five PONGs, made in one pass, come back with a batch among
+ * them; a batch is read up to its first bad record (a core id, a length
+ * past its end, reserved bytes set), and one of a bad length or with a
+ * header is dropped whole; the good records before a bad one are served. */
+static void phase_batch(rdmx_ep_t *ep)
+{
+    unsigned char h[RDMX_RPC_HDR_MAX], b[512];
+    unsigned before = batches_in;
+    size_t hlen, off;
+    uint64_t id;
+    int i;
+
+    for (i = 0; i < 5; i++) {
+        id = nid();
+        hlen = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, id, 0, 0);
+        CHECK_OK(rdmx__msg_send_now(ep, RDMX_AM_RPC, h, hlen, NULL, 0, i < 4));
+        want.pings++;
+        expect(id, RDMX_RPC_MSG_PONG, 0, NULL);
+    }
+    settle("batch (five PINGs as one)");
+    CHECKF(batches_in > before, "five PINGs in one batch: no batch of PONGs");
+    forget_answers();
+
+    /* a good PING, then a record of a core id: the PING is served */
+    off = 0;
+    id = nid();
+    hlen = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, id, 0, 0);
+    rec(b, &off, RDMX_AM_RPC, h, hlen, NULL, 0);
+    want.pings++;
+    expect(id, RDMX_RPC_MSG_PONG, 0, NULL);
+    rec(b, &off, RDMX_AM_MSG, h, hlen, "x", 1);
+    raw_send_id(ep, RDMX_AM_BATCH, NULL, 0, b, off);
+    /* a good PING, then a record whose length runs past the batch */
+    off = 0;
+    id = nid();
+    hlen = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, id, 0, 0);
+    rec(b, &off, RDMX_AM_RPC, h, hlen, NULL, 0);
+    want.pings++;
+    expect(id, RDMX_RPC_MSG_PONG, 0, NULL);
+    rec(b, &off, RDMX_AM_RPC, h, hlen, NULL, 0);
+    put_le32(b + off - 24 + 4, 1000); /* (the last record: 8 + 16 bytes) */
+    raw_send_id(ep, RDMX_AM_BATCH, NULL, 0, b, off);
+    /* reserved bytes set in the first record: nothing is served */
+    off = 0;
+    id = nid();
+    hlen = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, id, 0, 0);
+    rec(b, &off, RDMX_AM_RPC, h, hlen, NULL, 0);
+    b[2] = 1;
+    expect(id, 0, 0, NULL);
+    raw_send_id(ep, RDMX_AM_BATCH, NULL, 0, b, off);
+    /* a length that is not a multiple of 8: dropped whole */
+    off = 0;
+    id = nid();
+    hlen = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, id, 0, 0);
+    rec(b, &off, RDMX_AM_RPC, h, hlen, NULL, 0);
+    expect(id, 0, 0, NULL);
+    raw_send_id(ep, RDMX_AM_BATCH, NULL, 0, b, off + 4);
+    /* a batch with a header: dropped whole */
+    off = 0;
+    id = nid();
+    hlen = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, id, 0, 0);
+    rec(b, &off, RDMX_AM_RPC, h, hlen, NULL, 0);
+    expect(id, 0, 0, NULL);
+    raw_send_id(ep, RDMX_AM_BATCH, "hdr", 3, b, off);
+    /* and an empty one */
+    raw_send_id(ep, RDMX_AM_BATCH, NULL, 0, b, 0);
+    wait_sends();
+    settle("batch (malformed)");
+    forget_answers();
+    th_log("batches: five PINGs as one batch answered (%u batch(es) of "
+           "PONGs); good records before a bad one served, bad batches "
+           "dropped",
+           batches_in - before);
+}
+
 static void phase2(rdmx_ep_t *ep, uint64_t seed)
 {
     unsigned char h[RDMX_RPC_HDR_MAX], data[64];
@@ -1359,6 +1513,7 @@ int main(int argc, char **argv)
 
     phase0(ep);
     phase1(ep, sch);
+    phase_batch(ep);
     seed = th_seed((uint64_t)getpid(), (uint64_t)th_now_ms(), 3);
     if (getenv("RPC_MALFORMED_SEED"))
         seed = strtoull(getenv("RPC_MALFORMED_SEED"), NULL, 0);

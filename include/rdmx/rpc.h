@@ -138,6 +138,11 @@ enum {
     RDMX_RPC_ONEWAY = 1u << 0,
     /** Safe to run twice: channels retry it after a connection failure. */
     RDMX_RPC_IDEMPOTENT = 1u << 1,
+    /** A call flag only: more calls on the channel follow at once. The
+     *  request may wait to leave with them as one message, until a call
+     *  without the flag, or the worker's next progress or arm (docs/RPC.md,
+     *  "Batched calls"). */
+    RDMX_RPC_MORE = 1u << 2,
 };
 
 /** Create a server on @p context (not started). */
@@ -493,7 +498,7 @@ typedef struct {
     /** This call's deadline, ms. Default: the channel's timeout_ms;
      *  RDMX_TIMEOUT_INFINITE: none. */
     int timeout_ms;
-    unsigned flags;              /**< RDMX_RPC_IDEMPOTENT; default 0 */
+    unsigned flags; /**< RDMX_RPC_IDEMPOTENT, RDMX_RPC_MORE; default 0 */
     const rdmx_rpc_bulk_t *bulk; /**< up to RDMX_RPC_BULK_MAX; default none */
     unsigned nbulk;
     /** rdmx_call_nb: required; runs once with the result. rdmx_call: must

@@ -376,6 +376,7 @@ static void send_reply(rdmx_worker_t *w, rdmx_ep_t *ep, const void *tag,
     rdmx_put_le64(holder->hdr + 8, a->old);
     rdmx_put_le32(holder->hdr + 16, (uint32_t)st);
     rdmx_put_le32(holder->hdr + 20, 0);
+    rdmx__batch_send(ep); /* (messages sent before it stay before it) */
     if (w->tp->send(ep->tep, RDMX_AM_ACCESS_REPLY, holder->hdr,
                     ACC_REPLY_SIZE, a->out, a->out_len,
                     a->out != NULL ? a->mr->tmr : NULL,

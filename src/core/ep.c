@@ -233,6 +233,7 @@ static rdmx_ep_t *ep_alloc(rdmx_worker_t *w, const rdmx_ep_params_t *params)
 
 static void ep_free(rdmx_ep_t *ep)
 {
+    rdmx__batch_free(ep);
     rdmx_list_del(&ep->link);
     rdmx_list_del(&ep->event_link);
     set_deadline(ep, 0);
@@ -256,6 +257,7 @@ static void send_control(rdmx_ep_t *ep, unsigned id, const void *hdr)
 {
     if (ep->tep == NULL)
         return;
+    rdmx__batch_send(ep); /* a BYE says everything before it was sent */
     ep->worker->tp->send(ep->tep, id, hdr, RDMX_BIND_SIZE, NULL, 0, NULL, 0,
                          NULL, NULL);
 }

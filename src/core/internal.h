@@ -32,11 +32,14 @@ enum {
     RDMX_AM_BYE_ACK = 5,  /* "I have received everything before BYE" */
     RDMX_AM_ACCESS = 6,   /* one-sided access carried by rdmx (access.c) */
     RDMX_AM_ACCESS_REPLY = 7,
+    RDMX_AM_BATCH = 8, /* messages of upper layers, joined (batch.c) */
     RDMX_AM_CORE_LAST = 16
 };
 
 #define RDMX_WIRE_MAGIC   0x58444d52u /* "RMDX" little-endian */
-#define RDMX_WIRE_VERSION 3u          /* 3: authentication in the bootstrap */
+/* Wire version: 3 authentication in the bootstrap; 4 batched messages */
+#define RDMX_WIRE_VERSION 4u
+#define RDMX_BATCH_MAX    4096u       /* bytes of one batch (batch.c) */
 #define RDMX_BIND_SIZE    16          /* magic, status, token */
 #define RDMX_NOTIFY_SIZE  32
 #define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */
@@ -343,6 +346,13 @@ struct rdmx_ep {
     int peer_closed;        /* the peer sent BYE: its disconnect is orderly */
     int dead;               /* UCX reported the transport failed */
     int aborted;            /* rdmx__ep_abort: closed without BYE */
+    /* Small messages of this progress pass after its first, sent as one
+     * at the pass's end (batch.c) */
+    unsigned char *batch; /* RDMX_BATCH_MAX bytes once used */
+    size_t batch_len;
+    unsigned batch_n;    /* messages in it; nonzero: on worker->batched */
+    uint64_t batch_pass; /* the pass whose first message went alone */
+    rdmx_ep_t *batch_next;
     struct {                /* the peer's regions this side pulls fenced
                                PUTs from (access.c): unpacked once */
         uint64_t region, key_hash;
@@ -467,6 +477,9 @@ struct rdmx_worker {
                                                      (ids 16..) */
     unsigned hook_tick;
     int hooks_due;            /* run the timers at the next progress */
+    uint64_t pass;            /* progress passes so far (batch.c) */
+    unsigned in_pass;         /* inside the transport's progress */
+    rdmx_ep_t *batched;       /* endpoints holding a batch */
     /* connection requests handed over by another worker's listener */
     pthread_mutex_t handoff_lock;
     rdmx_list_t handoff;
@@ -724,9 +737,26 @@ void rdmx__mr_release(rdmx_mr_t *mr);
 /* Destroy the rkeys of descriptors unpacked on @ep (before the UCX close). */
 void rdmx__rmem_detach_all(rdmx_ep_t *ep);
 
-/* May operations start on @ep? An error (with its detail) if not. */
+/* batch.c: take a small message of an upper layer into @ep's batch (1:
+ * batched, or sent with the batch it ended), or leave it to be sent now
+ * (0: outside a pass and not announced by @more, the first of the pass
+ * toward @ep, too large, or out of memory). @ep is usable. */
+int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
+                    const void *data, size_t len, int more);
+/* Send @ep's batch now (one message alone as itself). */
+void rdmx__batch_send(rdmx_ep_t *ep);
+/* Send every batch of @w: the end of a pass. */
+void rdmx__batch_send_all(rdmx_worker_t *w);
+/* An endpoint freed: its batch (empty outside a pass) dropped. */
+void rdmx__batch_free(rdmx_ep_t *ep);
+rdmx_core_handler_t rdmx__am_batch;
+
+/* May operations start on @ep? An error (with its detail) if not. What its
+ * batch holds leaves first: nothing started now overtakes it. */
 static inline rdmx_status_t rdmx__ep_usable(rdmx_ep_t *ep)
 {
+    if (__builtin_expect(ep->batch_n != 0, 0))
+        rdmx__batch_send(ep);
     if (ep->status != RDMX_OK)
         return rdmx__error(ep->status, "endpoint %s: %s", ep->peer,
                            rdmx_strerror(ep->status));

@@ -161,6 +161,7 @@ static rdmx_status_t notify_send(rdmx_op_t *op)
                                                  : RDMX_ERR_CANCELED,
                            "put_notify to %s: endpoint closed", ep->peer);
     op->stage = 1;
+    rdmx__batch_send(ep); /* (messages sent before it stay before it) */
     st = ep->worker->tp->send(ep->tep, RDMX_AM_NOTIFY, op->hdr,
                               RDMX_NOTIFY_SIZE, NULL, 0, NULL, 0, op, &req);
     if (st == RDMX_INPROGRESS)

@@ -87,11 +87,16 @@ rdmx_status_t rdmx__msg_sendv(rdmx_ep_t *ep, unsigned id, const void *hdr,
                               size_t hlen, const rdmx_msg_iov_t *iov,
                               unsigned n, rdmx_cb_t cb, void *arg);
 /* Send only if the transport takes it at once from the caller's buffers:
- * RDMX_OK (sent, nothing to wait for), RDMX_ERR_NO_RESOURCE (it could not;
- * nothing was sent), or another error. */
+ * RDMX_OK (sent, nothing to wait for; a small message may wait in the
+ * endpoint's batch until the end of the progress pass it was sent from,
+ * docs/CORE.md "Batched messages"), RDMX_ERR_NO_RESOURCE (it could not;
+ * nothing was sent), or another error. @more: more messages to @ep follow
+ * at once; a small one then waits in the batch for them, until a send
+ * without @more, any other operation on @ep, or the next progress or
+ * arm of the worker. */
 rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
-                                 size_t hlen, const void *data,
-                                 size_t length);
+                                 size_t hlen, const void *data, size_t length,
+                                 int more);
 
 /* --- endpoints ------------------------------------------------------------- */
 

@@ -319,11 +319,15 @@ static void *progress_thread(void *arg)
 
 /* Core's own messages, by id. */
 static rdmx_core_handler_t *const core_handlers[] = {
-    [RDMX_AM_BIND] = rdmx__am_bind,       [RDMX_AM_BIND_ACK] = rdmx__am_bind_ack,
-    [RDMX_AM_MSG] = rdmx__am_msg,         [RDMX_AM_NOTIFY] = rdmx__am_notify,
-    [RDMX_AM_BYE] = rdmx__am_bye,         [RDMX_AM_BYE_ACK] = rdmx__am_bye_ack,
+    [RDMX_AM_BIND] = rdmx__am_bind,
+    [RDMX_AM_BIND_ACK] = rdmx__am_bind_ack,
+    [RDMX_AM_MSG] = rdmx__am_msg,
+    [RDMX_AM_NOTIFY] = rdmx__am_notify,
+    [RDMX_AM_BYE] = rdmx__am_bye,
+    [RDMX_AM_BYE_ACK] = rdmx__am_bye_ack,
     [RDMX_AM_ACCESS] = rdmx__am_access,
     [RDMX_AM_ACCESS_REPLY] = rdmx__am_access_reply,
+    [RDMX_AM_BATCH] = rdmx__am_batch,
 };
 
 rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
@@ -789,7 +793,12 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     unsigned n;
 
     rdmx__lock(w);
+    w->pass++;
+    w->in_pass++;
     n = w->tp->progress(w->tw);
+    w->in_pass--;
+    if (w->batched != NULL) /* what the pass's callbacks sent after a first */
+        rdmx__batch_send_all(w);
     /* (one test of everything progress_rest looks at) */
     if ((++w->hook_tick & 63) == 0 ||
         (w->hooks_due | w->connecting |
@@ -813,6 +822,8 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
     rdmx_status_t st = RDMX_OK;
 
     rdmx__lock(w);
+    if (w->batched != NULL) /* calls announced with more: out before sleeping */
+        rdmx__batch_send_all(w);
     if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
         !rdmx_list_empty(&w->ep_events) ||
         __atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) ||

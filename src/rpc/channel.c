@@ -44,6 +44,7 @@ typedef struct call {
     uint32_t method;
     int midx;             /* ch->methods index */
     unsigned flags;       /* RDMX_RPC_F_* on the wire */
+    int more;             /* RDMX_RPC_MORE: may wait for the next call */
     call_state_t state;
     int done;             /* the user's callback ran */
     int probe;            /* the breaker's half-open probe */
@@ -439,7 +440,7 @@ static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now)
                                                          : (uint32_t)left;
     }
     st = rdmx__rpc_send_keep(ch->ep, &h, c->buf, (size_t)c->aux_len + c->len,
-                             send_done, c);
+                             c->more, send_done, c);
     if (st != RDMX_OK && st != RDMX_INPROGRESS)
         return -1;
     if (st == RDMX_INPROGRESS) {
@@ -1356,6 +1357,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
     c->flags = (f & RDMX_CALL_PARAM_FIELD_FLAGS) && (p->flags & RDMX_RPC_IDEMPOTENT)
                    ? RDMX_RPC_F_IDEMPOTENT
                    : 0;
+    c->more = (f & RDMX_CALL_PARAM_FIELD_FLAGS) && (p->flags & RDMX_RPC_MORE);
     c->start_ns = rdmx_now_ns();
     if (timeout >= 0) /* (negative: none) */
         c->deadline_ns = c->start_ns + (uint64_t)timeout * 1000000;

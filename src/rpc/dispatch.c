@@ -80,7 +80,7 @@ static void tx_done(rdmx_status_t status, size_t length, void *arg)
 }
 
 rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
-                                  const void *data, size_t len,
+                                  const void *data, size_t len, int more,
                                   rdmx_cb_t keep_cb, void *keep_arg)
 {
     unsigned char hdr[RDMX_RPC_HDR_MAX];
@@ -88,7 +88,7 @@ rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
     rdmx_status_t st;
     void *copy;
 
-    st = rdmx__msg_send_now(ep, RDMX_AM_RPC, hdr, hlen, data, len);
+    st = rdmx__msg_send_now(ep, RDMX_AM_RPC, hdr, hlen, data, len, more);
     if (st != RDMX_ERR_NO_RESOURCE)
         return st;
     if (keep_cb != NULL) {
@@ -161,7 +161,7 @@ rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
 rdmx_status_t rdmx__rpc_send(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                              const void *data, size_t len)
 {
-    return rdmx__rpc_send_keep(ep, h, data, len, NULL, NULL);
+    return rdmx__rpc_send_keep(ep, h, data, len, 0, NULL, NULL);
 }
 
 rdmx_status_t rdmx__rpc_send_ctl(rdmx_ep_t *ep, rdmx_rpc_kind_t kind,

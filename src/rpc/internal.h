@@ -106,10 +106,11 @@ rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep);
 
 /* Send a message of header @h (h->aux + h->payload == @len bytes at @data).
  * Tries to complete at once from @data; otherwise keeps @data if @keep_cb
- * is given, or sends a copy. @return RDMX_OK (done, or on its way with a
+ * is given, or sends a copy. @more: more messages to @ep follow at once
+ * (rdmx__msg_send_now). @return RDMX_OK (done, or on its way with a
  * copy), RDMX_INPROGRESS (@data in use until @keep_cb runs) or an error. */
 rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
-                                  const void *data, size_t len,
+                                  const void *data, size_t len, int more,
                                   rdmx_cb_t keep_cb, void *keep_arg);
 /* Send a message of header @h whose data is @head (@hlen bytes, at most
  * RDMX_RPC_RESPOND_HEAD_MAX, copied) then @body (@blen bytes, sent from where

@@ -40,7 +40,8 @@ static void usage(FILE *f)
         "| -a]\n"
         "                 [-n ITERS] [-w WARMUP] [-W WINDOW] "
         "[--flush window|end]\n"
-        "                 [-T THREADS] [--server-workers N] [--poll MODE] "
+        "                 [--batch] [-T THREADS] [--server-workers N] [--poll "
+        "MODE] "
         "[--rpc-only]\n"
         "                 [--transport T] [--json] [--timeout S] "
         "[--function FILE]\n"
@@ -68,6 +69,9 @@ static void usage(FILE *f)
         "  --flush M    put_bw/get_bw: flush after each window (window, "
         "default)\n"
         "               or only at the end, like ucx_perftest (end)\n"
+        "  --batch      rpc_rate: each call of a burst but its last with "
+        "RDMX_RPC_MORE\n"
+        "               (the burst leaves as one message)\n"
         "  -T THREADS   rpc_*: client threads, each with its own worker and "
         "channel (1)\n"
         "  --server-workers N  RPC server worker threads (server's default, "
@@ -177,6 +181,7 @@ enum {
     OPT_ONCE,
     OPT_TIMEOUT,
     OPT_FLUSH,
+    OPT_BATCH,
     OPT_SERVER_WORKERS,
     OPT_POLL,
     OPT_RPC_ONLY,
@@ -264,6 +269,9 @@ static int parse_option(int c, const char *arg, opts_t *o)
     case OPT_ONCE:
         o->once = true;
         return 0;
+    case OPT_BATCH:
+        o->batch = true;
+        return 0;
     case OPT_TIMEOUT: /* whole seconds for alarm(), rounded up */
         if (opt_duration(arg, OPT_S, &v) < 0) {
             return bad("--timeout", arg);
@@ -335,6 +343,7 @@ int perf_parse_args(int argc, char **argv, opts_t *o)
         {"once", no_argument, NULL, OPT_ONCE},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"flush", required_argument, NULL, OPT_FLUSH},
+        {"batch", no_argument, NULL, OPT_BATCH},
         {"server-workers", required_argument, NULL, OPT_SERVER_WORKERS},
         {"poll", required_argument, NULL, OPT_POLL},
         {"rpc-only", no_argument, NULL, OPT_RPC_ONLY},

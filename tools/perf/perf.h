@@ -95,6 +95,7 @@ typedef struct {
     bool json;
     bool once;
     bool flush_windows; /* put_bw/get_bw: flush per window (else at end) */
+    bool batch;         /* rpc_rate: calls of a burst with RDMX_RPC_MORE */
     unsigned timeout_s;
     bool sizes_set;          /* -s or -a given: RPC tests use them too */
     bool window_set;         /* -W given */

@@ -68,12 +68,19 @@ static void rpc_cb(const rdmx_call_result_t *r, void *arg)
 
 /* Start one non-blocking call of the thread's test; RDMX_INPROGRESS, or
  * RDMX_ERR_NO_RESOURCE when over the channel's credits. */
-static rdmx_status_t rpc_issue(rpc_thread_t *t)
+static rdmx_status_t rpc_issue(rpc_thread_t *t, bool more)
 {
     rpc_run_t *run = t->run;
+    rdmx_call_params_t p;
 
     switch (run->test) {
     case TEST_RPC_RATE:
+        if (more) { /* a call of a burst, not its last (--batch) */
+            p = t->params;
+            p.field_mask |= RDMX_CALL_PARAM_FIELD_FLAGS;
+            p.flags |= RDMX_RPC_MORE;
+            return rdmx_call_nb(t->ch, RPC_ECHO, t->req, run->size, &p, NULL);
+        }
         return rdmx_call_nb(t->ch, RPC_ECHO, t->req, run->size, &t->params,
                             NULL);
     case TEST_RPC_BULK:
@@ -106,7 +113,9 @@ static int rpc_phase_window(rpc_thread_t *t, uint64_t count, bool measure)
     }
     while (t->done - base < count) {
         while (posted < count && posted - (t->done - base) < window) {
-            rdmx_status_t st = rpc_issue(t);
+            bool more = run->o->batch && posted + 1 < count &&
+                        posted + 1 - (t->done - base) < window;
+            rdmx_status_t st = rpc_issue(t, more);
 
             if (st == RDMX_INPROGRESS) {
                 posted++;

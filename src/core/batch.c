@@ -1,0 +1,206 @@
+/*
+ * Batched messages (docs/CORE.md, "Batched messages").
+ *
+ * A server answers the requests of one progress pass from inside that
+ * pass. The first small message of a pass toward an endpoint leaves at
+ * once; the next ones toward the same endpoint are copied into the
+ * endpoint's batch, which leaves as one RDMX_AM_BATCH message when the
+ * transport's progress returns (rdmx_worker_progress). The receiver
+ * delivers the batch's messages one by one, in order, as if each had
+ * come alone. So n answers to one peer cost one send and one delivery by
+ * the transport instead of n, and a lone answer still costs nothing more.
+ *
+ * Order: a batch holds only messages that rdmx__msg_send_now would have
+ * sent, and any other operation on the endpoint sends the batch first
+ * (rdmx__ep_usable), so nothing overtakes what was sent before it. Outside
+ * a pass no endpoint holds a batch.
+ *
+ * Wire: records of 8 bytes (id, header length, 0, 0, data length as
+ * little-endian u32), the header, the data, zeros up to a multiple of 8.
+ */
+#include "core/internal.h"
+#include "util/bufcache.h"
+#include "util/endian.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define REC_HEAD 8u
+
+static size_t rec_size(size_t hlen, size_t len)
+{
+    return (REC_HEAD + hlen + len + 7u) & ~(size_t)7u;
+}
+
+int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
+                    const void *data, size_t len, int more)
+{
+    rdmx_worker_t *w = ep->worker;
+    size_t need = rec_size(hlen, len);
+    unsigned char *p;
+    int last = 0;
+
+    if (need > RDMX_BATCH_MAX / 2)
+        return 0;
+    if (!more && !w->in_pass) {
+        if (ep->batch_n == 0)
+            return 0;
+        last = 1; /* ends a run announced with more: joins it, and goes */
+    } else if (!more && ep->batch_n == 0 && ep->batch_pass != w->pass) {
+        ep->batch_pass = w->pass; /* the first of this pass goes alone */
+        return 0;
+    }
+    if (ep->batch_len + need > RDMX_BATCH_MAX)
+        rdmx__batch_send(ep);
+    if (ep->batch == NULL && (ep->batch = malloc(RDMX_BATCH_MAX)) == NULL)
+        return 0;
+    p = ep->batch + ep->batch_len;
+    p[0] = (unsigned char)id;
+    p[1] = (unsigned char)hlen;
+    p[2] = p[3] = 0;
+    rdmx_put_le32(p + 4, (uint32_t)len);
+    if (hlen != 0)
+        memcpy(p + REC_HEAD, hdr, hlen);
+    if (len != 0)
+        memcpy(p + REC_HEAD + hlen, data, len);
+    memset(p + REC_HEAD + hlen + len, 0, need - (REC_HEAD + hlen + len));
+    if (ep->batch_n++ == 0) {
+        ep->batch_next = w->batched;
+        w->batched = ep;
+    }
+    ep->batch_len += need;
+    if (last)
+        rdmx__batch_send(ep);
+    return 1;
+}
+
+/* A batch that the transport could not take at once: its copy, freed when
+ * the send is done. */
+static void copy_sent(rdmx_status_t status, size_t length, void *arg)
+{
+    (void)status;
+    (void)length;
+    rdmx__buf_free(arg);
+}
+
+/* Send @len bytes of @b (one record's message alone when @one). */
+static void send_batch(rdmx_ep_t *ep, const unsigned char *b, size_t len,
+                       int one)
+{
+    rdmx_worker_t *w = ep->worker;
+    unsigned id = RDMX_AM_BATCH;
+    const void *hdr = NULL, *data = b;
+    size_t hlen = 0;
+    rdmx_status_t st;
+    rdmx_op_t *op;
+    void *copy, *req = NULL;
+
+    if (one) {
+        id = b[0];
+        hlen = b[1];
+        hdr = b + REC_HEAD;
+        data = b + REC_HEAD + hlen;
+        len = rdmx_get_le32(b + 4);
+    }
+    st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
+                     RDMX_TP_SEND_NOW | RDMX_TP_SEND_EAGER, NULL, NULL);
+    if (st != RDMX_ERR_NO_RESOURCE)
+        return; /* sent, or the endpoint failed (reported on its own) */
+    /* the transport is busy: a request with its own copy (the batch
+     * buffer is the endpoint's next batch); the header goes in the op */
+    copy = rdmx__buf_alloc(len);
+    op = copy != NULL ? rdmx__op_get(w, ep, RDMX_OP_SEND, copy_sent, copy)
+                      : NULL;
+    if (op == NULL) {
+        rdmx__buf_free(copy);
+        w->stats.msgs_dropped++;
+        return;
+    }
+    memcpy(copy, data, len);
+    op->length = len;
+    memcpy(op->hdr, hdr, hlen);
+    st = w->tp->send(ep->tep, id, op->hdr, hlen, copy, len, NULL,
+                     RDMX_TP_SEND_EAGER, op, &req);
+    if (rdmx__op_issue(op, st, req, "send") != RDMX_INPROGRESS)
+        rdmx__buf_free(copy);
+}
+
+static void unlink_ep(rdmx_ep_t *ep)
+{
+    rdmx_ep_t **pp = &ep->worker->batched;
+
+    while (*pp != NULL && *pp != ep)
+        pp = &(*pp)->batch_next;
+    if (*pp == ep)
+        *pp = ep->batch_next;
+    ep->batch_next = NULL;
+}
+
+void rdmx__batch_send(rdmx_ep_t *ep)
+{
+    size_t len = ep->batch_len;
+    unsigned n = ep->batch_n;
+
+    if (n == 0)
+        return;
+    unlink_ep(ep);
+    ep->batch_n = 0;
+    ep->batch_len = 0;
+    if (ep->status != RDMX_OK || ep->tep == NULL) {
+        ep->worker->stats.msgs_dropped += n;
+        return;
+    }
+    send_batch(ep, ep->batch, len, n == 1);
+}
+
+void rdmx__batch_send_all(rdmx_worker_t *w)
+{
+    while (w->batched != NULL)
+        rdmx__batch_send(w->batched);
+}
+
+void rdmx__batch_free(rdmx_ep_t *ep)
+{
+    if (ep->batch_n != 0) {
+        unlink_ep(ep);
+        ep->worker->stats.msgs_dropped += ep->batch_n;
+        ep->batch_n = 0;
+        ep->batch_len = 0;
+    }
+    free(ep->batch);
+    ep->batch = NULL;
+}
+
+rdmx_status_t rdmx__am_batch(rdmx_worker_t *w, rdmx_tep_t *tep,
+                             const void *header, size_t hlen, void *data,
+                             size_t len, unsigned flags)
+{
+    const unsigned char *p = data, *end = p + len;
+
+    (void)header;
+    if (hlen != 0 || (flags & RDMX_MSG_RNDV) || len == 0 || (len & 7u)) {
+        w->stats.proto_errors++;
+        return RDMX_OK;
+    }
+    while (p < end) {
+        size_t left = (size_t)(end - p), rh, rl;
+        unsigned id;
+
+        if (left < REC_HEAD)
+            break;
+        id = p[0];
+        rh = p[1];
+        rl = rdmx_get_le32(p + 4);
+        if (id < RDMX_MSG_ID_UPPER || id >= RDMX_MSG_ID_MAX || p[2] != 0 ||
+            p[3] != 0 || rh > RDMX_OP_HDR_MAX || rh > left - REC_HEAD ||
+            rl > left - REC_HEAD - rh || rec_size(rh, rl) > left)
+            break;
+        /* the data is the batch's: a layer that keeps it copies it */
+        (void)rdmx__tp_deliver(w, id, tep, p + REC_HEAD, rh,
+                               (void *)(p + REC_HEAD + rh), rl, 0);
+        p += rec_size(rh, rl);
+    }
+    if (p != end)
+        w->stats.proto_errors++; /* the rest of a malformed batch */
+    return RDMX_OK;
+}
