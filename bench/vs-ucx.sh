@@ -30,6 +30,10 @@
 #   rpc_rate   64 B   ucp_am_bw -O 32    calls/s with 32 calls in flight
 #                     against ucp_am_bw's overall message rate (one-way
 #                     messages/s; a call is a request and a response)
+#   rpc_rate_more     the same with rdmx-perf --batch: each call of a burst
+#                     but its last says RDMX_RPC_MORE, so a burst leaves as
+#                     one message (docs/RPC.md, "Batched calls"); UCX's tools
+#                     have no such mode, so no target is judged on it
 #   rpc_bulk   64 MiB ucp_get -O 1       MB/s: a call carrying a descriptor
 #                     of 64 MiB that the handler pulls with a get, then
 #                     answers; one call in flight
@@ -113,6 +117,7 @@ put_bw:1048576:ucp_put_bw:16:bw
 get_bw:1048576:ucp_get:16:bw
 rpc_lat:64:ucp_am_lat:1:rtt
 rpc_rate:64:ucp_am_bw:32:rate
+rpc_rate_more:64:ucp_am_bw:32:rate
 rpc_bulk:67108864:ucp_get:1:bulk
 rpc_bulk_push:67108864:ucp_put_bw:1:bulk"
 
@@ -172,8 +177,12 @@ load_note() { # when -> a line on the machine's load
 # command substitution: the server's pid must stay visible to cleanup.
 run_rdmx() { # transport test size iters warmup window kind
     local tr=$1 test=$2 size=$3 n=$4 w=$5 win=$6 kind=$7
+    local -a more=()
+    if [ "$test" = rpc_rate_more ]; then
+        test=rpc_rate more=(--batch)
+    fi
     perf_pair "$tr" "$test" -s "$size" -n "$n" -w "$w" -W "$win" \
-        --flush "$FLUSH"
+        --flush "$FLUSH" "${more[@]}"
     case "$kind" in
     lat | rtt) VAL=$(json_field p50_us "$PERF_LINE") ;; # rpc_lat: a round trip
     rate) VAL=$(json_field calls_per_s "$PERF_LINE") ;;
@@ -328,6 +337,8 @@ echo "  p50 one-way latency (ucx_perftest halves its round trips); lower is"
 echo "  better."
 echo "rpc_rate: calls/s (each a request and a response) against ucp_am_bw's"
 echo "  one-way messages/s (its overall msgrate column); higher is better."
+echo "rpc_rate_more: the same calls, each of a burst but its last with"
+echo "  RDMX_RPC_MORE (a burst leaves as one message); no target is judged."
 echo "rpc_bulk(_push): MB/s of one 64 MiB call at a time against ucp_get"
 echo "  (ucp_put_bw) -O 1; higher is better."
 echo "ucx -e: ucx_perftest with peer error handling, the mode rdmx uses;"

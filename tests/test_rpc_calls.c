@@ -37,6 +37,10 @@
  *    whose deadline passes while the application does not progress the
  *    worker is not sent when credits come back (RDMX_ERR_TIMEOUT).
  *  - one-way: 1,000 one-way messages, then "count" reaches exactly 1,000.
+ *  - batched calls: 300 echo calls of 0..2999 bytes with RDMX_RPC_MORE
+ *    (every 50th without) all answered right, the client's worker counts
+ *    batches; a last call with RDMX_RPC_MORE still leaves at the next
+ *    progress, and a blocking call after one carries it along.
  *  - credits: S2 (4 credits), channel queue 0: 4 calls in flight, the 5th
  *    fails synchronously with RDMX_ERR_NO_RESOURCE (callback never runs);
  *    a channel credits option of 2 caps it at 2; the server never had to
@@ -831,6 +835,81 @@ static void test_oneway(rdmx_worker_t *w, rdmx_channel_t *ch)
 }
 
 /* ------------------------------------------------------------------------ */
+/* 6b. Batched calls (RDMX_RPC_MORE)                                        */
+/* ------------------------------------------------------------------------ */
+
+static rdmx_worker_stats_t w_stats(rdmx_worker_t *w)
+{
+    rdmx_worker_stats_t s;
+
+    rdmx_worker_stats(w, &s);
+    return s;
+}
+
+/* 300 echo calls of 0..2999 bytes, each but every 50th with RDMX_RPC_MORE
+ * (calls above half a batch leave alone, after the batch before them):
+ * every answer is its own call's, byte for byte, each callback once; the
+ * client's worker sent batches (batches_sent, msgs_batched). Then one call
+ * with RDMX_RPC_MORE and nothing after it: it leaves at the worker's next
+ * progress and completes; a blocking call right after another such call
+ * carries it along. */
+static void test_more(rdmx_worker_t *w, rdmx_channel_t *ch)
+{
+    enum { N = 300 };
+    rec_t *recs = th_alloc(N * sizeof(*recs));
+    rdmx_call_params_t p = {.field_mask = RDMX_CALL_PARAM_FIELD_FLAGS,
+                            .flags = RDMX_RPC_MORE};
+    rdmx_worker_stats_t before = w_stats(w), after;
+    unsigned char buf[64];
+    size_t len = 0;
+    int i;
+
+    for (i = 0; i < N; i++) {
+        rec_init(&recs[i], "echo", th_seed(15, (uint64_t)i, 0),
+                 (size_t)(i * 613 % 3000));
+        CHECK_ST(rec_start(ch, &recs[i], i % 50 == 49 ? NULL : &p),
+                 RDMX_INPROGRESS);
+    }
+    wait_recs(w, recs, N, 10000);
+    for (i = 0; i < N; i++) {
+        CHECKF(atomic_load(&recs[i].cb_calls) == 1, "call %d: %d callbacks", i,
+               atomic_load(&recs[i].cb_calls));
+        CHECKF(recs[i].status == RDMX_OK && recs[i].data_ok &&
+                   recs[i].resp_id == recs[i].id,
+               "call %d (%zu bytes): %s, data %s", i, recs[i].len,
+               rdmx_status_name(recs[i].status),
+               recs[i].data_ok ? "ok" : "WRONG");
+    }
+    after = w_stats(w);
+    CHECKF(after.batches_sent > before.batches_sent &&
+               after.msgs_batched - before.msgs_batched >= N / 2,
+           "calls with RDMX_RPC_MORE: %llu batches, %llu calls in them",
+           (unsigned long long)(after.batches_sent - before.batches_sent),
+           (unsigned long long)(after.msgs_batched - before.msgs_batched));
+
+    /* a last call announced with more, and nothing after it */
+    rec_init(&recs[0], "echo", th_seed(15, 1000, 0), 100);
+    CHECK_ST(rec_start(ch, &recs[0], &p), RDMX_INPROGRESS);
+    wait_recs(w, recs, 1, 5000);
+    CHECK(recs[0].status == RDMX_OK && recs[0].data_ok);
+    /* ... and a blocking call after one */
+    rec_init(&recs[1], "echo", th_seed(15, 1001, 0), 200);
+    CHECK_ST(rec_start(ch, &recs[1], &p), RDMX_INPROGRESS);
+    th_fill(buf, sizeof(buf), th_seed(15, 1002, 0));
+    CHECK_OK(
+        rdmx_call(ch, "echo", buf, sizeof(buf), buf, sizeof(buf), NULL, &len));
+    CHECK_EQ_U64(len, sizeof(buf));
+    CHECK_PATTERN(buf, sizeof(buf), th_seed(15, 1002, 0), 0);
+    wait_recs(w, recs + 1, 1, 5000);
+    CHECK(recs[1].status == RDMX_OK && recs[1].data_ok);
+    th_log("more: %d calls, %llu of them in %llu batches, every answer "
+           "its call's",
+           N, (unsigned long long)(after.msgs_batched - before.msgs_batched),
+           (unsigned long long)(after.batches_sent - before.batches_sent));
+    free(recs);
+}
+
+/* ------------------------------------------------------------------------ */
 /* 7. Credits                                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -1243,6 +1322,7 @@ int main(int argc, char **argv)
     STEP(test_queued_deadline_idle(w, ch2));
     STEP(test_cancel(w, ch1));
     STEP(test_oneway(w, ch1));
+    STEP(test_more(w, ch1));
     STEP(test_credits(w, &s2));
     STEP(test_workers(&s1));
     STEP(test_progress_thread(&s1));

@@ -183,6 +183,10 @@ typedef struct {
     uint64_t msgs_dropped;      /**< messages for no live endpoint of
                                      their sender (one closing or closed:
                                      in flight at its close), dropped */
+    uint64_t batches_sent;      /**< batches sent: one message carrying
+                                     several small ones (docs/CORE.md,
+                                     "Batched messages") */
+    uint64_t msgs_batched;      /**< small messages that left in a batch */
 } rdmx_worker_stats_t;
 
 RDMX_API rdmx_status_t rdmx_worker_create(rdmx_context_t *context,

@@ -19,7 +19,6 @@
  * little-endian u32), the header, the data, zeros up to a multiple of 8.
  */
 #include "core/internal.h"
-#include "util/bufcache.h"
 #include "util/endian.h"
 
 #include <stdlib.h>
@@ -38,18 +37,9 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
     rdmx_worker_t *w = ep->worker;
     size_t need = rec_size(hlen, len);
     unsigned char *p;
-    int last = 0;
 
     if (need > RDMX_BATCH_MAX / 2)
         return 0;
-    if (!more && !w->in_pass) {
-        if (ep->batch_n == 0)
-            return 0;
-        last = 1; /* ends a run announced with more: joins it, and goes */
-    } else if (!more && ep->batch_n == 0 && ep->batch_pass != w->pass) {
-        ep->batch_pass = w->pass; /* the first of this pass goes alone */
-        return 0;
-    }
     if (ep->batch_len + need > RDMX_BATCH_MAX)
         rdmx__batch_send(ep);
     if (ep->batch == NULL && (ep->batch = malloc(RDMX_BATCH_MAX)) == NULL)
@@ -69,33 +59,34 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
         w->batched = ep;
     }
     ep->batch_len += need;
-    if (last)
+    if (!more && !w->in_pass) /* the end of a run announced with more */
         rdmx__batch_send(ep);
     return 1;
 }
 
-/* A batch that the transport could not take at once: its copy, freed when
- * the send is done. */
-static void copy_sent(rdmx_status_t status, size_t length, void *arg)
+/* A batch the transport took with a request: its buffer, freed when the
+ * send is done. */
+static void batch_sent(rdmx_status_t status, size_t length, void *arg)
 {
     (void)status;
     (void)length;
-    rdmx__buf_free(arg);
+    free(arg);
 }
 
-/* Send @len bytes of @b (one record's message alone when @one). */
-static void send_batch(rdmx_ep_t *ep, const unsigned char *b, size_t len,
-                       int one)
+/* Send @ep's batch of @n messages in @len bytes (its one record's message
+ * alone when @n is 1). */
+static void send_batch(rdmx_ep_t *ep, size_t len, unsigned n)
 {
     rdmx_worker_t *w = ep->worker;
+    unsigned char *b = ep->batch;
     unsigned id = RDMX_AM_BATCH;
     const void *hdr = NULL, *data = b;
     size_t hlen = 0;
     rdmx_status_t st;
     rdmx_op_t *op;
-    void *copy, *req = NULL;
+    void *req = NULL;
 
-    if (one) {
+    if (n == 1) {
         id = b[0];
         hlen = b[1];
         hdr = b + REC_HEAD;
@@ -104,25 +95,30 @@ static void send_batch(rdmx_ep_t *ep, const unsigned char *b, size_t len,
     }
     st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
                      RDMX_TP_SEND_NOW | RDMX_TP_SEND_EAGER, NULL, NULL);
-    if (st != RDMX_ERR_NO_RESOURCE)
-        return; /* sent, or the endpoint failed (reported on its own) */
-    /* the transport is busy: a request with its own copy (the batch
-     * buffer is the endpoint's next batch); the header goes in the op */
-    copy = rdmx__buf_alloc(len);
-    op = copy != NULL ? rdmx__op_get(w, ep, RDMX_OP_SEND, copy_sent, copy)
-                      : NULL;
-    if (op == NULL) {
-        rdmx__buf_free(copy);
-        w->stats.msgs_dropped++;
-        return;
+    if (st == RDMX_ERR_NO_RESOURCE) {
+        /* The transport takes it only with a request (over shared memory,
+         * anything above its short messages): the request gets the
+         * buffer, the endpoint a new one at its next batch; the header
+         * goes in the op. */
+        op = rdmx__op_get(w, ep, RDMX_OP_SEND, batch_sent, b);
+        if (op == NULL) {
+            w->stats.msgs_dropped += n;
+            return;
+        }
+        op->length = len;
+        op->cb_at_end = 1; /* the buffer is the transport's until done */
+        memcpy(op->hdr, hdr, hlen);
+        st = w->tp->send(ep->tep, id, op->hdr, hlen, data, len, NULL,
+                         RDMX_TP_SEND_EAGER, op, &req);
+        st = rdmx__op_issue(op, st, req, "send");
+        if (st == RDMX_INPROGRESS)
+            ep->batch = NULL;
     }
-    memcpy(copy, data, len);
-    op->length = len;
-    memcpy(op->hdr, hdr, hlen);
-    st = w->tp->send(ep->tep, id, op->hdr, hlen, copy, len, NULL,
-                     RDMX_TP_SEND_EAGER, op, &req);
-    if (rdmx__op_issue(op, st, req, "send") != RDMX_INPROGRESS)
-        rdmx__buf_free(copy);
+    /* (a failed endpoint reports the failure on its own) */
+    if (st >= RDMX_OK && n > 1) {
+        w->stats.batches_sent++;
+        w->stats.msgs_batched += n;
+    }
 }
 
 static void unlink_ep(rdmx_ep_t *ep)
@@ -150,7 +146,7 @@ void rdmx__batch_send(rdmx_ep_t *ep)
         ep->worker->stats.msgs_dropped += n;
         return;
     }
-    send_batch(ep, ep->batch, len, n == 1);
+    send_batch(ep, len, n);
 }
 
 void rdmx__batch_send_all(rdmx_worker_t *w)

@@ -737,10 +737,28 @@ void rdmx__mr_release(rdmx_mr_t *mr);
 /* Destroy the rkeys of descriptors unpacked on @ep (before the UCX close). */
 void rdmx__rmem_detach_all(rdmx_ep_t *ep);
 
-/* batch.c: take a small message of an upper layer into @ep's batch (1:
- * batched, or sent with the batch it ended), or leave it to be sent now
- * (0: outside a pass and not announced by @more, the first of the pass
- * toward @ep, too large, or out of memory). @ep is usable. */
+/* Does a small message of an upper layer to @ep wait in its batch? Yes
+ * when @more announces more messages to @ep, when a batch is open (it
+ * joins it, keeping order), or inside a progress pass toward an endpoint
+ * that the pass already sent a message to; the first of a pass goes
+ * alone (docs/CORE.md, "Batched messages"). */
+static inline int rdmx__batch_holds(rdmx_ep_t *ep, int more)
+{
+    rdmx_worker_t *w = ep->worker;
+
+    if (more | ep->batch_n)
+        return 1;
+    if (!w->in_pass)
+        return 0;
+    if (ep->batch_pass != w->pass) {
+        ep->batch_pass = w->pass;
+        return 0;
+    }
+    return 1;
+}
+/* batch.c: take a message that rdmx__batch_holds into @ep's batch (1;
+ * sent at once when it ends a run outside a pass), or leave it to be sent
+ * alone (0: too large for a batch, or out of memory). @ep is usable. */
 int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
                     const void *data, size_t len, int more);
 /* Send @ep's batch now (one message alone as itself). */

@@ -173,7 +173,8 @@ rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
 
     if (ep->status != RDMX_OK || ep->state != RDMX_EP_CONNECTED)
         return rdmx__ep_usable(ep);
-    if (rdmx__batch_add(ep, id, hdr, hlen, data, length, more))
+    if (rdmx__batch_holds(ep, more) &&
+        rdmx__batch_add(ep, id, hdr, hlen, data, length, more))
         return RDMX_OK; /* leaves at the end of this progress pass */
     if (ep->batch_n != 0)
         rdmx__batch_send(ep); /* (a large one: the batch goes first) */
