@@ -5,22 +5,27 @@
  * pass. The first small message of a pass toward an endpoint leaves at
  * once; the next ones toward the same endpoint are copied into the
  * endpoint's batch, which leaves as one RDMX_AM_BATCH message when the
- * transport's progress returns (rdmx_worker_progress). The receiver
- * delivers the batch's messages one by one, in order, as if each had
- * come alone. So n answers to one peer cost one send and one delivery by
- * the transport instead of n, and a lone answer still costs nothing more.
+ * transport's progress returns (rdmx_worker_progress). A caller that
+ * knows more messages follow says so (@more): its messages wait in the
+ * batch until one without @more, any other operation on the endpoint, or
+ * the worker's next progress or arm. The receiver delivers the batch's
+ * messages one by one, in order, as if each had come alone. So n answers
+ * to one peer cost two sends and deliveries by the transport instead of
+ * n, and a lone answer still costs nothing more.
  *
  * Order: a batch holds only messages that rdmx__msg_send_now would have
  * sent, and any other operation on the endpoint sends the batch first
- * (rdmx__ep_usable), so nothing overtakes what was sent before it. Outside
- * a pass no endpoint holds a batch.
+ * (rdmx__ep_usable, and the core's own sends), so nothing overtakes what
+ * was sent before it.
  *
- * Wire: records of 8 bytes (id, header length, 0, 0, data length as
- * little-endian u32), the header, the data, zeros up to a multiple of 8.
+ * Wire (docs/PROTOCOL.md): records of 8 bytes (id, header length, 0, 0,
+ * data length as little-endian u32), the header, the data, zeros up to a
+ * multiple of 8.
  */
 #include "core/internal.h"
 #include "util/endian.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,8 +60,9 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
         memcpy(p + REC_HEAD + hlen, data, len);
     memset(p + REC_HEAD + hlen + len, 0, need - (REC_HEAD + hlen + len));
     if (ep->batch_n++ == 0) {
-        ep->batch_next = w->batched;
-        w->batched = ep;
+        rdmx_list_insert_tail(&w->batched, &ep->batch_link);
+        if (w->mt && !w->in_pass) /* its progress sends it if no call does */
+            w->tp->signal(w->tw);
     }
     ep->batch_len += need;
     if (!more && !w->in_pass) /* the end of a run announced with more */
@@ -73,12 +79,13 @@ static void batch_sent(rdmx_status_t status, size_t length, void *arg)
     free(arg);
 }
 
-/* Send @ep's batch of @n messages in @len bytes (its one record's message
- * alone when @n is 1). */
-static void send_batch(rdmx_ep_t *ep, size_t len, unsigned n)
+/* Send the batch @b of @n messages in @len bytes (its one record's message
+ * alone when @n is 1). @return RDMX_OK (sent, or given to the transport
+ * with @b, which is then the transport's), or an error. */
+static rdmx_status_t send_batch(rdmx_ep_t *ep, unsigned char *b, size_t len,
+                                unsigned n)
 {
     rdmx_worker_t *w = ep->worker;
-    unsigned char *b = ep->batch;
     unsigned id = RDMX_AM_BATCH;
     const void *hdr = NULL, *data = b;
     size_t hlen = 0;
@@ -95,70 +102,87 @@ static void send_batch(rdmx_ep_t *ep, size_t len, unsigned n)
     }
     st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
                      RDMX_TP_SEND_NOW | RDMX_TP_SEND_EAGER, NULL, NULL);
-    if (st == RDMX_ERR_NO_RESOURCE) {
-        /* The transport takes it only with a request (over shared memory,
-         * anything above its short messages): the request gets the
-         * buffer, the endpoint a new one at its next batch; the header
-         * goes in the op. */
-        op = rdmx__op_get(w, ep, RDMX_OP_SEND, batch_sent, b);
-        if (op == NULL) {
-            w->stats.msgs_dropped += n;
-            return;
-        }
-        op->length = len;
-        op->cb_at_end = 1; /* the buffer is the transport's until done */
+    if (st != RDMX_ERR_NO_RESOURCE)
+        return st;
+    /* The transport takes it only with a request (over shared memory,
+     * anything above its short messages): the request gets the buffer;
+     * the header goes in the op. */
+    op = rdmx__op_get(w, ep, RDMX_OP_SEND, batch_sent, b);
+    if (op == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
+    op->length = len;
+    op->cb_at_end = 1; /* the buffer is the transport's until it is done */
+    if (hlen != 0)
         memcpy(op->hdr, hdr, hlen);
-        st = w->tp->send(ep->tep, id, op->hdr, hlen, data, len, NULL,
-                         RDMX_TP_SEND_EAGER, op, &req);
-        st = rdmx__op_issue(op, st, req, "send");
-        if (st == RDMX_INPROGRESS)
-            ep->batch = NULL;
+    st = w->tp->send(ep->tep, id, op->hdr, hlen, data, len, NULL,
+                     RDMX_TP_SEND_EAGER, op, &req);
+    if (st == RDMX_INPROGRESS) {
+        rdmx__op_issued(op, req);
+        return RDMX_INPROGRESS;
     }
-    /* (a failed endpoint reports the failure on its own) */
-    if (st >= RDMX_OK && n > 1) {
-        w->stats.batches_sent++;
-        w->stats.msgs_batched += n;
-    }
-}
-
-static void unlink_ep(rdmx_ep_t *ep)
-{
-    rdmx_ep_t **pp = &ep->worker->batched;
-
-    while (*pp != NULL && *pp != ep)
-        pp = &(*pp)->batch_next;
-    if (*pp == ep)
-        *pp = ep->batch_next;
-    ep->batch_next = NULL;
+    rdmx__op_put(w, op);
+    return st;
 }
 
 void rdmx__batch_send(rdmx_ep_t *ep)
 {
+    rdmx_worker_t *w = ep->worker;
+    unsigned char *b = ep->batch;
     size_t len = ep->batch_len;
     unsigned n = ep->batch_n;
+    rdmx_status_t st;
 
     if (n == 0)
         return;
-    unlink_ep(ep);
+    rdmx_list_del(&ep->batch_link);
     ep->batch_n = 0;
     ep->batch_len = 0;
     if (ep->status != RDMX_OK || ep->tep == NULL) {
-        ep->worker->stats.msgs_dropped += n;
+        w->stats.msgs_dropped += n;
         return;
     }
-    send_batch(ep, len, n);
+    /* The buffer leaves the endpoint while it is sent: a message made
+     * meanwhile (the transport may progress) opens a new one. */
+    ep->batch = NULL;
+    st = send_batch(ep, b, len, n);
+    if (st != RDMX_INPROGRESS) { /* (the buffer is still ours) */
+        if (ep->batch == NULL)
+            ep->batch = b;
+        else
+            free(b);
+    }
+    if (st == RDMX_OK || st == RDMX_INPROGRESS) {
+        if (n > 1) {
+            w->stats.batches_sent++;
+            w->stats.msgs_batched += n;
+        }
+        return;
+    }
+    /* Its senders were told their messages left: the connection cannot go
+     * on without them (its calls fail or are retried). */
+    w->stats.msgs_dropped += n;
+    if (ep->status == RDMX_OK) {
+        char why[200];
+
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+        rdmx__ep_fail(ep, st);
+        rdmx_debug("ep %p (%s): a batch of %u messages lost: %s", (void *)ep,
+                   ep->peer, n, why);
+    }
 }
 
 void rdmx__batch_send_all(rdmx_worker_t *w)
 {
-    while (w->batched != NULL)
-        rdmx__batch_send(w->batched);
+    rdmx_list_t *e;
+
+    while ((e = w->batched.next) != &w->batched)
+        rdmx__batch_send(rdmx_container_of(e, rdmx_ep_t, batch_link));
 }
 
 void rdmx__batch_free(rdmx_ep_t *ep)
 {
     if (ep->batch_n != 0) {
-        unlink_ep(ep);
+        rdmx_list_del(&ep->batch_link);
         ep->worker->stats.msgs_dropped += ep->batch_n;
         ep->batch_n = 0;
         ep->batch_len = 0;
@@ -172,6 +196,7 @@ rdmx_status_t rdmx__am_batch(rdmx_worker_t *w, rdmx_tep_t *tep,
                              size_t len, unsigned flags)
 {
     const unsigned char *p = data, *end = p + len;
+    rdmx_ep_t *ep = tep != NULL ? tep->owner : NULL;
 
     (void)header;
     if (hlen != 0 || (flags & RDMX_MSG_RNDV) || len == 0 || (len & 7u)) {
@@ -182,6 +207,12 @@ rdmx_status_t rdmx__am_batch(rdmx_worker_t *w, rdmx_tep_t *tep,
         size_t left = (size_t)(end - p), rh, rl;
         unsigned id;
 
+        /* A record's handler may close the endpoint (and free @tep): the
+         * rest goes with it. (Endpoints are freed only between passes.) */
+        if (ep != NULL && ep->tep != tep) {
+            w->stats.msgs_dropped++;
+            return RDMX_OK;
+        }
         if (left < REC_HEAD)
             break;
         id = p[0];

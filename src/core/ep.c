@@ -227,6 +227,7 @@ static rdmx_ep_t *ep_alloc(rdmx_worker_t *w, const rdmx_ep_params_t *params)
     rdmx_list_init(&ep->inflight);
     rdmx_list_init(&ep->amo_pending);
     rdmx_list_init(&ep->event_link);
+    rdmx_list_init(&ep->batch_link);
     rdmx_list_insert_tail(&w->eps, &ep->link);
     return ep;
 }
@@ -1020,6 +1021,7 @@ void rdmx_ep_close(rdmx_ep_t *ep)
         return;
     w = ep->worker;
     rdmx__lock(w);
+    rdmx__batch_send(ep); /* what was sent before the close leaves first */
     healthy = ep->status == RDMX_OK && ep->state == RDMX_EP_CONNECTED &&
               !ep->aborted;
     ep->user_closed = 1;

@@ -352,7 +352,7 @@ struct rdmx_ep {
     size_t batch_len;
     unsigned batch_n;    /* messages in it; nonzero: on worker->batched */
     uint64_t batch_pass; /* the pass whose first message went alone */
-    rdmx_ep_t *batch_next;
+    rdmx_list_t batch_link; /* on worker->batched while batch_n != 0 */
     struct {                /* the peer's regions this side pulls fenced
                                PUTs from (access.c): unpacked once */
         uint64_t region, key_hash;
@@ -479,7 +479,7 @@ struct rdmx_worker {
     int hooks_due;            /* run the timers at the next progress */
     uint64_t pass;            /* progress passes so far (batch.c) */
     unsigned in_pass;         /* inside the transport's progress */
-    rdmx_ep_t *batched;       /* endpoints holding a batch */
+    rdmx_list_t batched;      /* endpoints holding a batch (batch_link) */
     /* connection requests handed over by another worker's listener */
     pthread_mutex_t handoff_lock;
     rdmx_list_t handoff;
@@ -765,7 +765,8 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
 void rdmx__batch_send(rdmx_ep_t *ep);
 /* Send every batch of @w: the end of a pass. */
 void rdmx__batch_send_all(rdmx_worker_t *w);
-/* An endpoint freed: its batch (empty outside a pass) dropped. */
+/* An endpoint freed: what its batch still holds (only if it failed or was
+ * aborted: a close sends it) is dropped and counted in msgs_dropped. */
 void rdmx__batch_free(rdmx_ep_t *ep);
 rdmx_core_handler_t rdmx__am_batch;
 

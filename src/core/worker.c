@@ -362,6 +362,7 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     rdmx_list_init(&w->hooks);
     rdmx_list_init(&w->handoff);
     rdmx_list_init(&w->spares);
+    rdmx_list_init(&w->batched);
     w->epfd = -1;
     pthread_mutex_init(&w->handoff_lock, NULL);
     pthread_mutexattr_init(&ma);
@@ -797,7 +798,7 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     w->in_pass++;
     n = w->tp->progress(w->tw);
     w->in_pass--;
-    if (w->batched != NULL) /* what the pass's callbacks sent after a first */
+    if (!rdmx_list_empty(&w->batched)) /* (sent in the pass after a first) */
         rdmx__batch_send_all(w);
     /* (one test of everything progress_rest looks at) */
     if ((++w->hook_tick & 63) == 0 ||
@@ -822,7 +823,7 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
     rdmx_status_t st = RDMX_OK;
 
     rdmx__lock(w);
-    if (w->batched != NULL) /* calls announced with more: out before sleeping */
+    if (!rdmx_list_empty(&w->batched)) /* (announced with more) */
         rdmx__batch_send_all(w);
     if (!rdmx_list_empty(&w->done) || !rdmx_list_empty(&w->conn_reqs) ||
         !rdmx_list_empty(&w->ep_events) ||
