@@ -350,8 +350,8 @@ struct rdmx_ep {
      * at the pass's end (batch.c) */
     unsigned char *batch; /* RDMX_BATCH_MAX bytes once used */
     size_t batch_len;
-    unsigned batch_n;    /* messages in it; nonzero: on worker->batched */
-    uint64_t batch_pass; /* the pass whose first message went alone */
+    unsigned batch_n;       /* messages in it; nonzero: on worker->batched */
+    uint64_t batch_pass;    /* the pass whose first message went alone */
     rdmx_list_t batch_link; /* on worker->batched while batch_n != 0 */
     struct {                /* the peer's regions this side pulls fenced
                                PUTs from (access.c): unpacked once */
