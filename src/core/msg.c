@@ -173,11 +173,13 @@ rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
 
     if (ep->status != RDMX_OK || ep->state != RDMX_EP_CONNECTED)
         return rdmx__ep_usable(ep);
-    if (rdmx__batch_holds(ep, more) &&
-        rdmx__batch_add(ep, id, hdr, hlen, data, length, more))
-        return RDMX_OK; /* leaves at the end of this progress pass */
-    if (ep->batch_n != 0)
-        rdmx__batch_send(ep); /* (a large one: the batch goes first) */
+    if (rdmx__batch_holds(ep, more)) {
+        if (rdmx__batch_add(ep, id, hdr, hlen, data, length, more))
+            return RDMX_OK; /* leaves with the batch */
+        rdmx__batch_send(ep); /* (too large for it: the batch goes first) */
+        if (ep->status != RDMX_OK)
+            return rdmx__ep_usable(ep); /* (the batch failed its endpoint) */
+    }
     st = ep->worker->tp->send(ep->tep, id, hdr, hlen, data, length, NULL,
                               RDMX_TP_SEND_NOW, NULL, NULL);
     if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE)
