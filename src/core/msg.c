@@ -175,7 +175,7 @@ rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
         return rdmx__ep_usable(ep);
     if (rdmx__batch_holds(ep, more)) {
         if (rdmx__batch_add(ep, id, hdr, hlen, data, length, more))
-            return RDMX_OK; /* leaves with the batch */
+            return RDMX_OK;   /* leaves with the batch */
         rdmx__batch_send(ep); /* (too large for it: the batch goes first) */
         if (ep->status != RDMX_OK)
             return rdmx__ep_usable(ep); /* (the batch failed its endpoint) */
