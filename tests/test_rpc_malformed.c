@@ -45,6 +45,11 @@
  *    and status (and an ERROR with id 0 its message, where one is named).
  *  - phase 3: two more raw connections send garbage before any HELLO and
  *    vanish without an orderly close.
+ *  - batches (docs/PROTOCOL.md, "Batched messages"): five PINGs sent with
+ *    "more" leave as one batch and are answered with a batch among the
+ *    PONGs; malformed batches are served up to their first bad record;
+ *    three PINGs held with "more" when the connection is closed leave
+ *    before its BYE (counted by the server).
  * Afterwards: the server process is alive; a normal channel works; the
  * counters in "rdmx.stats" (requests, responses, errors, malformed,
  * unknown_handler, too_big, auth_failed, pings, no_credit, busy,
@@ -1538,6 +1543,15 @@ int main(int argc, char **argv)
         settle("phase 3 (garbage before HELLO)");
         forget_answers();
         (void)th_connect(rw, &srv, NULL); /* a connection that says nothing */
+    }
+    /* Three PINGs announced with "more", then an orderly close: the batch
+     * leaves before BYE (the server counts the PINGs). */
+    for (int i = 0; i < 3; i++) {
+        unsigned char h[RDMX_RPC_HDR_MAX];
+        size_t hlen = mkhdr(h, RDMX_RPC_MSG_PING, 0, 0, 0, nid(), 0, 0);
+
+        CHECK_OK(rdmx__msg_send_now(ep, RDMX_AM_RPC, h, hlen, NULL, 0, 1));
+        want.pings++;
     }
     rdmx_ep_close(ep);
     rdmx_worker_destroy(rw);
