@@ -420,8 +420,9 @@ static void send_done(rdmx_status_t status, size_t length, void *arg)
 }
 
 /* Put @c on the wire; 0 on success, -1 to keep it queued. @now is the
- * time if the caller just read it, else 0. */
-static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now)
+ * time if the caller just read it, else 0. @more: more calls follow at
+ * once (the request may wait for them in the endpoint's batch). */
+static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now, int more)
 {
     rdmx_rpc_hdr_t h;
     rdmx_status_t st;
@@ -440,7 +441,7 @@ static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now)
                                                          : (uint32_t)left;
     }
     st = rdmx__rpc_send_keep(ch->ep, &h, c->buf, (size_t)c->aux_len + c->len,
-                             c->more, send_done, c);
+                             more, send_done, c);
     if (st != RDMX_OK && st != RDMX_INPROGRESS)
         return -1;
     if (st == RDMX_INPROGRESS) {
@@ -477,7 +478,11 @@ static void pump(rdmx_channel_t *ch)
         }
         rdmx_list_del(&c->link);
         ch->nqueued--;
-        if (call_send(ch, c, now) != 0) {
+        /* queued calls that the credits let go leave as batches (after a
+         * reconnect, or when credits come back outside a progress pass) */
+        if (call_send(ch, c, now,
+                      c->more || (!rdmx_list_empty(&ch->queue) &&
+                                  ch->inflight + 1 < ch->credits)) != 0) {
             rdmx_list_t *head = &ch->queue;
             /* back to the front; the endpoint's error will follow */
             c->link.next = head->next;
@@ -1457,7 +1462,8 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
     c->cb = cb;
     c->arg = arg;
     if (ch->state == RDMX_CHANNEL_READY && ch->inflight < ch->credits &&
-        rdmx_list_empty(&ch->queue) && call_send(ch, c, c->start_ns) == 0) {
+        rdmx_list_empty(&ch->queue) &&
+        call_send(ch, c, c->start_ns, c->more) == 0) {
         /* on the wire */
     } else if (ch->nqueued < ch->queue_max) {
         rdmx_list_insert_tail(&ch->queue, &c->link);
