@@ -32,13 +32,17 @@
  *   (hits, misses, a too-small buffer untouched, exact fits), exists,
  *   prefix_hits, 5000-key mput and mget (more than one 4096-key wire batch),
  *   flush (curr_items and bytes back to 0).
+ * - more: 64 PUTs and 64 GETs of 1-3000 bytes issued with
+ *   RDMX_KV_OP_PARAM_FIELD_MORE all complete once with their values, and
+ *   the client's worker sent them in batches.
  * - stats: get_hits + get_misses == cmd_get; the deltas of hits, misses,
  *   sets, items, deletes match what the test did; curr_items and bytes match
  *   what is stored (an overwrite with another size included).
  * - limits: key over --max-key for every operation, value over --max-value
  *   (inline and RDMA read), a request over the message limit: TOO_BIG with a
- *   detail (for the last, naming the server's max_value); empty and 64 KiB keys: INVALID; a buffer outside the region
- *   passed: refused; an ordinary miss afterwards carries no stale detail.
+ *   detail (for the last, naming the server's max_value); empty and 64 KiB
+ * keys: INVALID; a buffer outside the region passed: refused; an ordinary miss
+ * afterwards carries no stale detail.
  * - channel_options: rdmx_kv_params_t.channel reaches every server's
  *   channel (credits 1 and queue 0 refuse a second GET with NO_RESOURCE,
  *   the state callback reports READY) while the client's timeout wins over
@@ -1114,6 +1118,69 @@ static void part_channel_options(void)
            rdmx_status_name(b.status));
 }
 
+/* 64 PUTs, then 64 GETs of 1-3000 bytes, each but the last of a run with
+ * RDMX_KV_OP_PARAM_FIELD_MORE: every callback once, every value back byte
+ * for byte, and the worker sent batches. */
+static void part_more(void)
+{
+    enum { N = 64 };
+    static nb_seen_t seen[N];
+    static char keys[N][16];
+    static uint8_t vals[N][3000], got[N][3000];
+    rdmx_worker_stats_t w0, w1;
+    int i;
+
+    rdmx_worker_stats(worker, &w0);
+    for (int round = 0; round < 2; round++) {
+        memset(seen, 0, sizeof(seen));
+        for (i = 0; i < N; i++) {
+            rdmx_kv_op_params_t o = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB |
+                                                   RDMX_KV_OP_PARAM_FIELD_MORE,
+                                     .cb = nb_seen_cb,
+                                     .arg = &seen[i],
+                                     .more = i + 1 < N};
+            size_t len = 1 + (size_t)i * 47 % 3000;
+
+            snprintf(keys[i], sizeof(keys[i]), "more:%d", i);
+            if (round == 0) {
+                th_fill(vals[i], len, th_seed(17, (uint64_t)i, 0));
+                EXPECT_ST(rdmx_kv_put_nb(kv, keys[i], strlen(keys[i]), vals[i],
+                                         len, &o),
+                          RDMX_INPROGRESS);
+            } else {
+                memset(got[i], 0, sizeof(got[i]));
+                EXPECT_ST(rdmx_kv_get_nb(kv, keys[i], strlen(keys[i]), got[i],
+                                         sizeof(got[i]), &o),
+                          RDMX_INPROGRESS);
+            }
+        }
+        for (i = 0; i < N; i++)
+            while (!seen[i].done)
+                rdmx_worker_wait(worker, 10);
+        for (i = 0; i < N; i++) {
+            size_t len = 1 + (size_t)i * 47 % 3000;
+
+            EXPECT(seen[i].status == RDMX_OK, "%s %s: %s",
+                   round ? "get" : "put", keys[i],
+                   rdmx_status_name(seen[i].status));
+            if (round == 1)
+                EXPECT(
+                    seen[i].length == len && memcmp(got[i], vals[i], len) == 0,
+                    "get %s: %zu bytes, want %zu, %s", keys[i], seen[i].length,
+                    len, memcmp(got[i], vals[i], len) ? "different" : "same");
+        }
+    }
+    rdmx_worker_stats(worker, &w1);
+    EXPECT(w1.batches_sent > w0.batches_sent &&
+               w1.msgs_batched - w0.msgs_batched >= N,
+           "operations with more: %llu batches, %llu messages in them",
+           (unsigned long long)(w1.batches_sent - w0.batches_sent),
+           (unsigned long long)(w1.msgs_batched - w0.msgs_batched));
+    th_log("  %d PUTs and %d GETs with more: %llu messages in %llu batches", N,
+           N, (unsigned long long)(w1.msgs_batched - w0.msgs_batched),
+           (unsigned long long)(w1.batches_sent - w0.batches_sent));
+}
+
 /* ------------------------------------------------------------------------ */
 /* malformed                                                                */
 /* ------------------------------------------------------------------------ */
@@ -1942,6 +2009,7 @@ int main(void)
     run_part("stats", part_stats);
     run_part("limits", part_limits);
     run_part("channel_options", part_channel_options);
+    run_part("more", part_more);
     run_part("malformed", part_malformed);
     run_part("cli", part_cli);
     run_part("lru", part_lru);

@@ -51,6 +51,7 @@ typedef struct {
     uint64_t ops;
     int json;
     int zero_copy;
+    int batch; /* bench --batch: a window's operations with "more" */
     /* after "--" (eval: ARGV; other commands: more arguments) */
     char **tail;
     int ntail;
@@ -279,11 +280,14 @@ static void usage(FILE *f)
         "  repl                    commands from stdin, one per line\n"
         "  bench [--op get|set|mix] [--size S] [--keys N] [--read-ratio R]\n"
         "        [--procs P] [--threads T] [--window W]\n"
-        "        [--seconds S | --ops N] [--zero-copy] [--json]\n"
+        "        [--seconds S | --ops N] [--zero-copy] [--batch] [--json]\n"
         "                          P processes x T threads, each its own\n"
         "                          client with W operations in flight\n"
         "                          (--ops: per thread); ops/s, MB/s and\n"
-        "                          p50/p99/p99.9 from issue to completion\n"
+        "                          p50/p99/p99.9 from issue to completion;\n"
+        "                          --batch: the operations that refill the\n"
+        "                          window leave together (all but the last\n"
+        "                          with RDMX_KV_OP_PARAM_FIELD_MORE)\n"
         "options:\n"
         "  -s, --servers A:P,B:P   servers (default " KV_DEFAULT_SERVERS ")\n"
         "  -r, --replicas R        copies of each key (default 1)\n"
@@ -413,8 +417,10 @@ static void bench_slot_done(rdmx_status_t st, const rdmx_kv_meta_t *meta,
     s->t->inflight--;
 }
 
-/* Issue the next operation of slot @s; 0 if it could not start. */
-static int bench_issue(bench_thread_t *t, client_t *c, bench_slot_t *s)
+/* Issue the next operation of slot @s (@more: others follow at once); 0
+ * if it could not start. */
+static int bench_issue(bench_thread_t *t, client_t *c, bench_slot_t *s,
+                       int more)
 {
     const opts_t *o = t->o;
     rdmx_kv_op_params_t kp;
@@ -429,6 +435,10 @@ static int bench_issue(bench_thread_t *t, client_t *c, bench_slot_t *s)
     kp.mr = t->mr;
     kp.cb = bench_slot_done;
     kp.arg = s;
+    if (more) {
+        kp.field_mask |= RDMX_KV_OP_PARAM_FIELD_MORE;
+        kp.more = 1;
+    }
     if (s->get)
         st = rdmx_kv_get_nb(c->kv, s->key, s->klen, s->buf, o->size, &kp);
     else
@@ -503,11 +513,15 @@ static void *bench_main(void *arg)
             if (more && (o->ops ? issued >= o->ops
                                 : (++spins & 63) == 0 && now_s() >= deadline))
                 more = 0;
+            unsigned last = 0; /* the last free slot: it sends the batch */
+            for (unsigned i = 0; o->batch && i < o->window; i++)
+                if (!slots[i].busy)
+                    last = i;
             for (unsigned i = 0; more && i < o->window; i++) {
                 if (slots[i].busy)
                     continue;
                 issued++;
-                bench_issue(t, &c, &slots[i]);
+                bench_issue(t, &c, &slots[i], o->batch && i != last);
                 if (o->ops && issued >= o->ops)
                     more = 0;
             }
@@ -913,6 +927,7 @@ int main(int argc, char **argv)
         {"ops", required_argument, NULL, 'N'},
         {"json", no_argument, NULL, 'j'},
         {"zero-copy", no_argument, NULL, 'Z'},
+        {"batch", no_argument, NULL, 'B'},
         {"auth-secret-file", required_argument, NULL, 'A'},
         {"transport", required_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},
@@ -1014,6 +1029,9 @@ int main(int argc, char **argv)
             break;
         case 'j': o.json = 1; break;
         case 'Z': o.zero_copy = 1; break;
+        case 'B':
+            o.batch = 1;
+            break;
         case 'A': {
             FILE *f = fopen(optarg, "r");
             if (f == NULL) {

@@ -156,6 +156,7 @@ enum {
     RDMX_KV_OP_PARAM_FIELD_FLAGS = 1u << 4,
     RDMX_KV_OP_PARAM_FIELD_TTL = 1u << 5,
     RDMX_KV_OP_PARAM_FIELD_CAS = 1u << 6,
+    RDMX_KV_OP_PARAM_FIELD_MORE = 1u << 7,
 };
 
 /** Optional arguments of a GET or PUT. */
@@ -179,6 +180,11 @@ typedef struct {
     uint32_t ttl_ms;
     /** PUT with RDMX_KV_PUT_CAS: the expected version. */
     uint64_t cas;
+    /** _nb forms: nonzero when more operations follow at once; this one
+     *  may wait to leave with them as one message (to each server), until
+     *  an operation without it or the worker's next progress (docs/RPC.md,
+     *  "Batched calls"). Default 0. */
+    int more;
 } rdmx_kv_op_params_t;
 
 /**

@@ -116,6 +116,9 @@ static rdmx_status_t send_joined(rdmx_ep_t *ep, unsigned id, const void *hdr,
         rdmx__buf_free(j->buf);
         free(j);
     }
+    /* (in progress, @j is the operation record's until joined_done: the
+     * static analyzer does not follow it into the record) */
+    /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc) */
     return st;
 }
 

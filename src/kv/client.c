@@ -297,6 +297,7 @@ static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
 typedef struct {
     rdmx_mr_t *mr;
     int has_timeout, timeout_ms;
+    int more; /* RDMX_KV_OP_PARAM_FIELD_MORE */
     rdmx_kv_cb_t cb;
     void *arg;
     rdmx_kv_put_mode_t mode;
@@ -326,6 +327,8 @@ static rdmx_status_t kv_args(const rdmx_kv_op_params_t *p, int nb,
         a->ttl_ms = p->ttl_ms;
     if (f & RDMX_KV_OP_PARAM_FIELD_CAS)
         a->cas = p->cas;
+    if (f & RDMX_KV_OP_PARAM_FIELD_MORE)
+        a->more = p->more != 0;
     if ((unsigned)a->mode > RDMX_KV_PUT_CAS)
         return rdmx__error(RDMX_ERR_INVALID,
                            "%s: mode %d (RDMX_KV_PUT_SET..RDMX_KV_PUT_CAS)",
@@ -407,6 +410,7 @@ struct kv_op {
     unsigned copies;            /* calls in all */
     int has_timeout;            /* timeout_ms overrides the channels' */
     int timeout_ms;
+    int more;                   /* more ops follow: RDMX_RPC_MORE */
     unsigned next;              /* copies started so far */
     /* where answers go */
     void *buf;                  /* GET: an inline value (capacity bytes) */
@@ -447,10 +451,11 @@ static void op_init(kv_op_t *op, rdmx_kv_t *kv, const char *method,
     op->first_status = RDMX_INPROGRESS;
 }
 
-/* The op's own deadline, if its params gave one. */
+/* The op's own deadline and batching, if its params gave them. */
 static void op_limit(kv_op_t *op, const kv_args_t *a)
 {
     op->has_timeout = a->has_timeout;
+    op->more = a->more;
     op->timeout_ms = a->timeout_ms;
 }
 
@@ -606,6 +611,10 @@ static rdmx_status_t op_call(kv_op_t *op)
     if (op->has_timeout) {
         cp.field_mask |= RDMX_CALL_PARAM_FIELD_TIMEOUT;
         cp.timeout_ms = op->timeout_ms;
+    }
+    if (op->more) {
+        cp.field_mask |= RDMX_CALL_PARAM_FIELD_FLAGS;
+        cp.flags = RDMX_RPC_MORE;
     }
     op->pending++;
     st = rdmx_call_nb(kv->ch[(op->server + i) % kv->n], op->method,
