@@ -40,7 +40,9 @@
  *  - batched calls: 300 echo calls of 0..2999 bytes with RDMX_RPC_MORE
  *    (every 50th without) all answered right, the client's worker counts
  *    batches; a last call with RDMX_RPC_MORE still leaves at the next
- *    progress, and a blocking call after one carries it along.
+ *    progress, and a blocking call after one carries it along; three
+ *    150 ms handlers run in one server pass answer 150 ms apart (an
+ *    answer is not held for the next slow handler).
  *  - credits: S2 (4 credits), channel queue 0: 4 calls in flight, the 5th
  *    fails synchronously with RDMX_ERR_NO_RESOURCE (callback never runs);
  *    a channel credits option of 2 caps it at 2; the server never had to
@@ -902,6 +904,39 @@ static void test_more(rdmx_worker_t *w, rdmx_channel_t *ch)
     CHECK_PATTERN(buf, sizeof(buf), th_seed(15, 1002, 0), 0);
     wait_recs(w, recs + 1, 1, 5000);
     CHECK(recs[1].status == RDMX_OK && recs[1].data_ok);
+    /* Three 150 ms "spin" calls in one batch: one server pass runs them
+     * one after the other. An answer of a handler slower than the hold
+     * time leaves at once, not with the next handler's. */
+    {
+        uint32_t ms = 150;
+        rdmx_call_params_t ps = p;
+
+        ps.field_mask |= RDMX_CALL_PARAM_FIELD_TIMEOUT;
+        ps.timeout_ms = 10000 * TH_SLOW;
+        for (i = 0; i < 3; i++) {
+            rec_init(&recs[i], "spin", 0, 4);
+            recs[i].t_start = th_now_ms();
+            ps.flags = i < 2 ? RDMX_RPC_MORE : 0;
+            CHECK_ST(rec_call(ch, &recs[i], "spin", &ms, 4, &ps),
+                     RDMX_INPROGRESS);
+        }
+        wait_recs(w, recs, 3, 10000);
+        for (i = 0; i < 3; i++)
+            CHECKF(recs[i].status == RDMX_OK, "spin %d: %s", i,
+                   rdmx_status_name(recs[i].status));
+        CHECKF(recs[2].t_done - recs[1].t_done >= 100.0 &&
+                   recs[1].t_done - recs[0].t_done >= 100.0,
+               "150 ms handlers in one pass: answers at +%.0f, +%.0f, +%.0f "
+               "ms (each should leave when its handler ends)",
+               recs[0].t_done - recs[0].t_start,
+               recs[1].t_done - recs[0].t_start,
+               recs[2].t_done - recs[0].t_start);
+        th_log("more: three 150 ms handlers in one pass answered at +%.0f, "
+               "+%.0f, +%.0f ms",
+               recs[0].t_done - recs[0].t_start,
+               recs[1].t_done - recs[0].t_start,
+               recs[2].t_done - recs[0].t_start);
+    }
     th_log("more: %d calls, %llu of them in %llu batches, every answer "
            "its call's",
            N, (unsigned long long)(after.msgs_batched - before.msgs_batched),

@@ -24,6 +24,7 @@
  */
 #include "core/internal.h"
 #include "util/endian.h"
+#include "util/time.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,9 +43,20 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
     rdmx_worker_t *w = ep->worker;
     size_t need = rec_size(hlen, len);
     unsigned char *p;
+    int slow = 0;
 
     if (need > RDMX_BATCH_MAX / 2)
         return 0;
+    if (w->in_pass) {
+        /* A handler that took longer than RDMX_BATCH_HOLD_NS since this
+         * pass's previous message: the next ones may be as slow, so what
+         * it made leaves now, with the batch. */
+        uint64_t now = rdmx_now_ns();
+
+        slow = w->batch_last_ns != 0 &&
+               now - w->batch_last_ns > RDMX_BATCH_HOLD_NS;
+        w->batch_last_ns = now;
+    }
     if (ep->batch_len + need > RDMX_BATCH_MAX)
         rdmx__batch_send(ep);
     if (ep->batch == NULL && (ep->batch = malloc(RDMX_BATCH_MAX)) == NULL)
@@ -60,12 +72,15 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
         memcpy(p + REC_HEAD + hlen, data, len);
     memset(p + REC_HEAD + hlen + len, 0, need - (REC_HEAD + hlen + len));
     if (ep->batch_n++ == 0) {
+        if (rdmx_list_empty(&w->batched))
+            w->batch_open_ns = rdmx_now_ns();
         rdmx_list_insert_tail(&w->batched, &ep->batch_link);
         if (w->mt && !w->in_pass) /* its progress sends it if no call does */
             w->tp->signal(w->tw);
     }
     ep->batch_len += need;
-    if (!more && !w->in_pass) /* the end of a run announced with more */
+    if (slow || (!more && !w->in_pass)) /* (or the end of a run announced
+                                           with more) */
         rdmx__batch_send(ep);
     return 1;
 }
@@ -79,27 +94,19 @@ static void batch_sent(rdmx_status_t status, size_t length, void *arg)
     free(arg);
 }
 
-/* Send the batch @b of @n messages in @len bytes (its one record's message
- * alone when @n is 1). @return RDMX_OK (sent, or given to the transport
- * with @b, which is then the transport's), or an error. */
-static rdmx_status_t send_batch(rdmx_ep_t *ep, unsigned char *b, size_t len,
-                                unsigned n)
+/* Send a message of id @id: header @hdr (@hlen bytes) and @len bytes at
+ * @data, which lies in @buf. @return RDMX_OK (sent), RDMX_INPROGRESS (the
+ * transport took it with a request, which owns @buf until it is done), or
+ * an error. */
+static rdmx_status_t send_msg(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                              size_t hlen, const void *data, size_t len,
+                              unsigned char *buf)
 {
     rdmx_worker_t *w = ep->worker;
-    unsigned id = RDMX_AM_BATCH;
-    const void *hdr = NULL, *data = b;
-    size_t hlen = 0;
     rdmx_status_t st;
     rdmx_op_t *op;
     void *req = NULL;
 
-    if (n == 1) {
-        id = b[0];
-        hlen = b[1];
-        hdr = b + REC_HEAD;
-        data = b + REC_HEAD + hlen;
-        len = rdmx_get_le32(b + 4);
-    }
     st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
                      RDMX_TP_SEND_NOW | RDMX_TP_SEND_EAGER, NULL, NULL);
     if (st != RDMX_ERR_NO_RESOURCE)
@@ -107,7 +114,7 @@ static rdmx_status_t send_batch(rdmx_ep_t *ep, unsigned char *b, size_t len,
     /* The transport takes it only with a request (over shared memory,
      * anything above its short messages): the request gets the buffer;
      * the header goes in the op. */
-    op = rdmx__op_get(w, ep, RDMX_OP_SEND, batch_sent, b);
+    op = rdmx__op_get(w, ep, RDMX_OP_SEND, batch_sent, buf);
     if (op == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
     op->length = len;
@@ -122,6 +129,51 @@ static rdmx_status_t send_batch(rdmx_ep_t *ep, unsigned char *b, size_t len,
     }
     rdmx__op_put(w, op);
     return st;
+}
+
+/* Send the record at @p alone, from a copy of its own. */
+static rdmx_status_t send_record(rdmx_ep_t *ep, const unsigned char *p)
+{
+    size_t hlen = p[1], len = rdmx_get_le32(p + 4);
+    size_t n = rec_size(hlen, len);
+    unsigned char *copy = malloc(n);
+    rdmx_status_t st;
+
+    if (copy == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
+    memcpy(copy, p, n);
+    st = send_msg(ep, copy[0], copy + REC_HEAD, hlen, copy + REC_HEAD + hlen,
+                  len, copy);
+    if (st != RDMX_INPROGRESS)
+        free(copy);
+    return st;
+}
+
+/* Send the batch @b of @n messages in @len bytes: as one message, or its
+ * one record's message alone when @n is 1, or record by record where the
+ * transport's messages are smaller than the batch. @return as send_msg. */
+static rdmx_status_t send_batch(rdmx_ep_t *ep, unsigned char *b, size_t len,
+                                unsigned n)
+{
+    rdmx_worker_t *w = ep->worker;
+    rdmx_status_t st;
+    size_t off;
+
+    if (n == 1)
+        return send_msg(ep, b[0], b + REC_HEAD, b[1], b + REC_HEAD + b[1],
+                        rdmx_get_le32(b + 4), b);
+    st = send_msg(ep, RDMX_AM_BATCH, NULL, 0, b, len, b);
+    if (st >= RDMX_OK) {
+        w->stats.batches_sent++;
+        w->stats.msgs_batched += n;
+    }
+    if (st != RDMX_ERR_TOO_BIG)
+        return st;
+    for (off = 0; off < len;
+         off += rec_size(b[off + 1], rdmx_get_le32(b + off + 4)))
+        if ((st = send_record(ep, b + off)) < 0)
+            return st;
+    return RDMX_OK;
 }
 
 void rdmx__batch_send(rdmx_ep_t *ep)
@@ -151,13 +203,8 @@ void rdmx__batch_send(rdmx_ep_t *ep)
         else
             free(b);
     }
-    if (st == RDMX_OK || st == RDMX_INPROGRESS) {
-        if (n > 1) {
-            w->stats.batches_sent++;
-            w->stats.msgs_batched += n;
-        }
+    if (st >= RDMX_OK) /* (RDMX_OK or RDMX_INPROGRESS) */
         return;
-    }
     /* Its senders were told their messages left: the connection cannot go
      * on without them (its calls fail or are retried). */
     w->stats.msgs_dropped += n;

@@ -18,6 +18,7 @@
 #include "util/list.h"
 #include "util/log.h"
 #include "util/ptrmap.h"
+#include "util/time.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -39,7 +40,6 @@ enum {
 #define RDMX_WIRE_MAGIC   0x58444d52u /* "RMDX" little-endian */
 /* Wire version: 3 authentication in the bootstrap; 4 batched messages */
 #define RDMX_WIRE_VERSION 4u
-#define RDMX_BATCH_MAX    4096u       /* bytes of one batch (batch.c) */
 #define RDMX_BIND_SIZE    16          /* magic, status, token */
 #define RDMX_NOTIFY_SIZE  32
 #define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */
@@ -47,6 +47,12 @@ enum {
 #define RDMX_DESC_MAGIC   0x444d4452u /* "RDMD": a descriptor (mem.c) */
 #define RDMX_DESC_VERSION 3           /* its version (mem.c) */
 #define RDMX_GRANT_CACHE  256
+
+/* Batched messages (batch.c): bytes of one batch (room for two 4 KiB KV
+ * answers, below the libfabric backend's largest eager message, ~16 KiB);
+ * longest a batch waits for the handlers after it */
+#define RDMX_BATCH_MAX     12288u
+#define RDMX_BATCH_HOLD_NS 50000u
 
 /* What a descriptor grants, as its issuer verified it. */
 typedef struct rdmx_grant {
@@ -480,6 +486,9 @@ struct rdmx_worker {
     uint64_t pass;            /* progress passes so far (batch.c) */
     unsigned in_pass;         /* inside the transport's progress */
     rdmx_list_t batched;      /* endpoints holding a batch (batch_link) */
+    uint64_t batch_open_ns;   /* when the oldest of them opened */
+    uint64_t batch_last_ns;   /* when this pass last sent a small message
+                                 (0: not yet, or unknown) */
     /* connection requests handed over by another worker's listener */
     pthread_mutex_t handoff_lock;
     rdmx_list_t handoff;
@@ -752,6 +761,7 @@ static inline int rdmx__batch_holds(rdmx_ep_t *ep, int more)
         return 0;
     if (ep->batch_pass != w->pass) {
         ep->batch_pass = w->pass;
+        w->batch_last_ns = rdmx_now_ns(); /* (a slow handler after it) */
         return 0;
     }
     return 1;

@@ -519,6 +519,11 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
         return RDMX_OK; /* closing, or not an rdmx peer */
     }
     info.flags = flags;
+    /* A batch waits for the handlers after it no longer than
+     * RDMX_BATCH_HOLD_NS (and the handler that is running then). */
+    if (__builtin_expect(!rdmx_list_empty(&w->batched), 0) &&
+        rdmx_now_ns() - w->batch_open_ns > RDMX_BATCH_HOLD_NS)
+        rdmx__batch_send_all(w);
     return w->handlers[id](w, hdr, hlen, data, len, &info);
 }
 
@@ -796,6 +801,7 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     rdmx__lock(w);
     w->pass++;
     w->in_pass++;
+    w->batch_last_ns = 0;
     n = w->tp->progress(w->tw);
     w->in_pass--;
     if (!rdmx_list_empty(&w->batched)) /* (sent in the pass after a first) */
