@@ -41,7 +41,7 @@
  *    (every 50th without) all answered right, the client's worker counts
  *    batches; a last call with RDMX_RPC_MORE still leaves at the next
  *    progress, and a blocking call after one carries it along; three
- *    150 ms handlers run in one server pass answer 150 ms apart (an
+ *    300 ms handlers run in one server pass answer 300 ms apart (an
  *    answer is not held for the next slow handler).
  *  - credits: S2 (4 credits), channel queue 0: 4 calls in flight, the 5th
  *    fails synchronously with RDMX_ERR_NO_RESOURCE (callback never runs);
@@ -904,11 +904,12 @@ static void test_more(rdmx_worker_t *w, rdmx_channel_t *ch)
     CHECK_PATTERN(buf, sizeof(buf), th_seed(15, 1002, 0), 0);
     wait_recs(w, recs + 1, 1, 5000);
     CHECK(recs[1].status == RDMX_OK && recs[1].data_ok);
-    /* Three 150 ms "spin" calls in one batch: one server pass runs them
+    /* Three 300 ms "spin" calls in one batch: one server pass runs them
      * one after the other. An answer of a handler slower than the hold
-     * time leaves at once, not with the next handler's. */
+     * time leaves at once, not with the next handler's (which would make
+     * two answers arrive together). */
     {
-        uint32_t ms = 150;
+        uint32_t ms = 300;
         rdmx_call_params_t ps = p;
 
         ps.field_mask |= RDMX_CALL_PARAM_FIELD_TIMEOUT;
@@ -924,14 +925,14 @@ static void test_more(rdmx_worker_t *w, rdmx_channel_t *ch)
         for (i = 0; i < 3; i++)
             CHECKF(recs[i].status == RDMX_OK, "spin %d: %s", i,
                    rdmx_status_name(recs[i].status));
-        CHECKF(recs[2].t_done - recs[1].t_done >= 100.0 &&
-                   recs[1].t_done - recs[0].t_done >= 100.0,
-               "150 ms handlers in one pass: answers at +%.0f, +%.0f, +%.0f "
+        CHECKF(recs[2].t_done - recs[1].t_done >= 150.0 &&
+                   recs[1].t_done - recs[0].t_done >= 150.0,
+               "300 ms handlers in one pass: answers at +%.0f, +%.0f, +%.0f "
                "ms (each should leave when its handler ends)",
                recs[0].t_done - recs[0].t_start,
                recs[1].t_done - recs[0].t_start,
                recs[2].t_done - recs[0].t_start);
-        th_log("more: three 150 ms handlers in one pass answered at +%.0f, "
+        th_log("more: three 300 ms handlers in one pass answered at +%.0f, "
                "+%.0f, +%.0f ms",
                recs[0].t_done - recs[0].t_start,
                recs[1].t_done - recs[0].t_start,

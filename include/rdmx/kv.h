@@ -180,10 +180,11 @@ typedef struct {
     uint32_t ttl_ms;
     /** PUT with RDMX_KV_PUT_CAS: the expected version. */
     uint64_t cas;
-    /** _nb forms: nonzero when more operations follow at once; this one
-     *  may wait to leave with them as one message (to each server), until
-     *  an operation without it or the worker's next progress (docs/RPC.md,
-     *  "Batched calls"). Default 0. */
+    /** Nonzero when more operations follow at once: this one may wait to
+     *  leave with them as one message per server, until an operation
+     *  without it to that server, or the worker's next progress (a
+     *  blocking form's own wait sends it; docs/RPC.md, "Batched calls").
+     *  Default 0. */
     int more;
 } rdmx_kv_op_params_t;
 

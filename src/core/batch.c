@@ -42,23 +42,29 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
 {
     rdmx_worker_t *w = ep->worker;
     size_t need = rec_size(hlen, len);
+    uint64_t now = 0;
     unsigned char *p;
-    int slow = 0;
+    int late = 0;
 
     if (need > RDMX_BATCH_MAX / 2)
         return 0;
     if (w->in_pass) {
         /* A handler that took longer than RDMX_BATCH_HOLD_NS since this
-         * pass's previous message: the next ones may be as slow, so what
-         * it made leaves now, with the batch. */
-        uint64_t now = rdmx_now_ns();
-
-        slow = w->batch_last_ns != 0 &&
-               now - w->batch_last_ns > RDMX_BATCH_HOLD_NS;
+         * pass's previous message (the next ones may be as slow), or
+         * batches held that long already: what is held leaves now, with
+         * this message. */
+        now = rdmx_now_ns();
+        late = (w->batch_last_ns != 0 &&
+                now - w->batch_last_ns > RDMX_BATCH_HOLD_NS) ||
+               (!rdmx_list_empty(&w->batched) &&
+                now - w->batch_open_ns > RDMX_BATCH_HOLD_NS);
         w->batch_last_ns = now;
     }
-    if (ep->batch_len + need > RDMX_BATCH_MAX)
+    if (ep->batch_len + need > RDMX_BATCH_MAX) {
         rdmx__batch_send(ep);
+        if (ep->status != RDMX_OK)
+            return 0; /* (the batch failed its endpoint) */
+    }
     if (ep->batch == NULL && (ep->batch = malloc(RDMX_BATCH_MAX)) == NULL)
         return 0;
     p = ep->batch + ep->batch_len;
@@ -73,14 +79,15 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
     memset(p + REC_HEAD + hlen + len, 0, need - (REC_HEAD + hlen + len));
     if (ep->batch_n++ == 0) {
         if (rdmx_list_empty(&w->batched))
-            w->batch_open_ns = rdmx_now_ns();
+            w->batch_open_ns = now != 0 ? now : rdmx_now_ns();
         rdmx_list_insert_tail(&w->batched, &ep->batch_link);
         if (w->mt && !w->in_pass) /* its progress sends it if no call does */
             w->tp->signal(w->tw);
     }
     ep->batch_len += need;
-    if (slow || (!more && !w->in_pass)) /* (or the end of a run announced
-                                           with more) */
+    if (late)
+        rdmx__batch_send_all(w);
+    else if (!more && !w->in_pass) /* the end of a run announced with more */
         rdmx__batch_send(ep);
     return 1;
 }
@@ -103,12 +110,15 @@ static rdmx_status_t send_msg(rdmx_ep_t *ep, unsigned id, const void *hdr,
                               unsigned char *buf)
 {
     rdmx_worker_t *w = ep->worker;
+    /* (a batch is never a large message the receiver fetches; a message
+     * alone goes as it would have gone) */
+    unsigned eager = id == RDMX_AM_BATCH ? RDMX_TP_SEND_EAGER : 0;
     rdmx_status_t st;
     rdmx_op_t *op;
     void *req = NULL;
 
     st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
-                     RDMX_TP_SEND_NOW | RDMX_TP_SEND_EAGER, NULL, NULL);
+                     RDMX_TP_SEND_NOW | eager, NULL, NULL);
     if (st != RDMX_ERR_NO_RESOURCE)
         return st;
     /* The transport takes it only with a request (over shared memory,
@@ -121,8 +131,8 @@ static rdmx_status_t send_msg(rdmx_ep_t *ep, unsigned id, const void *hdr,
     op->cb_at_end = 1; /* the buffer is the transport's until it is done */
     if (hlen != 0)
         memcpy(op->hdr, hdr, hlen);
-    st = w->tp->send(ep->tep, id, op->hdr, hlen, data, len, NULL,
-                     RDMX_TP_SEND_EAGER, op, &req);
+    st = w->tp->send(ep->tep, id, op->hdr, hlen, data, len, NULL, eager, op,
+                     &req);
     if (st == RDMX_INPROGRESS) {
         rdmx__op_issued(op, req);
         return RDMX_INPROGRESS;

@@ -522,8 +522,13 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
     /* A batch waits for the handlers after it no longer than
      * RDMX_BATCH_HOLD_NS (and the handler that is running then). */
     if (__builtin_expect(!rdmx_list_empty(&w->batched), 0) &&
-        rdmx_now_ns() - w->batch_open_ns > RDMX_BATCH_HOLD_NS)
+        rdmx_now_ns() - w->batch_open_ns > RDMX_BATCH_HOLD_NS) {
         rdmx__batch_send_all(w);
+        if (info.ep->status != RDMX_OK) { /* (its batch failed it) */
+            w->stats.msgs_dropped++;
+            return RDMX_OK;
+        }
+    }
     return w->handlers[id](w, hdr, hlen, data, len, &info);
 }
 
@@ -812,8 +817,11 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
          __atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) |
          __atomic_load_n(&w->post_pending, __ATOMIC_ACQUIRE)) != 0 ||
         !rdmx_list_empty(&w->conn_reqs) || !rdmx_list_empty(&w->done) ||
-        !rdmx_list_empty(&w->ep_events) || !rdmx_list_empty(&w->closing))
+        !rdmx_list_empty(&w->ep_events) || !rdmx_list_empty(&w->closing)) {
         n += progress_rest(w);
+        if (!rdmx_list_empty(&w->batched)) /* (held by its callbacks) */
+            rdmx__batch_send_all(w);
+    }
     rdmx__unlock(w);
     return n;
 }
