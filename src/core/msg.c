@@ -62,7 +62,8 @@ rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
     if (op == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
     op->length = length;
-    memcpy(op->hdr, hdr, hlen);
+    if (hlen != 0)
+        memcpy(op->hdr, hdr, hlen);
     st = w->tp->send(ep->tep, id, op->hdr, hlen, data, length, NULL, 0, op,
                      &req);
     return rdmx__op_issue(op, st, req, "send");
@@ -149,7 +150,8 @@ rdmx_status_t rdmx__msg_sendv(rdmx_ep_t *ep, unsigned id, const void *hdr,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
     op->length = total;
     op->cb_at_end = 1; /* the pieces are the caller's until UCX is done */
-    memcpy(op->hdr, hdr, hlen);
+    if (hlen != 0)
+        memcpy(op->hdr, hdr, hlen);
     for (i = 0; i < n; i++) {
         op->iov[i].base = iov[i].base;
         op->iov[i].length = iov[i].length;
