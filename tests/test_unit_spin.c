@@ -4,8 +4,11 @@
  * slots held by a live process stay its own while those of a process that
  * died holding them are taken over, a stopped process's are taken over
  * once unconfirmed for 2 s (its late release and confirm then touch the
- * new holder's claim not at all), and threads claiming and releasing at
- * once never share a slot nor hold more than there are.
+ * new holder's claim not at all), threads claiming and releasing at
+ * once never share a slot nor hold more than there are, and many claims
+ * that find every slot taken put the host under pressure for a while, in
+ * which yielding claims get no slot and yielding holders stop polling
+ * while the others go on.
  */
 #include "harness.h"
 #include "core/internal.h"
@@ -34,7 +37,7 @@ static void *claimer(void *arg)
     rdmx_spin_slot_t s;
 
     for (int i = 0; i < ROUNDS; i++) {
-        if (!rdmx__spin_claim(hint, &s))
+        if (!rdmx__spin_claim(hint, 0, &s))
             continue;
         CHECKF(s.index >= 0 && s.index < NSLOTS, "claimed %d", s.index);
         int h = __atomic_add_fetch(&holders, 1, __ATOMIC_SEQ_CST);
@@ -67,7 +70,7 @@ static pid_t child_claiming_all(int stay)
         int n = 0;
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
         for (int i = 0; i < NSLOTS; i++)
-            n += rdmx__spin_claim((unsigned)i, &s[i]) && s[i].index >= 0;
+            n += rdmx__spin_claim((unsigned)i, 0, &s[i]) && s[i].index >= 0;
         c = (char)n;
         if (write(pfd[1], &c, 1) != 1)
             _exit(2);
@@ -92,7 +95,7 @@ static void claim_all(const char *whose, rdmx_spin_slot_t *s)
     if (s == NULL)
         s = mine;
     for (int i = 0; i < NSLOTS; i++)
-        CHECKF(rdmx__spin_claim(0, &s[i]) && s[i].index >= 0,
+        CHECKF(rdmx__spin_claim(0, 0, &s[i]) && s[i].index >= 0,
                "slot %d %s not taken over", i, whose);
     if (s == mine)
         for (int i = 0; i < NSLOTS; i++)
@@ -115,27 +118,27 @@ int main(void)
 
     /* As many claims as slots, each a different slot; then none. */
     for (int i = 0; i < NSLOTS; i++) {
-        CHECKF(rdmx__spin_claim(0, &s[i]) && s[i].index >= 0 &&
+        CHECKF(rdmx__spin_claim(0, 0, &s[i]) && s[i].index >= 0 &&
                    s[i].index < NSLOTS,
                "claim %d: %d", i, s[i].index);
         for (int j = 0; j < i; j++)
             CHECKF(s[i].index != s[j].index, "claims %d and %d share slot %d",
                    j, i, s[i].index);
     }
-    CHECKF(!rdmx__spin_claim(0, &extra) && extra.index == RDMX_SPIN_NONE,
+    CHECKF(!rdmx__spin_claim(0, 0, &extra) && extra.index == RDMX_SPIN_NONE,
            "a claim beyond %d slots: %d", NSLOTS, extra.index);
     CHECK(rdmx__spin_confirm(&s[0]));
     /* A released slot is the one the next claim gets. */
     int freed = s[1].index;
     rdmx__spin_release(&s[1]);
-    CHECK(rdmx__spin_claim(0, &s[1]) && s[1].index == freed);
+    CHECK(rdmx__spin_claim(0, 0, &s[1]) && s[1].index == freed);
     for (int i = 0; i < NSLOTS; i++)
         rdmx__spin_release(&s[i]);
 
     /* A live process's slots stay its own, even past the sweep's pause. */
     pid = child_claiming_all(1);
     usleep(150 * 1000);
-    CHECKF(!rdmx__spin_claim(0, &extra), "took a slot of a live process");
+    CHECKF(!rdmx__spin_claim(0, 0, &extra), "took a slot of a live process");
     kill(pid, SIGKILL);
     CHECK(waitpid(pid, &st, 0) == pid);
     /* ... and are taken over once it is gone (the sweep runs at most
@@ -152,7 +155,7 @@ int main(void)
     /* Slots this process holds but does not confirm for 2 s (as a stopped
      * process's): taken over by the next claim that finds none free. */
     claim_all("", s);
-    CHECK(!rdmx__spin_claim(0, &extra));
+    CHECK(!rdmx__spin_claim(0, 0, &extra));
     usleep(2300 * 1000);
     claim_all("unconfirmed for 2.3 s", again);
     /* The old claims learn they lost their slots; giving them back now
@@ -163,7 +166,7 @@ int main(void)
                    i);
         rdmx__spin_release(&s[i]);
     }
-    CHECKF(!rdmx__spin_claim(0, &extra),
+    CHECKF(!rdmx__spin_claim(0, 0, &extra),
            "an old claim's release freed a new holder's slot");
     for (int i = 0; i < NSLOTS; i++) {
         CHECK(rdmx__spin_confirm(&again[i]));
@@ -179,7 +182,43 @@ int main(void)
            NSLOTS);
     CHECK(!shared_seen);
     CHECK(holders == 0);
+    usleep(150 * 1000); /* (the threads' denied claims made pressure) */
+    CHECK(!rdmx__spin_pressure());
     claim_all("after the threads", NULL); /* all free again */
+
+    /* Pressure: 8 claims within 10 ms that find every slot taken. */
+    rdmx_spin_slot_t y;
+    CHECK(rdmx__spin_claim(0, 1, &y) && y.index >= 0); /* a yielding holder */
+    for (int i = 0; i < NSLOTS - 1; i++)
+        CHECK(rdmx__spin_claim(0, 0, &s[i]) && s[i].index >= 0);
+    usleep(20 * 1000); /* (a fresh window) */
+    for (int i = 0; i < 7; i++)
+        CHECK(!rdmx__spin_claim(0, 1, &extra));
+    CHECKF(!rdmx__spin_pressure(), "pressure after 7 denied claims");
+    CHECK(rdmx__spin_confirm(&y));
+    for (int i = 0; i < 16; i++) /* (at most one new window among them) */
+        CHECK(!rdmx__spin_claim(0, i % 2, &extra));
+    CHECKF(rdmx__spin_pressure(), "no pressure after 23 denied claims");
+    /* A yielding holder stops polling; its slot stays held until it gives
+     * it back; the others poll on. */
+    CHECKF(!rdmx__spin_confirm(&y), "a yielding holder polls under pressure");
+    CHECK(rdmx__spin_confirm(&s[0]));
+    CHECK(!rdmx__spin_claim(0, 0, &extra));
+    freed = y.index;
+    rdmx__spin_release(&y);
+    /* A free slot: a yielding claim does not take it, another does. */
+    CHECKF(!rdmx__spin_claim(0, 1, &extra) && extra.index == RDMX_SPIN_NONE,
+           "a yielding claim took slot %d under pressure", extra.index);
+    CHECK(rdmx__spin_claim(0, 0, &extra) && extra.index == freed);
+    rdmx__spin_release(&extra);
+    /* It ends 100 ms after the last time it was set. */
+    usleep(150 * 1000);
+    CHECK(!rdmx__spin_pressure());
+    CHECK(rdmx__spin_claim(0, 1, &y) && y.index == freed);
+    CHECK(rdmx__spin_confirm(&y));
+    rdmx__spin_release(&y);
+    for (int i = 0; i < NSLOTS - 1; i++)
+        rdmx__spin_release(&s[i]);
 
     th_log("ok: %d slots, at most %d held at once by %d threads", NSLOTS, most,
            THREADS);

@@ -72,6 +72,11 @@ uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx)
     return ctx->spin_ns;
 }
 
+int rdmx__context_poll_yields(const rdmx_context_t *ctx)
+{
+    return ctx->transport_used == RDMX_TRANSPORT_TCP;
+}
+
 rdmx_transport_t rdmx_context_transport(const rdmx_context_t *context)
 {
     return context->transport_used;

@@ -25,6 +25,17 @@
  * process's); a holder whose slot was taken over learns it at its next
  * confirm and sleeps. Without the object (no /dev/shm, /dev/shm full, or
  * RDMX_SPIN_SLOTS=0) every thread polls, as before.
+ *
+ * Pressure: the slots bound how many threads poll, not whether polling
+ * pays. When many more threads want to poll than there are slots (eight
+ * clients and two server workers on two CPUs), the holders poll on CPUs
+ * that the woken threads they serve are waiting for. So the object's last
+ * line also counts claims that found every slot taken: PRESSURE_DENIALS
+ * of them within PRESSURE_WINDOW_NS put the host "under pressure" for
+ * PRESSURE_HOLD_NS, during which no thread polls (claims fail at once,
+ * holders give their slots back at their next confirm) and every waiter
+ * sleeps on its fd, as memcached's threads do. A server worker that only
+ * wakes on its timer now and then never gets there.
  */
 #include "core/internal.h"
 
@@ -42,7 +53,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Lines in the object: up to SLOTS_MAX - 1 slots, then the pressure. */
 #define SLOTS_MAX 256
+
+/* Pressure (see above): this many denied claims within the window... */
+#define PRESSURE_DENIALS   8
+#define PRESSURE_WINDOW_NS (10 * 1000000ull)
+/* ... stop polling on the host for this long. */
+#define PRESSURE_HOLD_NS (100 * 1000000ull)
 
 typedef struct {
     uint64_t owner; /* the holder's claim: its process id << 32 | a number
@@ -51,6 +69,16 @@ typedef struct {
                        monotonic ns) */
     char pad[48];
 } __attribute__((aligned(64))) slot_t;
+
+/* The object's last line. */
+typedef struct {
+    uint64_t window;  /* when the current window of denials began */
+    uint64_t denials; /* in it */
+    uint64_t until;   /* no polling before this time (coarse ns) */
+    char pad[40];
+} __attribute__((aligned(64))) pressure_t;
+
+_Static_assert(sizeof(pressure_t) == sizeof(slot_t), "one line each");
 
 static struct {
     pthread_once_t once;
@@ -134,17 +162,17 @@ static void spin_init(void)
     if (env != NULL && *env != '\0') {
         char *end;
         unsigned long v = strtoul(env, &end, 10);
-        if (*end != '\0' || v > SLOTS_MAX) {
+        if (*end != '\0' || v > SLOTS_MAX - 1) {
             rdmx_warn("RDMX_SPIN_SLOTS='%s' ignored: 0 (no limit) .. %d", env,
-                      SLOTS_MAX);
+                      SLOTS_MAX - 1);
         } else if (v == 0) {
             return;
         } else {
             sp.n = (unsigned)v;
         }
     }
-    if (sp.n > SLOTS_MAX)
-        sp.n = SLOTS_MAX;
+    if (sp.n > SLOTS_MAX - 1)
+        sp.n = SLOTS_MAX - 1;
     snprintf(name, sizeof(name), "/rdmx-spin-%u", (unsigned)getuid());
     sp.slots = open_slots(name);
 }
@@ -154,7 +182,7 @@ int rdmx__spin_setup(const char *name, unsigned n)
     slot_t *slots;
 
     pthread_once(&sp.once, spin_init);
-    if (n == 0 || n > SLOTS_MAX || (slots = open_slots(name)) == NULL)
+    if (n == 0 || n > SLOTS_MAX - 1 || (slots = open_slots(name)) == NULL)
         return -1;
     if (sp.slots != NULL)
         munmap(sp.slots, SLOTS_MAX * sizeof(slot_t));
@@ -182,17 +210,55 @@ static void sweep(void)
     }
 }
 
-int rdmx__spin_claim(unsigned hint, rdmx_spin_slot_t *slot)
+static pressure_t *pressure(void)
+{
+    return (pressure_t *)&sp.slots[SLOTS_MAX - 1];
+}
+
+static int under_pressure(uint64_t now)
+{
+    return now < __atomic_load_n(&pressure()->until, __ATOMIC_RELAXED);
+}
+
+/* A claim found every slot taken. */
+static void denied(void)
+{
+    pressure_t *p = pressure();
+    uint64_t now = coarse_ns();
+    uint64_t start = __atomic_load_n(&p->window, __ATOMIC_RELAXED);
+
+    if (now - start >= PRESSURE_WINDOW_NS) {
+        /* a new window (one of the racing threads opens it) */
+        if (__atomic_compare_exchange_n(&p->window, &start, now, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            __atomic_store_n(&p->denials, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    if (__atomic_add_fetch(&p->denials, 1, __ATOMIC_RELAXED) ==
+        PRESSURE_DENIALS)
+        __atomic_store_n(&p->until, now + PRESSURE_HOLD_NS, __ATOMIC_RELAXED);
+}
+
+int rdmx__spin_pressure(void)
+{
+    pthread_once(&sp.once, spin_init);
+    return sp.slots != NULL && under_pressure(coarse_ns());
+}
+
+int rdmx__spin_claim(unsigned hint, int yields, rdmx_spin_slot_t *slot)
 {
     unsigned i, k;
     uint64_t token;
 
     slot->index = RDMX_SPIN_NONE;
+    slot->yields = yields;
     pthread_once(&sp.once, spin_init);
     if (sp.slots == NULL) {
         slot->index = RDMX_SPIN_UNLIMITED;
         return 1;
     }
+    if (yields && under_pressure(coarse_ns()))
+        return 0;
     token = (uint64_t)sp.pid << 32 |
             (__atomic_add_fetch(&sp.claims, 1, __ATOMIC_RELAXED) | 1u);
     for (int round = 0; round < 2; round++) {
@@ -218,11 +284,14 @@ int rdmx__spin_claim(unsigned hint, rdmx_spin_slot_t *slot)
             sweep();
         }
     }
+    denied();
     return 0;
 }
 
 int rdmx__spin_confirm(rdmx_spin_slot_t *slot)
 {
+    uint64_t now;
+
     if (slot->index < 0)
         return slot->index == RDMX_SPIN_UNLIMITED;
     if (__atomic_load_n(&sp.slots[slot->index].owner, __ATOMIC_RELAXED) !=
@@ -230,8 +299,10 @@ int rdmx__spin_confirm(rdmx_spin_slot_t *slot)
         slot->index = RDMX_SPIN_NONE; /* taken over: a stale holder */
         return 0;
     }
-    __atomic_store_n(&sp.slots[slot->index].stamp, coarse_ns(),
-                     __ATOMIC_RELAXED);
+    now = coarse_ns();
+    if (slot->yields && under_pressure(now))
+        return 0; /* (still held: the caller's release gives it back) */
+    __atomic_store_n(&sp.slots[slot->index].stamp, now, __ATOMIC_RELAXED);
     return 1;
 }
 

@@ -134,24 +134,36 @@ void rdmx__context_one_sided(const rdmx_context_t *ctx, int *rma_p,
                              int *atomics_p);
 /* How long waits poll before they sleep, in ns (RDMX_SPIN_US). */
 uint64_t rdmx__context_spin_ns(const rdmx_context_t *ctx);
+/* Whether the context's waiters stop polling under pressure (spin.c):
+ * where a poll pass is a system call and the data's arrival itself wakes
+ * a sleeper (tcp), not where a pass is a memory read and waking a sleeper
+ * costs its peer a system call (shared memory, RDMA). */
+int rdmx__context_poll_yields(const rdmx_context_t *ctx);
 
 /* Polling slots (src/core/spin.c): a thread polls while it waits only if
  * it holds one. rdmx__spin_claim returns 1 when the caller may poll (it
  * holds a slot, or there is no limit: @slot->index RDMX_SPIN_UNLIMITED),
- * 0 when every slot is taken (sleep). A holder confirms its slot now and
- * then with rdmx__spin_confirm (0: it was taken over, as a stopped
- * process's is after 2 s: sleep) and gives it back with
+ * 0 when every slot is taken (sleep), or when @yields and the host is
+ * under pressure. A holder confirms its slot now and then with
+ * rdmx__spin_confirm (0: it was taken over, as a stopped process's is
+ * after 2 s, or it yields and the host came under pressure: sleep) and
+ * gives it back with
  * rdmx__spin_release (any state; idempotent). @hint spreads threads over
  * the slots (any value that differs between threads). */
 #define RDMX_SPIN_NONE      (-1)
 #define RDMX_SPIN_UNLIMITED (-2)
 typedef struct {
-    int index; /* >= 0: held; RDMX_SPIN_NONE or RDMX_SPIN_UNLIMITED */
+    int index;  /* >= 0: held; RDMX_SPIN_NONE or RDMX_SPIN_UNLIMITED */
+    int yields; /* the claim's @yields */
     uint64_t token;
 } rdmx_spin_slot_t;
-int rdmx__spin_claim(unsigned hint, rdmx_spin_slot_t *slot);
+int rdmx__spin_claim(unsigned hint, int yields, rdmx_spin_slot_t *slot);
 int rdmx__spin_confirm(rdmx_spin_slot_t *slot);
 void rdmx__spin_release(rdmx_spin_slot_t *slot);
+/* Non-zero while more threads want to poll than there are slots (many
+ * claims found none free, lately): then claims and confirms answer 0 and
+ * nobody polls. */
+int rdmx__spin_pressure(void);
 /* Non-zero when the worker has a progress thread of its own. */
 int rdmx__worker_threaded(const rdmx_worker_t *w);
 /* Count a malformed or unexpected message in the worker's proto_errors. */

@@ -618,8 +618,9 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         if (!asked) {
             asked = 1;
             polls = spin_ns != 0 &&
-                    (w->busy ||
-                     rdmx__spin_claim((unsigned)((uintptr_t)w >> 6), &slot));
+                    (w->busy || rdmx__spin_claim(
+                                    (unsigned)((uintptr_t)w >> 6),
+                                    rdmx__context_poll_yields(w->ctx), &slot));
         }
         if (polls && (++spins & 63) != 0)
             continue;

@@ -1260,7 +1260,9 @@ static void *worker_main(void *arg)
             /* polls on only while it holds a polling slot */
             if (!asked) {
                 asked = 1;
-                polls = rdmx__spin_claim((unsigned)sw->index, &slot);
+                polls =
+                    rdmx__spin_claim((unsigned)sw->index,
+                                     rdmx__context_poll_yields(s->ctx), &slot);
             }
             if (polls) {
                 if ((++spins & 63) != 0)
