@@ -37,29 +37,21 @@ static size_t rec_size(size_t hlen, size_t len)
     return (REC_HEAD + hlen + len + 7u) & ~(size_t)7u;
 }
 
+int rdmx__batch_late(const rdmx_worker_t *w, uint64_t now)
+{
+    return now - w->batch_open_ns > RDMX_BATCH_HOLD_NS ||
+           now - w->deliver_ns > RDMX_BATCH_HOLD_NS;
+}
+
 int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
                     const void *data, size_t len, int more)
 {
     rdmx_worker_t *w = ep->worker;
     size_t need = rec_size(hlen, len);
-    uint64_t now = 0;
     unsigned char *p;
-    int late = 0;
 
     if (need > RDMX_BATCH_MAX / 2)
         return 0;
-    if (w->in_pass) {
-        /* A handler that took longer than RDMX_BATCH_HOLD_NS since this
-         * pass's previous message (the next ones may be as slow), or
-         * batches held that long already: what is held leaves now, with
-         * this message. */
-        now = rdmx_now_ns();
-        late = (w->batch_last_ns != 0 &&
-                now - w->batch_last_ns > RDMX_BATCH_HOLD_NS) ||
-               (!rdmx_list_empty(&w->batched) &&
-                now - w->batch_open_ns > RDMX_BATCH_HOLD_NS);
-        w->batch_last_ns = now;
-    }
     if (ep->batch_len + need > RDMX_BATCH_MAX) {
         rdmx__batch_send(ep);
         if (ep->status != RDMX_OK)
@@ -79,15 +71,13 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
     memset(p + REC_HEAD + hlen + len, 0, need - (REC_HEAD + hlen + len));
     if (ep->batch_n++ == 0) {
         if (rdmx_list_empty(&w->batched))
-            w->batch_open_ns = now != 0 ? now : rdmx_now_ns();
+            w->batch_open_ns = rdmx_now_ns();
         rdmx_list_insert_tail(&w->batched, &ep->batch_link);
         if (w->mt && !w->in_pass) /* its progress sends it if no call does */
             w->tp->signal(w->tw);
     }
     ep->batch_len += need;
-    if (late)
-        rdmx__batch_send_all(w);
-    else if (!more && !w->in_pass) /* the end of a run announced with more */
+    if (!more && !w->in_pass) /* the end of a run announced with more */
         rdmx__batch_send(ep);
     return 1;
 }

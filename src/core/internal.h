@@ -483,12 +483,13 @@ struct rdmx_worker {
                                                      (ids 16..) */
     unsigned hook_tick;
     int hooks_due;            /* run the timers at the next progress */
+    unsigned arm_busy;        /* arms refused in a row (rdmx__worker_sleep) */
     uint64_t pass;            /* progress passes so far (batch.c) */
     unsigned in_pass;         /* inside the transport's progress */
     rdmx_list_t batched;      /* endpoints holding a batch (batch_link) */
     uint64_t batch_open_ns;   /* when the oldest of them opened */
-    uint64_t batch_last_ns;   /* when this pass last sent a small message
-                                 (0: not yet, or unknown) */
+    uint64_t deliver_ns;      /* the clock when the upper-layer message now
+                                 being handled (or the last one) arrived */
     /* connection requests handed over by another worker's listener */
     pthread_mutex_t handoff_lock;
     rdmx_list_t handoff;
@@ -761,11 +762,15 @@ static inline int rdmx__batch_holds(rdmx_ep_t *ep, int more)
         return 0;
     if (ep->batch_pass != w->pass) {
         ep->batch_pass = w->pass;
-        w->batch_last_ns = rdmx_now_ns(); /* (a slow handler after it) */
         return 0;
     }
     return 1;
 }
+/* batch.c: may the worker's open batches wait no longer, at @now? Not
+ * once the oldest is RDMX_BATCH_HOLD_NS old, nor once the handler that
+ * ran since the last delivery took that long (the next may be as slow).
+ * Asked before each upper-layer handler and completion callback. */
+int rdmx__batch_late(const rdmx_worker_t *w, uint64_t now);
 /* batch.c: take a message that rdmx__batch_holds into @ep's batch (1;
  * sent at once when it ends a run outside a pass), or leave it to be sent
  * alone (0: too large for a batch, or out of memory). @ep is usable. */

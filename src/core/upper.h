@@ -173,6 +173,19 @@ void rdmx__worker_proto_error(rdmx_worker_t *w);
 void rdmx__worker_lock(rdmx_worker_t *w);
 void rdmx__worker_unlock(rdmx_worker_t *w);
 
+/* The monotonic clock when the message an upper layer's handler is now
+ * handling was delivered: read once for it by the core, so a layer need
+ * not read the clock again for its arrival. Only valid in the handler. */
+uint64_t rdmx__worker_deliver_ns(const rdmx_worker_t *w);
+/* Sleep on the worker once, after a progress pass that found nothing: arm
+ * it, then wait for an event on its fd, its next timer or @deadline
+ * (monotonic ns). Its own sockets' events are handled before it returns;
+ * the transport's are left to the next pass. RDMX_OK (woke up, or slept
+ * until the timer or deadline), RDMX_ERR_BUSY (arming found work: make a
+ * pass), RDMX_ERR_TIMEOUT (@deadline passed before it slept), or an
+ * error. The lean form of rdmx_worker_wait: no pass of its own, no look at
+ * the sockets before arming nor a second one after waking. */
+rdmx_status_t rdmx__worker_sleep(rdmx_worker_t *w, uint64_t deadline);
 /* The one blocking primitive: return once *@done is set. Without a
  * progress thread: progress, polling for the context's spin time after
  * the last event (RDMX_SPIN_US, default 50 us), then sleeping on the
@@ -187,7 +200,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
 /* A timer the layers above core run from progress (RPC channels, servers).
  * @fn runs when the monotonic clock reaches @next_ns and sets the next time
  * itself (UINT64_MAX: not armed). Checked every 64th progress pass and
- * after a sleep. */
+ * after a sleep that reached it. */
 typedef struct rdmx_hook {
     rdmx_list_t link; /* worker->hooks */
     unsigned (*fn)(struct rdmx_hook *hook, uint64_t now_ns);

@@ -119,6 +119,13 @@ void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length)
         memcpy(op->buf, op->aux, op->capacity); /* (a bounce: all of it) */
     op->ep = NULL; /* keep the ep alive through the callback */
     rdmx__op_put(w, op);
+    /* (a callback may answer as a handler does: the same bound) */
+    if (__builtin_expect(!rdmx_list_empty(&w->batched), 0)) {
+        uint64_t now = rdmx_now_ns();
+        if (rdmx__batch_late(w, now))
+            rdmx__batch_send_all(w);
+        w->deliver_ns = now;
+    }
     if (cb != NULL)
         cb(status, length, arg);
     rdmx__ep_release(ep);
@@ -500,6 +507,7 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
                                void *data, size_t len, unsigned flags)
 {
     rdmx_msg_info_t info;
+    uint64_t now;
 
     if (id < RDMX_AM_CORE_LAST) {
         if (id < sizeof(core_handlers) / sizeof(core_handlers[0]) &&
@@ -519,16 +527,19 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
         return RDMX_OK; /* closing, or not an rdmx peer */
     }
     info.flags = flags;
-    /* A batch waits for the handlers after it no longer than
-     * RDMX_BATCH_HOLD_NS (and the handler that is running then). */
+    /* The clock, read once for the message: the layers above take its
+     * arrival from here (rdmx__worker_deliver_ns). */
+    now = rdmx_now_ns();
     if (__builtin_expect(!rdmx_list_empty(&w->batched), 0) &&
-        rdmx_now_ns() - w->batch_open_ns > RDMX_BATCH_HOLD_NS) {
+        rdmx__batch_late(w, now)) {
         rdmx__batch_send_all(w);
         if (info.ep->status != RDMX_OK) { /* (its batch failed it) */
+            w->deliver_ns = now;
             w->stats.msgs_dropped++;
             return RDMX_OK;
         }
     }
+    w->deliver_ns = now;
     return w->handlers[id](w, hdr, hlen, data, len, &info);
 }
 
@@ -634,15 +645,14 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         if (idle_since == 0)
             idle_since = now;
         if ((!polls || now - idle_since >= spin_ns) && !w->busy) {
-            /* Sleep until an event, a timer (rdmx_worker_wait knows them)
+            /* Sleep until an event, a timer (rdmx__worker_sleep knows them)
              * or the deadline: a thread blocked on a stopped peer wakes a
              * few times a second, not a thousand. */
-            uint64_t left_ms = deadline_ns == UINT64_MAX
-                                   ? 100
-                                   : (deadline_ns - now + 999999) / 1000000;
             rdmx__spin_release(&slot);
             asked = 0;
-            rdmx_worker_wait(w, left_ms > 100 ? 100 : (int)left_ms);
+            rdmx__worker_sleep(w, deadline_ns - now > 100000000ull
+                                      ? now + 100000000ull
+                                      : deadline_ns);
         }
     }
     rdmx__spin_release(&slot);
@@ -733,16 +743,15 @@ static unsigned run_deferred(rdmx_worker_t *w)
 #define SWEEP_INTERVAL_NS (100ull * 1000000ull)
 #define SOCK_INTERVAL_NS  (1000000ull)
 
-unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w)
+/* Socket events @evs[0..@k) from an epoll_wait on the worker's set:
+ * rdmx's own sockets' handlers run; the backend's fd (no pointer) is left
+ * to its progress. Then the listener's and the spares' sweep when due. */
+static unsigned socket_events(rdmx_worker_t *w, const struct epoll_event *evs,
+                              int k)
 {
-    struct epoll_event evs[64];
     unsigned n = 0;
     uint64_t now;
-    int k;
 
-    if (w->nsocks == 0 && rdmx_list_empty(&w->spares))
-        return 0;
-    k = epoll_wait(w->epfd, evs, 64, 0);
     for (int i = 0; i < k; i++) {
         rdmx_sock_t *s = evs[i].data.ptr;
         if (s == NULL)
@@ -757,6 +766,15 @@ unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w)
         rdmx__spares_sweep(w, now, 0);
     }
     return n;
+}
+
+unsigned rdmx__worker_poll_sockets(rdmx_worker_t *w)
+{
+    struct epoll_event evs[64];
+
+    if (w->nsocks == 0 && rdmx_list_empty(&w->spares))
+        return 0;
+    return socket_events(w, evs, epoll_wait(w->epfd, evs, 64, 0));
 }
 
 /* The work of a progress pass beside the transport's: hand-offs, posted
@@ -784,7 +802,7 @@ static unsigned __attribute__((noinline)) progress_rest(rdmx_worker_t *w)
         !rdmx_list_empty(&w->closing))
         n += rdmx__ep_progress(w);
     /* Timers and sockets: every 64th pass (a clock read costs as much as
-     * an idle pass), and after rdmx_worker_wait slept. A busy worker looks
+     * an idle pass), and when a sleep says so. A busy worker looks
      * at its sockets at most once a millisecond: epoll_wait is a syscall,
      * as dear as a whole round trip over shared memory. */
     if ((w->hook_tick & 63) == 0 || w->hooks_due) {
@@ -807,7 +825,6 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     rdmx__lock(w);
     w->pass++;
     w->in_pass++;
-    w->batch_last_ns = 0;
     n = w->tp->progress(w->tw);
     w->in_pass--;
     if (!rdmx_list_empty(&w->batched)) /* (sent in the pass after a first) */
@@ -827,13 +844,21 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     return n;
 }
 
+uint64_t rdmx__worker_deliver_ns(const rdmx_worker_t *w)
+{
+    return w->deliver_ns;
+}
+
 rdmx_status_t rdmx_worker_efd(rdmx_worker_t *w, int *fd_p)
 {
     *fd_p = w->epfd;
     return RDMX_OK;
 }
 
-rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
+/* Arm the worker (rdmx_worker_arm), looking at its sockets first only if
+ * @sockets: a caller that then waits on the worker's epoll set itself sees
+ * a ready socket there (they are level-triggered members of it). */
+static rdmx_status_t arm(rdmx_worker_t *w, int sockets)
 {
     rdmx_status_t st = RDMX_OK;
 
@@ -844,7 +869,7 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
         !rdmx_list_empty(&w->ep_events) ||
         __atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) ||
         __atomic_load_n(&w->post_pending, __ATOMIC_ACQUIRE) || w->hooks_due ||
-        rdmx__worker_poll_sockets(w) > 0) {
+        (sockets && rdmx__worker_poll_sockets(w) > 0)) {
         st = RDMX_ERR_BUSY;
     } else {
         st = w->tp->arm(w->tw);
@@ -853,54 +878,86 @@ rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
     return st;
 }
 
+rdmx_status_t rdmx_worker_arm(rdmx_worker_t *w)
+{
+    return arm(w, 1);
+}
+
+rdmx_status_t rdmx__worker_sleep(rdmx_worker_t *w, uint64_t deadline)
+{
+    struct epoll_event evs[64];
+    rdmx_status_t st = arm(w, 0);
+    uint64_t now, left_ms;
+    int k;
+
+    if (st == RDMX_ERR_BUSY) {
+        /* UCX 1.13 can say "busy" for seconds with nothing to progress
+         * (after peers died on shm): the caller's next pass finds
+         * nothing, so stop spinning after a while. */
+        if (++w->arm_busy >= 64) {
+            struct timespec ts = {0, 200000};
+            w->arm_busy = 0;
+            nanosleep(&ts, NULL);
+        }
+        return st;
+    }
+    w->arm_busy = 0;
+    if (st != RDMX_OK)
+        return st;
+    now = rdmx_now_ns();
+    if (now >= deadline)
+        return RDMX_ERR_TIMEOUT;
+    left_ms = (deadline - now + 999999) / 1000000;
+    /* Wake up for connect and close deadlines too. */
+    if ((w->connecting || !rdmx_list_empty(&w->closing)) && left_ms > 10)
+        left_ms = 10;
+    if (!rdmx_list_empty(&w->hooks)) {
+        uint64_t next = next_hook_ns(w);
+        if (next != UINT64_MAX) {
+            uint64_t hook_ms = next > now ? (next - now + 999999) / 1000000 : 0;
+            if (hook_ms < left_ms)
+                left_ms = hook_ms;
+        }
+    }
+    k = epoll_wait(w->epfd, evs, 64,
+                   left_ms > 1000000 ? 1000000 : (int)left_ms);
+    if (k < 0) {
+        if (errno == EINTR)
+            return RDMX_OK;
+        return rdmx__error(RDMX_ERR_IO, "epoll_wait: %s", strerror(errno));
+    }
+    /* What woke it: its sockets are handled here; the transport's fd by
+     * the next pass. Timers run at the next pass only when one is due or
+     * the sleep timed out; so a wake-up by the transport costs no second
+     * look at the sockets. */
+    rdmx__lock(w);
+    socket_events(w, evs, k);
+    if (k == 0 ||
+        (!rdmx_list_empty(&w->hooks) && next_hook_ns(w) <= rdmx_now_ns()))
+        w->hooks_due = 1;
+    rdmx__unlock(w);
+    return RDMX_OK;
+}
+
 rdmx_status_t rdmx_worker_wait(rdmx_worker_t *w, int timeout_ms)
 {
-    uint64_t deadline =
-        timeout_ms < 0 ? UINT64_MAX
-                       : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    struct pollfd pfd = {.fd = w->epfd, .events = POLLIN};
-    unsigned busy = 0;
+    uint64_t deadline = timeout_ms < 0
+                            ? UINT64_MAX
+                            : rdmx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 
     for (;;) {
+        rdmx_status_t st;
+
         if (rdmx_worker_progress(w) > 0)
             return RDMX_OK;
-        rdmx_status_t st = rdmx_worker_arm(w);
+        st = rdmx__worker_sleep(w, deadline);
         if (st == RDMX_ERR_BUSY) {
-            /* UCX 1.13 can say "busy" for seconds with nothing to progress
-             * (after peers died on shm): keep the deadline, and stop
-             * spinning after a while. */
             if (rdmx_now_ns() >= deadline)
                 return RDMX_ERR_TIMEOUT;
-            if (++busy >= 64) {
-                busy = 0;
-                struct timespec ts = {0, 200000};
-                nanosleep(&ts, NULL);
-            }
             continue;
         }
-        busy = 0;
         if (st != RDMX_OK)
             return st;
-        uint64_t now = rdmx_now_ns();
-        if (now >= deadline)
-            return RDMX_ERR_TIMEOUT;
-        uint64_t left_ms = (deadline - now + 999999) / 1000000;
-        /* Wake up for connect and close deadlines too. */
-        if ((w->connecting || !rdmx_list_empty(&w->closing)) && left_ms > 10)
-            left_ms = 10;
-        if (!rdmx_list_empty(&w->hooks)) {
-            uint64_t next = next_hook_ns(w);
-            if (next != UINT64_MAX) {
-                uint64_t hook_ms = next > now ? (next - now + 999999) / 1000000
-                                              : 0;
-                if (hook_ms < left_ms)
-                    left_ms = hook_ms;
-            }
-        }
-        if (poll(&pfd, 1, left_ms > 1000000 ? 1000000 : (int)left_ms) < 0 &&
-            errno != EINTR)
-            return rdmx__error(RDMX_ERR_IO, "poll: %s", strerror(errno));
-        w->hooks_due = 1;
     }
 }
 

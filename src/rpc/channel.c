@@ -298,17 +298,16 @@ static void call_unlink(rdmx_channel_t *ch, call_t *c)
 
 /* Tell the user how @c ended. The record lives on while the server still
  * owes an answer (state SENT): it holds the credit. */
-static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
-                     const void *data, size_t len, const char *msg)
+static void complete_at(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
+                        const void *data, size_t len, const char *msg,
+                        uint64_t now)
 {
     rdmx_call_result_t r;
     method_t *m;
-    uint64_t now;
 
     if (c->done)
         return;
     c->done = 1;
-    now = rdmx_now_ns();
     if (c->midx >= 0) {
         m = &ch->methods[c->midx];
         m->c.calls++;
@@ -360,6 +359,12 @@ static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
     r.call_id = c->id;
     if (c->cb != NULL)
         c->cb(&r, c->arg);
+}
+
+static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
+                     const void *data, size_t len, const char *msg)
+{
+    complete_at(ch, c, status, data, len, msg, rdmx_now_ns());
 }
 
 /* Drop a call record that no longer waits for anything. */
@@ -734,7 +739,7 @@ static void on_welcome(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
 /* --- receive ------------------------------------------------------------------- */
 
 static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
-                           const void *data, size_t len)
+                           const void *data, size_t len, uint64_t now)
 {
     char msg[257];
 
@@ -746,14 +751,14 @@ static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
     } else if (c->lent_until != 0) {
         /* the server's word: it will not write into the buffer any more */
         ch->stats.late_responses++;
-        complete(ch, c, c->lent_status, NULL, 0, c->lent_msg);
+        complete_at(ch, c, c->lent_status, NULL, 0, c->lent_msg, now);
     } else if (st == RDMX_OK) {
-        complete(ch, c, RDMX_OK, data, len, NULL);
+        complete_at(ch, c, RDMX_OK, data, len, NULL, now);
     } else {
         size_t n = len < sizeof(msg) - 1 ? len : sizeof(msg) - 1;
         memcpy(msg, data, n);
         msg[n] = '\0';
-        complete(ch, c, st, NULL, 0, msg);
+        complete_at(ch, c, st, NULL, 0, msg, now);
     }
     call_unlink(ch, c);
     call_free(c);
@@ -772,7 +777,7 @@ static void resp_rndv_done(rdmx_status_t status, size_t length, void *arg)
     }
     if (status != RDMX_OK || c->state != CALL_SENT || !c->linked)
         return; /* the connection went; conn_lost handled the call */
-    answer_arrived(ch, c, RDMX_OK, c->resp, length);
+    answer_arrived(ch, c, RDMX_OK, c->resp, length, rdmx_now_ns());
 }
 
 /* A control message (WELCOME of a server with many handlers) too large to
@@ -796,6 +801,7 @@ static void ctl_rndv_done(rdmx_status_t status, size_t length, void *arg)
         if (status == RDMX_OK && ch->ep == p->ep) {
             p->m.rndv = 0;
             p->m.data = p->data;
+            p->m.at_ns = rdmx_now_ns();
             rdmx__channel_on_msg(&ch->link, p->ep, &p->m);
         }
     }
@@ -851,25 +857,24 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         }
         if (m->rndv) {
             if ((c->resp = rdmx__buf_alloc(m->length)) == NULL) {
-                answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
-                               13);
+                answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory", 13,
+                               m->at_ns);
                 return RDMX_OK;
             }
             c->holds++;
             if (rdmx__msg_recv(ch->ep, m->data, c->resp, m->length,
                                resp_rndv_done, c) != RDMX_INPROGRESS) {
                 c->holds--;
-                answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory",
-                               13);
+                answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory", 13,
+                               m->at_ns);
             }
             return RDMX_INPROGRESS; /* the descriptor is the receive's */
         }
-        answer_arrived(ch, c,
-                       m->h.kind == RDMX_RPC_MSG_RESPONSE
-                           ? RDMX_OK
-                           : (rdmx_status_t)m->h.status,
-                       (const unsigned char *)m->data + m->h.aux,
-                       m->h.payload);
+        answer_arrived(
+            ch, c,
+            m->h.kind == RDMX_RPC_MSG_RESPONSE ? RDMX_OK
+                                               : (rdmx_status_t)m->h.status,
+            (const unsigned char *)m->data + m->h.aux, m->h.payload, m->at_ns);
         return RDMX_OK;
     case RDMX_RPC_MSG_PONG:
         return RDMX_OK;

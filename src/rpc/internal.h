@@ -84,6 +84,7 @@ typedef struct {
     size_t length;
     int rndv;
     int can_hold; /* eager data may be kept by returning RDMX_INPROGRESS */
+    uint64_t at_ns; /* when it arrived (monotonic; the core's one read) */
 } rdmx_rpc_msg_t;
 
 /* Called by the dispatcher; return RDMX_INPROGRESS to keep the data or a

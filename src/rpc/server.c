@@ -435,10 +435,16 @@ static void send_error(conn_t *c, uint64_t id, uint32_t handler,
     rdmx__rpc_send(c->ep, &h, msg, (size_t)n);
 }
 
-int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req)
+/* rdmx_rpc_req_expired at @now. */
+static int expired_at(const rdmx_rpc_req_t *req, uint64_t now)
 {
     return req->canceled || req->conn->ep == NULL ||
-           (req->deadline_ns != 0 && rdmx_now_ns() >= req->deadline_ns);
+           (req->deadline_ns != 0 && now >= req->deadline_ns);
+}
+
+int rdmx_rpc_req_expired(const rdmx_rpc_req_t *req)
+{
+    return expired_at(req, req->deadline_ns != 0 ? rdmx_now_ns() : 0);
 }
 
 int rdmx_rpc_req_may_write(const rdmx_rpc_req_t *req)
@@ -508,6 +514,7 @@ static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
     rdmx_rpc_counters_t *m = &sw->counters[req->hidx];
     rdmx_status_t st = RDMX_OK;
     rdmx_rpc_hdr_t h;
+    uint64_t now;
 
     if (req->answered) {
         if (done != NULL)
@@ -517,6 +524,7 @@ static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
                            (unsigned long long)req->id, req->handler->name);
     }
     req->answered = 1;
+    now = rdmx_now_ns();
     if (req == sw->current)
         sw->current_answered = 1;
     RDMX_COUNT_ADD(m->calls, 1);
@@ -524,7 +532,7 @@ static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
         RDMX_COUNT_ADD(m->errors, 1);
     if (req->oneway || c->ep == NULL) {
         /* nothing to send */
-    } else if (rdmx_rpc_req_expired(req)) {
+    } else if (expired_at(req, now)) {
         /* The caller gave up: a short ERROR returns its credit. */
         RDMX_COUNT_ADD(m->timeouts, 1);
         STAT_INC(sw, expired);
@@ -557,8 +565,8 @@ static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
     } else {
         send_error(c, req->id, req->handler->id, status, "%s", msg);
     }
-    /* arrival to the answer handed to the transport */
-    rdmx__hist_add(&m->hist, rdmx_now_ns() - req->arrival_ns);
+    /* arrival to the answer (one clock read serves this and the deadline) */
+    rdmx__hist_add(&m->hist, now - req->arrival_ns);
     req_finish(req);
     if (done != NULL)
         done(arg);
@@ -882,7 +890,7 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     req->oneway = oneway;
     req->aux_len = h->aux;
     req->len = h->payload;
-    req->arrival_ns = rdmx_now_ns();
+    req->arrival_ns = m->at_ns;
     if (h->deadline_us != 0)
         req->deadline_ns = req->arrival_ns + (uint64_t)h->deadline_us * 1000;
 
@@ -1242,7 +1250,8 @@ static void *worker_main(void *arg)
 {
     server_worker_t *sw = arg;
     rdmx_rpc_server_t *s = sw->srv;
-    uint64_t last_work = rdmx_now_ns(), spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
+    /* (0: work lately; the idle time counts from the first check after) */
+    uint64_t last_work = 0, spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
     rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
     int asked = 0, polls = 0;
@@ -1250,8 +1259,7 @@ static void *worker_main(void *arg)
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
             spins = 0;
-            if (s->poll == RDMX_RPC_POLL_ADAPTIVE)
-                last_work = rdmx_now_ns();
+            last_work = 0; /* (no clock read per busy pass) */
             continue;
         }
         if (s->poll == RDMX_RPC_POLL_BUSY)
@@ -1268,14 +1276,19 @@ static void *worker_main(void *arg)
                 if ((++spins & 63) != 0)
                     continue;
                 polls = rdmx__spin_confirm(&slot);
-                if (polls && rdmx_now_ns() - last_work < spin_ns)
-                    continue;
+                if (polls) {
+                    uint64_t now = rdmx_now_ns();
+                    if (last_work == 0)
+                        last_work = now;
+                    if (now - last_work < spin_ns)
+                        continue;
+                }
             }
         }
         rdmx__spin_release(&slot);
         asked = 0;
-        rdmx_worker_wait(sw->w, 100);
-        last_work = rdmx_now_ns();
+        rdmx__worker_sleep(sw->w, rdmx_now_ns() + 100 * 1000000ull);
+        last_work = 0;
     }
     rdmx__spin_release(&slot);
     worker_shutdown(sw);
