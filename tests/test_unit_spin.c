@@ -87,6 +87,20 @@ static pid_t child_claiming_all(int stay)
     return pid;
 }
 
+/* Wait (up to 3 s) until the host is not under pressure; the time it
+ * took, in ms. */
+static int pressure_ends(void)
+{
+    int ms = 0;
+
+    while (rdmx__spin_pressure() && ms < 3000) {
+        usleep(2 * 1000);
+        ms += 2;
+    }
+    CHECKF(!rdmx__spin_pressure(), "still under pressure after 3 s");
+    return ms;
+}
+
 /* Every slot can be claimed (into @s, or given back at once if NULL). */
 static void claim_all(const char *whose, rdmx_spin_slot_t *s)
 {
@@ -182,8 +196,8 @@ int main(void)
            NSLOTS);
     CHECK(!shared_seen);
     CHECK(holders == 0);
-    usleep(150 * 1000); /* (the threads' denied claims made pressure) */
-    CHECK(!rdmx__spin_pressure());
+    pressure_ends();    /* (the threads' denied claims made pressure) */
+    usleep(100 * 1000); /* (and the next one is a new crowd's) */
     claim_all("after the threads", NULL); /* all free again */
 
     /* Pressure: 8 claims within 10 ms that find every slot taken. */
@@ -211,11 +225,30 @@ int main(void)
            "a yielding claim took slot %d under pressure", extra.index);
     CHECK(rdmx__spin_claim(0, 0, &extra) && extra.index == freed);
     rdmx__spin_release(&extra);
-    /* It ends 100 ms after the last time it was set. */
-    usleep(150 * 1000);
-    CHECK(!rdmx__spin_pressure());
+    /* It ends 100 ms after it was set. */
+    int ms = pressure_ends();
+    CHECKF(ms >= 80 && ms <= 200, "it lasted %d ms (100 expected)", ms);
     CHECK(rdmx__spin_claim(0, 1, &y) && y.index == freed);
     CHECK(rdmx__spin_confirm(&y));
+    /* Back at once (within 50 ms of its end): twice as long. */
+    for (int i = 0; i < 16; i++)
+        CHECK(!rdmx__spin_claim(0, 0, &extra));
+    CHECKF(rdmx__spin_pressure(), "no pressure after 16 more denials");
+    ms = pressure_ends();
+    CHECKF(ms >= 170 && ms <= 400,
+           "it came back at once and lasted %d ms "
+           "(200 expected)",
+           ms);
+    /* A crowd that comes back later is a new one: 100 ms again. */
+    usleep(100 * 1000);
+    for (int i = 0; i < 16; i++)
+        CHECK(!rdmx__spin_claim(0, 0, &extra));
+    CHECK(rdmx__spin_pressure());
+    ms = pressure_ends();
+    CHECKF(ms >= 80 && ms <= 175,
+           "a new crowd's lasted %d ms (100 "
+           "expected)",
+           ms);
     rdmx__spin_release(&y);
     for (int i = 0; i < NSLOTS - 1; i++)
         rdmx__spin_release(&s[i]);

@@ -32,7 +32,9 @@
  * that the woken threads they serve are waiting for. So the object's last
  * line also counts claims that found every slot taken: PRESSURE_DENIALS
  * of them within PRESSURE_WINDOW_NS put the host "under pressure" for
- * PRESSURE_HOLD_NS, during which no thread polls (claims fail at once,
+ * PRESSURE_HOLD_NS (twice the last time when it comes back within
+ * PRESSURE_AGAIN_NS of its end, up to PRESSURE_HOLD_MAX_NS), during which
+ * no yielding thread polls (claims fail at once,
  * holders give their slots back at their next confirm) and every waiter
  * sleeps on its fd, as memcached's threads do. A server worker that only
  * wakes on its timer now and then never gets there.
@@ -59,8 +61,12 @@
 /* Pressure (see above): this many denied claims within the window... */
 #define PRESSURE_DENIALS   8
 #define PRESSURE_WINDOW_NS (10 * 1000000ull)
-/* ... stop polling on the host for this long. */
-#define PRESSURE_HOLD_NS (100 * 1000000ull)
+/* ... stop polling on the host for this long; twice as long (up to
+ * PRESSURE_HOLD_MAX_NS) each time it comes back within
+ * PRESSURE_AGAIN_NS of its end: the crowd is still there. */
+#define PRESSURE_HOLD_NS     (100 * 1000000ull)
+#define PRESSURE_HOLD_MAX_NS (1600 * 1000000ull)
+#define PRESSURE_AGAIN_NS    (50 * 1000000ull)
 
 typedef struct {
     uint64_t owner; /* the holder's claim: its process id << 32 | a number
@@ -75,7 +81,8 @@ typedef struct {
     uint64_t window;  /* when the current window of denials began */
     uint64_t denials; /* in it */
     uint64_t until;   /* no polling before this time (coarse ns) */
-    char pad[40];
+    uint64_t hold;    /* the last pressure's length (0: none yet) */
+    char pad[32];
 } __attribute__((aligned(64))) pressure_t;
 
 _Static_assert(sizeof(pressure_t) == sizeof(slot_t), "one line each");
@@ -235,8 +242,19 @@ static void denied(void)
         return;
     }
     if (__atomic_add_fetch(&p->denials, 1, __ATOMIC_RELAXED) ==
-        PRESSURE_DENIALS)
-        __atomic_store_n(&p->until, now + PRESSURE_HOLD_NS, __ATOMIC_RELAXED);
+        PRESSURE_DENIALS) {
+        uint64_t until = __atomic_load_n(&p->until, __ATOMIC_RELAXED);
+        uint64_t hold = __atomic_load_n(&p->hold, __ATOMIC_RELAXED);
+        if (now < until)
+            return; /* (still on: non-yielding claims are denied too) */
+        if (hold == 0 || now - until > PRESSURE_AGAIN_NS)
+            hold = PRESSURE_HOLD_NS; /* (a new crowd) */
+        else /* (back soon after the last one ended: longer) */
+            hold = hold * 2 > PRESSURE_HOLD_MAX_NS ? PRESSURE_HOLD_MAX_NS
+                                                   : hold * 2;
+        __atomic_store_n(&p->hold, hold, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->until, now + hold, __ATOMIC_RELAXED);
+    }
 }
 
 int rdmx__spin_pressure(void)
