@@ -65,7 +65,7 @@
  * PRESSURE_HOLD_MAX_NS) each time it comes back within
  * PRESSURE_AGAIN_NS of its end: the crowd is still there. */
 #define PRESSURE_HOLD_NS     (100 * 1000000ull)
-#define PRESSURE_HOLD_MAX_NS (1600 * 1000000ull)
+#define PRESSURE_HOLD_MAX_NS (400 * 1000000ull)
 #define PRESSURE_AGAIN_NS    (50 * 1000000ull)
 
 typedef struct {
