@@ -306,12 +306,18 @@ ratio_median() { # tr test variant -> median over rounds of rdmx/variant
     join "$WORK/$1.$2.0" "$WORK/$1.$2.$3" |
         awk '{printf "%.6g\n", $2 / $3}' | median
 }
-verdict() { # test ratio -> target status
-    awk -v t="$1" -v q="$2" 'BEGIN {
+verdict() { # transport test ratio -> target status
+    # The RPC targets: over shm rpc_lat <= 1.3 and rpc_rate >= 0.7; over
+    # tcp both "within 1.1x": rpc_lat <= 1.1 and rpc_rate >= 1/1.1 = 0.91.
+    awk -v tr="$1" -v t="$2" -v q="$3" 'BEGIN {
         if (t == "send_lat")
             print (q <= 1.2 ? "met (<=1.2)" : "MISSED (<=1.2)");
+        else if (t == "rpc_lat" && tr == "tcp")
+            print (q <= 1.1 ? "met (<=1.1)" : "MISSED (<=1.1)");
         else if (t == "rpc_lat")
             print (q <= 1.3 ? "met (<=1.3)" : "MISSED (<=1.3)");
+        else if (t == "rpc_rate" && tr == "tcp")
+            print (q >= 0.91 ? "met (>=0.91)" : "MISSED (>=0.91)");
         else if (t == "rpc_rate")
             print (q >= 0.7 ? "met (>=0.7)" : "MISSED (>=0.7)");
         else if (t == "put_bw" || t == "get_bw" || t == "rpc_bulk")
@@ -376,7 +382,7 @@ for tr in $TRANSPORTS; do
         fi
         printf "%-13s %8s %-7s $fmt $fmt %7.3f $fmt %7.3f %s  %s\n" \
             "$test" "$size" "$metric" "$m0" "$m1" "$q1" "$m2" "$q2" "$ref" \
-            "$(verdict "$test" "$q1")"
+            "$(verdict "$tr" "$test" "$q1")"
     done <<<"$PAIRS"
     echo "per round (rdmx/ucx -e/ucx[/am-rpc]):"
     while IFS=: read -r test size utest outst kind; do
