@@ -34,10 +34,10 @@
  * of them within PRESSURE_WINDOW_NS put the host "under pressure" for
  * PRESSURE_HOLD_NS (twice the last time when it comes back within
  * PRESSURE_AGAIN_NS of its end, up to PRESSURE_HOLD_MAX_NS), during which
- * no yielding thread polls (claims fail at once,
- * holders give their slots back at their next confirm) and every waiter
- * sleeps on its fd, as memcached's threads do. A server worker that only
- * wakes on its timer now and then never gets there.
+ * no yielding waiter (a tcp context's: rdmx__context_poll_yields) polls:
+ * its claims fail at once, a holder gives its slot back at its next
+ * confirm, and it sleeps on its fd, as memcached's threads do. A server
+ * worker that only wakes on its timer now and then never gets there.
  */
 #include "core/internal.h"
 

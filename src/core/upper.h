@@ -160,9 +160,8 @@ typedef struct {
 int rdmx__spin_claim(unsigned hint, int yields, rdmx_spin_slot_t *slot);
 int rdmx__spin_confirm(rdmx_spin_slot_t *slot);
 void rdmx__spin_release(rdmx_spin_slot_t *slot);
-/* Non-zero while more threads want to poll than there are slots (many
- * claims found none free, lately): then claims and confirms answer 0 and
- * nobody polls. */
+/* Non-zero while the host is under pressure (many claims found no slot
+ * free, lately): then yielding claims and confirms answer 0. */
 int rdmx__spin_pressure(void);
 /* Non-zero when the worker has a progress thread of its own. */
 int rdmx__worker_threaded(const rdmx_worker_t *w);

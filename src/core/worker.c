@@ -106,6 +106,16 @@ void rdmx__op_put(rdmx_worker_t *w, rdmx_op_t *op)
         rdmx__ep_release(ep);
 }
 
+/* Upper-layer code is about to run at @now (a message's handler, a
+ * completion callback): open batches that may wait no longer leave first
+ * (rdmx__batch_late), and @now becomes the delivery time. */
+static void upper_entry(rdmx_worker_t *w, uint64_t now)
+{
+    if (!rdmx_list_empty(&w->batched) && rdmx__batch_late(w, now))
+        rdmx__batch_send_all(w);
+    w->deliver_ns = now;
+}
+
 void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length)
 {
     rdmx_cb_t cb = op->cb;
@@ -120,12 +130,8 @@ void rdmx__op_complete(rdmx_op_t *op, rdmx_status_t status, size_t length)
     op->ep = NULL; /* keep the ep alive through the callback */
     rdmx__op_put(w, op);
     /* (a callback may answer as a handler does: the same bound) */
-    if (__builtin_expect(!rdmx_list_empty(&w->batched), 0)) {
-        uint64_t now = rdmx_now_ns();
-        if (rdmx__batch_late(w, now))
-            rdmx__batch_send_all(w);
-        w->deliver_ns = now;
-    }
+    if (__builtin_expect(!rdmx_list_empty(&w->batched), 0))
+        upper_entry(w, rdmx_now_ns());
     if (cb != NULL)
         cb(status, length, arg);
     rdmx__ep_release(ep);
@@ -507,7 +513,6 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
                                void *data, size_t len, unsigned flags)
 {
     rdmx_msg_info_t info;
-    uint64_t now;
 
     if (id < RDMX_AM_CORE_LAST) {
         if (id < sizeof(core_handlers) / sizeof(core_handlers[0]) &&
@@ -529,17 +534,11 @@ rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
     info.flags = flags;
     /* The clock, read once for the message: the layers above take its
      * arrival from here (rdmx__worker_deliver_ns). */
-    now = rdmx_now_ns();
-    if (__builtin_expect(!rdmx_list_empty(&w->batched), 0) &&
-        rdmx__batch_late(w, now)) {
-        rdmx__batch_send_all(w);
-        if (info.ep->status != RDMX_OK) { /* (its batch failed it) */
-            w->deliver_ns = now;
-            w->stats.msgs_dropped++;
-            return RDMX_OK;
-        }
+    upper_entry(w, rdmx_now_ns());
+    if (info.ep->status != RDMX_OK) { /* (a batch sent just now failed it) */
+        w->stats.msgs_dropped++;
+        return RDMX_OK;
     }
-    w->deliver_ns = now;
     return w->handlers[id](w, hdr, hlen, data, len, &info);
 }
 
