@@ -848,6 +848,57 @@ static rdmx_worker_stats_t w_stats(rdmx_worker_t *w)
     return s;
 }
 
+/* 20 small echo calls made back to back without RDMX_RPC_MORE and without
+ * progress between them: the first leaves alone, the other 19 wait in the
+ * endpoint's batch and leave as one message when the worker next
+ * progresses (docs/CORE.md, "Batched messages"); every answer is its own
+ * call's. A blocking call alone leaves at once (it batches nothing). */
+static void test_back_to_back(rdmx_worker_t *w, rdmx_channel_t *ch)
+{
+    enum { N = 20 };
+    rec_t recs[N];
+    rdmx_worker_stats_t before, mid, after;
+    unsigned char buf[64];
+    size_t len = 0;
+    int i;
+
+    rdmx_worker_progress(w); /* (nothing sent since a pass began) */
+    before = w_stats(w);
+    for (i = 0; i < N; i++) {
+        rec_init(&recs[i], "echo", th_seed(16, (uint64_t)i, 0), 100);
+        CHECK_ST(rec_start(ch, &recs[i], NULL), RDMX_INPROGRESS);
+    }
+    mid = w_stats(w);
+    CHECKF(mid.batches_sent == before.batches_sent,
+           "a batch left before the worker progressed (%llu)",
+           (unsigned long long)(mid.batches_sent - before.batches_sent));
+    wait_recs(w, recs, N, 10000);
+    for (i = 0; i < N; i++)
+        CHECKF(atomic_load(&recs[i].cb_calls) == 1 &&
+                   recs[i].status == RDMX_OK && recs[i].data_ok &&
+                   recs[i].resp_id == recs[i].id,
+               "call %d: %d callbacks, %s, data %s", i,
+               atomic_load(&recs[i].cb_calls), rdmx_status_name(recs[i].status),
+               recs[i].data_ok ? "ok" : "WRONG");
+    after = w_stats(w);
+    CHECKF(after.batches_sent - before.batches_sent == 1 &&
+               after.msgs_batched - before.msgs_batched == N - 1,
+           "%d calls back to back: %llu batches holding %llu calls (want 1 "
+           "holding %d: the first leaves alone)",
+           N, (unsigned long long)(after.batches_sent - before.batches_sent),
+           (unsigned long long)(after.msgs_batched - before.msgs_batched),
+           N - 1);
+    for (i = 0; i < 3; i++) {
+        th_fill(buf, sizeof(buf), th_seed(16, 100 + (uint64_t)i, 0));
+        CHECK_OK(rdmx_call(ch, "echo", buf, sizeof(buf), buf, sizeof(buf), NULL,
+                           &len));
+        CHECK_PATTERN(buf, sizeof(buf), th_seed(16, 100 + (uint64_t)i, 0), 0);
+    }
+    CHECK_EQ_U64(w_stats(w).batches_sent, after.batches_sent);
+    th_log("back to back: %d calls, the first alone and %d in one batch", N,
+           N - 1);
+}
+
 /* 300 echo calls of 0..2999 bytes, each but every 50th with RDMX_RPC_MORE
  * (calls above half a batch leave alone, after the batch before them):
  * every answer is its own call's, byte for byte, each callback once; the
@@ -1358,6 +1409,7 @@ int main(int argc, char **argv)
     STEP(test_queued_deadline_idle(w, ch2));
     STEP(test_cancel(w, ch1));
     STEP(test_oneway(w, ch1));
+    STEP(test_back_to_back(w, ch1));
     STEP(test_more(w, ch1));
     STEP(test_credits(w, &s2));
     STEP(test_workers(&s1));

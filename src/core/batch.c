@@ -5,7 +5,10 @@
  * pass. The first small message of a pass toward an endpoint leaves at
  * once; the next ones toward the same endpoint are copied into the
  * endpoint's batch, which leaves as one RDMX_AM_BATCH message when the
- * transport's progress returns (rdmx_worker_progress). A caller that
+ * transport's progress returns (rdmx_worker_progress). Between passes the
+ * same holds: the first message toward an endpoint since the last pass
+ * began leaves at once, the next ones (calls made back to back) wait in
+ * the batch until the worker's next progress or arm. A caller that
  * knows more messages follow says so (@more): its messages wait in the
  * batch until one without @more, any other operation on the endpoint, or
  * the worker's next progress or arm. The receiver delivers the batch's
@@ -48,6 +51,7 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
 {
     rdmx_worker_t *w = ep->worker;
     size_t need = rec_size(hlen, len);
+    int ends_run = !more && ep->batch_more;
     unsigned char *p;
 
     if (need > RDMX_BATCH_MAX / 2)
@@ -77,7 +81,8 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
             w->tp->signal(w->tw);
     }
     ep->batch_len += need;
-    if (!more && !w->in_pass) /* the end of a run announced with more */
+    ep->batch_more = more;
+    if (ends_run && !w->in_pass) /* the end of a run announced with more */
         rdmx__batch_send(ep);
     return 1;
 }
@@ -189,6 +194,7 @@ void rdmx__batch_send(rdmx_ep_t *ep)
     rdmx_list_del(&ep->batch_link);
     ep->batch_n = 0;
     ep->batch_len = 0;
+    ep->batch_more = 0;
     if (ep->status != RDMX_OK || ep->tep == NULL) {
         w->stats.msgs_dropped += n;
         return;
@@ -232,6 +238,7 @@ void rdmx__batch_free(rdmx_ep_t *ep)
         rdmx_list_del(&ep->batch_link);
         ep->worker->stats.msgs_dropped += ep->batch_n;
         ep->batch_n = 0;
+        ep->batch_more = 0;
         ep->batch_len = 0;
     }
     free(ep->batch);

@@ -352,11 +352,12 @@ struct rdmx_ep {
     int peer_closed;        /* the peer sent BYE: its disconnect is orderly */
     int dead;               /* UCX reported the transport failed */
     int aborted;            /* rdmx__ep_abort: closed without BYE */
-    /* Small messages of this progress pass after its first, sent as one
-     * at the pass's end (batch.c) */
+    /* Small messages since the start of a progress pass after its first,
+     * sent as one at the pass's end or the next pass's start (batch.c) */
     unsigned char *batch; /* RDMX_BATCH_MAX bytes once used */
     size_t batch_len;
     unsigned batch_n;       /* messages in it; nonzero: on worker->batched */
+    int batch_more;         /* its last message was announced with more */
     uint64_t batch_pass;    /* the pass whose first message went alone */
     rdmx_list_t batch_link; /* on worker->batched while batch_n != 0 */
     struct {                /* the peer's regions this side pulls fenced
@@ -749,17 +750,15 @@ void rdmx__rmem_detach_all(rdmx_ep_t *ep);
 
 /* Does a small message of an upper layer to @ep wait in its batch? Yes
  * when @more announces more messages to @ep, when a batch is open (it
- * joins it, keeping order), or inside a progress pass toward an endpoint
- * that the pass already sent a message to; the first of a pass goes
- * alone (docs/CORE.md, "Batched messages"). */
+ * joins it, keeping order), or toward an endpoint that already got a
+ * message since the current progress pass began (in the pass or after
+ * it); the first goes alone (docs/CORE.md, "Batched messages"). */
 static inline int rdmx__batch_holds(rdmx_ep_t *ep, int more)
 {
     rdmx_worker_t *w = ep->worker;
 
     if (more | ep->batch_n)
         return 1;
-    if (!w->in_pass)
-        return 0;
     if (ep->batch_pass != w->pass) {
         ep->batch_pass = w->pass;
         return 0;

@@ -822,6 +822,8 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     unsigned n;
 
     rdmx__lock(w);
+    if (!rdmx_list_empty(&w->batched)) /* (made since the last pass) */
+        rdmx__batch_send_all(w);
     w->pass++;
     w->in_pass++;
     n = w->tp->progress(w->tw);
