@@ -424,6 +424,35 @@ static void send_done(rdmx_status_t status, size_t length, void *arg)
         call_free(c);
 }
 
+/* Start a fresh heartbeat window at @now unless silence since the last one
+ * already says something: not when the channel was just idle, answers came
+ * since, or nobody progressed the worker for a heartbeat (no ping could go
+ * out). */
+static void hb_window(rdmx_channel_t *ch, uint64_t now, uint64_t hb)
+{
+    if (ch->hb_idle || ch->rx_seen || now - ch->last_tick > hb) {
+        ch->hb_idle = 0;
+        ch->rx_seen = 0;
+        ch->last_rx = now;
+    }
+    ch->last_tick = now;
+}
+
+/* A call in flight again on an idle channel, at @now: the timer's
+ * heartbeat step, done here (its window starts now), so that the timer
+ * need not run at once: the caller's wait sleeps until it is due. */
+static void hb_busy(rdmx_channel_t *ch, uint64_t now)
+{
+    uint64_t hb = (uint64_t)ch->hb_ms * 1000000;
+    uint64_t at = now + hb / 2, dead;
+
+    hb_window(ch, now, hb);
+    if (now - ch->last_rx >= hb) /* (a silent server: ping it now) */
+        at = now;
+    dead = ch->last_rx + (uint64_t)ch->hb_timeout_ms * 1000000;
+    arm(ch, dead < at ? dead : at);
+}
+
 /* Put @c on the wire; 0 on success, -1 to keep it queued. @now is the
  * time if the caller just read it, else 0. @more: more calls follow at
  * once (the request may wait for them in the endpoint's batch). */
@@ -458,7 +487,7 @@ static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now, int more)
     c->state = CALL_SENT;
     rdmx_list_insert_tail(&ch->sent, &c->link);
     if (ch->inflight++ == 0 && ch->hb_ms > 0)
-        arm(ch, 0); /* busy again: start a heartbeat window now */
+        hb_busy(ch, now != 0 ? now : rdmx_now_ns());
     return 0;
 }
 
@@ -999,13 +1028,7 @@ static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
     } else if (ch->state == RDMX_CHANNEL_READY && ch->hb_ms > 0) {
         uint64_t hb = (uint64_t)ch->hb_ms * 1000000;
         uint64_t dead = (uint64_t)ch->hb_timeout_ms * 1000000;
-        /* Just busy again, or nobody progressed the worker for a while (no
-         * ping could go out): silence says nothing yet; a fresh window. */
-        if (ch->hb_idle || ch->rx_seen || now - ch->last_tick > hb) {
-            ch->hb_idle = 0;
-            ch->rx_seen = 0;
-            ch->last_rx = now;
-        }
+        hb_window(ch, now, hb);
         if (now - ch->last_rx >= dead) {
             char msg[400];
             snprintf(msg, sizeof(msg), "no answer from %s for %d ms",
