@@ -594,7 +594,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
     uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns, now;
     unsigned spins = 0;
     rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
-    int asked = 0, polls = 0;
+    int asked = 0, polls = 0, pass = 1;
 
     if (w->mt) {
         int rc = 0;
@@ -619,11 +619,21 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         pthread_mutex_unlock(&w->lock);
         return rc;
     }
+    /* A waiter that yields and may not poll now (pressure, or no polling
+     * at all) sleeps at once: its answer is a round trip over tcp away,
+     * and the arm sees anything that came meanwhile (spin.c). */
+    if (rdmx__context_poll_yields(w->ctx) && !w->busy) {
+        asked = 1;
+        polls = spin_ns != 0 &&
+                rdmx__spin_claim((unsigned)((uintptr_t)w >> 6), 1, &slot);
+        pass = polls;
+    }
     while (!*done) {
-        if (rdmx_worker_progress(w) > 0) {
+        if (pass && rdmx_worker_progress(w) > 0) {
             idle_since = 0;
             continue;
         }
+        pass = 1;
         /* Idle: poll on only while holding a polling slot (spin.c). */
         if (!asked) {
             asked = 1;
