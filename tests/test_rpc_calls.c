@@ -895,8 +895,25 @@ static void test_back_to_back(rdmx_worker_t *w, rdmx_channel_t *ch)
         CHECK_PATTERN(buf, sizeof(buf), th_seed(16, 100 + (uint64_t)i, 0), 0);
     }
     CHECK_EQ_U64(w_stats(w).batches_sent, after.batches_sent);
-    th_log("back to back: %d calls, the first alone and %d in one batch", N,
-           N - 1);
+    /* One-way calls leave at once, back to back too: nothing makes their
+     * sender progress soon. None waits for the pass that follows. */
+    {
+        uint64_t base = oneway_count(ch);
+
+        rdmx_worker_progress(w);
+        before = w_stats(w);
+        for (i = 0; i < 5; i++)
+            CHECK_OK(rdmx_call_oneway(ch, "oneway", buf, 16));
+        rdmx_worker_progress(w);
+        after = w_stats(w);
+        CHECKF(after.batches_sent == before.batches_sent,
+               "5 one-way calls back to back: %llu batches (want none)",
+               (unsigned long long)(after.batches_sent - before.batches_sent));
+        CHECK_EQ_U64(oneway_count(ch), base + 5);
+    }
+    th_log("back to back: %d calls, the first alone and %d in one batch; "
+           "one-way calls each at once",
+           N, N - 1);
 }
 
 /* 300 echo calls of 0..2999 bytes, each but every 50th with RDMX_RPC_MORE

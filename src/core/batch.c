@@ -47,11 +47,12 @@ int rdmx__batch_late(const rdmx_worker_t *w, uint64_t now)
 }
 
 int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
-                    const void *data, size_t len, int more)
+                    const void *data, size_t len, rdmx_send_how_t how)
 {
     rdmx_worker_t *w = ep->worker;
     size_t need = rec_size(hlen, len);
-    int ends_run = !more && ep->batch_more;
+    int more = how == RDMX_SEND_MORE;
+    int ends_run = how == RDMX_SEND_NOW || (!more && ep->batch_more);
     unsigned char *p;
 
     if (need > RDMX_BATCH_MAX / 2)

@@ -357,7 +357,7 @@ struct rdmx_ep {
     unsigned char *batch; /* RDMX_BATCH_MAX bytes once used */
     size_t batch_len;
     unsigned batch_n;       /* messages in it; nonzero: on worker->batched */
-    int batch_more;         /* its last message was announced with more */
+    int batch_more;         /* its last message came with RDMX_SEND_MORE */
     uint64_t batch_pass;    /* the pass whose first message went alone */
     rdmx_list_t batch_link; /* on worker->batched while batch_n != 0 */
     struct {                /* the peer's regions this side pulls fenced
@@ -748,17 +748,20 @@ void rdmx__mr_release(rdmx_mr_t *mr);
 /* Destroy the rkeys of descriptors unpacked on @ep (before the UCX close). */
 void rdmx__rmem_detach_all(rdmx_ep_t *ep);
 
-/* Does a small message of an upper layer to @ep wait in its batch? Yes
- * when @more announces more messages to @ep, when a batch is open (it
- * joins it, keeping order), or toward an endpoint that already got a
+/* Does a small message of an upper layer to @ep go into its batch? Yes
+ * when @how announces more messages to @ep, when a batch is open (it
+ * joins it, keeping order; RDMX_SEND_NOW then sends it), or, unless
+ * RDMX_SEND_NOW outside a pass, toward an endpoint that already got a
  * message since the current progress pass began (in the pass or after
  * it); the first goes alone (docs/CORE.md, "Batched messages"). */
-static inline int rdmx__batch_holds(rdmx_ep_t *ep, int more)
+static inline int rdmx__batch_holds(rdmx_ep_t *ep, rdmx_send_how_t how)
 {
     rdmx_worker_t *w = ep->worker;
 
-    if (more | ep->batch_n)
+    if (how == RDMX_SEND_MORE || ep->batch_n != 0)
         return 1;
+    if (how == RDMX_SEND_NOW && !w->in_pass)
+        return 0;
     if (ep->batch_pass != w->pass) {
         ep->batch_pass = w->pass;
         return 0;
@@ -774,7 +777,7 @@ int rdmx__batch_late(const rdmx_worker_t *w, uint64_t now);
  * sent at once when it ends a run outside a pass), or leave it to be sent
  * alone (0: too large for a batch, or out of memory). @ep is usable. */
 int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
-                    const void *data, size_t len, int more);
+                    const void *data, size_t len, rdmx_send_how_t how);
 /* Send @ep's batch now (one message alone as itself). */
 void rdmx__batch_send(rdmx_ep_t *ep);
 /* Send every batch of @w: the end of a pass. */

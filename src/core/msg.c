@@ -172,14 +172,14 @@ send_failed(rdmx_ep_t *ep, rdmx_status_t st)
 
 rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
                                  size_t hlen, const void *data, size_t length,
-                                 int more)
+                                 rdmx_send_how_t how)
 {
     rdmx_status_t st;
 
     if (ep->status != RDMX_OK || ep->state != RDMX_EP_CONNECTED)
         return rdmx__ep_usable(ep);
-    if (rdmx__batch_holds(ep, more)) {
-        if (rdmx__batch_add(ep, id, hdr, hlen, data, length, more))
+    if (rdmx__batch_holds(ep, how)) {
+        if (rdmx__batch_add(ep, id, hdr, hlen, data, length, how))
             return RDMX_OK;   /* leaves with the batch */
         rdmx__batch_send(ep); /* (too large for it: the batch goes first) */
         if (ep->status != RDMX_OK)

@@ -86,17 +86,30 @@ rdmx_status_t rdmx__msg_send(rdmx_ep_t *ep, unsigned id, const void *hdr,
 rdmx_status_t rdmx__msg_sendv(rdmx_ep_t *ep, unsigned id, const void *hdr,
                               size_t hlen, const rdmx_msg_iov_t *iov,
                               unsigned n, rdmx_cb_t cb, void *arg);
+/* How rdmx__msg_send_now may hold a small message in @ep's batch
+ * (docs/CORE.md, "Batched messages"). */
+typedef enum {
+    /* The first toward @ep since the worker's current pass began leaves at
+     * once, later ones wait for the end of the pass, or outside a pass for
+     * the worker's next progress or arm: for senders that progress to see
+     * their answers. */
+    RDMX_SEND_BURST = 0,
+    /* More messages to @ep follow at once: wait for them, until a send
+     * that is not RDMX_SEND_MORE, any other operation on @ep, or the next
+     * progress or arm. */
+    RDMX_SEND_MORE = 1,
+    /* Leave now outside a pass (with what the batch holds before it): for
+     * messages nobody progresses for, such as one-way calls. */
+    RDMX_SEND_NOW = 2,
+} rdmx_send_how_t;
+
 /* Send only if the transport takes it at once from the caller's buffers:
- * RDMX_OK (sent, nothing to wait for; a small message may wait in the
- * endpoint's batch until the end of the progress pass it was sent from,
- * docs/CORE.md "Batched messages"), RDMX_ERR_NO_RESOURCE (it could not;
- * nothing was sent), or another error. @more: more messages to @ep follow
- * at once; a small one then waits in the batch for them, until a send
- * without @more, any other operation on @ep, or the next progress or
- * arm of the worker. */
+ * RDMX_OK (sent, or held in the endpoint's batch as @how says, nothing to
+ * wait for), RDMX_ERR_NO_RESOURCE (it could not; nothing was sent), or
+ * another error. */
 rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
                                  size_t hlen, const void *data, size_t length,
-                                 int more);
+                                 rdmx_send_how_t how);
 
 /* --- endpoints ------------------------------------------------------------- */
 

@@ -475,7 +475,8 @@ static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now, int more)
                                                          : (uint32_t)left;
     }
     st = rdmx__rpc_send_keep(ch->ep, &h, c->buf, (size_t)c->aux_len + c->len,
-                             more, send_done, c);
+                             more ? RDMX_SEND_MORE : RDMX_SEND_BURST, send_done,
+                             c);
     if (st != RDMX_OK && st != RDMX_INPROGRESS)
         return -1;
     if (st == RDMX_INPROGRESS) {
@@ -1545,7 +1546,9 @@ rdmx_status_t rdmx_call_oneway(rdmx_channel_t *ch, const char *method,
     } else {
         rdmx__rpc_hdr(&h, RDMX_RPC_MSG_ONEWAY, rdmx_rpc_id(method), 0);
         h.payload = (uint32_t)length;
-        st = rdmx__rpc_send(ch->ep, &h, data, length);
+        /* (leaves now: nothing makes its sender progress soon) */
+        st = rdmx__rpc_send_keep(ch->ep, &h, data, length, RDMX_SEND_NOW, NULL,
+                                 NULL);
         if (st == RDMX_OK)
             ch->stats.calls++;
     }

@@ -81,15 +81,16 @@ static void tx_done(rdmx_status_t status, size_t length, void *arg)
 }
 
 rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
-                                  const void *data, size_t len, int more,
-                                  rdmx_cb_t keep_cb, void *keep_arg)
+                                  const void *data, size_t len,
+                                  rdmx_send_how_t how, rdmx_cb_t keep_cb,
+                                  void *keep_arg)
 {
     unsigned char hdr[RDMX_RPC_HDR_MAX];
     size_t hlen = rdmx_rpc_hdr_encode(h, hdr);
     rdmx_status_t st;
     void *copy;
 
-    st = rdmx__msg_send_now(ep, RDMX_AM_RPC, hdr, hlen, data, len, more);
+    st = rdmx__msg_send_now(ep, RDMX_AM_RPC, hdr, hlen, data, len, how);
     if (st != RDMX_ERR_NO_RESOURCE)
         return st;
     if (keep_cb != NULL) {
@@ -162,7 +163,7 @@ rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
 rdmx_status_t rdmx__rpc_send(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                              const void *data, size_t len)
 {
-    return rdmx__rpc_send_keep(ep, h, data, len, 0, NULL, NULL);
+    return rdmx__rpc_send_keep(ep, h, data, len, RDMX_SEND_BURST, NULL, NULL);
 }
 
 rdmx_status_t rdmx__rpc_send_ctl(rdmx_ep_t *ep, rdmx_rpc_kind_t kind,

@@ -107,12 +107,13 @@ rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep);
 
 /* Send a message of header @h (h->aux + h->payload == @len bytes at @data).
  * Tries to complete at once from @data; otherwise keeps @data if @keep_cb
- * is given, or sends a copy. @more: more messages to @ep follow at once
+ * is given, or sends a copy. @how: whether it may wait in @ep's batch
  * (rdmx__msg_send_now). @return RDMX_OK (done, or on its way with a
  * copy), RDMX_INPROGRESS (@data in use until @keep_cb runs) or an error. */
 rdmx_status_t rdmx__rpc_send_keep(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
-                                  const void *data, size_t len, int more,
-                                  rdmx_cb_t keep_cb, void *keep_arg);
+                                  const void *data, size_t len,
+                                  rdmx_send_how_t how, rdmx_cb_t keep_cb,
+                                  void *keep_arg);
 /* Send a message of header @h whose data is @head (@hlen bytes, at most
  * RDMX_RPC_RESPOND_HEAD_MAX, copied) then @body (@blen bytes, sent from where
  * it is: it stays valid until @done(@arg), which runs exactly once, whatever
