@@ -64,6 +64,7 @@
 #include "harness.h"
 #include "rpc_server.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -911,8 +912,28 @@ static void test_back_to_back(rdmx_worker_t *w, rdmx_channel_t *ch)
                (unsigned long long)(after.batches_sent - before.batches_sent));
         CHECK_EQ_U64(oneway_count(ch), base + 5);
     }
+    /* On an armed worker (an event loop about to sleep on its fd), a call
+     * held in the batch makes the fd readable at once: the loop wakes,
+     * progresses, and that sends it. */
+    {
+        struct pollfd pfd = {.events = POLLIN};
+        int tries = 0;
+
+        CHECK_OK(rdmx_worker_efd(w, &pfd.fd));
+        while (rdmx_worker_arm(w) == RDMX_ERR_BUSY && tries++ < 1000)
+            rdmx_worker_progress(w);
+        for (i = 0; i < 2; i++) {
+            rec_init(&recs[i], "echo", th_seed(16, 200 + (uint64_t)i, 0), 100);
+            CHECK_ST(rec_start(ch, &recs[i], NULL), RDMX_INPROGRESS);
+        }
+        CHECKF(poll(&pfd, 1, 0) == 1,
+               "two calls after an arm: the worker's fd is not readable");
+        wait_recs(w, recs, 2, 10000);
+        CHECK(recs[0].data_ok && recs[1].data_ok);
+    }
     th_log("back to back: %d calls, the first alone and %d in one batch; "
-           "one-way calls each at once",
+           "one-way calls each at once; a call held after an arm wakes "
+           "the fd",
            N, N - 1);
 }
 

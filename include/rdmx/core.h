@@ -214,7 +214,10 @@ RDMX_API unsigned rdmx_worker_progress(rdmx_worker_t *worker);
 RDMX_API rdmx_status_t rdmx_worker_efd(rdmx_worker_t *worker, int *fd_p);
 
 /**
- * Prepare to sleep on the worker's fd.
+ * Prepare to sleep on the worker's fd. Sends the messages that wait in the
+ * worker's batches (calls made back to back, docs/RPC.md "Batched
+ * calls"); one made after the arm, before the sleep, makes the fd
+ * readable, so the loop progresses again and that sends it.
  * @return RDMX_OK: sleep is safe; RDMX_ERR_BUSY: events are pending,
  *         call rdmx_worker_progress() again first.
  */

@@ -510,10 +510,10 @@ typedef struct {
 /**
  * Call @p method with @p length bytes at @p data (copied or sent before
  * return, so the buffer may be reused at once). The first call toward a
- * server since the worker's last progress leaves at once; calls made
- * right after it, before the worker progresses again, leave together as
- * one message at its next progress or wait (docs/RPC.md, "Batched
- * calls"). params->cb runs once with
+ * server since the worker's last progress pass began leaves at once;
+ * calls made right after it, before the worker progresses again, leave
+ * together as one message at its next progress, arm or wait (docs/RPC.md,
+ * "Batched calls"). params->cb runs once with
  * the result: RDMX_OK, the handler's error, or RDMX_ERR_TIMEOUT (the
  * deadline), RDMX_ERR_CANCELED (rdmx_call_cancel, rdmx_channel_destroy),
  * RDMX_ERR_CONN_RESET / RDMX_ERR_CONN_CLOSED (the connection broke with

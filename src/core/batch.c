@@ -78,7 +78,10 @@ int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,
         if (rdmx_list_empty(&w->batched))
             w->batch_open_ns = rdmx_now_ns();
         rdmx_list_insert_tail(&w->batched, &ep->batch_link);
-        if (w->mt && !w->in_pass) /* its progress sends it if no call does */
+        /* Outside a pass, wake whoever may sleep on the worker's fd (a
+         * progress thread, or an armed event loop): its next progress
+         * sends the batch if no other call does. */
+        if ((w->mt || w->armed) && !w->in_pass)
             w->tp->signal(w->tw);
     }
     ep->batch_len += need;

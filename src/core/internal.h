@@ -487,6 +487,8 @@ struct rdmx_worker {
     unsigned arm_busy;        /* arms refused in a row (rdmx__worker_sleep) */
     uint64_t pass;            /* progress passes so far (batch.c) */
     unsigned in_pass;         /* inside the transport's progress */
+    int armed;                /* armed since the last pass: a batch opened
+                                 now must wake the fd's sleeper */
     rdmx_list_t batched;      /* endpoints holding a batch (batch_link) */
     uint64_t batch_open_ns;   /* when the oldest of them opened */
     uint64_t deliver_ns;      /* the clock when the upper-layer message now

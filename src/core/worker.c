@@ -626,7 +626,8 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         asked = 1;
         polls = spin_ns != 0 &&
                 rdmx__spin_claim((unsigned)((uintptr_t)w >> 6), 1, &slot);
-        pass = polls;
+        pass = polls || (deadline_ns != UINT64_MAX &&
+                         rdmx_now_ns() >= deadline_ns); /* (one try) */
     }
     while (!*done) {
         if (pass && rdmx_worker_progress(w) > 0) {
@@ -834,6 +835,7 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     rdmx__lock(w);
     if (!rdmx_list_empty(&w->batched)) /* (made since the last pass) */
         rdmx__batch_send_all(w);
+    w->armed = 0;
     w->pass++;
     w->in_pass++;
     n = w->tp->progress(w->tw);
@@ -884,6 +886,7 @@ static rdmx_status_t arm(rdmx_worker_t *w, int sockets)
         st = RDMX_ERR_BUSY;
     } else {
         st = w->tp->arm(w->tw);
+        w->armed = st == RDMX_OK;
     }
     rdmx__unlock(w);
     return st;

@@ -114,7 +114,8 @@ struct rdmx_channel {
     unsigned sends;       /* requests UCX is still sending (the server may
                              be pulling them: it is alive) */
     uint64_t last_rx, last_ping;
-    uint64_t last_tick;   /* when the timer last ran */
+    uint64_t last_tick; /* when the timer last ran, or a call made the
+                           channel busy (hb_window) */
     /* calls */
     call_slot_t *slots; /* id -> call_t (queued, sent, ghosts) */
     uint32_t nslots;

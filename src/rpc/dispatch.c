@@ -173,5 +173,7 @@ rdmx_status_t rdmx__rpc_send_ctl(rdmx_ep_t *ep, rdmx_rpc_kind_t kind,
 
     rdmx__rpc_hdr(&h, kind, 0, id);
     h.status = status;
-    return rdmx__rpc_send(ep, &h, NULL, 0);
+    /* (leaves now outside a pass: a cancel's sender has no reason to
+     * progress again soon) */
+    return rdmx__rpc_send_keep(ep, &h, NULL, 0, RDMX_SEND_NOW, NULL, NULL);
 }
