@@ -588,6 +588,16 @@ void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
     rdmx__wait_deadline(w, done, UINT64_MAX);
 }
 
+/* May this waiter poll (spin.c)? A busy-polled worker always does. */
+static int wait_polls(rdmx_worker_t *w, uint64_t spin_ns,
+                      rdmx_spin_slot_t *slot)
+{
+    return spin_ns != 0 &&
+           (w->busy ||
+            rdmx__spin_claim((unsigned)((uintptr_t)w >> 6),
+                             rdmx__context_poll_yields(w->ctx), slot));
+}
+
 int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
                         uint64_t deadline_ns)
 {
@@ -624,8 +634,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
      * and the arm sees anything that came meanwhile (spin.c). */
     if (rdmx__context_poll_yields(w->ctx) && !w->busy) {
         asked = 1;
-        polls = spin_ns != 0 &&
-                rdmx__spin_claim((unsigned)((uintptr_t)w >> 6), 1, &slot);
+        polls = wait_polls(w, spin_ns, &slot);
         pass = polls || (deadline_ns != UINT64_MAX &&
                          rdmx_now_ns() >= deadline_ns); /* (one try) */
     }
@@ -638,10 +647,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         /* Idle: poll on only while holding a polling slot (spin.c). */
         if (!asked) {
             asked = 1;
-            polls = spin_ns != 0 &&
-                    (w->busy || rdmx__spin_claim(
-                                    (unsigned)((uintptr_t)w >> 6),
-                                    rdmx__context_poll_yields(w->ctx), &slot));
+            polls = wait_polls(w, spin_ns, &slot);
         }
         if (polls && (++spins & 63) != 0)
             continue;

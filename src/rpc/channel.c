@@ -440,18 +440,15 @@ static void hb_window(rdmx_channel_t *ch, uint64_t now, uint64_t hb)
 }
 
 /* A call in flight again on an idle channel, at @now: the timer's
- * heartbeat step, done here (its window starts now), so that the timer
- * need not run at once: the caller's wait sleeps until it is due. */
+ * heartbeat step, done here (its window starts now: an idle channel went
+ * idle on an answer or a new connection), so that the timer need not run
+ * at once; it looks again within half a heartbeat, as after each run. */
 static void hb_busy(rdmx_channel_t *ch, uint64_t now)
 {
     uint64_t hb = (uint64_t)ch->hb_ms * 1000000;
-    uint64_t at = now + hb / 2, dead;
 
     hb_window(ch, now, hb);
-    if (now - ch->last_rx >= hb) /* (a silent server: ping it now) */
-        at = now;
-    dead = ch->last_rx + (uint64_t)ch->hb_timeout_ms * 1000000;
-    arm(ch, dead < at ? dead : at);
+    arm(ch, now + hb / 2);
 }
 
 /* Put @c on the wire; 0 on success, -1 to keep it queued. @now is the
