@@ -13,6 +13,8 @@
  *   4096), each read back into plain memory (inline) and into a registered
  *   region at an unaligned offset (RDMA write above the server's 4 KiB
  *   threshold); flags and CAS come back; bytes past the value untouched.
+ *   Plain reads of 1 MiB and more land in the buffer itself over UCX (the
+ *   channel's responses_in_place counts each), not over libfabric.
  * - too_small: a buffer one byte too small (values of 3000 B, 4 KiB,
  *   10000 B, 2 MiB; plain and registered, so inline and RDMA paths), a
  *   zero-capacity and a NULL buffer give RDMX_ERR_TOO_BIG with meta.length
@@ -191,10 +193,23 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
     int64_t bad;
     long c;
 
-    /* plain memory: the value travels in the response */
+    /* plain memory: the value travels in the response; from 1 MiB (by
+     * rendezvous) straight into the buffer where the transport scatters
+     * (UCX's iov receive; libfabric: through rdmx's copy) */
+    rdmx_channel_stats_t st0, st1;
+    rdmx_channel_stats(rdmx_kv_channel(kv, 0), &st0);
     memset(dst, CANARY, cap);
     memset(&m, 0, sizeof(m));
     EXPECT_OK(rdmx_kv_get(kv, key, klen, dst, cap, NULL, &m));
+    rdmx_channel_stats(rdmx_kv_channel(kv, 0), &st1);
+    if (len >= TH_MIB) {
+        uint64_t want = strncmp(th_transport_env(), "ofi", 3) == 0 ? 0 : 1;
+        EXPECT(st1.responses_in_place - st0.responses_in_place == want,
+               "%s: plain get of %zu bytes: %" PRIu64 " answers in place "
+               "(want %" PRIu64 ")",
+               what, len, st1.responses_in_place - st0.responses_in_place,
+               want);
+    }
     EXPECT(m.length == len && m.flags == flags && m.cas == cas,
            "%s: plain get of %zu bytes: meta length %zu flags %u cas %" PRIu64
            " (want %u, %" PRIu64 ")",

@@ -12,6 +12,15 @@
  *    the server fewer than 1,000 page faults each per call (a fresh 48 MiB
  *    buffer is 12,288 faults; transparent huge pages are turned off for
  *    both processes here, so none hides behind a 2 MiB page).
+ *  - Large answers land in rdmx_call's response buffer itself: every
+ *    48 MiB echo counts in the channel's responses_in_place. An answer
+ *    larger than the buffer does not (RDMX_ERR_TOO_BIG, its length
+ *    reported), and writes nothing into the buffer or past it.
+ *  - A call that times out while its answer is landing in the buffer
+ *    returns only once the transport writes there no more: after each
+ *    return (OK or TIMEOUT, timeouts spread over the answer's transfer
+ *    time) the buffer is filled with a marker, the worker progressed for
+ *    longer than a transfer takes, and the marker is still whole.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -48,6 +57,23 @@ static unsigned long long minflt_of(pid_t pid)
     /* after ") ": state ppid pgrp session tty tpgid flags minflt */
     CHECK(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %llu", &v) == 1);
     return v;
+}
+
+static uint64_t in_place(void)
+{
+    rdmx_channel_stats_t st;
+
+    rdmx_channel_stats(ch, &st);
+    return st.responses_in_place;
+}
+
+/* Offset of the first byte of @p[0..@n) that is not @b, or -1. */
+static long not_byte(const unsigned char *p, size_t n, unsigned char b)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != b)
+            return (long)i;
+    return -1;
 }
 
 static void echo(size_t len, uint64_t seed)
@@ -91,6 +117,72 @@ int main(int argc, char **argv)
     echo(48 * MiB + 1, 3);
     echo(300 * 1024, 4);
     echo(48 * MiB, 5);
+
+    /* Large answers land in the caller's buffer; a too-small one is
+     * refused without a byte written. */
+    {
+        uint64_t p0 = in_place();
+        size_t got = 0;
+        long bad;
+
+        echo(48 * MiB, 6);
+        echo(40 * MiB, 7);
+        CHECKF(in_place() - p0 == 2,
+               "2 answers of 40-48 MiB: %llu received in place",
+               (unsigned long long)(in_place() - p0));
+        p0 = in_place();
+        th_fill(req, 8 * MiB, 8);
+        memset(resp, 0x5a, 8 * MiB);
+        CHECK_ST(rdmx_call(ch, "echo", req, 8 * MiB, resp, 4 * MiB, NULL, &got),
+                 RDMX_ERR_TOO_BIG);
+        CHECKF(got == 8 * MiB, "too small: length %zu reported", got);
+        CHECKF(in_place() == p0, "an answer over the buffer landed in place");
+        bad = not_byte(resp, 8 * MiB, 0x5a);
+        CHECKF(bad < 0, "too small: byte %ld of the buffer written", bad);
+    }
+
+    /* Timeouts while the answer lands: nothing written after the return. */
+    {
+        double t0 = th_now_ms(), t_echo;
+        unsigned timeouts = 0, ok = 0;
+
+        echo(48 * MiB, 9);
+        t_echo = th_now_ms() - t0;
+        for (unsigned i = 0; i < 16; i++) {
+            rdmx_call_params_t cp = {0};
+            size_t got = 0;
+            rdmx_status_t st;
+            double until;
+            long bad;
+
+            cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
+            /* from a fifth of a transfer to all of it */
+            cp.timeout_ms = (int)(t_echo * (0.2 + 0.05 * i)) + 1;
+            th_fill(req, 48 * MiB, 20 + i);
+            st =
+                rdmx_call(ch, "echo", req, 48 * MiB, resp, 64 * MiB, &cp, &got);
+            CHECKF(st == RDMX_OK || st == RDMX_ERR_TIMEOUT, "timeout %d ms: %s",
+                   cp.timeout_ms, rdmx_strerror(st));
+            if (st == RDMX_OK) {
+                ok++;
+                CHECK_PATTERN(resp, 48 * MiB, 20 + i, 0);
+            } else {
+                timeouts++;
+            }
+            memset(resp, 0xa5, 48 * MiB);
+            until = th_now_ms() + 2 * t_echo + 20;
+            while (th_now_ms() < until)
+                rdmx_worker_progress(wk);
+            bad = not_byte(resp, 48 * MiB, 0xa5);
+            CHECKF(bad < 0,
+                   "timeout %d ms (%s): byte %ld written after the call "
+                   "returned",
+                   cp.timeout_ms, rdmx_strerror(st), bad);
+        }
+        th_log("48 MiB echo %.1f ms; 16 calls with shorter timeouts: %u "
+               "answered, %u timed out",
+               t_echo, ok, timeouts);
+    }
 
     /* Warm: no fresh pages per call. */
     c0 = minflt_of(getpid());

@@ -440,6 +440,11 @@ typedef struct {
                                   lent a buffer ended and the server did
                                   not answer it in time (docs/RPC.md,
                                   "Lent buffers") */
+    uint64_t responses_in_place; /**< large responses received straight
+                                      into the caller's memory
+                                      (rdmx_call's response buffer, a KV
+                                      GET's value buffer: docs/RPC.md,
+                                      "Large inline messages") */
 } rdmx_channel_stats_t;
 
 RDMX_API void rdmx_channel_stats(rdmx_channel_t *channel,

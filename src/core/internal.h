@@ -244,13 +244,20 @@ struct rdmx_op {
     size_t early_len;
     unsigned char hdr[RDMX_OP_HDR_MAX]; /* AM header: lives as long as the
                                            send (UCX 1.13 does not copy) */
-    rdmx_tp_iov_t iov[RDMX_TP_IOV_MAX]; /* a gathered send's pieces (the
-                                           backend reads them until done) */
-    int cb_at_end; /* the callback gives back memory the transport
-                      reads (a gathered send's pieces): if the record
-                      is orphaned, it runs only once the transport
-                      is done with the request or gone, with the
-                      status kept in `status` */
+    union {
+        rdmx_tp_iov_t iov[RDMX_TP_IOV_MAX];     /* a gathered send's pieces
+                                                   (the backend reads them
+                                                   until done) */
+        rdmx_tp_piece_t piece[RDMX_TP_IOV_MAX]; /* a scattered receive's
+                                                   (written until done) */
+    };
+    unsigned npieces; /* recv: pieces in piece[] (0: into buf) */
+    int cb_at_end;    /* the callback gives back memory the transport
+                         reads or writes (a gathered send's pieces, a
+                         receive's into the caller's memory): if the
+                         record is orphaned, it runs only once the
+                         transport is done with the request or gone,
+                         with the status kept in `status` */
 };
 
 /* A message that arrived before a receive was posted. */

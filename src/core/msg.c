@@ -226,6 +226,48 @@ rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
     return RDMX_INPROGRESS;
 }
 
+int rdmx__msg_scatters(const rdmx_worker_t *w)
+{
+    return w->tp->recvv != NULL;
+}
+
+rdmx_status_t rdmx__msg_recvv(rdmx_ep_t *ep, void *desc,
+                              const rdmx_msg_piece_t *pieces, unsigned n,
+                              size_t length, rdmx_cb_t cb, void *arg)
+{
+    rdmx_worker_t *w = ep->worker;
+    rdmx_op_t *op;
+    void *req = NULL;
+    rdmx_status_t st;
+
+    if (n == 0 || n > RDMX_TP_IOV_MAX || (n > 1 && w->tp->recvv == NULL)) {
+        w->tp->release(w->tw, desc);
+        return rdmx__error(RDMX_ERR_INVALID, "recv: %u pieces", n);
+    }
+    if ((op = rdmx__op_get(w, ep, RDMX_OP_RECV, cb, arg)) == NULL) {
+        w->tp->release(w->tw, desc);
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "recv: out of memory");
+    }
+    for (unsigned i = 0; i < n; i++) {
+        op->piece[i].base = pieces[i].base;
+        op->piece[i].length = pieces[i].length;
+    }
+    op->npieces = n;
+    op->mr = NULL;
+    /* The pieces are the caller's: tell it only once the transport writes
+     * into them no more (an endpoint that fails first orphans the record;
+     * its callback then waits for the transport's end). */
+    op->cb_at_end = 1;
+    op->issuing = 1;
+    if (n == 1)
+        st =
+            w->tp->recv(w->tw, desc, op->piece[0].base, length, NULL, op, &req);
+    else
+        st = w->tp->recvv(w->tw, desc, op->piece, n, length, op, &req);
+    rdmx__op_started(op, st, req, length);
+    return RDMX_INPROGRESS;
+}
+
 rdmx_status_t rdmx__am_msg(rdmx_worker_t *w, rdmx_tep_t *tep,
                            const void *header, size_t hlen, void *data,
                            size_t len, unsigned flags)

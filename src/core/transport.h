@@ -50,7 +50,13 @@ typedef struct {
     size_t length;
 } rdmx_tp_iov_t;
 
-#define RDMX_TP_IOV_MAX 4 /* most pieces of a sendv */
+#define RDMX_TP_IOV_MAX 4 /* most pieces of a sendv or recvv */
+
+/* A piece of a scattered receive (recvv): the same layout, writable. */
+typedef struct {
+    void *base;
+    size_t length;
+} rdmx_tp_piece_t;
 
 /* Flags of a send. */
 enum {
@@ -159,6 +165,13 @@ typedef struct {
      * @buf; the descriptor is the backend's again from here. */
     rdmx_status_t (*recv)(void *tw, void *desc, void *buf, size_t length,
                           void *tmr, rdmx_op_t *op, void **req_p);
+    /* Optional (NULL: one piece only, through recv): recv, with the
+     * @length bytes scattered over @n pieces (2 <= @n <= RDMX_TP_IOV_MAX)
+     * at @pieces, in order, none registered; @pieces stays valid until
+     * completion (the core keeps it in the operation record). */
+    rdmx_status_t (*recvv)(void *tw, void *desc, const rdmx_tp_piece_t *pieces,
+                           unsigned n, size_t length, rdmx_op_t *op,
+                           void **req_p);
     /* Give back eager data kept, or a large message's descriptor left. */
     void (*release)(void *tw, void *data);
 

@@ -70,6 +70,23 @@ void rdmx__msg_release(rdmx_worker_t *w, void *data);
  * memory): @cb never runs. Either way @desc is the transport's again. */
 rdmx_status_t rdmx__msg_recv(rdmx_ep_t *ep, void *desc, void *buf,
                              size_t length, rdmx_cb_t cb, void *arg);
+/* A piece of a scattered receive (rdmx__msg_recvv). */
+typedef struct {
+    void *base;
+    size_t length;
+} rdmx_msg_piece_t;
+
+/* rdmx__msg_recv with the @length bytes scattered over @n pieces (at most
+ * RDMX_MSG_IOV_MAX, at least @length bytes in all), in order, straight
+ * into them: more than one piece only where rdmx__msg_scatters. @pieces
+ * itself is copied; the pieces stay valid until @cb runs, which is only
+ * once the transport writes into them no more (if the endpoint fails
+ * first, that may be later than the failure). */
+rdmx_status_t rdmx__msg_recvv(rdmx_ep_t *ep, void *desc,
+                              const rdmx_msg_piece_t *pieces, unsigned n,
+                              size_t length, rdmx_cb_t cb, void *arg);
+/* Whether @w's transport receives into several pieces (else one). */
+int rdmx__msg_scatters(const rdmx_worker_t *w);
 /* Send message @id with header @hdr (copied, at most 48 bytes) and @length
  * bytes of @data (valid until completion). RDMX_OK: done at once, @cb does
  * not run; RDMX_INPROGRESS: @cb runs; or an error. */

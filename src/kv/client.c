@@ -415,6 +415,9 @@ struct kv_op {
     /* where answers go */
     void *buf;                  /* GET: an inline value (capacity bytes) */
     size_t capacity;
+    /* A blocking GET's answer that comes by rendezvous lands in head (the
+     * result) and buf (the value) with no copy (rdmx__call_into). */
+    unsigned char head[RDMX_KV_RESULT_SIZE];
     unsigned char *resp;        /* non-NULL: the raw answer, up to resp_cap
                                    bytes; its length in resp_len */
     size_t resp_cap, resp_len;
@@ -520,6 +523,9 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
                                  rdmx_kv_meta_t *meta, char *msg, size_t size)
 {
     rdmx_kv_result_t res;
+    /* the bytes after the result: in buf if the answer landed in place */
+    int in_place = r->status == RDMX_OK && r->data == op->head;
+    const char *rest;
     size_t n;
 
     if (r->status == RDMX_ERR_TOO_BIG) {
@@ -548,11 +554,13 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
     meta->length = (size_t)res.length;
     meta->flags = res.flags;
     meta->cas = res.cas;
+    rest = in_place ? (const char *)op->buf
+                    : (const char *)r->data + RDMX_KV_RESULT_SIZE;
     if (res.status != RDMX_OK) {
         n = r->length - RDMX_KV_RESULT_SIZE;
         if (n > size - 1)
             n = size - 1;
-        memcpy(msg, (const char *)r->data + RDMX_KV_RESULT_SIZE, n);
+        memcpy(msg, rest, n);
         msg[n] = '\0';
         return (rdmx_status_t)res.status;
     }
@@ -562,9 +570,8 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
                      (unsigned long long)res.length, op->capacity);
             return RDMX_ERR_TOO_BIG;
         }
-        if (res.length != 0)
-            memcpy(op->buf, (const char *)r->data + RDMX_KV_RESULT_SIZE,
-                   (size_t)res.length);
+        if (res.length != 0 && !in_place)
+            memcpy(op->buf, rest, (size_t)res.length);
     }
     return RDMX_OK;
 }
@@ -617,8 +624,18 @@ static rdmx_status_t op_call(kv_op_t *op)
         cp.flags = RDMX_RPC_MORE;
     }
     op->pending++;
-    st = rdmx_call_nb(kv->ch[(op->server + i) % kv->n], op->method,
-                      op->msg->data, op->msg->len, &cp, NULL);
+    if (op->cb == NULL && op->buf != NULL && op->capacity > 0 &&
+        op->resp == NULL && op->copies == 1) {
+        /* blocking GET: its caller waits for the end, so a large answer
+         * may land in its buffer itself */
+        rdmx_msg_piece_t into[2] = {{op->head, sizeof(op->head)},
+                                    {op->buf, op->capacity}};
+        st = rdmx__call_into(kv->ch[(op->server + i) % kv->n], op->method,
+                             op->msg->data, op->msg->len, &cp, into, 2, NULL);
+    } else {
+        st = rdmx_call_nb(kv->ch[(op->server + i) % kv->n], op->method,
+                          op->msg->data, op->msg->len, &cp, NULL);
+    }
     if (st != RDMX_INPROGRESS) {
         char msg[256];
 

@@ -61,9 +61,19 @@ typedef struct call {
     uint32_t aux_len, len;
     unsigned char *buf;   /* aux || payload */
     void *resp;           /* rendezvous response buffer */
+    /* Where a response that comes by rendezvous lands, if it fits: the
+     * caller's own memory (rdmx__call_into), so no copy is made. */
+    rdmx_msg_piece_t into[2];
+    unsigned ninto;
+    size_t into_cap;  /* their bytes in all */
+    int rx_busy;      /* a receive into them is in flight */
+    int end_deferred; /* ended meanwhile: the callback waits for the
+                         receive (end_status, end_msg) */
+    rdmx_status_t end_status;
     struct call *next_spare; /* in ch->spare */
     /* not cleared for a new call (call_new clears what comes before): */
     char lent_msg[96]; /* set with lent_until */
+    char end_msg[96];  /* set with end_deferred */
     unsigned char inl[CH_INLINE];
 } call_t;
 
@@ -297,13 +307,27 @@ static void call_unlink(rdmx_channel_t *ch, call_t *c)
     rdmx_list_del(&c->link);
 }
 
+/* Run @c's callback. */
+static void tell(call_t *c, rdmx_status_t status, const void *data, size_t len,
+                 const char *msg)
+{
+    rdmx_call_result_t r;
+
+    r.status = status;
+    r.data = status == RDMX_OK ? data : NULL;
+    r.length = status == RDMX_OK ? len : 0;
+    r.message = msg ? msg : (status == RDMX_OK ? "" : rdmx_strerror(status));
+    r.call_id = c->id;
+    if (c->cb != NULL)
+        c->cb(&r, c->arg);
+}
+
 /* Tell the user how @c ended. The record lives on while the server still
  * owes an answer (state SENT): it holds the credit. */
 static void complete_at(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
                         const void *data, size_t len, const char *msg,
                         uint64_t now)
 {
-    rdmx_call_result_t r;
     method_t *m;
 
     if (c->done)
@@ -353,13 +377,16 @@ static void complete_at(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
                  msg ? msg : rdmx_strerror(status));
     }
 
-    r.status = status;
-    r.data = status == RDMX_OK ? data : NULL;
-    r.length = status == RDMX_OK ? len : 0;
-    r.message = msg ? msg : (status == RDMX_OK ? "" : rdmx_strerror(status));
-    r.call_id = c->id;
-    if (c->cb != NULL)
-        c->cb(&r, c->arg);
+    if (c->rx_busy) {
+        /* The answer is landing in the caller's memory: the caller may
+         * have it back only once the transport writes there no more. */
+        c->end_deferred = 1;
+        c->end_status = status;
+        snprintf(c->end_msg, sizeof(c->end_msg), "%s",
+                 msg ? msg : rdmx_strerror(status));
+        return;
+    }
+    tell(c, status, data, len, msg);
 }
 
 static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
@@ -583,7 +610,7 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
             call_free(c);
             continue;
         }
-        if (!permanent && c->attempts <= ch->retries &&
+        if (!permanent && !c->rx_busy && c->attempts <= ch->retries &&
             ((c->flags & RDMX_RPC_F_IDEMPOTENT) ||
              handler_idempotent(ch, c->method)) &&
             (c->deadline_ns == 0 || now < c->deadline_ns)) {
@@ -808,6 +835,28 @@ static void resp_rndv_done(rdmx_status_t status, size_t length, void *arg)
     answer_arrived(ch, c, RDMX_OK, c->resp, length, rdmx_now_ns());
 }
 
+/* A response came by rendezvous into the caller's pieces (c->into). */
+static void resp_into_done(rdmx_status_t status, size_t length, void *arg)
+{
+    call_t *c = arg;
+    rdmx_channel_t *ch = c->ch;
+
+    c->holds--;
+    c->rx_busy = 0;
+    if (c->end_deferred) { /* it ended while the answer was landing */
+        c->end_deferred = 0;
+        tell(c, c->end_status, NULL, 0, c->end_msg);
+    }
+    if (ch == NULL) {
+        call_free(c);
+        return;
+    }
+    if (status != RDMX_OK || c->state != CALL_SENT || !c->linked)
+        return; /* the connection went; conn_lost handled the call */
+    ch->stats.responses_in_place++;
+    answer_arrived(ch, c, RDMX_OK, c->into[0].base, length, rdmx_now_ns());
+}
+
 /* A control message (WELCOME of a server with many handlers) too large to
  * arrive eagerly: fetch it, then handle it as if it had. */
 typedef struct {
@@ -882,6 +931,26 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         if (c == NULL || c->state != CALL_SENT) {
             ch->stats.late_responses++;
             return RDMX_OK;
+        }
+        if (m->rndv && c->rx_busy) { /* a second answer to the same call */
+            rdmx__msg_release(ch->w, m->data);
+            ch->stats.late_responses++;
+            return RDMX_INPROGRESS; /* released above */
+        }
+        if (m->rndv && c->ninto > 0 && !c->done &&
+            m->h.kind == RDMX_RPC_MSG_RESPONSE && m->h.aux == 0 &&
+            m->length <= c->into_cap &&
+            (c->ninto == 1 || rdmx__msg_scatters(ch->w))) {
+            c->holds++;
+            c->rx_busy = 1;
+            if (rdmx__msg_recvv(ch->ep, m->data, c->into, c->ninto, m->length,
+                                resp_into_done, c) != RDMX_INPROGRESS) {
+                c->holds--;
+                c->rx_busy = 0;
+                answer_arrived(ch, c, RDMX_ERR_NO_MEMORY, "out of memory", 13,
+                               m->at_ns);
+            }
+            return RDMX_INPROGRESS; /* the descriptor is the receive's */
         }
         if (m->rndv) {
             if ((c->resp = rdmx__buf_alloc(m->length)) == NULL) {
@@ -1431,6 +1500,7 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
                                 const void *data, size_t length,
                                 const rdmx_call_params_t *params,
                                 rdmx_call_cb_t cb, void *arg,
+                                const rdmx_msg_piece_t *into, unsigned ninto,
                                 uint64_t *call_id_p);
 
 rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
@@ -1443,14 +1513,28 @@ rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
         return rdmx__error(RDMX_ERR_INVALID,
                            "call_nb: params->cb is required (set "
                            "RDMX_CALL_PARAM_FIELD_CB)");
-    return call_start(ch, method, data, length, params, params->cb,
-                      params->arg, call_id_p);
+    return call_start(ch, method, data, length, params, params->cb, params->arg,
+                      NULL, 0, call_id_p);
+}
+
+rdmx_status_t rdmx__call_into(rdmx_channel_t *ch, const char *method,
+                              const void *data, size_t length,
+                              const rdmx_call_params_t *params,
+                              const rdmx_msg_piece_t *into, unsigned ninto,
+                              uint64_t *call_id_p)
+{
+    if (params == NULL || !(params->field_mask & RDMX_CALL_PARAM_FIELD_CB) ||
+        params->cb == NULL || ninto > 2)
+        return rdmx__error(RDMX_ERR_INVALID, "call_into: bad argument");
+    return call_start(ch, method, data, length, params, params->cb, params->arg,
+                      into, ninto, call_id_p);
 }
 
 static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
                                 const void *data, size_t length,
                                 const rdmx_call_params_t *params,
                                 rdmx_call_cb_t cb, void *arg,
+                                const rdmx_msg_piece_t *into, unsigned ninto,
                                 uint64_t *call_id_p)
 {
     rdmx_status_t st = RDMX_OK;
@@ -1488,6 +1572,11 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
     }
     c->cb = cb;
     c->arg = arg;
+    for (unsigned i = 0; i < ninto; i++) {
+        c->into[i] = into[i];
+        c->into_cap += into[i].length;
+    }
+    c->ninto = c->into_cap > 0 ? ninto : 0;
     if (ch->state == RDMX_CHANNEL_READY && ch->inflight < ch->credits &&
         rdmx_list_empty(&ch->queue) &&
         call_send(ch, c, c->start_ns, c->more) == 0) {
@@ -1603,8 +1692,8 @@ static void waiter_cb(const rdmx_call_result_t *r, void *arg)
             snprintf(wt->message, sizeof(wt->message),
                      "response of %zu bytes, buffer of %zu", r->length,
                      wt->capacity);
-        } else if (r->length != 0) {
-            memcpy(wt->resp, r->data, r->length);
+        } else if (r->length != 0 && r->data != wt->resp) {
+            memcpy(wt->resp, r->data, r->length); /* (else it landed there) */
         }
     } else {
         snprintf(wt->message, sizeof(wt->message), "%s", r->message);
@@ -1627,7 +1716,12 @@ rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
                            "call: params->cb is for rdmx_call_nb");
     wt.resp = resp;
     wt.capacity = capacity;
-    st = call_start(ch, method, data, length, params, waiter_cb, &wt, NULL);
+    {
+        /* a large answer lands in @resp itself */
+        rdmx_msg_piece_t into = {resp, capacity};
+        st = call_start(ch, method, data, length, params, waiter_cb, &wt, &into,
+                        capacity > 0 ? 1 : 0, NULL);
+    }
     if (st != RDMX_INPROGRESS)
         return st;
     rdmx__wait_until(ch->w, &wt.done);

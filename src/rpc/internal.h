@@ -101,6 +101,19 @@ void rdmx__channel_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
 /* The largest request the channel's server takes (its max_message), or 0
  * while the channel is not READY. */
 uint64_t rdmx__channel_max_message(const rdmx_channel_t *ch);
+/* rdmx_call_nb whose response, when it comes by rendezvous, is
+ * RDMX_RPC_MSG_RESPONSE and fits the @ninto (at most 2) pieces at @into,
+ * is received straight into them, in order: the callback's data then
+ * points at into[0] and its length counts every piece's bytes (the rest
+ * are in into[1]). Other responses come as from rdmx_call_nb. The pieces
+ * stay the caller's only once the callback ran; a call that ends (timeout,
+ * cancel, lost connection) while its answer is landing there runs its
+ * callback once the transport writes there no more. */
+rdmx_status_t rdmx__call_into(rdmx_channel_t *ch, const char *method,
+                              const void *data, size_t length,
+                              const rdmx_call_params_t *params,
+                              const rdmx_msg_piece_t *into, unsigned ninto,
+                              uint64_t *call_id_p);
 
 /* A message on an endpoint the server accepted but has not set up yet. */
 rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep);

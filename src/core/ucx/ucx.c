@@ -697,6 +697,33 @@ static rdmx_status_t ucx_recv(void *tw, void *desc, void *buf, size_t length,
                   req_p, "receive");
 }
 
+/* The core's receive pieces are UCX's too. */
+_Static_assert(sizeof(rdmx_tp_piece_t) == sizeof(ucp_dt_iov_t) &&
+                   offsetof(rdmx_tp_piece_t, base) ==
+                       offsetof(ucp_dt_iov_t, buffer) &&
+                   offsetof(rdmx_tp_piece_t, length) ==
+                       offsetof(ucp_dt_iov_t, length),
+               "rdmx_tp_piece_t must match ucp_dt_iov_t");
+
+/* ucx_recv into @n pieces: UCX's iov datatype, unpacked (tcp) or pulled
+ * (shared memory, RDMA) straight into them. */
+static rdmx_status_t ucx_recvv(void *tw, void *desc,
+                               const rdmx_tp_piece_t *pieces, unsigned n,
+                               size_t length, rdmx_op_t *op, void **req_p)
+{
+    ucp_request_param_t p;
+
+    (void)length;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_DATATYPE;
+    p.cb.recv_am = recv_cb;
+    p.user_data = op;
+    p.datatype = ucp_dt_make_iov();
+    return issued(ucp_am_recv_data_nbx(((ucx_worker_t *)tw)->ucp, desc,
+                                       (void *)pieces, n, &p),
+                  req_p, "receive");
+}
+
 /* Give back what the core took and will not receive (am_cb): eager data
  * it kept, or a rendezvous descriptor (UCX answers its sender then). */
 static void ucx_release(void *tw, void *data)
@@ -863,6 +890,7 @@ const rdmx_tp_ops_t rdmx_tp_ucx = {
     .send = ucx_send,
     .sendv = ucx_sendv,
     .recv = ucx_recv,
+    .recvv = ucx_recvv,
     .release = ucx_release,
     .rkey_unpack = ucx_rkey_unpack,
     .rkey_destroy = ucx_rkey_destroy,
