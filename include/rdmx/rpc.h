@@ -403,7 +403,9 @@ RDMX_API rdmx_status_t rdmx_channel_create(rdmx_worker_t *worker,
                                            rdmx_channel_t **channel_p);
 
 /** Complete every pending call with RDMX_ERR_CANCELED (their callbacks run
- *  here), close the connection and free the channel. */
+ *  here, but that of an rdmx_call whose answer is landing in its buffer:
+ *  it runs once the transport writes there no more), close the connection
+ *  and free the channel. */
 RDMX_API void rdmx_channel_destroy(rdmx_channel_t *channel);
 
 RDMX_API rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *channel);
@@ -541,6 +543,9 @@ RDMX_API rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
 /**
  * Call and wait. The response goes to @p resp (up to @p capacity bytes;
  * *resp_len_p gets its length, or the length needed with RDMX_ERR_TOO_BIG).
+ * A response large enough to travel by rendezvous is received straight
+ * into @p resp; the call returns, whatever its status, only once nothing
+ * more is written there.
  * Returns what rdmx_call_nb or its callback would; on error
  * rdmx_error_detail() holds the message.
  */
