@@ -21,8 +21,9 @@
 # --seconds; every operation is timed (clock_gettime). Reported: ops/s, MB/s
 # (10^6 B/s of values) and p50/p99 latency over all operations.
 # Cells: GET and SET x 100 B, 4 KiB, 1 MiB x 1 and 8 clients (--sizes takes
-# any up to 64m). Key space: 10,000 keys below 1 MiB, 100 keys from 1 MiB,
-# 4 keys from 16 MiB (every value fits every server). rdmx-kv runs with
+# any up to 64m). Key space: 10,000 keys below 96 KiB, 1,000 from 96 KiB,
+# 100 from 1 MiB, 4 from 16 MiB: at most ~640 MiB of values, so every value
+# fits every server (rdmx-kvd has 1 GiB). rdmx-kv runs with
 # --zero-copy for 4 KiB and 1 MiB (registered client buffers: a 1 MiB GET is
 # RDMA-written into it, a 1 MiB SET RDMA-read from it; 4 KiB is still
 # answered inline, --inline-threshold 4k); --zero-copy on|off changes that.
@@ -196,6 +197,7 @@ start_redis() {
 keys_for() { # bytes -> key space
     if [ "$1" -ge 16777216 ]; then echo 4
     elif [ "$1" -ge 1048576 ]; then echo 100
+    elif [ "$1" -ge 98304 ]; then echo 1000
     else echo 10000; fi
 }
 
