@@ -16,7 +16,8 @@
  *     3  x "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
  *     2  x a well-formed frame of an unknown type (9): a REFUSE frame with
  *          RDMX_ERR_PROTO comes back first
- *     1  x a HELLO with a wrong magic, 1 x a HELLO of protocol version 999:
+ *     1  x a HELLO with a wrong magic, 1 x a HELLO of protocol version 999,
+ *          1 x one of version 4 (the one before tcp's larger segments):
  *          REFUSE, RDMX_ERR_PROTO
  *     5  x connect and close at once
  *   held:
@@ -358,6 +359,10 @@ int main(int argc, char **argv)
     /* the right magic (docs/PROTOCOL.md: 0x58444d52), a wrong version */
     prompt_case("HELLO of version 999", buf, make_hello(buf, 0x58444d52u, 999),
                 1);
+    n_proto++;
+    n_failed++;
+    /* version 4 received tcp in 64 KiB segments (docs/PROTOCOL.md) */
+    prompt_case("HELLO of version 4", buf, make_hello(buf, 0x58444d52u, 4), 1);
     n_proto++;
     n_failed++;
     for (i = 0; i < 5; i++) {

@@ -1,9 +1,10 @@
 #!/bin/sh
 # The settings a tcp context gives UCX reach UCX's tcp transport
-# (src/core/ucx/ucx.c, docs/CORE.md "UCX versions"): copied sends go in
-# 64 KiB segments (TCP_TX_SEG_SIZE, passed under the name the running UCX
-# version takes), UCX says it applied it, and warns about nothing rdmx set;
-# a segment size the user set wins. Read from UCX's own debug log of a real
+# (src/core/ucx/ucx.c, docs/CORE.md "UCX versions"): messages are sent and
+# received in 260 KiB segments (TCP_TX_SEG_SIZE and TCP_RX_SEG_SIZE, passed
+# under the names the running UCX version takes), UCX says it applied both,
+# and warns about nothing rdmx set; a send or receive segment size the user
+# set wins, and then rdmx sets neither. Read from UCX's own debug log of a real
 # rdmx-perf server over tcp. Exits 77 (skipped) if this UCX was built
 # without debug logging.
 # Usage: ucx_tcp_settings.sh BINDIR
@@ -29,16 +30,21 @@ grep -q "UCX  DEBUG" "$tmp/default" || {
     echo "SKIP: this UCX logs no debug lines"
     exit 77
 }
-grep "TX_SEG_SIZE" "$tmp/default" || true
-grep -Eq "apply UCT configuration (TCP_)?TX_SEG_SIZE=64k" "$tmp/default" ||
-    die "UCX did not apply the 64 KiB send segment"
+grep "_SEG_SIZE" "$tmp/default" || true
+for dir in TX RX; do
+    grep -Eq "apply UCT configuration (TCP_)?${dir}_SEG_SIZE=260k" \
+        "$tmp/default" || die "UCX did not apply the 260 KiB $dir segment"
+done
 if grep -Eq "UCX  WARN  invalid configuration|unused env" "$tmp/default"; then
     grep -E "UCX  WARN" "$tmp/default" >&2
     die "UCX warned about a setting rdmx made"
 fi
 
-serve "$tmp/user" UCX_TCP_TX_SEG_SIZE=16k
-if grep -Eq "apply UCT configuration (TCP_)?TX_SEG_SIZE=64k" "$tmp/user"; then
-    die "rdmx overrode the send segment the user set"
-fi
-echo "ok: copied tcp sends go in 64 KiB segments; the user's setting wins"
+for user in UCX_TCP_TX_SEG_SIZE=16k UCX_TCP_RX_SEG_SIZE=128k; do
+    serve "$tmp/user" "$user"
+    if grep -Eq "apply UCT configuration (TCP_)?(TX|RX)_SEG_SIZE=260k" \
+        "$tmp/user"; then
+        die "rdmx set a segment size although the user set $user"
+    fi
+done
+echo "ok: tcp messages go in 260 KiB segments; the user's setting wins"

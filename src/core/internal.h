@@ -38,8 +38,10 @@ enum {
 };
 
 #define RDMX_WIRE_MAGIC   0x58444d52u /* "RMDX" little-endian */
-/* Wire version: 3 authentication in the bootstrap; 4 batched messages */
-#define RDMX_WIRE_VERSION 4u
+/* Wire version: 3 authentication in the bootstrap; 4 batched messages; 5
+ * tcp segments of 260 KiB (a peer must take the segments this one sends:
+ * src/core/ucx/ucx.c) */
+#define RDMX_WIRE_VERSION 5u
 #define RDMX_BIND_SIZE    16          /* magic, status, token */
 #define RDMX_NOTIFY_SIZE  32
 #define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */

@@ -26,6 +26,10 @@
 #include <sys/shm.h>
 #include "core/ucx/ucx.h"
 
+/* The tcp send and receive segment of every tcp context: 256 KiB of data
+ * and room for the headers (ucx_ctx_create). Part of the wire protocol. */
+#define RDMX_UCX_TCP_SEG "260k"
+
 typedef struct ucx_worker ucx_worker_t;
 
 typedef struct {
@@ -202,24 +206,34 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
         rdmx_debug("UCX: cannot set ZCOPY_THRESH=inf");
     /* Those copies go out in send segments of TCP_TX_SEG_SIZE, 8 KiB by
      * default: a large message then moves at ~1 GB/s here, a third of
-     * UCX's zero-copy (rdmx-perf send_bw 1 MiB: 636 MB/s, KV GET 1 MiB
-     * 761/s). Segments of 64 KiB, the receive segment's default, bring
-     * copies back to zero-copy's speed (2,372 MB/s; 1,891 GETs/s).
-     * Buffers for unexpected messages are sized by the receive segment,
-     * which stays as it is. A send or receive segment size the user set
-     * wins (a send segment must not outgrow the peer's receive one).
-     * ucp_config_modify passes a transport's setting on to the transport
-     * by its name in the transport's table before UCX 1.17 ("TX_SEG_SIZE")
-     * and by its full name from 1.17 on ("TCP_TX_SEG_SIZE"). */
+     * UCX's zero-copy. And a message that does not fit one segment goes as
+     * several fragments that the receiver joins in a buffer of its own
+     * (one more copy) or, past ~90 KiB, by rendezvous (one more round
+     * trip); with the default 64 KiB receive segment a 64 KiB value and
+     * its headers are already two fragments. Segments of 256 KiB + 4 KiB
+     * both ways carry every value up to 256 KiB, headers included, in one
+     * fragment: with 8 clients on 2 CPUs, GETs of 64 and 128 KiB run 1.4x
+     * and 1.9x faster than with 64 KiB segments (docs/PERFORMANCE.md,
+     * "Large messages over tcp"). A peer must receive what this one sends:
+     * the setting is part of the wire protocol (RDMX_WIRE_VERSION 5). A
+     * send or receive segment size the user set wins, and then neither is
+     * set here. ucp_config_modify passes a transport's setting on to the
+     * transport by its name in the transport's table before UCX 1.17
+     * ("TX_SEG_SIZE") and by its full name from 1.17 on
+     * ("TCP_TX_SEG_SIZE"). */
     if (t == RDMX_TRANSPORT_TCP && getenv("UCX_TCP_TX_SEG_SIZE") == NULL &&
         getenv("UCX_TCP_RX_SEG_SIZE") == NULL) {
         unsigned major, minor, release;
+        int old = 0;
         ucp_get_version(&major, &minor, &release);
-        if (ucp_config_modify(config,
-                              major == 1 && minor < 17 ? "TX_SEG_SIZE"
-                                                       : "TCP_TX_SEG_SIZE",
-                              "64k") != UCS_OK)
-            rdmx_debug("UCX: cannot set TCP_TX_SEG_SIZE=64k");
+        old = major == 1 && minor < 17;
+        /* (the receive segment first: never send more than it takes) */
+        if (ucp_config_modify(config, old ? "RX_SEG_SIZE" : "TCP_RX_SEG_SIZE",
+                              RDMX_UCX_TCP_SEG) != UCS_OK ||
+            ucp_config_modify(config, old ? "TX_SEG_SIZE" : "TCP_TX_SEG_SIZE",
+                              RDMX_UCX_TCP_SEG) != UCS_OK)
+            rdmx_debug("UCX: cannot set the tcp segment sizes to %s",
+                       RDMX_UCX_TCP_SEG);
     }
     if (net_devices != NULL &&
         ucp_config_modify(config, "NET_DEVICES", net_devices) != UCS_OK) {
