@@ -853,7 +853,8 @@ static void resp_into_done(rdmx_status_t status, size_t length, void *arg)
     }
     if (status != RDMX_OK || c->state != CALL_SENT || !c->linked)
         return; /* the connection went; conn_lost handled the call */
-    ch->stats.responses_in_place++;
+    if (!c->done)
+        ch->stats.responses_in_place++;
     answer_arrived(ch, c, RDMX_OK, c->into[0].base, length, rdmx_now_ns());
 }
 
@@ -932,9 +933,11 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             ch->stats.late_responses++;
             return RDMX_OK;
         }
-        if (m->rndv && c->rx_busy) { /* a second answer to the same call */
-            rdmx__msg_release(ch->w, m->data);
+        if (c->rx_busy) { /* a second answer while the first lands */
             ch->stats.late_responses++;
+            if (!m->rndv)
+                return RDMX_OK;
+            rdmx__msg_release(ch->w, m->data);
             return RDMX_INPROGRESS; /* released above */
         }
         if (m->rndv && c->ninto > 0 && !c->done &&
