@@ -253,13 +253,12 @@ struct rdmx_op {
         rdmx_tp_piece_t piece[RDMX_TP_IOV_MAX]; /* a scattered receive's
                                                    (written until done) */
     };
-    unsigned npieces; /* recv: pieces in piece[] (0: into buf) */
-    int cb_at_end;    /* the callback gives back memory the transport
-                         reads or writes (a gathered send's pieces, a
-                         receive's into the caller's memory): if the
-                         record is orphaned, it runs only once the
-                         transport is done with the request or gone,
-                         with the status kept in `status` */
+    int cb_at_end; /* the callback gives back memory the transport
+                      reads or writes (a gathered send's pieces, a
+                      receive's into the caller's memory): if the
+                      record is orphaned, it runs only once the
+                      transport is done with the request or gone,
+                      with the status kept in `status` */
 };
 
 /* A message that arrived before a receive was posted. */

@@ -252,7 +252,6 @@ rdmx_status_t rdmx__msg_recvv(rdmx_ep_t *ep, void *desc,
         op->piece[i].base = pieces[i].base;
         op->piece[i].length = pieces[i].length;
     }
-    op->npieces = n;
     op->mr = NULL;
     /* The pieces are the caller's: tell it only once the transport writes
      * into them no more (an endpoint that fails first orphans the record;

@@ -55,7 +55,6 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     op->early = 0;
     op->orphaned = 0;
     op->cb_at_end = 0;
-    op->npieces = 0;
     if (ep != NULL)
         ep->ops++;
     return op;

@@ -678,13 +678,15 @@ static rdmx_status_t ucx_send(rdmx_tep_t *tep, unsigned id, const void *hdr,
                    op, req_p);
 }
 
-/* The core's pieces are UCX's: the same two fields at the same places. */
-_Static_assert(sizeof(rdmx_tp_iov_t) == sizeof(ucp_dt_iov_t) &&
-                   offsetof(rdmx_tp_iov_t, base) ==
-                       offsetof(ucp_dt_iov_t, buffer) &&
-                   offsetof(rdmx_tp_iov_t, length) ==
-                       offsetof(ucp_dt_iov_t, length),
-               "rdmx_tp_iov_t must match ucp_dt_iov_t");
+/* The core's pieces, sent (rdmx_tp_iov_t) or received into
+ * (rdmx_tp_piece_t), are UCX's: the same two fields at the same places. */
+#define SAME_AS_UCP_IOV(T)                                                     \
+    (sizeof(T) == sizeof(ucp_dt_iov_t) &&                                      \
+     offsetof(T, base) == offsetof(ucp_dt_iov_t, buffer) &&                    \
+     offsetof(T, length) == offsetof(ucp_dt_iov_t, length))
+_Static_assert(SAME_AS_UCP_IOV(rdmx_tp_iov_t) &&
+                   SAME_AS_UCP_IOV(rdmx_tp_piece_t),
+               "rdmx_tp_iov_t and rdmx_tp_piece_t must match ucp_dt_iov_t");
 
 static rdmx_status_t ucx_sendv(rdmx_tep_t *tep, unsigned id, const void *hdr,
                                size_t hlen, const rdmx_tp_iov_t *iov,
@@ -710,14 +712,6 @@ static rdmx_status_t ucx_recv(void *tw, void *desc, void *buf, size_t length,
                                        length, &p),
                   req_p, "receive");
 }
-
-/* The core's receive pieces are UCX's too. */
-_Static_assert(sizeof(rdmx_tp_piece_t) == sizeof(ucp_dt_iov_t) &&
-                   offsetof(rdmx_tp_piece_t, base) ==
-                       offsetof(ucp_dt_iov_t, buffer) &&
-                   offsetof(rdmx_tp_piece_t, length) ==
-                       offsetof(ucp_dt_iov_t, length),
-               "rdmx_tp_piece_t must match ucp_dt_iov_t");
 
 /* ucx_recv into @n pieces: UCX's iov datatype, unpacked (tcp) or pulled
  * (shared memory, RDMA) straight into them. */
