@@ -21,6 +21,15 @@
  *    return (OK or TIMEOUT, timeouts spread over the answer's transfer
  *    time) the buffer is filled with a marker, the worker progressed for
  *    longer than a transfer takes, and the marker is still whole.
+ *  - Large requests are sent from rdmx_call's request buffer itself: each
+ *    48 MiB echo counts in the channel's requests_in_place, a 64-byte
+ *    call does not.
+ *  - A call whose request the server does not take (its only worker busy
+ *    in a handler for 3 s) returns RDMX_ERR_TIMEOUT only once the send
+ *    ended: the connection is closed 200 ms after the 100 ms deadline
+ *    (lent_teardowns counts it; the call returns between 300 ms and 2 s),
+ *    the busy call fails with the connection, and the channel reconnects
+ *    and echoes again.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -65,6 +74,19 @@ static uint64_t in_place(void)
 
     rdmx_channel_stats(ch, &st);
     return st.responses_in_place;
+}
+
+static rdmx_channel_stats_t stats(void)
+{
+    rdmx_channel_stats_t st;
+
+    rdmx_channel_stats(ch, &st);
+    return st;
+}
+
+static void note_end(const rdmx_call_result_t *r, void *arg)
+{
+    *(rdmx_status_t *)arg = r->status;
 }
 
 /* Offset of the first byte of @p[0..@n) that is not @b, or -1. */
@@ -139,6 +161,61 @@ int main(int argc, char **argv)
         CHECKF(in_place() == p0, "an answer over the buffer landed in place");
         bad = not_byte(resp, 8 * MiB, 0x5a);
         CHECKF(bad < 0, "too small: byte %ld of the buffer written", bad);
+    }
+
+    /* Large requests go from the caller's buffer; small ones are copied. */
+    {
+        rdmx_channel_stats_t t0s = stats(), t1s;
+        size_t got = 0;
+
+        echo(48 * MiB, 40);
+        echo(48 * MiB, 41);
+        CHECK_OK(rdmx_call(ch, "echo", req, 64, resp, 64, NULL, &got));
+        t1s = stats();
+        CHECKF(t1s.requests_in_place - t0s.requests_in_place == 2,
+               "2 requests of 48 MiB and one of 64 B: %llu sent in place",
+               (unsigned long long)(t1s.requests_in_place -
+                                    t0s.requests_in_place));
+    }
+
+    /* A request the server does not take: the call ends at its deadline
+     * plus the fence, not before the send ended. */
+    {
+        rdmx_channel_stats_t t0s = stats(), t1s;
+        rdmx_call_params_t sp = {0}, cp = {0};
+        rdmx_status_t busy = RDMX_INPROGRESS, st;
+        uint32_t ms = 3000;
+        double t0, took;
+        size_t got = 0;
+
+        sp.field_mask = RDMX_CALL_PARAM_FIELD_CB;
+        sp.cb = note_end;
+        sp.arg = &busy;
+        CHECK_ST(rdmx_call_nb(ch, "spin", &ms, sizeof(ms), &sp, NULL),
+                 RDMX_INPROGRESS);
+        th_progress_for(wk, 100); /* the server's worker is in it */
+        cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
+        cp.timeout_ms = 100;
+        th_fill(req, 48 * MiB, 50);
+        t0 = th_now_ms();
+        st = rdmx_call(ch, "echo", req, 48 * MiB, resp, 64 * MiB, &cp, &got);
+        took = th_now_ms() - t0;
+        CHECKF(st == RDMX_ERR_TIMEOUT, "untaken request: %s: %s",
+               rdmx_strerror(st), rdmx_error_detail());
+        th_log("untaken 48 MiB request: the call returned after %.0f ms", took);
+        CHECKF(took >= 290 && took < 2000,
+               "untaken request: returned after %.0f ms (deadline 100 ms, "
+               "fence 200 ms more, server busy 3 s)",
+               took);
+        t1s = stats();
+        CHECKF(t1s.lent_teardowns - t0s.lent_teardowns == 1,
+               "untaken request: %llu teardowns",
+               (unsigned long long)(t1s.lent_teardowns - t0s.lent_teardowns));
+        while (busy == RDMX_INPROGRESS)
+            rdmx_worker_progress(wk);
+        CHECKF(busy != RDMX_OK, "the busy call survived the teardown");
+        CHECK_OK(rdmx_channel_wait_ready(ch, 10000 * TH_SLOW));
+        echo(48 * MiB, 51);
     }
 
     /* Timeouts while the answer lands: nothing written after the return. */

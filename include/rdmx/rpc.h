@@ -403,9 +403,10 @@ RDMX_API rdmx_status_t rdmx_channel_create(rdmx_worker_t *worker,
                                            rdmx_channel_t **channel_p);
 
 /** Complete every pending call with RDMX_ERR_CANCELED (their callbacks run
- *  here, but that of an rdmx_call whose answer is landing in its buffer:
- *  it runs once the transport writes there no more), close the connection
- *  and free the channel. */
+ *  here, but that of an rdmx_call whose answer is landing in its buffer
+ *  or whose request is still being sent from it: it runs once the
+ *  transport uses the buffer no more), close the connection and free the
+ *  channel. */
 RDMX_API void rdmx_channel_destroy(rdmx_channel_t *channel);
 
 RDMX_API rdmx_channel_state_t rdmx_channel_state(const rdmx_channel_t *channel);
@@ -441,12 +442,20 @@ typedef struct {
     uint64_t lent_teardowns; /**< connections closed because a call that
                                   lent a buffer ended and the server did
                                   not answer it in time (docs/RPC.md,
-                                  "Lent buffers") */
+                                  "Lent buffers"), or one whose request
+                                  was still being sent from the caller's
+                                  memory ended and the server did not
+                                  take it in time */
     uint64_t responses_in_place; /**< large responses received straight
                                       into the caller's memory
                                       (rdmx_call's response buffer, a KV
                                       GET's value buffer: docs/RPC.md,
                                       "Large inline messages") */
+    uint64_t requests_in_place;  /**< large requests sent straight from
+                                      the caller's memory (rdmx_call's
+                                      request, a blocking KV PUT's value:
+                                      docs/RPC.md, "Large inline
+                                      messages") */
 } rdmx_channel_stats_t;
 
 RDMX_API void rdmx_channel_stats(rdmx_channel_t *channel,
@@ -544,8 +553,11 @@ RDMX_API rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
  * Call and wait. The response goes to @p resp (up to @p capacity bytes;
  * *resp_len_p gets its length, or the length needed with RDMX_ERR_TOO_BIG).
  * A response large enough to travel by rendezvous is received straight
- * into @p resp; the call returns, whatever its status, only once nothing
- * more is written there.
+ * into @p resp, and a request over 192 bytes is sent from @p data itself;
+ * the call returns, whatever its status, only once the transport uses
+ * neither any more. A request the server does not take (a hung server)
+ * is ended by closing the connection 200 ms after the call's end, so the
+ * call may return up to that much after its deadline.
  * Returns what rdmx_call_nb or its callback would; on error
  * rdmx_error_detail() holds the message.
  */

@@ -29,6 +29,10 @@
  * memcached and Redis"). A GET over tcp is answered inline at any size. */
 #define KV_TCP_LEND_MIN ((size_t)128 * 1024)
 
+/* A blocking PUT sends a value inline from the caller's buffer itself,
+ * not from a copy, from this size on (docs/KV.md). */
+#define KV_BODY_MIN ((size_t)4096)
+
 struct rdmx_kv {
     rdmx_worker_t *w;
     unsigned n;
@@ -227,6 +231,10 @@ static rdmx_status_t check_key(size_t klen, const void *key)
 typedef struct {
     unsigned char *data;
     size_t len;
+    /* The request's last bytes, sent from the caller's memory where it is
+     * (a blocking PUT's value: KV_BODY_MIN); 0 bytes when all is in data. */
+    const void *body;
+    size_t body_len;
     rdmx_rpc_bulk_t bulk;
     unsigned nbulk; /* 0 or 1 */
     unsigned char space[1024];
@@ -236,6 +244,8 @@ static void msg_init(kv_msg_t *m)
 {
     m->data = NULL;
     m->len = 0;
+    m->body = NULL;
+    m->body_len = 0;
     m->nbulk = 0;
 }
 
@@ -349,11 +359,12 @@ static rdmx_status_t kv_args(const rdmx_kv_op_params_t *p, int nb,
 }
 
 /* A PUT of @value under @key with @opts' mode, flags, TTL and version; a
- * value in @mr larger than inline_max is lent, not inline. *r_p gets the
- * request. */
+ * value in @mr larger than inline_max is lent, not inline. With @direct
+ * (the caller waits for the end) an inline value of KV_BODY_MIN or more is
+ * sent from @value itself. *r_p gets the request. */
 static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
                              size_t klen, const void *value, size_t vlen,
-                             rdmx_mr_t *mr, const kv_args_t *opts,
+                             rdmx_mr_t *mr, const kv_args_t *opts, int direct,
                              rdmx_kv_req_t *r_p, const char *what)
 {
     int bulk;
@@ -373,8 +384,11 @@ static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
     if (bulk) {
         r_p->mode |= RDMX_KV_PUT_BULK;
         msg_lend(m, mr, value, vlen, RDMX_ACCESS_READ);
+    } else if (direct && vlen >= KV_BODY_MIN) {
+        m->body = value; /* the request's tail: the same bytes on the wire */
+        m->body_len = vlen;
     }
-    return msg_encode(m, r_p, bulk ? 0 : vlen, what);
+    return msg_encode(m, r_p, bulk || m->body_len > 0 ? 0 : vlen, what);
 }
 
 /* --- operations in flight ------------------------------------------------- */
@@ -416,7 +430,7 @@ struct kv_op {
     void *buf;                  /* GET: an inline value (capacity bytes) */
     size_t capacity;
     /* A blocking GET's answer that comes by rendezvous lands in head (the
-     * result) and buf (the value) with no copy (rdmx__call_into). */
+     * result) and buf (the value) with no copy (rdmx__call_direct). */
     unsigned char head[RDMX_KV_RESULT_SIZE];
     unsigned char *resp;        /* non-NULL: the raw answer, up to resp_cap
                                    bytes; its length in resp_len */
@@ -448,7 +462,7 @@ static void op_init(kv_op_t *op, rdmx_kv_t *kv, const char *method,
     op->kv = kv;
     op->method = method;
     op->msg = msg;
-    op->length = msg->len;
+    op->length = msg->len + msg->body_len;
     op->server = server;
     op->copies = copies;
     op->first_status = RDMX_INPROGRESS;
@@ -624,14 +638,22 @@ static rdmx_status_t op_call(kv_op_t *op)
         cp.flags = RDMX_RPC_MORE;
     }
     op->pending++;
-    if (op->cb == NULL && op->buf != NULL && op->capacity > 0 &&
-        op->resp == NULL && op->copies == 1) {
+    if (op->cb == NULL && op->msg->body_len > 0) {
+        /* blocking PUT: its caller waits for the end, so the value is
+         * sent from its buffer itself */
+        rdmx_call_direct_t d = {.body = op->msg->body,
+                                .body_len = op->msg->body_len};
+        st = rdmx__call_direct(kv->ch[(op->server + i) % kv->n], op->method,
+                               op->msg->data, op->msg->len, &cp, &d, NULL);
+    } else if (op->cb == NULL && op->buf != NULL && op->capacity > 0 &&
+               op->resp == NULL && op->copies == 1) {
         /* blocking GET: its caller waits for the end, so a large answer
          * may land in its buffer itself */
-        rdmx_msg_piece_t into[2] = {{op->head, sizeof(op->head)},
-                                    {op->buf, op->capacity}};
-        st = rdmx__call_into(kv->ch[(op->server + i) % kv->n], op->method,
-                             op->msg->data, op->msg->len, &cp, into, 2, NULL);
+        rdmx_call_direct_t d = {
+            .into = {{op->head, sizeof(op->head)}, {op->buf, op->capacity}},
+            .ninto = 2};
+        st = rdmx__call_direct(kv->ch[(op->server + i) % kv->n], op->method,
+                               op->msg->data, op->msg->len, &cp, &d, NULL);
     } else {
         st = rdmx_call_nb(kv->ch[(op->server + i) % kv->n], op->method,
                           op->msg->data, op->msg->len, &cp, NULL);
@@ -798,7 +820,7 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
     if (value == NULL && vlen != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv put: NULL value");
     msg_init(&m);
-    if ((st = put_msg(kv, &m, key, klen, value, vlen, a.mr, &a, &r,
+    if ((st = put_msg(kv, &m, key, klen, value, vlen, a.mr, &a, 1, &r,
                       "kv put")) != RDMX_OK)
         return st;
     /* Every replica gets the write; the first error is reported. Each
@@ -841,7 +863,7 @@ rdmx_status_t rdmx_kv_put_nb(rdmx_kv_t *kv, const void *key, size_t klen,
                            "copy's answer before the others; use rdmx_kv_put "
                            "with replicas > 1");
     msg_init(&m);
-    if ((st = put_msg(kv, &m, key, klen, value, vlen, a.mr, &a, &r,
+    if ((st = put_msg(kv, &m, key, klen, value, vlen, a.mr, &a, 0, &r,
                       "kv put_nb")) != RDMX_OK)
         return st;
     if ((op = malloc(sizeof(*op))) == NULL) {

@@ -34,6 +34,11 @@
 #define CH_SPARE_MAX 64   /* ended call records kept for the next calls */
 #define CH_SLOTS_MIN   32   /* first size of the call slot table */
 #define CH_SLOT_NONE   UINT32_MAX
+/* How long a call that lent a buffer waits, after it ended, for the
+ * server's answer before the connection is closed under it; and one whose
+ * request is still being sent from the caller's memory, for the send's
+ * end. */
+#define LENT_GRACE_MS 200
 
 typedef enum { CALL_QUEUED, CALL_SENT } call_state_t;
 
@@ -58,17 +63,23 @@ typedef struct call {
     rdmx_status_t lent_status; /* ... then completes with this */
     rdmx_call_cb_t cb;
     void *arg;
-    uint32_t aux_len, len;
-    unsigned char *buf;   /* aux || payload */
+    uint32_t aux_len, len; /* len: the payload's bytes, body included */
+    unsigned char *buf;    /* aux || payload (without the body) */
     void *resp;           /* rendezvous response buffer */
-    /* Where a response that comes by rendezvous lands, if it fits: the
-     * caller's own memory (rdmx__call_into), so no copy is made. */
+    /* The caller's own memory, used where it is (rdmx__call_direct):
+     * the payload's last body_len bytes are sent from body, and a
+     * response that comes by rendezvous lands in into[], if it fits. */
+    const void *body;
+    uint32_t body_len;
+    unsigned body_sends; /* sends that still read the body */
+    uint64_t body_until; /* ended with body_sends: the fence's time */
     rdmx_msg_piece_t into[2];
     unsigned ninto;
     size_t into_cap;  /* their bytes in all */
     int rx_busy;      /* a receive into them is in flight */
-    int end_deferred; /* ended meanwhile: the callback waits for the
-                         receive (end_status, end_msg) */
+    int end_deferred; /* ended while the transport still used the caller's
+                         memory: the callback waits (end_status,
+                         end_msg) */
     rdmx_status_t end_status;
     struct call *next_spare; /* in ch->spare */
     /* not cleared for a new call (call_new clears what comes before): */
@@ -377,16 +388,33 @@ static void complete_at(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
                  msg ? msg : rdmx_strerror(status));
     }
 
-    if (c->rx_busy) {
-        /* The answer is landing in the caller's memory: the caller may
-         * have it back only once the transport writes there no more. */
+    if (c->rx_busy || c->body_sends > 0) {
+        /* The answer is landing in the caller's memory, or the request is
+         * being sent from it: the caller may have it back only once the
+         * transport uses it no more (mem_released). A send that does not
+         * end in time is ended by closing the connection (expire_calls). */
         c->end_deferred = 1;
         c->end_status = status;
         snprintf(c->end_msg, sizeof(c->end_msg), "%s",
                  msg ? msg : rdmx_strerror(status));
+        if (c->body_sends > 0) {
+            c->body_until = now + LENT_GRACE_MS * 1000000ull;
+            arm(ch, c->body_until);
+        }
         return;
     }
     tell(c, status, data, len, msg);
+}
+
+/* The transport let go of some of @c's use of the caller's memory: a call
+ * that ended meanwhile tells its caller once it uses none. */
+static void mem_released(call_t *c)
+{
+    if (c->end_deferred && !c->rx_busy && c->body_sends == 0) {
+        c->end_deferred = 0;
+        c->body_until = 0;
+        tell(c, c->end_status, NULL, 0, c->end_msg);
+    }
 }
 
 static void complete(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
@@ -404,10 +432,6 @@ static unsigned bulk_access(const rdmx_rpc_bulk_t *b)
     return b->access | (b->access & RDMX_ACCESS_WRITE ? RDMX_ACCESS_FENCED
                                                        : 0u);
 }
-
-/* How long a call that lent a buffer waits, after it ended, for the
- * server's answer before the connection is closed under it. */
-#define LENT_GRACE_MS 200
 
 /* A sent call ends before its answer: tell the server; one that lent a
  * buffer completes later (see the top of this file). */
@@ -447,6 +471,10 @@ static void send_done(rdmx_status_t status, size_t length, void *arg)
         c->ch->rx_seen = 1; /* the peer took the request: it is alive */
     }
     c->sending = 0;
+    if (c->body_len > 0) {
+        c->body_sends--;
+        mem_released(c);
+    }
     c->holds--;
     if (c->ch == NULL)
         call_free(c);
@@ -499,15 +527,27 @@ static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now, int more)
         h.deadline_us = left == 0 ? 1 : left > UINT32_MAX ? UINT32_MAX
                                                          : (uint32_t)left;
     }
-    st = rdmx__rpc_send_keep(ch->ep, &h, c->buf, (size_t)c->aux_len + c->len,
-                             more ? RDMX_SEND_MORE : RDMX_SEND_BURST, send_done,
-                             c);
+    if (c->body_len == 0) {
+        st = rdmx__rpc_send_keep(
+            ch->ep, &h, c->buf, (size_t)c->aux_len + c->len,
+            more ? RDMX_SEND_MORE : RDMX_SEND_BURST, send_done, c);
+    } else if (c->aux_len + c->len == c->body_len) { /* the body alone */
+        st = rdmx__rpc_send_keep(ch->ep, &h, c->body, c->body_len,
+                                 more ? RDMX_SEND_MORE : RDMX_SEND_BURST,
+                                 send_done, c);
+    } else {
+        st = rdmx__rpc_send_gather(ch->ep, &h, c->buf,
+                                   (size_t)c->aux_len + c->len - c->body_len,
+                                   c->body, c->body_len, send_done, c);
+    }
     if (st != RDMX_OK && st != RDMX_INPROGRESS)
         return -1;
     if (st == RDMX_INPROGRESS) {
         c->holds++;
         c->sending = 1;
         ch->sends++;
+        if (c->body_len > 0)
+            c->body_sends++;
     }
     c->attempts++;
     c->state = CALL_SENT;
@@ -560,7 +600,9 @@ static void pump(rdmx_channel_t *ch)
 /* Close the channel's connection. With a lent buffer out (a call that
  * lent one and has no answer yet), abort it: the server must see the end
  * before it could act on anything still queued for it (docs/RPC.md,
- * "Lent buffers"); else close in order. */
+ * "Lent buffers"). With a request still being sent from its caller's
+ * memory, abort too: that ends the send now, where an orderly close would
+ * wait for a server that may never take it. Else close in order. */
 static void close_ep(rdmx_channel_t *ch)
 {
     rdmx_list_t *pos;
@@ -571,7 +613,7 @@ static void close_ep(rdmx_channel_t *ch)
     rdmx_list_for_each(pos, &ch->sent)
     {
         call_t *c = rdmx_container_of(pos, call_t, link);
-        if (c->lent && (!c->done || c->lent_until != 0))
+        if ((c->lent && (!c->done || c->lent_until != 0)) || c->body_sends > 0)
             lent = 1;
     }
     rdmx__ep_set_upper(ch->ep, NULL);
@@ -843,10 +885,7 @@ static void resp_into_done(rdmx_status_t status, size_t length, void *arg)
 
     c->holds--;
     c->rx_busy = 0;
-    if (c->end_deferred) { /* it ended while the answer was landing */
-        c->end_deferred = 0;
-        tell(c, c->end_status, NULL, 0, c->end_msg);
-    }
+    mem_released(c); /* (tells a call that ended while the answer landed) */
     if (ch == NULL) {
         call_free(c);
         return;
@@ -1018,6 +1057,12 @@ static uint64_t expire_calls(rdmx_channel_t *ch, uint64_t now)
         {
             call_t *c = rdmx_container_of(pos, call_t, link);
             char msg[96];
+            if (c->body_until != 0) { /* ended; its request still sent */
+                if (now >= c->body_until)
+                    teardown = 2;
+                else if (c->body_until < next)
+                    next = c->body_until;
+            }
             if (c->done)
                 continue;
             if (c->lent_until != 0) {
@@ -1052,11 +1097,18 @@ static uint64_t expire_calls(rdmx_channel_t *ch, uint64_t now)
     if (teardown) {
         char why[200];
         ch->stats.lent_teardowns++;
-        snprintf(why, sizeof(why),
-                 "the server did not answer a call that lent it a buffer "
-                 "within %d ms after the call ended: connection closed so "
-                 "that it cannot write into the buffer",
-                 LENT_GRACE_MS);
+        if (teardown == 2)
+            snprintf(why, sizeof(why),
+                     "the server did not take a call's request within %d ms "
+                     "after the call ended: connection closed so that the "
+                     "caller's buffer is not read any more",
+                     LENT_GRACE_MS);
+        else
+            snprintf(why, sizeof(why),
+                     "the server did not answer a call that lent it a "
+                     "buffer within %d ms after the call ended: connection "
+                     "closed so that it cannot write into the buffer",
+                     LENT_GRACE_MS);
         conn_lost(ch, RDMX_ERR_CONN_RESET, why, 0);
         return UINT64_MAX; /* (conn_lost armed what it needs) */
     }
@@ -1352,8 +1404,10 @@ unsigned rdmx_channel_metrics(rdmx_channel_t *ch, rdmx_rpc_metrics_t *out,
 /* Build a call record; NULL with the error recorded. */
 static call_t *call_new(rdmx_channel_t *ch, const char *method,
                         const void *data, size_t length,
+                        const rdmx_call_direct_t *d,
                         const rdmx_call_params_t *p, rdmx_status_t *st_p)
 {
+    size_t body_len = d != NULL ? d->body_len : 0;
     uint64_t f = p ? p->field_mask : 0;
     unsigned nbulk = (f & RDMX_CALL_PARAM_FIELD_BULK) ? p->nbulk : 0;
     size_t dsize[RDMX_RPC_BULK_MAX], aux = 0, name_len;
@@ -1368,14 +1422,15 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
                             name_len);
         return NULL;
     }
-    if (data == NULL && length != 0) {
+    if ((data == NULL && length != 0) || (body_len != 0 && d->body == NULL)) {
         *st_p = rdmx__error(RDMX_ERR_INVALID, "call '%s': NULL data", method);
         return NULL;
     }
-    if (length > ch->max_message) {
-        *st_p = rdmx__error(RDMX_ERR_TOO_BIG, "call '%s': %zu bytes exceed "
-                                              "the server's limit of %llu",
-                            method, length,
+    if (length > ch->max_message || body_len > ch->max_message - length) {
+        *st_p = rdmx__error(RDMX_ERR_TOO_BIG,
+                            "call '%s': %zu bytes exceed "
+                            "the server's limit of %llu",
+                            method, length + body_len,
                             (unsigned long long)ch->max_message);
         return NULL;
     }
@@ -1448,7 +1503,11 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
     if (length != 0)
         memcpy(c->buf + aux, data, length);
     c->aux_len = (uint32_t)aux;
-    c->len = (uint32_t)length;
+    c->len = (uint32_t)(length + body_len);
+    if (body_len != 0) {
+        c->body = d->body;
+        c->body_len = (uint32_t)body_len;
+    }
     if (ch->last_midx >= 0 &&
         memcmp(ch->methods[ch->last_midx].name, method, name_len + 1) == 0) {
         /* the method of the last call: its id is known */
@@ -1499,12 +1558,10 @@ static rdmx_status_t breaker_admit(rdmx_channel_t *ch, call_t *c)
     return RDMX_OK;
 }
 
-static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
-                                const void *data, size_t length,
-                                const rdmx_call_params_t *params,
-                                rdmx_call_cb_t cb, void *arg,
-                                const rdmx_msg_piece_t *into, unsigned ninto,
-                                uint64_t *call_id_p);
+static rdmx_status_t
+call_start(rdmx_channel_t *ch, const char *method, const void *data,
+           size_t length, const rdmx_call_params_t *params, rdmx_call_cb_t cb,
+           void *arg, const rdmx_call_direct_t *d, uint64_t *call_id_p);
 
 rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
                            const void *data, size_t length,
@@ -1517,28 +1574,26 @@ rdmx_status_t rdmx_call_nb(rdmx_channel_t *ch, const char *method,
                            "call_nb: params->cb is required (set "
                            "RDMX_CALL_PARAM_FIELD_CB)");
     return call_start(ch, method, data, length, params, params->cb, params->arg,
-                      NULL, 0, call_id_p);
+                      NULL, call_id_p);
 }
 
-rdmx_status_t rdmx__call_into(rdmx_channel_t *ch, const char *method,
-                              const void *data, size_t length,
-                              const rdmx_call_params_t *params,
-                              const rdmx_msg_piece_t *into, unsigned ninto,
-                              uint64_t *call_id_p)
-{
-    if (params == NULL || !(params->field_mask & RDMX_CALL_PARAM_FIELD_CB) ||
-        params->cb == NULL || ninto > 2)
-        return rdmx__error(RDMX_ERR_INVALID, "call_into: bad argument");
-    return call_start(ch, method, data, length, params, params->cb, params->arg,
-                      into, ninto, call_id_p);
-}
-
-static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
+rdmx_status_t rdmx__call_direct(rdmx_channel_t *ch, const char *method,
                                 const void *data, size_t length,
                                 const rdmx_call_params_t *params,
-                                rdmx_call_cb_t cb, void *arg,
-                                const rdmx_msg_piece_t *into, unsigned ninto,
+                                const rdmx_call_direct_t *d,
                                 uint64_t *call_id_p)
+{
+    if (params == NULL || !(params->field_mask & RDMX_CALL_PARAM_FIELD_CB) ||
+        params->cb == NULL || d == NULL || d->ninto > 2)
+        return rdmx__error(RDMX_ERR_INVALID, "call_direct: bad argument");
+    return call_start(ch, method, data, length, params, params->cb, params->arg,
+                      d, call_id_p);
+}
+
+static rdmx_status_t
+call_start(rdmx_channel_t *ch, const char *method, const void *data,
+           size_t length, const rdmx_call_params_t *params, rdmx_call_cb_t cb,
+           void *arg, const rdmx_call_direct_t *d, uint64_t *call_id_p)
 {
     rdmx_status_t st = RDMX_OK;
     call_t *c;
@@ -1560,7 +1615,7 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
                          method ? method : "", ch->address, ch->conn_message);
         goto out;
     }
-    c = call_new(ch, method, data, length, params, &st);
+    c = call_new(ch, method, data, length, d, params, &st);
     if (c == NULL)
         goto out;
     if ((st = breaker_admit(ch, c)) != RDMX_OK) {
@@ -1575,11 +1630,11 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
     }
     c->cb = cb;
     c->arg = arg;
-    for (unsigned i = 0; i < ninto; i++) {
-        c->into[i] = into[i];
-        c->into_cap += into[i].length;
+    for (unsigned i = 0; d != NULL && i < d->ninto; i++) {
+        c->into[i] = d->into[i];
+        c->into_cap += d->into[i].length;
     }
-    c->ninto = c->into_cap > 0 ? ninto : 0;
+    c->ninto = c->into_cap > 0 ? d->ninto : 0;
     if (ch->state == RDMX_CHANNEL_READY && ch->inflight < ch->credits &&
         rdmx_list_empty(&ch->queue) &&
         call_send(ch, c, c->start_ns, c->more) == 0) {
@@ -1604,6 +1659,8 @@ static rdmx_status_t call_start(rdmx_channel_t *ch, const char *method,
         goto out;
     }
     ch->stats.calls++;
+    if (c->body_len > 0)
+        ch->stats.requests_in_place++;
     if (c->deadline_ns != 0)
         arm(ch, c->deadline_ns);
     if (call_id_p != NULL)
@@ -1720,10 +1777,18 @@ rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
     wt.resp = resp;
     wt.capacity = capacity;
     {
-        /* a large answer lands in @resp itself */
-        rdmx_msg_piece_t into = {resp, capacity};
-        st = call_start(ch, method, data, length, params, waiter_cb, &wt, &into,
-                        capacity > 0 ? 1 : 0, NULL);
+        /* The caller waits: a large request is sent from @data itself, a
+         * large answer lands in @resp itself. */
+        rdmx_call_direct_t d = {0};
+        if (length > CH_INLINE) {
+            d.body = data;
+            d.body_len = length;
+        }
+        d.into[0] = (rdmx_msg_piece_t){resp, capacity};
+        d.ninto = capacity > 0 ? 1 : 0;
+        st = call_start(ch, method, d.body_len > 0 ? NULL : data,
+                        d.body_len > 0 ? 0 : length, params, waiter_cb, &wt, &d,
+                        NULL);
     }
     if (st != RDMX_INPROGRESS)
         return st;

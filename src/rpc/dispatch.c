@@ -128,19 +128,28 @@ static void parts_sent(rdmx_status_t status, size_t length, void *arg)
     free(p);
 }
 
+rdmx_status_t rdmx__rpc_send_gather(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
+                                    const void *head, size_t hlen,
+                                    const void *body, size_t blen,
+                                    rdmx_cb_t keep_cb, void *keep_arg)
+{
+    unsigned char hdr[RDMX_RPC_HDR_MAX];
+    size_t hl = rdmx_rpc_hdr_encode(h, hdr);
+    rdmx_msg_iov_t iov[2] = {{head, hlen}, {body, blen}};
+
+    /* (No attempt to complete at once: UCX takes gathered data only
+     * through a request.) */
+    return rdmx__msg_sendv(ep, RDMX_AM_RPC, hdr, hl, iov, 2, keep_cb, keep_arg);
+}
+
 rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                                    const void *head, size_t hlen,
                                    const void *body, size_t blen,
                                    void (*done)(void *arg), void *arg)
 {
-    unsigned char hdr[RDMX_RPC_HDR_MAX];
-    size_t hl = rdmx_rpc_hdr_encode(h, hdr);
-    rdmx_msg_iov_t iov[2] = {{head, hlen}, {body, blen}};
     rdmx_status_t st;
     parts_t *p;
 
-    /* (No attempt to complete at once: UCX takes gathered data only
-     * through a request.) */
     if (hlen > sizeof(p->head) || (p = malloc(sizeof(*p))) == NULL) {
         done(arg);
         return rdmx__error(hlen > RDMX_RPC_RESPOND_HEAD_MAX
@@ -149,10 +158,9 @@ rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                            "send: a head of %zu bytes", hlen);
     }
     memcpy(p->head, head, hlen);
-    iov[0].base = p->head;
     p->done = done;
     p->arg = arg;
-    st = rdmx__msg_sendv(ep, RDMX_AM_RPC, hdr, hl, iov, 2, parts_sent, p);
+    st = rdmx__rpc_send_gather(ep, h, p->head, hlen, body, blen, parts_sent, p);
     if (st == RDMX_INPROGRESS)
         return RDMX_OK;
     free(p);

@@ -101,19 +101,34 @@ void rdmx__channel_on_bad(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
 /* The largest request the channel's server takes (its max_message), or 0
  * while the channel is not READY. */
 uint64_t rdmx__channel_max_message(const rdmx_channel_t *ch);
-/* rdmx_call_nb whose response, when it comes by rendezvous, is
- * RDMX_RPC_MSG_RESPONSE and fits the @ninto (at most 2) pieces at @into,
- * is received straight into them, in order: the callback's data then
- * points at into[0] and its length counts every piece's bytes (the rest
- * are in into[1]). Other responses come as from rdmx_call_nb. The pieces
- * stay the caller's only once the callback ran; a call that ends (timeout,
- * cancel, lost connection) while its answer is landing there runs its
- * callback once the transport writes there no more. */
-rdmx_status_t rdmx__call_into(rdmx_channel_t *ch, const char *method,
-                              const void *data, size_t length,
-                              const rdmx_call_params_t *params,
-                              const rdmx_msg_piece_t *into, unsigned ninto,
-                              uint64_t *call_id_p);
+/* The caller's memory a call uses where it is, with no copy: for callers
+ * that wait for the callback (the blocking forms). */
+typedef struct {
+    /* Request bytes that follow the call's data, sent from here. */
+    const void *body;
+    size_t body_len;
+    /* A response that comes by rendezvous, is RDMX_RPC_MSG_RESPONSE and
+     * fits these pieces (at most 2) is received straight into them, in
+     * order: the callback's data then points at into[0] and its length
+     * counts every piece's bytes (the rest are in into[1]). Other
+     * responses come as from rdmx_call_nb. */
+    rdmx_msg_piece_t into[2];
+    unsigned ninto;
+} rdmx_call_direct_t;
+
+/* rdmx_call_nb with @d's memory used where it is. That memory is the
+ * caller's again only once the callback ran: a call that ends (timeout,
+ * cancel, lost connection) while the transport still reads its body or
+ * writes its answer pieces runs its callback once it does no more. A body
+ * still being sent when the grace of lent buffers (channel.c) has passed
+ * since its call ended (a server that does not take a large request)
+ * closes the connection, which ends the send; the stat lent_teardowns
+ * counts it. */
+rdmx_status_t rdmx__call_direct(rdmx_channel_t *ch, const char *method,
+                                const void *data, size_t length,
+                                const rdmx_call_params_t *params,
+                                const rdmx_call_direct_t *d,
+                                uint64_t *call_id_p);
 
 /* A message on an endpoint the server accepted but has not set up yet. */
 rdmx_rpc_link_t *rdmx__server_link_for(rdmx_ep_t *ep);
@@ -136,6 +151,14 @@ rdmx_status_t rdmx__rpc_send_parts(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                                    const void *head, size_t hlen,
                                    const void *body, size_t blen,
                                    void (*done)(void *arg), void *arg);
+/* Send a message of header @h whose data is @head (@hlen bytes) then
+ * @body (@blen bytes), both sent from where they are: they stay valid
+ * until @keep_cb(@keep_arg) runs. @return RDMX_INPROGRESS (@keep_cb will
+ * run) or an error (it will not). */
+rdmx_status_t rdmx__rpc_send_gather(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
+                                    const void *head, size_t hlen,
+                                    const void *body, size_t blen,
+                                    rdmx_cb_t keep_cb, void *keep_arg);
 rdmx_status_t rdmx__rpc_send(rdmx_ep_t *ep, const rdmx_rpc_hdr_t *h,
                              const void *data, size_t len);
 /* Send a control message (no data): PING, PONG, CANCEL, ERROR w/o text. */
