@@ -71,7 +71,9 @@ typedef struct call {
      * response that comes by rendezvous lands in into[], if it fits. */
     const void *body;
     uint32_t body_len;
-    unsigned body_sends; /* sends that still read the body */
+    unsigned body_sends; /* sends not yet reported done (an answer means
+                            none reads the body any more) */
+    int answered;        /* the server's answer (or error) arrived */
     uint64_t body_until; /* ended with body_sends: the fence's time */
     rdmx_msg_piece_t into[2];
     unsigned ninto;
@@ -388,11 +390,13 @@ static void complete_at(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
                  msg ? msg : rdmx_strerror(status));
     }
 
-    if (c->rx_busy || c->body_sends > 0) {
+    if (c->rx_busy || (c->body_sends > 0 && !c->answered)) {
         /* The answer is landing in the caller's memory, or the request is
          * being sent from it: the caller may have it back only once the
-         * transport uses it no more (mem_released). A send that does not
-         * end in time is ended by closing the connection (expire_calls). */
+         * transport uses it no more (mem_released). An answer says the
+         * server has the whole request, even if the send's end is still
+         * to be reported. A send that does not end in time is ended by
+         * closing the connection (expire_calls). */
         c->end_deferred = 1;
         c->end_status = status;
         snprintf(c->end_msg, sizeof(c->end_msg), "%s",
@@ -410,7 +414,7 @@ static void complete_at(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
  * that ended meanwhile tells its caller once it uses none. */
 static void mem_released(call_t *c)
 {
-    if (c->end_deferred && !c->rx_busy && c->body_sends == 0) {
+    if (c->end_deferred && !c->rx_busy && (c->body_sends == 0 || c->answered)) {
         c->end_deferred = 0;
         c->body_until = 0;
         tell(c, c->end_status, NULL, 0, c->end_msg);
@@ -843,8 +847,10 @@ static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
     rdmx_list_del(&c->link);
     if (ch->inflight > 0)
         ch->inflight--;
+    c->answered = 1;
     if (c->done) {
         ch->stats.late_responses++;
+        mem_released(c); /* (the server has the whole request) */
     } else if (c->lent_until != 0) {
         /* the server's word: it will not write into the buffer any more */
         ch->stats.late_responses++;
