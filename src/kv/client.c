@@ -22,12 +22,14 @@
 
 #define KV_MAX_SERVERS 1024
 
-/* Over tcp a PUT lends its value (the server pulls it with a carried
- * read, straight into the item) from this size on, and sends it inline
- * below: the two break even at 128 KiB on loopback, and lending is 1.9x
- * as fast at 1 MiB, 3x at 64 MiB (docs/PERFORMANCE.md, "KV cache against
- * memcached and Redis"). A GET over tcp is answered inline at any size. */
-#define KV_TCP_LEND_MIN ((size_t)128 * 1024)
+/* Over tcp a PUT sends its value inline up to this size, which fits one
+ * of the transport's 260 KiB segments with its headers, and lends it above
+ * (the server pulls it with a carried read, straight into the item). With
+ * the value sent from the caller's buffer (KV_BODY_MIN), inline is 1.4-1.7x
+ * as fast as lending at 192 KiB with 8 clients and even at 512 KiB-1 MiB
+ * (docs/PERFORMANCE.md, "Requests sent from the caller's buffer"). A GET
+ * over tcp is answered inline at any size. */
+#define KV_TCP_INLINE_MAX ((size_t)256 * 1024)
 
 /* A blocking PUT sends a value inline from the caller's buffer itself,
  * not from a copy, from this size on (docs/KV.md). */
@@ -369,7 +371,7 @@ static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
 {
     int bulk;
 
-    if (kv->tcp && vlen < KV_TCP_LEND_MIN)
+    if (kv->tcp && vlen <= KV_TCP_INLINE_MAX)
         mr = NULL; /* a hint: over tcp inline is faster up to there */
     bulk = mr != NULL && vlen > kv->inline_max;
     *r_p = (rdmx_kv_req_t){
