@@ -15,8 +15,9 @@
  *   threshold); flags and CAS come back; bytes past the value untouched.
  *   Plain reads of 1 MiB and more land in the buffer itself over UCX (the
  *   channel's responses_in_place counts each), not over libfabric; plain
- *   writes of 4 KiB and more are sent from the caller's buffer itself on
- *   every transport (requests_in_place counts each), smaller ones not.
+ *   writes of 8 KiB and more (here 1 and 64 MiB) are sent from the
+ *   caller's buffer itself on every transport (requests_in_place counts
+ *   each), smaller ones (up to 4 KiB + 1) not.
  * - too_small: a buffer one byte too small (values of 3000 B, 4 KiB,
  *   10000 B, 2 MiB; plain and registered, so inline and RDMA paths), a
  *   zero-capacity and a NULL buffer give RDMX_ERR_TOO_BIG with meta.length
@@ -275,9 +276,9 @@ static void part_sizes(void)
                     EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, rsrc,
                                           len, &o, &cas));
                 } else {
-                    /* an inline value from 4 KiB on goes from src itself */
+                    /* an inline value from 8 KiB on goes from src itself */
                     rdmx_channel_stats_t st0, st1;
-                    uint64_t want = len >= 4096 ? 1 : 0;
+                    uint64_t want = len >= 8192 ? 1 : 0;
                     th_fill(src, len, seed);
                     rdmx_channel_stats(rdmx_kv_channel(kv, 0), &st0);
                     EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, src,
