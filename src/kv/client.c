@@ -25,19 +25,11 @@
 /* Over tcp a PUT sends its value inline up to this size, which fits one
  * of the transport's 260 KiB segments with its headers, and lends it above
  * (the server pulls it with a carried read, straight into the item). With
- * the value sent from the caller's buffer (KV_BODY_MIN), inline is 1.4-1.7x
- * as fast as lending at 192 KiB with 8 clients and even at 512 KiB-1 MiB
- * (docs/PERFORMANCE.md, "Requests sent from the caller's buffer"). A GET
- * over tcp is answered inline at any size. */
+ * the value sent from the caller's buffer (rdmx__call_direct), inline is
+ * 1.4x as fast as lending at 192 KiB with 8 clients; at 512 KiB and 1 MiB
+ * the two are even (docs/PERFORMANCE.md, "Requests sent from the caller's
+ * buffer"). A GET over tcp is answered inline at any size. */
 #define KV_TCP_INLINE_MAX ((size_t)256 * 1024)
-
-/* A blocking PUT sends a value inline from the caller's buffer itself,
- * not from a copy, from this size on. Below it two copies cost less than
- * the transport's gathered send: over tcp a 4 KiB PUT took 8,200
- * instructions gathered against 5,400 copied, an 8 KiB one 13,300 against
- * 14,900 (callgrind; docs/PERFORMANCE.md, "Requests sent from the
- * caller's buffer"). */
-#define KV_BODY_MIN ((size_t)8192)
 
 struct rdmx_kv {
     rdmx_worker_t *w;
@@ -237,8 +229,9 @@ static rdmx_status_t check_key(size_t klen, const void *key)
 typedef struct {
     unsigned char *data;
     size_t len;
-    /* The request's last bytes, sent from the caller's memory where it is
-     * (a blocking PUT's value: KV_BODY_MIN); 0 bytes when all is in data. */
+    /* The request's last bytes in the caller's memory (a blocking PUT's
+     * value), which the channel sends from there when that pays
+     * (rdmx__call_direct); 0 bytes when all is in data. */
     const void *body;
     size_t body_len;
     rdmx_rpc_bulk_t bulk;
@@ -366,8 +359,8 @@ static rdmx_status_t kv_args(const rdmx_kv_op_params_t *p, int nb,
 
 /* A PUT of @value under @key with @opts' mode, flags, TTL and version; a
  * value in @mr larger than inline_max is lent, not inline. With @direct
- * (the caller waits for the end) an inline value of KV_BODY_MIN or more is
- * sent from @value itself. *r_p gets the request. */
+ * (the caller waits for the end) an inline value is the request's body,
+ * not encoded into it. *r_p gets the request. */
 static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
                              size_t klen, const void *value, size_t vlen,
                              rdmx_mr_t *mr, const kv_args_t *opts, int direct,
@@ -390,7 +383,7 @@ static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
     if (bulk) {
         r_p->mode |= RDMX_KV_PUT_BULK;
         msg_lend(m, mr, value, vlen, RDMX_ACCESS_READ);
-    } else if (direct && vlen >= KV_BODY_MIN) {
+    } else if (direct && vlen > 0) {
         m->body = value; /* the request's tail: the same bytes on the wire */
         m->body_len = vlen;
     }

@@ -104,7 +104,8 @@ uint64_t rdmx__channel_max_message(const rdmx_channel_t *ch);
 /* The caller's memory a call uses where it is, with no copy: for callers
  * that wait for the callback (the blocking forms). */
 typedef struct {
-    /* Request bytes that follow the call's data, sent from here. */
+    /* Request bytes that follow the call's data, sent from here when that
+     * pays (channel.c, CH_GATHER_MIN), else copied as the data is. */
     const void *body;
     size_t body_len;
     /* A response that comes by rendezvous, is RDMX_RPC_MSG_RESPONSE and
