@@ -29,7 +29,8 @@
  *    ended: the connection is closed 200 ms after the 100 ms deadline
  *    (lent_teardowns counts it; the call returns between 300 ms and 2 s),
  *    the busy call fails with the connection, and the channel reconnects
- *    and echoes again.
+ *    and echoes again. Both for a request sent alone and for one gathered
+ *    after a bulk descriptor (each counts in requests_in_place).
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -108,6 +109,68 @@ static void echo(size_t len, uint64_t seed)
     CHECK_PATTERN(resp, len, seed, 0);
 }
 
+/* A 48 MiB call with a 100 ms deadline while the server's only worker
+ * spins for 3 s: RDMX_ERR_TIMEOUT once the fence closed the connection.
+ * @gather: with a bulk descriptor before the request (a gathered send). */
+static void untaken(rdmx_context_t *ctx, rdmx_worker_t *wk, int gather)
+{
+    rdmx_channel_stats_t t0s = stats(), t1s;
+    rdmx_call_params_t sp = {0}, cp = {0};
+    rdmx_status_t busy = RDMX_INPROGRESS, st;
+    const char *what = gather ? "gathered" : "alone";
+    static unsigned char lent[4096];
+    rdmx_rpc_bulk_t b = {0};
+    rdmx_mr_t *mr = NULL;
+    uint32_t ms = 3000;
+    double t0, took;
+    size_t got = 0;
+
+    sp.field_mask = RDMX_CALL_PARAM_FIELD_CB;
+    sp.cb = note_end;
+    sp.arg = &busy;
+    CHECK_ST(rdmx_call_nb(ch, "spin", &ms, sizeof(ms), &sp, NULL),
+             RDMX_INPROGRESS);
+    th_progress_for(wk, 100); /* the server's worker is in it */
+    cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
+    cp.timeout_ms = 100;
+    if (gather) {
+        CHECK_OK(
+            rdmx_mem_register(ctx, lent, sizeof(lent), RDMX_ACCESS_ALL, &mr));
+        b.mr = mr;
+        b.length = sizeof(lent);
+        b.access = RDMX_ACCESS_READ;
+        cp.field_mask |= RDMX_CALL_PARAM_FIELD_BULK;
+        cp.bulk = &b;
+        cp.nbulk = 1;
+    }
+    th_fill(req, 48 * MiB, 50);
+    t0 = th_now_ms();
+    st = rdmx_call(ch, "echo", req, 48 * MiB, resp, 64 * MiB, &cp, &got);
+    took = th_now_ms() - t0;
+    CHECKF(st == RDMX_ERR_TIMEOUT, "untaken request (%s): %s: %s", what,
+           rdmx_strerror(st), rdmx_error_detail());
+    th_log("untaken 48 MiB request (%s): the call returned after %.0f ms", what,
+           took);
+    CHECKF(took >= 290 && took < 2000,
+           "untaken request (%s): returned after %.0f ms (deadline 100 ms, "
+           "fence 200 ms more, server busy 3 s)",
+           what, took);
+    t1s = stats();
+    CHECKF(t1s.lent_teardowns - t0s.lent_teardowns == 1,
+           "untaken request (%s): %llu teardowns", what,
+           (unsigned long long)(t1s.lent_teardowns - t0s.lent_teardowns));
+    CHECKF(t1s.requests_in_place - t0s.requests_in_place == 1,
+           "untaken request (%s): %llu sent in place", what,
+           (unsigned long long)(t1s.requests_in_place - t0s.requests_in_place));
+    while (busy == RDMX_INPROGRESS)
+        rdmx_worker_progress(wk);
+    CHECKF(busy != RDMX_OK, "the busy call survived the teardown");
+    CHECK_OK(rdmx_channel_wait_ready(ch, 10000 * TH_SLOW));
+    echo(48 * MiB, 51);
+    if (mr != NULL)
+        rdmx_mem_deregister(mr);
+}
+
 int main(int argc, char **argv)
 {
     th_proc_t srv;
@@ -179,44 +242,10 @@ int main(int argc, char **argv)
     }
 
     /* A request the server does not take: the call ends at its deadline
-     * plus the fence, not before the send ended. */
-    {
-        rdmx_channel_stats_t t0s = stats(), t1s;
-        rdmx_call_params_t sp = {0}, cp = {0};
-        rdmx_status_t busy = RDMX_INPROGRESS, st;
-        uint32_t ms = 3000;
-        double t0, took;
-        size_t got = 0;
-
-        sp.field_mask = RDMX_CALL_PARAM_FIELD_CB;
-        sp.cb = note_end;
-        sp.arg = &busy;
-        CHECK_ST(rdmx_call_nb(ch, "spin", &ms, sizeof(ms), &sp, NULL),
-                 RDMX_INPROGRESS);
-        th_progress_for(wk, 100); /* the server's worker is in it */
-        cp.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT;
-        cp.timeout_ms = 100;
-        th_fill(req, 48 * MiB, 50);
-        t0 = th_now_ms();
-        st = rdmx_call(ch, "echo", req, 48 * MiB, resp, 64 * MiB, &cp, &got);
-        took = th_now_ms() - t0;
-        CHECKF(st == RDMX_ERR_TIMEOUT, "untaken request: %s: %s",
-               rdmx_strerror(st), rdmx_error_detail());
-        th_log("untaken 48 MiB request: the call returned after %.0f ms", took);
-        CHECKF(took >= 290 && took < 2000,
-               "untaken request: returned after %.0f ms (deadline 100 ms, "
-               "fence 200 ms more, server busy 3 s)",
-               took);
-        t1s = stats();
-        CHECKF(t1s.lent_teardowns - t0s.lent_teardowns == 1,
-               "untaken request: %llu teardowns",
-               (unsigned long long)(t1s.lent_teardowns - t0s.lent_teardowns));
-        while (busy == RDMX_INPROGRESS)
-            rdmx_worker_progress(wk);
-        CHECKF(busy != RDMX_OK, "the busy call survived the teardown");
-        CHECK_OK(rdmx_channel_wait_ready(ch, 10000 * TH_SLOW));
-        echo(48 * MiB, 51);
-    }
+     * plus the fence, not before the send ended; sent alone and gathered
+     * after a bulk descriptor. */
+    untaken(ctx, wk, 0);
+    untaken(ctx, wk, 1);
 
     /* Timeouts while the answer lands: nothing written after the return. */
     {

@@ -553,7 +553,8 @@ RDMX_API rdmx_status_t rdmx_call_nb(rdmx_channel_t *channel, const char *method,
  * Call and wait. The response goes to @p resp (up to @p capacity bytes;
  * *resp_len_p gets its length, or the length needed with RDMX_ERR_TOO_BIG).
  * A response large enough to travel by rendezvous is received straight
- * into @p resp, and a request over 192 bytes is sent from @p data itself;
+ * into @p resp, and a request over 192 bytes (8 KiB with bulk
+ * descriptors) is sent from @p data itself;
  * the call returns, whatever its status, only once the transport uses
  * neither any more. A request the server does not take (a hung server)
  * is ended by closing the connection 200 ms after the call's end, so the

@@ -664,7 +664,11 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
             call_free(c);
             continue;
         }
-        if (!permanent && !c->rx_busy && c->attempts <= ch->retries &&
+        /* (not one whose answer is landing in, or whose request is still
+         * being sent from, the caller's memory: the old connection's
+         * transfer may go on until the transport lets go of it) */
+        if (!permanent && !c->rx_busy && c->body_sends == 0 &&
+            c->attempts <= ch->retries &&
             ((c->flags & RDMX_RPC_F_IDEMPOTENT) ||
              handler_idempotent(ch, c->method)) &&
             (c->deadline_ns == 0 || now < c->deadline_ns)) {
@@ -986,6 +990,11 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
             ch->stats.late_responses++;
             return RDMX_OK;
         }
+        /* The server had the whole request: a call that ended while it was
+         * being sent may tell its caller (unless an answer is landing). */
+        c->answered = 1;
+        c->body_until = 0;
+        mem_released(c);
         if (c->rx_busy) { /* a second answer while the first lands */
             ch->stats.late_responses++;
             if (!m->rndv)
