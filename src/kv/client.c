@@ -637,20 +637,18 @@ static rdmx_status_t op_call(kv_op_t *op)
         cp.flags = RDMX_RPC_MORE;
     }
     op->pending++;
-    if (op->cb == NULL && op->msg->body_len > 0) {
-        /* blocking PUT: its caller waits for the end, so the value is
-         * sent from its buffer itself */
+    if (op->cb == NULL) {
+        /* blocking: its caller waits for the end, so a PUT's value goes
+         * from its buffer itself, and a GET's large answer may land in
+         * its buffer itself */
         rdmx_call_direct_t d = {.body = op->msg->body,
                                 .body_len = op->msg->body_len};
-        st = rdmx__call_direct(kv->ch[(op->server + i) % kv->n], op->method,
-                               op->msg->data, op->msg->len, &cp, &d, NULL);
-    } else if (op->cb == NULL && op->buf != NULL && op->capacity > 0 &&
-               op->resp == NULL && op->copies == 1) {
-        /* blocking GET: its caller waits for the end, so a large answer
-         * may land in its buffer itself */
-        rdmx_call_direct_t d = {
-            .into = {{op->head, sizeof(op->head)}, {op->buf, op->capacity}},
-            .ninto = 2};
+        if (op->buf != NULL && op->capacity > 0 && op->resp == NULL &&
+            op->copies == 1) {
+            d.into[0] = (rdmx_msg_piece_t){op->head, sizeof(op->head)};
+            d.into[1] = (rdmx_msg_piece_t){op->buf, op->capacity};
+            d.ninto = 2;
+        }
         st = rdmx__call_direct(kv->ch[(op->server + i) % kv->n], op->method,
                                op->msg->data, op->msg->len, &cp, &d, NULL);
     } else {

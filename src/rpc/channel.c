@@ -859,10 +859,8 @@ static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
     rdmx_list_del(&c->link);
     if (ch->inflight > 0)
         ch->inflight--;
-    c->answered = 1;
     if (c->done) {
         ch->stats.late_responses++;
-        mem_released(c); /* (the server has the whole request) */
     } else if (c->lent_until != 0) {
         /* the server's word: it will not write into the buffer any more */
         ch->stats.late_responses++;
