@@ -459,8 +459,8 @@ struct rdmx_worker {
     rdmx_context_t *ctx;
     const rdmx_tp_ops_t *tp;  /* ctx->tp */
     void *tw;                 /* the backend's worker */
-    int efd;                  /* UCX's event fd (inside epfd) */
-    int epfd;                 /* epoll: efd and every rdmx socket */
+    int efd;                  /* the backend's event fd (in epfd), or -1 */
+    int epfd;                 /* epoll: the backend's fds, every rdmx socket */
     uint64_t id;              /* random; names the worker in bootstraps */
     const void *addr;         /* transport address, sent in HELLO/WELCOME */
     size_t addr_len;

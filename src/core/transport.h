@@ -113,12 +113,16 @@ typedef struct {
     void (*mem_unmap)(void *tctx, void *tmr, void *rkey);
 
     /* --- worker ------------------------------------------------------- */
-    /* Create; @flags: RDMX_TP_WORKER_*. Writes the fd that becomes
-     * readable on events and the worker's transport address (valid until
-     * worker_destroy). */
+    /* Create; @flags: RDMX_TP_WORKER_*. @epfd is the core's epoll set,
+     * which a sleeping worker waits on: the backend either puts its own fds
+     * in it (level-triggered, data.ptr NULL: its progress handles them;
+     * removed by worker_destroy, before the core closes the set) and writes
+     * -1 to *efd_p, or writes one fd that becomes readable on its events,
+     * which the core adds. Also writes the worker's transport address
+     * (valid until worker_destroy). */
     rdmx_status_t (*worker_create)(void *tctx, rdmx_worker_t *w, unsigned flags,
-                                   void **tw_p, int *efd_p, const void **addr_p,
-                                   size_t *addr_len_p);
+                                   int epfd, void **tw_p, int *efd_p,
+                                   const void **addr_p, size_t *addr_len_p);
     void (*worker_destroy)(void *tw);
     unsigned (*progress)(void *tw);
     /* RDMX_OK: safe to sleep on the fd; RDMX_ERR_BUSY: progress first. */

@@ -393,19 +393,20 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
         rdmx__timers_cleanup(w);
         goto err_free;
     }
-    status = w->tp->worker_create(context->tctx, w,
-                                  (w->mt ? RDMX_TP_WORKER_THREADED : 0u) |
-                                      (w->busy ? RDMX_TP_WORKER_BUSY : 0u),
-                                  &w->tw, &w->efd, &w->addr, &w->addr_len);
-    if (status != RDMX_OK)
-        goto err_map;
     w->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (w->epfd < 0) {
         status = rdmx__error(RDMX_ERR_NO_RESOURCE, "worker: epoll: %s",
                              strerror(errno));
-        goto err_worker;
+        goto err_map;
     }
-    {
+    status =
+        w->tp->worker_create(context->tctx, w,
+                             (w->mt ? RDMX_TP_WORKER_THREADED : 0u) |
+                                 (w->busy ? RDMX_TP_WORKER_BUSY : 0u),
+                             w->epfd, &w->tw, &w->efd, &w->addr, &w->addr_len);
+    if (status != RDMX_OK)
+        goto err_epfd;
+    if (w->efd >= 0) {
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
         if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->efd, &ev) != 0) {
             status = rdmx__error(RDMX_ERR_NO_RESOURCE, "worker: epoll: %s",
@@ -432,9 +433,9 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     return RDMX_OK;
 
 err_epoll:
-    close(w->epfd);
-err_worker:
     w->tp->worker_destroy(w->tw);
+err_epfd:
+    close(w->epfd);
 err_map:
     rdmx__timers_cleanup(w);
     rdmx_ptrmap_cleanup(&w->amo_ops);

@@ -362,7 +362,8 @@ static rdmx_status_t make_address(ofi_worker_t *ow)
 }
 
 static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
-                                       unsigned flags, void **tw_p, int *efd_p,
+                                       unsigned flags, int core_epfd,
+                                       void **tw_p, int *efd_p,
                                        const void **addr_p, size_t *addr_len_p)
 {
     ofi_ctx_t *oc = tctx;
@@ -372,6 +373,7 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
     rdmx_status_t st;
     int ret, cqfd = -1;
 
+    (void)core_epfd; /* (its own set goes in the core's: *efd_p) */
     /* (RDMX_TP_WORKER_THREADED: the core serializes calls,
      * FI_THREAD_COMPLETION) */
     ow = calloc(1, sizeof(*ow));

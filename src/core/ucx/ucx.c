@@ -35,6 +35,7 @@ typedef struct ucx_worker ucx_worker_t;
 typedef struct {
     ucp_context_h ucp;
     int amo; /* UCX's atomics usable under peer error mode (before 1.16) */
+    int lazy_arm; /* tcp alone: see ucx_arm */
 } ucx_ctx_t;
 
 typedef struct {
@@ -58,6 +59,8 @@ struct ucx_worker {
     ucp_ep_h last_ucp; /* the sender of the last message found in eps ... */
     ucx_ep_t *last_ep; /* ... and its endpoint; NULL once it is closed */
     ucx_handler_t handlers[RDMX_MSG_ID_MAX];
+    int lazy_arm; /* the context's */
+    int worked;   /* a pass found work since the last ucp_worker_arm */
 };
 
 /* UCX status codes in rdmx's terms: connection-level failures keep their
@@ -261,6 +264,7 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
     }
     if (uc->amo)
         up.features |= UCP_FEATURE_AMO64;
+    uc->lazy_arm = t == RDMX_TRANSPORT_TCP;
     up.mt_workers_shared = 1; /* workers of one context on many threads */
     up.name = ctx->name;
     us = ucp_init(&up, config, &uc->ucp);
@@ -415,8 +419,9 @@ static rdmx_status_t ucx_set_handler(void *tw, unsigned id, int hold)
 }
 
 static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
-                                       unsigned flags, void **tw_p, int *efd_p,
-                                       const void **addr_p, size_t *addr_len_p)
+                                       unsigned flags, int epfd, void **tw_p,
+                                       int *efd_p, const void **addr_p,
+                                       size_t *addr_len_p)
 {
     ucp_worker_params_t wp = {0};
     ucx_worker_t *uw;
@@ -427,11 +432,21 @@ static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
     if (uw == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
     uw->w = w;
+    uw->lazy_arm = ((ucx_ctx_t *)tctx)->lazy_arm;
     if (rdmx_ptrmap_init(&uw->eps) != 0) {
         free(uw);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
     }
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    /* UCX puts its fds (an eventfd, a keepalive timerfd, each interface's
+     * fd) straight into the core's epoll set instead of into a set of its
+     * own that the core's would hold: a wake-up then passes one epoll
+     * callback fewer (tcp: the socket's own set inside UCX, then the
+     * core's). Level-triggered, data.ptr NULL (user_data). */
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE |
+                    UCP_WORKER_PARAM_FIELD_EVENT_FD |
+                    UCP_WORKER_PARAM_FIELD_USER_DATA;
+    wp.event_fd = epfd;
+    wp.user_data = NULL;
     /* With a progress thread rdmx serializes every call under its lock. */
     /* (RDMX_TP_WORKER_BUSY: UCX's wake-up costs nothing per completion) */
     wp.thread_mode = (flags & RDMX_TP_WORKER_THREADED)
@@ -443,9 +458,8 @@ static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
                          ucs_status_string(us));
         goto err_map;
     }
-    us = ucp_worker_get_efd(uw->ucp, efd_p);
-    if (us == UCS_OK)
-        us = ucp_worker_get_address(uw->ucp, &uw->addr, &uw->addr_len);
+    *efd_p = -1;
+    us = ucp_worker_get_address(uw->ucp, &uw->addr, &uw->addr_len);
     if (us != UCS_OK) {
         st = rdmx__error(RDMX_ERR_IO, "UCX worker: %s",
                          ucs_status_string(us));
@@ -476,13 +490,36 @@ static void ucx_worker_destroy(void *tw)
 
 static unsigned ucx_progress(void *tw)
 {
-    return ucp_worker_progress(((ucx_worker_t *)tw)->ucp);
+    ucx_worker_t *uw = tw;
+    unsigned n = ucp_worker_progress(uw->ucp);
+
+    uw->worked |= n != 0;
+    return n;
 }
 
+/*
+ * Over tcp alone an arm is two reads that find nothing. ucp_worker_arm
+ * reads UCP's internal eventfd and its keepalive timerfd (to clear them:
+ * they are level-triggered members of the worker's fd) and arms each
+ * interface that has events, which for tcp is nothing (its sockets are
+ * level-triggered too; "self" has no events). So the fd of an unarmed tcp
+ * worker never misses an event; it can only stay readable for one that a
+ * pass already handled, and wake a sleep early. rdmx arms for real only
+ * when no pass found work since the last arm: after a sleep that woke for
+ * nothing. A client's sleeping round trip is then sendmsg, epoll_wait and
+ * UCX's epoll_wait and recvfrom (docs/CORE.md, "Waiting").
+ */
 static rdmx_status_t ucx_arm(void *tw)
 {
-    ucs_status_t us = ucp_worker_arm(((ucx_worker_t *)tw)->ucp);
+    ucx_worker_t *uw = tw;
+    ucs_status_t us;
 
+    if (uw->lazy_arm && uw->worked) {
+        uw->worked = 0;
+        return RDMX_OK;
+    }
+    uw->worked = 0;
+    us = ucp_worker_arm(uw->ucp);
     if (us == UCS_ERR_BUSY)
         return RDMX_ERR_BUSY;
     if (us != UCS_OK)
