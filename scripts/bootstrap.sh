@@ -9,13 +9,14 @@ set -euo pipefail
 # only recommends it, and recommends are not installed). libmicrohttpd-dev:
 # the metrics endpoint; curl and prometheus (promtool) test it; groff-base
 # checks the man pages; libsystemd-dev: rdmx-kvd's readiness under systemd.
+# strace: tests/sleep_wake.sh counts a sleeping client's system calls.
 # python3-*: the Python module and its tests (docs/PYTHON.md), and the ops
 # tests' JSON and notify-socket checks.
 packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libucx-dev ucx-utils libssl-dev liblua5.4-dev libmicrohttpd-dev
   libfabric-dev libfabric-bin
-  iproute2 procps
+  iproute2 procps strace
   libsystemd-dev curl prometheus groff-base
   python3 python3-dev python3-numpy python3-pytest python3-torch
 )
