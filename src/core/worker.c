@@ -14,6 +14,7 @@
 #include "util/time.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -605,7 +606,8 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
     uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns, now;
     unsigned spins = 0;
     rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
-    int asked = 0, polls = 0, pass = 1;
+    int asked = 0, polls = 0, pass = 1, turns = 0;
+    int may_take_turns;
 
     if (w->mt) {
         int rc = 0;
@@ -630,6 +632,10 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         pthread_mutex_unlock(&w->lock);
         return rc;
     }
+    /* Over shared memory and RDMA, waiters that outnumber the CPUs take
+     * turns ("Polling slots" in docs/CORE.md). */
+    may_take_turns =
+        spin_ns != 0 && !w->busy && !rdmx__context_poll_yields(w->ctx);
     /* A waiter that yields and may not poll now (pressure, or no polling
      * at all) sleeps at once: its answer is a round trip over tcp away,
      * and the arm sees anything that came meanwhile (spin.c). */
@@ -649,6 +655,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         if (!asked) {
             asked = 1;
             polls = wait_polls(w, spin_ns, &slot);
+            turns = may_take_turns && !polls;
         }
         if (polls && (++spins & 63) != 0)
             continue;
@@ -661,6 +668,17 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         }
         if (idle_since == 0)
             idle_since = now;
+        if (turns && now - idle_since < spin_ns) {
+            /* Every slot taken (more waiters than CPUs) over shared memory
+             * or RDMA: give the CPU to whoever is runnable after each
+             * empty pass, instead of sleeping. The answer comes by memory,
+             * so a waiter that looks again when its turn comes needs no
+             * wake-up (a system call for its peer, a context switch for
+             * itself). */
+            sched_yield();
+            asked = 0; /* (the slots again: one may have come free) */
+            continue;
+        }
         if ((!polls || now - idle_since >= spin_ns) && !w->busy) {
             /* Sleep until an event, a timer (rdmx__worker_sleep knows them)
              * or the deadline: a thread blocked on a stopped peer wakes a
