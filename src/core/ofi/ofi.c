@@ -330,9 +330,11 @@ static rdmx_transport_t ofi_ctx_transport(void *tctx)
 /* --- workers
  * -------------------------------------------------------------------- */
 
+/* Into the core's set: level-triggered, data.ptr NULL (the core leaves
+ * the backend's fds to its progress). */
 static int epoll_add(int epfd, int fd)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
 
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
@@ -373,7 +375,6 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
     rdmx_status_t st;
     int ret, cqfd = -1;
 
-    (void)core_epfd; /* (its own set goes in the core's: *efd_p) */
     /* (RDMX_TP_WORKER_THREADED: the core serializes calls,
      * FI_THREAD_COMPLETION) */
     ow = calloc(1, sizeof(*ow));
@@ -381,7 +382,11 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
     ow->ctx = oc;
     ow->w = w;
-    ow->epfd = ow->evfd = ow->tfd = ow->bell_fd = -1;
+    ow->evfd = ow->tfd = ow->bell_fd = ow->cqfd = -1;
+    /* Its fds go straight into the core's set, not into a set of its own
+     * inside it: a wake-up passes one epoll callback fewer (the provider's
+     * CQ fd is already a set of sockets over tcp). */
+    ow->epfd = core_epfd;
     rdmx_list_init(&ow->peers);
     rdmx_list_init(&ow->eps);
     rdmx_list_init(&ow->chunks);
@@ -445,11 +450,10 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
     }
     if ((st = make_address(ow)) != RDMX_OK)
         goto err_ep;
-    ow->epfd = epoll_create1(EPOLL_CLOEXEC);
     ow->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (cqfd < 0)
         ow->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (ow->epfd < 0 || ow->evfd < 0 || (cqfd < 0 && ow->tfd < 0) ||
+    if (ow->evfd < 0 || (cqfd < 0 && ow->tfd < 0) ||
         epoll_add(ow->epfd, ow->evfd) != 0 ||
         epoll_add(ow->epfd, cqfd >= 0 ? cqfd : ow->tfd) != 0) {
         st = rdmx__error(RDMX_ERR_NO_RESOURCE, "worker: wake-up fds: %s",
@@ -461,20 +465,21 @@ static rdmx_status_t ofi_worker_create(void *tctx, rdmx_worker_t *w,
         goto err_fds;
     if ((st = rdmx__ofi_mem_worker_add(ow)) != RDMX_OK)
         goto err_fds;
+    ow->cqfd = cqfd;
     *tw_p = ow;
-    *efd_p = ow->epfd;
+    *efd_p = -1;
     *addr_p = ow->addr;
     *addr_len_p = ow->addr_len;
     return RDMX_OK;
 
 err_fds:
     rdmx__ofi_bell_fini(ow);
+    if (cqfd >= 0) /* (the provider's: out of the core's set by hand) */
+        epoll_ctl(ow->epfd, EPOLL_CTL_DEL, cqfd, NULL);
     if (ow->tfd >= 0)
         close(ow->tfd);
     if (ow->evfd >= 0)
         close(ow->evfd);
-    if (ow->epfd >= 0)
-        close(ow->epfd);
 err_ep:
     if (ow->ep != NULL)
         fi_close(&ow->ep->fid);
@@ -492,6 +497,8 @@ static void ofi_worker_destroy(void *tw)
     ofi_worker_t *ow = tw;
     rdmx_list_t *e;
 
+    if (ow->cqfd >= 0) /* (the provider's: out of the core's set by hand) */
+        epoll_ctl(ow->epfd, EPOLL_CTL_DEL, ow->cqfd, NULL);
     /* The endpoint first: the provider lets go of every buffer. */
     fi_close(&ow->ep->fid);
     fi_close(&ow->av->fid);
@@ -513,8 +520,7 @@ static void ofi_worker_destroy(void *tw)
     free(ow->slots);
     if (ow->tfd >= 0)
         close(ow->tfd);
-    close(ow->evfd);
-    close(ow->epfd);
+    close(ow->evfd); /* (closed fds leave the core's set by themselves) */
     free(ow);
 }
 

@@ -135,8 +135,7 @@ void rdmx__ofi_bell_init(ofi_worker_t *ow)
     ow->bell_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (ow->bell_fd < 0 ||
         bind(ow->bell_fd, (struct sockaddr *)&sa, bell_sockaddr(&sa, name)) ||
-        (ev.data.fd = ow->bell_fd,
-         epoll_ctl(ow->epfd, EPOLL_CTL_ADD, ow->bell_fd, &ev) != 0))
+        epoll_ctl(ow->epfd, EPOLL_CTL_ADD, ow->bell_fd, &ev) != 0)
         goto err_unmap;
     ow->bell = page;
     ow->addr[5] |= OFI_ADDR_BELL;

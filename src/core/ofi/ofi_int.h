@@ -351,7 +351,9 @@ struct ofi_worker {
     struct fid_ep *ep;
     struct fid_cq *cq;
     struct fid_av *av;
-    int epfd;                  /* the core's efd: CQ fd, evfd, timerfd */
+    int epfd;                  /* the core's set (not ours): the CQ's fd or
+                                  tfd, evfd and the doorbell go in it */
+    int cqfd;                  /* the CQ's wait fd (the provider's), or -1 */
     int evfd;                  /* signal() */
     int tfd;                   /* timerfd: wake-up without a CQ fd */
     int hold[RDMX_MSG_ID_MAX]; /* set_handler's @hold */
