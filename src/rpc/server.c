@@ -14,6 +14,7 @@
 #include "util/bufcache.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include "util/time.h"
 
@@ -1243,8 +1244,9 @@ static void worker_shutdown(server_worker_t *sw)
 /*
  * Adaptive polling: after the last work, poll for twice the context's spin
  * time (100 us by default; RDMX_SPIN_US=0: none) while holding a polling
- * slot (src/core/spin.c; none free: sleep at once), then sleep on the
- * worker's fd.
+ * slot (src/core/spin.c; none free: over tcp sleep at once, over shared
+ * memory and RDMA take turns for that time), then sleep on the worker's
+ * fd.
  */
 static void *worker_main(void *arg)
 {
@@ -1282,6 +1284,17 @@ static void *worker_main(void *arg)
                         last_work = now;
                     if (now - last_work < spin_ns)
                         continue;
+                }
+            } else if (!rdmx__context_poll_yields(s->ctx)) {
+                /* No slot over shared memory or RDMA: take turns, as a
+                 * waiting caller does (docs/CORE.md, "Taking turns"). */
+                uint64_t now = rdmx_now_ns();
+                if (last_work == 0)
+                    last_work = now;
+                if (now - last_work < spin_ns) {
+                    sched_yield();
+                    asked = 0; /* (the slots again at the next idle pass) */
+                    continue;
                 }
             }
         }
