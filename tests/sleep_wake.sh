@@ -18,6 +18,7 @@ export UCX_NET_DEVICES=lo RDMX_SPIN_US=0
 tmp=$(mktemp -d)
 srv=""
 trap '[ -z "$srv" ] || kill $srv 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM HUP PIPE # (so that the EXIT trap ends the server)
 die() { echo "FAIL: $*" >&2; exit 1; }
 
 "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 16m --transport "$tr" \
