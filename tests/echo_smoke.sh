@@ -6,19 +6,15 @@
 set -eu
 bin=$1
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-log=$(mktemp)
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-"$bin/echo_server" 127.0.0.1:0 2 >"$log" 2>&1 &
-pid=$!
-port=""
-for _ in $(seq 100); do
-    port=$(sed -n 's/.*listening on port \([0-9]*\).*/\1/p' "$log")
-    [ -n "$port" ] && break
-    sleep 0.1
-done
-[ -n "$port" ] || { echo "echo_server did not start:"; cat "$log"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+
+"$bin/echo_server" 127.0.0.1:0 2 >"$tmp/srv.out" 2>&1 &
+srv=$!
+track $srv
+port=$(wait_line "$tmp/srv.out" 's/.*listening on port \([0-9]*\).*/\1/p') ||
+    die "echo_server did not start"
 "$bin/echo_client" "127.0.0.1:$port" "smoke test message"
 "$bin/bulk_client" "127.0.0.1:$port" 64
-kill -TERM $pid
-wait $pid
+stop_server
+[ $server_rc -eq 0 ] || die "echo_server exited with $server_rc on SIGTERM"
 echo "echo_server exited cleanly"

@@ -10,21 +10,7 @@ src=$1
 build=$2
 bin=$build/bin
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-tmp=$(mktemp -d)
-kvd=""
-trap '[ -z "$kvd" ] || kill $kvd 2>/dev/null || true; rm -rf "$tmp"' EXIT
-die() { echo "FAIL: $*" >&2; exit 1; }
-
-# wait_line LOG PATTERN: the first match of sed PATTERN in LOG, within 10 s.
-wait_line() {
-    for _ in $(seq 100); do
-        v=$(sed -n "$2" "$1" | head -n 1)
-        [ -n "$v" ] && { echo "$v"; return 0; }
-        sleep 0.1
-    done
-    cat "$1" >&2
-    return 1
-}
+. "$(dirname "$0")/lib.sh"
 
 # --- the file applies, the command line wins -------------------------------
 cat >"$tmp/kvd.conf" <<'CONF'
@@ -37,25 +23,22 @@ workers=1
 metrics-listen = "127.0.0.1:0"
 max-key 100
 CONF
-"$bin/rdmx-kvd" --config "$tmp/kvd.conf" --memory 16m >"$tmp/out" 2>&1 &
-kvd=$!
-line=$(wait_line "$tmp/out" '/listening on/p') || die "did not start"
+start_server rdmx-kvd "$bin/rdmx-kvd" --config "$tmp/kvd.conf" --memory 16m
+line=$(wait_line "$tmp/rdmx-kvd.out" '/listening on/p') || die "no address"
 echo "$line"
 case "$line" in
 *"memory 16 MiB, 1 workers"*"lambda off"*) ;;
 *) die "config or command line not applied: $line" ;;
 esac
-wait_line "$tmp/out" '/metrics on http/p' >/dev/null ||
+wait_line "$tmp/rdmx-kvd.out" '/metrics on http/p' >/dev/null ||
     die "metrics-listen from the file not applied"
-addr=$(echo "$line" | sed -n 's/.*listening on \([^ ]*\).*/\1/p')
 long=$(head -c 150 /dev/zero | tr '\0' k)
 rc=0
 "$bin/rdmx-kv" -s "$addr" put "$long" v >/dev/null 2>&1 || rc=$?
 [ $rc -eq 2 ] || die "max-key 100 from the file: a 150-byte key gave $rc"
 "$bin/rdmx-kv" -s "$addr" put shortkey v >/dev/null || die "put"
-kill -TERM $kvd
-wait $kvd || die "rdmx-kvd did not stop cleanly"
-kvd=""
+stop_server
+[ $server_rc -eq 0 ] || die "rdmx-kvd did not stop cleanly: $server_rc"
 echo "ok: config applied, command line wins"
 
 # --- bad files -------------------------------------------------------------

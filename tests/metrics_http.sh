@@ -12,26 +12,11 @@ set -eu
 bin=$1
 peer=$2
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-tmp=$(mktemp -d)
-kvd=""
-srv=""
-trap 'for p in $kvd $srv; do kill $p 2>/dev/null || true; done; rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 
-die() { echo "FAIL: $*" >&2; exit 1; }
 for tool in curl promtool; do
     command -v $tool >/dev/null || die "$tool is not installed (scripts/bootstrap.sh)"
 done
-
-# wait_line LOG PATTERN: the first match of sed PATTERN in LOG, within 10 s.
-wait_line() {
-    for _ in $(seq 100); do
-        v=$(sed -n "$2" "$1" | head -n 1)
-        [ -n "$v" ] && { echo "$v"; return 0; }
-        sleep 0.1
-    done
-    cat "$1" >&2
-    return 1
-}
 
 # scrape URL FILE: GET /metrics into FILE, checked by promtool.
 scrape() {
@@ -80,6 +65,7 @@ s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Half: ")
 time.sleep(60)' "$port" &
     hold=$!
+    track $hold
     sleep 0.5
     scrape "$1" "$tmp/stuck0"
     "$bin/rdmx-kv" -s "$2" put stuck v >/dev/null || die "put beside a stuck HTTP client"
@@ -88,8 +74,7 @@ time.sleep(60)' "$port" &
     moved "$tmp/stuck0" "$tmp/stuck1" rdmx_kv_cmd_set_total 1
     moved "$tmp/stuck0" "$tmp/stuck1" rdmx_kv_get_hits_total 1
     kill -0 $hold || die "the stuck client did not stay"
-    kill $hold
-    wait $hold 2>/dev/null || true
+    stop_server $hold
 }
 
 # health URL WORKERS: /health is the documented object.
@@ -111,16 +96,13 @@ PY
 }
 
 # --- rdmx-kvd ------------------------------------------------------------
-"$bin/rdmx-kvd" -l 127.0.0.1:0 -w 2 -m 8m --metrics-listen 127.0.0.1:0 \
-    >"$tmp/kvd.out" 2>"$tmp/kvd.err" &
-kvd=$!
-addr=$(wait_line "$tmp/kvd.out" 's/.*listening on \([^ ]*\).*/\1/p') ||
-    die "rdmx-kvd did not start"
-url=$(wait_line "$tmp/kvd.out" 's/.*metrics on \(http:[^ ]*\)\/metrics.*/\1/p') ||
+start_server rdmx-kvd "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 2 -m 8m \
+    --metrics-listen 127.0.0.1:0
+url=$(wait_line "$tmp/rdmx-kvd.out" 's/.*metrics on \(http:[^ ]*\)\/metrics.*/\1/p') ||
     die "rdmx-kvd did not serve metrics"
 # The warnings printed at start are those /health lists.
 if [ "$(curl -sf "$url/health" | python3 -c 'import json,sys; print(json.load(sys.stdin)["transport"])')" = tcp ]; then
-    grep -q "rdmx-kvd: WARNING: RMA emulated" "$tmp/kvd.err" ||
+    grep -q "rdmx-kvd: WARNING: RMA emulated" "$tmp/rdmx-kvd.out" ||
         die "rdmx-kvd printed no RMA warning on tcp"
 fi
 
@@ -150,16 +132,12 @@ moved "$tmp/kv0" "$tmp/kv1" 'rdmx_http_requests_total{path="/metrics"}' 1
 health "$url" 2
 bad_requests "$url"
 stuck "$url" "$addr"
-kill -TERM $kvd
-wait $kvd || die "rdmx-kvd did not stop cleanly"
-kvd=""
+stop_server
+[ $server_rc -eq 0 ] || die "rdmx-kvd did not stop cleanly: $server_rc"
 
 # --- an RPC server of the public API --------------------------------------
-"$peer" server 127.0.0.1:0 127.0.0.1:0 >"$tmp/srv.out" 2>&1 &
-srv=$!
-addr=$(wait_line "$tmp/srv.out" 's/.*listening on \([^ ]*\).*/\1/p') ||
-    die "metrics_peer did not start"
-url=$(wait_line "$tmp/srv.out" 's/.*metrics on \(http:[^ ]*\)\/metrics.*/\1/p') ||
+start_server metrics_peer "$peer" server 127.0.0.1:0 127.0.0.1:0
+url=$(wait_line "$tmp/metrics_peer.out" 's/.*metrics on \(http:[^ ]*\)\/metrics.*/\1/p') ||
     die "metrics_peer did not serve metrics"
 scrape "$url" "$tmp/rpc0"
 "$peer" client "$addr" 25 || die "metrics_peer client"
@@ -173,17 +151,13 @@ moved "$tmp/rpc0" "$tmp/rpc1" rdmx_rpc_errors_total 1
 moved "$tmp/rpc0" "$tmp/rpc1" test_collects_total 1
 health "$url" 2
 bad_requests "$url"
-kill -TERM $srv
-wait $srv || die "metrics_peer did not stop cleanly"
-srv=""
+stop_server
+[ $server_rc -eq 0 ] || die "metrics_peer did not stop cleanly: $server_rc"
 
 # --- rdmx-perf's RPC server; rdmx-info's rdmx.ping is the traffic ------------
-"$bin/rdmx-perf" --listen 127.0.0.1:0 --rpc-only --poll sleep \
-    --metrics-listen 127.0.0.1:0 >"$tmp/perf.out" 2>&1 &
-srv=$!
-addr=$(wait_line "$tmp/perf.out" 's/^listening on \([^ ]*\).*/\1/p') ||
-    die "rdmx-perf did not start"
-url=$(wait_line "$tmp/perf.out" 's/.*metrics on \(http:[^ ]*\)\/metrics.*/\1/p') ||
+start_server rdmx-perf "$bin/rdmx-perf" --listen 127.0.0.1:0 --rpc-only \
+    --poll sleep --metrics-listen 127.0.0.1:0
+url=$(wait_line "$tmp/rdmx-perf.out" 's/.*metrics on \(http:[^ ]*\)\/metrics.*/\1/p') ||
     die "rdmx-perf did not serve metrics"
 scrape "$url" "$tmp/perf0"
 "$bin/rdmx-info" --server "$addr" >/dev/null || [ $? -eq 1 ] ||
@@ -193,7 +167,6 @@ moved "$tmp/perf0" "$tmp/perf1" 'rdmx_rpc_handler_calls_total{handler="rdmx.ping
 moved "$tmp/perf0" "$tmp/perf1" 'rdmx_rpc_handler_calls_total{handler="perf.echo"}' 0
 moved "$tmp/perf0" "$tmp/perf1" rdmx_rpc_connections_total 1
 health "$url" 1
-kill -TERM $srv
-wait $srv || die "rdmx-perf did not stop cleanly"
-srv=""
+stop_server
+[ $server_rc -eq 0 ] || die "rdmx-perf did not stop cleanly: $server_rc"
 echo "metrics_http: ok"

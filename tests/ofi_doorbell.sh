@@ -11,43 +11,25 @@
 set -eu
 bin=$1
 export FI_TCP_IFACE=lo UCX_NET_DEVICES=lo
-tmp=$(mktemp -d)
-srv=""
-trap '[ -z "$srv" ] || kill $srv 2>/dev/null || true; rm -rf "$tmp"' EXIT
-die() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 
-# Start "$@" in the background; its address (from "listening on") in $addr.
-start() {
-    "$@" >"$tmp/srv.out" 2>&1 &
-    srv=$!
-    addr=""
-    for _ in $(seq 100); do
-        addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/srv.out")
-        [ -n "$addr" ] && return 0
-        sleep 0.1
-    done
-    die "server did not start: $(cat "$tmp/srv.out")"
-}
-
-stop() {
-    kill "$srv" 2>/dev/null || true
-    wait "$srv" 2>/dev/null || true
-    srv=""
-}
-
-# p50 of rpc_lat in microseconds, both sides sleeping; $1: RDMX_OFI_DOORBELL
+# p50 of rpc_lat in microseconds, both sides sleeping, in $p50;
+# $1: RDMX_OFI_DOORBELL
 rpc_p50() {
-    RDMX_OFI_DOORBELL=$1 start "$bin/rdmx-perf" --listen 127.0.0.1:0 \
-        --transport ofi:shm --poll sleep
+    start_server rdmx-perf env RDMX_OFI_DOORBELL="$1" "$bin/rdmx-perf" \
+        --listen 127.0.0.1:0 --transport ofi:shm --poll sleep
     RDMX_OFI_DOORBELL=$1 RDMX_SPIN_US=0 "$bin/rdmx-perf" "$addr" \
         --transport ofi:shm -t rpc_lat -n 300 -w 30 --json >"$tmp/lat.json" \
         2>"$tmp/lat.err" || die "rdmx-perf: $(cat "$tmp/lat.err")"
-    stop
-    sed -n 's/.*"p50_us": *\([0-9.]*\).*/\1/p' "$tmp/lat.json" | head -n 1
+    stop_server
+    p50=$(sed -n 's/.*"p50_us": *\([0-9.]*\).*/\1/p' "$tmp/lat.json" |
+        head -n 1)
 }
 
-with=$(rpc_p50 1)
-without=$(rpc_p50 0)
+rpc_p50 1
+with=$p50
+rpc_p50 0
+without=$p50
 echo "rpc_lat p50, both sides sleeping: doorbell ${with} us, timer ${without} us"
 [ -n "$with" ] && [ -n "$without" ] || die "no p50 in rdmx-perf's output"
 awk -v a="$with" 'BEGIN { exit !(a < 500) }' ||
@@ -56,7 +38,8 @@ awk -v a="$without" 'BEGIN { exit !(a >= 500) }' ||
     die "with the doorbell off, p50 ${without} us: the timer should show"
 
 # Idle: voluntary context switches of every thread of rdmx-kvd over 2 s.
-start "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 2 -m 4m --transport ofi:shm
+start_server rdmx-kvd "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 2 -m 4m \
+    --transport ofi:shm
 "$bin/rdmx-kv" -s "$addr" --transport ofi:shm put k v >/dev/null ||
     die "rdmx-kv put"
 sleep 0.5
@@ -73,21 +56,22 @@ echo "idle rdmx-kvd (2 workers): $rate wake-ups a second"
 "$bin/rdmx-kv" -s "$addr" --transport ofi:shm get k >"$tmp/v" ||
     die "rdmx-kv get after idling"
 [ "$(cat "$tmp/v")" = v ] || die "got '$(cat "$tmp/v")' after idling"
-stop
+stop_server
 
 # A process killed by SIGKILL leaves its shm region and doorbell page in
 # /dev/shm; the next process's first ofi:shm context removes them.
-start "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m --transport ofi:shm
+start_server rdmx-kvd "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m \
+    --transport ofi:shm
 dead=$srv
 ls /dev/shm | grep -q "^rdmx-bell-$dead-" || die "no doorbell page of $dead"
 ls /dev/shm | grep -q "^$dead-[0-9a-f]*:" || die "no shm region of $dead"
 kill -KILL "$dead"
-wait "$dead" 2>/dev/null || true
-srv=""
+stop_server "$dead"
 ls /dev/shm | grep -q "^rdmx-bell-$dead-" || die "the page went with SIGKILL?"
-start "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m --transport ofi:shm
+start_server rdmx-kvd "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m \
+    --transport ofi:shm
 if ls /dev/shm | grep -q -e "^rdmx-bell-$dead-" -e "^$dead-[0-9a-f]*:"; then
     die "files of the killed process $dead stayed: $(ls /dev/shm | grep "$dead")"
 fi
-stop
+stop_server
 echo "ok"

@@ -12,10 +12,7 @@
 set -eu
 bin=$1
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-tmp=$(mktemp -d)
-kvd=""
-trap '[ -z "$kvd" ] || kill $kvd 2>/dev/null || true; rm -rf "$tmp"' EXIT
-die() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 
 # Local: version, build, transports, devices; exit 0 or 1 as it warns.
 rc=0
@@ -39,15 +36,7 @@ if grep -q "^WARNING:" "$tmp/local"; then want=1; else want=0; fi
 [ $rc -eq $want ] || die "local: exit $rc with warnings=$want"
 
 # Against a server.
-"$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m >"$tmp/kvd.out" 2>&1 &
-kvd=$!
-addr=""
-for _ in $(seq 100); do
-    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/kvd.out" 2>/dev/null || true)
-    [ -n "$addr" ] && break
-    sleep 0.1
-done
-[ -n "$addr" ] || die "rdmx-kvd did not start: $(cat "$tmp/kvd.out")"
+start_server rdmx-kvd "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 4m
 rc=0
 "$bin/rdmx-info" --server "$addr" >"$tmp/srv" 2>&1 || rc=$?
 cat "$tmp/srv"
@@ -91,17 +80,16 @@ esac
 # never maps it (nor the provider libraries it pulls in).
 case "${RDMX_TRANSPORT:-auto}" in
 ofi:*)
-    grep -q "libfabric" /proc/$kvd/maps || die "an ofi server without libfabric?"
+    grep -q "libfabric" /proc/$srv/maps || die "an ofi server without libfabric?"
     ;;
 *)
-    if grep -q -e "libfabric" -e "infinipath" /proc/$kvd/maps; then
+    if grep -q -e "libfabric" -e "infinipath" /proc/$srv/maps; then
         die "a UCX server loaded libfabric"
     fi
     ;;
 esac
-kill -TERM $kvd
-wait $kvd || die "rdmx-kvd did not stop cleanly"
-kvd=""
+stop_server
+[ $server_rc -eq 0 ] || die "rdmx-kvd did not stop cleanly: $server_rc"
 
 # A libfabric that cannot be loaded: the ofi transports say so.
 if grep -q "^backends: ucx, ofi" "$tmp/local"; then

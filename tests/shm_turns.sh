@@ -14,22 +14,10 @@
 set -eu
 bin=$1
 export UCX_NET_DEVICES=lo
-tmp=$(mktemp -d)
-srv=""
-trap '[ -z "$srv" ] || kill $srv 2>/dev/null || true; rm -rf "$tmp"' EXIT
-trap 'exit 1' INT TERM HUP PIPE # (so that the EXIT trap ends the server)
-die() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 
-RDMX_SPIN_SLOTS=1 RDMX_SPIN_US=2000 "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 2 \
-    -m 16m --transport shm >"$tmp/srv.out" 2>&1 &
-srv=$!
-addr=""
-for _ in $(seq 100); do
-    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/srv.out")
-    [ -n "$addr" ] && break
-    sleep 0.1
-done
-[ -n "$addr" ] || die "server did not start: $(cat "$tmp/srv.out")"
+start_server rdmx-kvd env RDMX_SPIN_SLOTS=1 RDMX_SPIN_US=2000 \
+    "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 2 -m 16m --transport shm
 
 # voluntary context switches of every thread of the server
 switches() {

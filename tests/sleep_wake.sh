@@ -15,22 +15,10 @@ set -eu
 bin=$1
 tr=$2
 export UCX_NET_DEVICES=lo RDMX_SPIN_US=0
-tmp=$(mktemp -d)
-srv=""
-trap '[ -z "$srv" ] || kill $srv 2>/dev/null || true; rm -rf "$tmp"' EXIT
-trap 'exit 1' INT TERM HUP PIPE # (so that the EXIT trap ends the server)
-die() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 
-"$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 16m --transport "$tr" \
-    >"$tmp/srv.out" 2>&1 &
-srv=$!
-addr=""
-for _ in $(seq 100); do
-    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$tmp/srv.out")
-    [ -n "$addr" ] && break
-    sleep 0.1
-done
-[ -n "$addr" ] || die "server did not start: $(cat "$tmp/srv.out")"
+start_server rdmx-kvd "$bin/rdmx-kvd" -l 127.0.0.1:0 -w 1 -m 16m \
+    --transport "$tr"
 
 # One client thread, one GET at a time, for 1 s; extra arguments go
 # before the command (strace ...). Its JSON line in $tmp/bench.json.

@@ -12,9 +12,7 @@ set -eu
 bin=$1
 export UCX_NET_DEVICES=lo
 unset UCX_TCP_TX_SEG_SIZE UCX_TCP_RX_SEG_SIZE UCX_ZCOPY_THRESH || true
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-die() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 
 # A server for a second: its workers open UCX's tcp interface at start.
 serve() { # out env...
