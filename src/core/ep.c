@@ -406,10 +406,14 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
                     rdmx__ep_fail(ep, RDMX_ERR_CONN_CLOSED);
                     continue;
                 }
+                /* (which step: a WELCOME over the socket, or the
+                 * BIND_ACK that proves the transport path) */
                 fail_with(ep, RDMX_ERR_TIMEOUT, "%s",
-                          ep->accept_cb != NULL
-                              ? "handshake timed out"
-                              : "timed out waiting for the server");
+                          ep->accept_cb != NULL ? "handshake timed out"
+                          : ep->tep == NULL
+                              ? "timed out waiting for the server's WELCOME"
+                              : "timed out waiting for the server's "
+                                "BIND_ACK over the transport");
             }
         }
     }
