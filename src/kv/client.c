@@ -16,6 +16,7 @@
 #include "util/bufcache.h"
 #include "util/hash.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,7 +444,6 @@ struct kv_op {
     int answered;               /* ... reported by a call's end, not by
                                    starting one */
     unsigned failed;            /* ... its copy (blocking ops) */
-    char message[256];          /* ... in words */
     rdmx_kv_meta_t meta;        /* to report: the first copy's, or the
                                    first error's with TOO_BIG */
     /* how the end is told */
@@ -451,13 +451,16 @@ struct kv_op {
     void *arg;
     volatile int done;          /* blocking: the copy in flight ended */
     kv_call_t call[2];          /* [0]: the first copy's; [1]: the others' */
+    char message[256]; /* the error in words (last: op_init clears only its
+                          first byte) */
 };
 
 /* Set @op up for @copies calls of @method with @msg from @server on. */
 static void op_init(kv_op_t *op, rdmx_kv_t *kv, const char *method,
                     kv_msg_t *msg, unsigned server, unsigned copies)
 {
-    memset(op, 0, sizeof(*op));
+    memset(op, 0, offsetof(kv_op_t, message));
+    op->message[0] = '\0';
     op->kv = kv;
     op->method = method;
     op->msg = msg;
@@ -594,7 +597,7 @@ static void call_done(const rdmx_call_result_t *r, void *arg)
     kv_call_t *c = arg;
     kv_op_t *op = c->op;
     rdmx_kv_meta_t meta = {0};
-    char msg[256] = "";
+    char msg[256]; /* (written by call_answer on error, read only then) */
     rdmx_status_t st = call_answer(op, r, &meta, msg, sizeof(msg));
 
     if (c->first) {

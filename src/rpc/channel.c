@@ -1798,7 +1798,7 @@ rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
                         size_t capacity, const rdmx_call_params_t *params,
                         size_t *resp_len_p)
 {
-    waiter_t wt = {0};
+    waiter_t wt; /* (not zeroed whole: its message is written on error) */
     rdmx_status_t st;
 
     if (resp == NULL && capacity != 0)
@@ -1806,6 +1806,10 @@ rdmx_status_t rdmx_call(rdmx_channel_t *ch, const char *method,
     if (params != NULL && (params->field_mask & RDMX_CALL_PARAM_FIELD_CB))
         return rdmx__error(RDMX_ERR_INVALID,
                            "call: params->cb is for rdmx_call_nb");
+    wt.done = 0;
+    wt.status = RDMX_OK;
+    wt.length = 0;
+    wt.message[0] = '\0';
     wt.resp = resp;
     wt.capacity = capacity;
     {
