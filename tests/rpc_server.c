@@ -73,6 +73,39 @@ static void h_spin(rdmx_rpc_req_t *req, void *arg)
     rdmx_rpc_respond(req, "done", 4);
 }
 
+/* "echo_later" keeps its request unanswered; "release" answers every kept
+ * one with its own payload, read only then (the payload must outlive the
+ * handler until the answer: also when it came in a batch, whose buffer is
+ * the transport's only during the callback), then answers the count. A
+ * connection's calls all run on its worker's thread: one list per thread. */
+#define LATER_MAX 256
+static __thread rdmx_rpc_req_t *later[LATER_MAX];
+static __thread uint32_t nlater;
+
+static void h_echo_later(rdmx_rpc_req_t *req, void *arg)
+{
+    (void)arg;
+    if (nlater == LATER_MAX) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_NO_RESOURCE, "echo_later: full");
+        return;
+    }
+    later[nlater++] = req;
+}
+
+static void h_release(rdmx_rpc_req_t *req, void *arg)
+{
+    uint32_t n = nlater;
+
+    (void)arg;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len;
+        const void *data = rdmx_rpc_req_data(later[i], &len);
+        rdmx_rpc_respond(later[i], data, len);
+    }
+    nlater = 0;
+    rdmx_rpc_respond(req, &n, sizeof(n));
+}
+
 static void h_worker(rdmx_rpc_req_t *req, void *arg)
 {
     uint32_t w = rdmx_rpc_req_worker(req);
@@ -228,6 +261,9 @@ int trs_main(int argc, char **argv)
     CHECK_OK(rdmx_rpc_server_register(srv, "echo_once", h_echo, NULL, 0));
     CHECK_OK(rdmx_rpc_server_register(srv, "fail", h_fail, NULL, 0));
     CHECK_OK(rdmx_rpc_server_register(srv, "spin", h_spin, NULL, 0));
+    CHECK_OK(
+        rdmx_rpc_server_register(srv, "echo_later", h_echo_later, NULL, 0));
+    CHECK_OK(rdmx_rpc_server_register(srv, "release", h_release, NULL, 0));
     CHECK_OK(rdmx_rpc_server_register(srv, "worker", h_worker, NULL,
                                       RDMX_RPC_IDEMPOTENT));
     CHECK_OK(rdmx_rpc_server_register(srv, "oneway", h_oneway, NULL,

@@ -978,6 +978,42 @@ static void test_more(rdmx_worker_t *w, rdmx_channel_t *ch)
            (unsigned long long)(after.batches_sent - before.batches_sent),
            (unsigned long long)(after.msgs_batched - before.msgs_batched));
 
+    /* Batched calls whose handler answers later ("echo_later", answered
+     * by "release"): each request outlives its batch's buffer, copied
+     * into its record (up to 256 bytes) or a buffer of its own (more);
+     * every answer is its request's payload, byte for byte, although the
+     * transport reused its receive buffers for 200 batched echo calls
+     * before the release. */
+    {
+        enum { NL = 64, NE = 200 };
+        uint32_t released = 0;
+
+        for (i = 0; i < NL; i++) {
+            rec_init(&recs[i], "echo_later", th_seed(15, 2000, (uint64_t)i),
+                     (size_t)(i * 97 % 600));
+            CHECK_ST(rec_start(ch, &recs[i], &p), RDMX_INPROGRESS);
+        }
+        for (i = NL; i < NL + NE; i++) {
+            rec_init(&recs[i], "echo", th_seed(15, 3000, (uint64_t)i),
+                     (size_t)(i * 89 % 600));
+            CHECK_ST(rec_start(ch, &recs[i], &p), RDMX_INPROGRESS);
+        }
+        wait_recs(w, recs + NL, NE, 5000);
+        for (i = NL; i < NL + NE; i++)
+            CHECKF(recs[i].status == RDMX_OK && recs[i].data_ok,
+                   "echo %d between: %s", i, rdmx_status_name(recs[i].status));
+        CHECK_OK(rdmx_call(ch, "release", NULL, 0, &released, sizeof(released),
+                           NULL, &len));
+        CHECK_EQ_U64(len, sizeof(released));
+        CHECK_EQ_U64(released, NL);
+        wait_recs(w, recs, NL, 5000);
+        for (i = 0; i < NL; i++)
+            CHECKF(recs[i].status == RDMX_OK && recs[i].data_ok,
+                   "echo_later %d (%zu bytes): %s, data %s", i, recs[i].len,
+                   rdmx_status_name(recs[i].status),
+                   recs[i].data_ok ? "ok" : "WRONG");
+    }
+
     /* a last call announced with more, and nothing after it */
     rec_init(&recs[0], "echo", th_seed(15, 1000, 0), 100);
     CHECK_ST(rec_start(ch, &recs[0], &p), RDMX_INPROGRESS);

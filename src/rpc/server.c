@@ -32,6 +32,7 @@
 #define SRV_DEFAULT_INFLIGHT 65536
 #define SRV_AUX_SLACK        (64u << 10) /* max_receiving beyond max_message */
 #define SRV_REQ_POOL_MAX     1024
+#define SRV_REQ_INLINE       256 /* a request copied into its record */
 
 typedef struct {
     char name[RDMX_RPC_NAME_MAX + 1];
@@ -107,6 +108,10 @@ struct rdmx_rpc_req {
     rdmx_rpc_bulk_ref_t bulk[RDMX_RPC_BULK_MAX];
     rdmx_rmem_t *rmem[RDMX_RPC_BULK_MAX];
     dcache_t *cached[RDMX_RPC_BULK_MAX]; /* the cache slot rmem[i] is from */
+    /* A request that the transport cannot lend past its callback (one of
+     * a batch) and that fits is copied here, not into a buffer of its
+     * own (data then points here; req_get does not clear it). */
+    unsigned char inl[SRV_REQ_INLINE];
 };
 
 /*
@@ -812,6 +817,7 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     rdmx_rpc_req_t *req;
     handler_t *hd;
     unsigned hidx = 0;
+    int held; /* the transport's buffer is lent to the request */
 
     STAT_INC(sw, requests);
     if (c->state != CONN_READY) {
@@ -909,8 +915,15 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         rndv_start(req, m->data, m->length);
         return RDMX_INPROGRESS; /* the descriptor is the receive's */
     }
-    if (!m->can_hold && m->length != 0) {
-        /* UCX cannot lend this buffer past the callback: copy it now. */
+    held = m->can_hold || m->length == 0;
+    if (held) {
+        req->data = m->data;
+    } else if (m->length <= sizeof(req->inl)) {
+        /* UCX cannot lend this buffer past the callback: copy it now,
+         * into the record if it fits (no allocation per request). */
+        memcpy(req->inl, m->data, m->length);
+        req->data = req->inl;
+    } else {
         req->own = rdmx__buf_alloc(m->length);
         if (req->own == NULL) {
             answer(req, RDMX_ERR_NO_MEMORY, NULL, 0, "server out of memory");
@@ -918,13 +931,11 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
         }
         memcpy(req->own, m->data, m->length);
         req->data = req->own;
-    } else {
-        req->data = m->data;
     }
     if (run_request(req))
         return RDMX_OK;
     mark_deferred(req);
-    if (req->own == NULL && m->length != 0) {
+    if (held && m->length != 0) {
         req->ucx_data = m->data;
         return RDMX_INPROGRESS;
     }
