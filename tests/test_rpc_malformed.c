@@ -14,7 +14,7 @@
  *    PING (PONG), kind 10 (once AUTH; authentication is in the bootstrap
  *    now: ERROR PROTO), HELLOs with features set, a short body or a payload
  *    (ERROR PROTO); then a proper HELLO gets a WELCOME that decodes
- *    (credits, max_message 65536, the 11 handlers with their flags, the
+ *    (credits, max_message 65536, the 13 handlers with their flags, the
  *    reserved word 0); a second HELLO is refused.
  *  - phase 1, after the handshake: truncated headers (0, 1, 8, 15 bytes:
  *    ERROR with id 0); version 1's 40-byte header and its first 16 bytes
@@ -755,7 +755,7 @@ static void phase0(rdmx_ep_t *ep)
            "WELCOME does not decode: %s", why);
     CHECK_EQ_U64(wl.credits, 256);
     CHECK_EQ_U64(wl.max_message, MAX_MESSAGE);
-    CHECK_EQ_U64(wl.nhandlers, 11);
+    CHECK_EQ_U64(wl.nhandlers, 13);
     CHECK(wl.worker < 2);
     CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_echo), RDMX_RPC_IDEMPOTENT);
     CHECK_EQ_U64(rdmx_rpc_welcome_flags(&wl, id_oneway), RDMX_RPC_ONEWAY);
