@@ -1259,6 +1259,16 @@ static void worker_shutdown(server_worker_t *sw)
  * memory and RDMA take turns for that time), then sleep on the worker's
  * fd.
  */
+/* Idle for less than @spin_ns since *@since (0: from now on)? */
+static int within_spin(uint64_t *since, uint64_t spin_ns)
+{
+    uint64_t now = rdmx_now_ns();
+
+    if (*since == 0)
+        *since = now;
+    return now - *since < spin_ns;
+}
+
 static void *worker_main(void *arg)
 {
     server_worker_t *sw = arg;
@@ -1268,6 +1278,7 @@ static void *worker_main(void *arg)
     unsigned spins = 0;
     rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
     int asked = 0, polls = 0;
+    int yields = rdmx__context_poll_yields(s->ctx); /* (tcp) */
 
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
@@ -1281,32 +1292,20 @@ static void *worker_main(void *arg)
             /* polls on only while it holds a polling slot */
             if (!asked) {
                 asked = 1;
-                polls =
-                    rdmx__spin_claim((unsigned)sw->index,
-                                     rdmx__context_poll_yields(s->ctx), &slot);
+                polls = rdmx__spin_claim((unsigned)sw->index, yields, &slot);
             }
             if (polls) {
                 if ((++spins & 63) != 0)
                     continue;
                 polls = rdmx__spin_confirm(&slot);
-                if (polls) {
-                    uint64_t now = rdmx_now_ns();
-                    if (last_work == 0)
-                        last_work = now;
-                    if (now - last_work < spin_ns)
-                        continue;
-                }
-            } else if (!rdmx__context_poll_yields(s->ctx)) {
+                if (polls && within_spin(&last_work, spin_ns))
+                    continue;
+            } else if (!yields && within_spin(&last_work, spin_ns)) {
                 /* No slot over shared memory or RDMA: take turns, as a
                  * waiting caller does (docs/CORE.md, "Taking turns"). */
-                uint64_t now = rdmx_now_ns();
-                if (last_work == 0)
-                    last_work = now;
-                if (now - last_work < spin_ns) {
-                    sched_yield();
-                    asked = 0; /* (the slots again at the next idle pass) */
-                    continue;
-                }
+                sched_yield();
+                asked = 0; /* (the slots again at the next idle pass) */
+                continue;
             }
         }
         rdmx__spin_release(&slot);
