@@ -22,6 +22,12 @@
  *   10000 B, 2 MiB; plain and registered, so inline and RDMA paths), a
  *   zero-capacity and a NULL buffer give RDMX_ERR_TOO_BIG with meta.length
  *   the size needed and the buffer untouched (canary); the exact size fits.
+ * - lend: a registered GET lends its buffer over shm (never over tcp);
+ *   once the server answered a value inline to a lent buffer, a GET into a
+ *   buffer no larger lends nothing (the server's get_buffers_lent stays)
+ *   and still gets its value, or TOO_BIG with the size and nothing
+ *   written; a larger buffer is lent again and a value above the server's
+ *   4 KiB threshold written into it (get_buffers_written). A fresh client.
  * - ttl: present at once, gone after twice the TTL (200 ms, 800 ms under
  *   sanitizers); touch extends a TTL, touch 0 removes it (version kept);
  *   touch of an absent or expired key is NOT_FOUND. A pass in which the
@@ -180,6 +186,103 @@ static long not_byte(const uint8_t *p, size_t from, size_t to, uint8_t v)
         if (p[i] != v)
             return (long)i;
     return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lend: a GET lends its buffer only when the answer may need it            */
+/* ------------------------------------------------------------------------ */
+
+/* The server's lent and written GET buffers since @s0, into *@lent, *@wr. */
+static void lend_deltas(rdmx_kv_t *c, const char *s0, uint64_t *lent,
+                        uint64_t *wr)
+{
+    char s1[4096];
+
+    stats_of(c, s1, sizeof(s1));
+    *lent = stat_of(s1, "get_buffers_lent") - stat_of(s0, "get_buffers_lent");
+    *wr =
+        stat_of(s1, "get_buffers_written") - stat_of(s0, "get_buffers_written");
+}
+
+static void part_lend(void)
+{
+    enum { SMALL = 100, LARGE = 5000 }; /* below and above 4 KiB */
+    uint8_t *rbuf = (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET;
+    const char *tr = th_transport_env();
+    /* Over UCX's shared memory a registered GET lends its buffer; over
+     * tcp it never does (an inline answer is faster); libfabric's
+     * providers either way */
+    int must = strcmp(tr, "shm") == 0 ? 1 : strcmp(tr, "tcp") == 0 ? 0 : -1;
+    rdmx_kv_t *c = client(big.addr, 4096, 60000 * TH_SLOW); /* learns anew */
+    char s0[4096];
+    uint64_t lent, wr;
+    rdmx_kv_meta_t m;
+
+    th_fill(src, LARGE, th_seed(41, 0, 0));
+    EXPECT_OK(rdmx_kv_put(c, "lend:small", 10, src, SMALL, NULL, NULL));
+    EXPECT_OK(rdmx_kv_put(c, "lend:large", 10, src, LARGE, NULL, NULL));
+
+    /* the first small GET lends its buffer; the server answers inline */
+    stats_of(c, s0, sizeof(s0));
+    memset(rbuf, CANARY, LARGE);
+    EXPECT_OK(rdmx_kv_get(c, "lend:small", 10, rbuf, SMALL, KV_MR(dst_mr), &m));
+    EXPECT(m.length == SMALL && th_check(rbuf, SMALL, th_seed(41, 0, 0)) < 0,
+           "lend: first small get: %zu bytes, or wrong ones", m.length);
+    lend_deltas(c, s0, &lent, &wr);
+    EXPECT(wr == 0,
+           "lend: a %d-byte value was written into the buffer "
+           "(%" PRIu64 " writes): the server's threshold is 4 KiB",
+           SMALL, wr);
+    EXPECT(must < 0 || lent == (uint64_t)must,
+           "lend: the first registered get over %s lent %" PRIu64
+           " buffers (want %d)",
+           tr, lent, must);
+    if (lent == 0)
+        goto out; /* (this transport never lends a GET's buffer) */
+
+    /* Now the client knows: a buffer no larger than a value the server
+     * answered inline is not lent again, and the answer is the same */
+    stats_of(c, s0, sizeof(s0));
+    for (int i = 0; i < 3; i++) {
+        memset(rbuf, CANARY, LARGE);
+        EXPECT_OK(
+            rdmx_kv_get(c, "lend:small", 10, rbuf, SMALL, KV_MR(dst_mr), &m));
+        EXPECT(m.length == SMALL &&
+                   th_check(rbuf, SMALL, th_seed(41, 0, 0)) < 0 &&
+                   rbuf[SMALL] == CANARY,
+               "lend: small get %d: %zu bytes, or wrong ones", i, m.length);
+    }
+    /* too small a buffer, not lent: TOO_BIG with the size, nothing written */
+    memset(rbuf, CANARY, LARGE);
+    EXPECT(rdmx_kv_get(c, "lend:small", 10, rbuf, SMALL - 1, KV_MR(dst_mr),
+                       &m) == RDMX_ERR_TOO_BIG &&
+               m.length == SMALL,
+           "lend: a %d-byte buffer for %d bytes: want TOO_BIG and the size",
+           SMALL - 1, SMALL);
+    EXPECT(not_byte(rbuf, 0, LARGE, CANARY) < 0,
+           "lend: a too-small buffer was written at byte %ld",
+           not_byte(rbuf, 0, LARGE, CANARY));
+    lend_deltas(c, s0, &lent, &wr);
+    EXPECT(lent == 0,
+           "lend: %" PRIu64 " of 4 small gets lent their buffer "
+           "after the server had answered one inline (want 0)",
+           lent);
+
+    /* a larger buffer is lent again, and a value above the server's
+     * threshold is written into it */
+    stats_of(c, s0, sizeof(s0));
+    memset(rbuf, CANARY, LARGE + 1);
+    EXPECT_OK(rdmx_kv_get(c, "lend:large", 10, rbuf, LARGE, KV_MR(dst_mr), &m));
+    EXPECT(m.length == LARGE && th_check(rbuf, LARGE, th_seed(41, 0, 0)) < 0 &&
+               rbuf[LARGE] == CANARY,
+           "lend: large get: %zu bytes, or wrong ones", m.length);
+    lend_deltas(c, s0, &lent, &wr);
+    EXPECT(lent == 1 && wr == 1,
+           "lend: a %d-byte get lent %" PRIu64 " and wrote %" PRIu64
+           " buffers (want 1 and 1)",
+           LARGE, lent, wr);
+out:
+    rdmx_kv_destroy(c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2031,6 +2134,7 @@ int main(void)
 
     run_part("sizes", part_sizes);
     run_part("too_small", part_too_small);
+    run_part("lend", part_lend);
     run_part("ttl", part_ttl);
     run_part("cas", part_cas);
     run_part("incr", part_incr);

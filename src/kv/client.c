@@ -41,6 +41,12 @@ struct rdmx_kv {
     int tcp; /* tcp: one-sided access is carried over
                 messages (docs/SECURITY.md), so lending pays
                 only for large PUTs (below) */
+    /* The largest value a server answered inline to a GET that lent its
+     * buffer: at most that server's inline threshold, so a GET into a
+     * buffer no larger would be answered inline too, and lends nothing
+     * (get_msg). Read and written without the worker's lock: a lost
+     * update only costs a lent buffer that was not needed. */
+    size_t get_inline_seen;
     rdmx_channel_t **ch;
     char **addr;
 };
@@ -286,7 +292,9 @@ static void msg_lend(kv_msg_t *m, rdmx_mr_t *mr, const void *p, size_t len,
     m->nbulk = 1;
 }
 
-/* A GET of @key into @buf; lends @buf when it lies in @mr. */
+/* A GET of @key into @buf; lends @buf when it lies in @mr and is larger
+ * than a value a server answered inline to a lent buffer (below that the
+ * answer comes inline anyway, and the lending costs a descriptor). */
 static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
                              size_t klen, void *buf, size_t capacity,
                              rdmx_mr_t *mr, const char *what)
@@ -295,7 +303,8 @@ static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
 
     if (kv->tcp)
         mr = NULL; /* a hint: over tcp an inline answer is faster */
-    if (mr != NULL && capacity > 0) {
+    if (mr != NULL && capacity > 0 &&
+        capacity > __atomic_load_n(&kv->get_inline_seen, __ATOMIC_RELAXED)) {
         r.mode = RDMX_KV_GET_BUF;
         r.vlen = capacity;
         msg_lend(m, mr, buf, capacity, RDMX_ACCESS_WRITE);
@@ -429,6 +438,7 @@ struct kv_op {
     /* where answers go */
     void *buf;                  /* GET: an inline value (capacity bytes) */
     size_t capacity;
+    int lent; /* GET: buf went as a lent buffer */
     /* A blocking GET's answer that comes by rendezvous lands in head (the
      * result) and buf (the value) with no copy (rdmx__call_direct). */
     unsigned char head[RDMX_KV_RESULT_SIZE];
@@ -586,6 +596,10 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
                      (unsigned long long)res.length, op->capacity);
             return RDMX_ERR_TOO_BIG;
         }
+        if (op->lent && res.length > __atomic_load_n(&op->kv->get_inline_seen,
+                                                     __ATOMIC_RELAXED))
+            __atomic_store_n(&op->kv->get_inline_seen, (size_t)res.length,
+                             __ATOMIC_RELAXED);
         if (res.length != 0 && !in_place)
             memcpy(op->buf, rest, (size_t)res.length);
     }
@@ -762,6 +776,7 @@ rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
     op_limit(&op, &a);
     op.buf = buf;
     op.capacity = capacity;
+    op.lent = m.nbulk > 0;
     st = op_wait(&op);
     msg_free(&m);
     if (meta_p != NULL && (st == RDMX_OK || st == RDMX_ERR_TOO_BIG))
@@ -796,6 +811,7 @@ rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
     op_limit(op, &a);
     op->buf = buf;
     op->capacity = capacity;
+    op->lent = m.nbulk > 0;
     op->cb = a.cb;
     op->arg = a.arg;
     st = op_start(op);

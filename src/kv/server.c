@@ -42,6 +42,8 @@ struct rdmx_kv_server {
     rdmx_lambda_env_t lambda_env; /* the store, for the engine */
     size_t inline_threshold;
     uint64_t bad_requests;        /* atomic: any worker */
+    uint64_t get_lent;            /* atomic: GETs that lent a buffer */
+    uint64_t get_written;         /* atomic: ... whose value went into it */
     uint64_t xfers;               /* atomic: RDMA transfers in flight */
     uint64_t started_ms;          /* create time */
     /* the sweep of expired items: its thread sleeps on `wake` */
@@ -256,6 +258,8 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
 
     if (decode(s, req, RDMX_KV_VALUE_NONE, &r) != 0)
         return;
+    if (r.mode & RDMX_KV_GET_BUF)
+        __atomic_add_fetch(&s->get_lent, 1, __ATOMIC_RELAXED);
     st = rdmx__kv_store_get(s->store, r.key, r.klen, now_ms(), &it);
     if (st != RDMX_OK) {
         reply_status(req, st);
@@ -309,6 +313,7 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
     x->s = s;
     x->req = req;
     x->item = it;
+    __atomic_add_fetch(&s->get_written, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
     st = rdmx_put_nb(rdmx_rpc_req_ep(req), rmem, 0,
                      rdmx__kv_item_value(s->store, it), len,
@@ -1110,6 +1115,8 @@ void rdmx__kv_server_stats(rdmx_kv_server_t *s,
                       r.malformed + r.unknown_handler + r.too_big;
     o->rpc_requests = r.requests;
     o->rpc_errors = r.errors;
+    o->get_buffers_lent = __atomic_load_n(&s->get_lent, __ATOMIC_RELAXED);
+    o->get_buffers_written = __atomic_load_n(&s->get_written, __ATOMIC_RELAXED);
     if (s->lambda != NULL) {
         o->lambda_on = 1;
         rdmx_lambda_engine_stats(s->lambda, &o->lambda);

@@ -65,14 +65,18 @@ typedef struct {
     X(pid, "pid")                             /* the server's process */       \
     X(uptime, "uptime")                       /* seconds since create */       \
     X(curr_connections, "curr_connections")   /* clients connected now */      \
-    X(total_connections, "total_connections") /* accepted since start */      \
+    X(total_connections, "total_connections") /* accepted since start */       \
     X(rejected_connections, "rejected_connections") /* over max_connections */ \
     RDMX_KV_STORE_STATS(X)                                                     \
     X(bad_requests, "bad_requests") /* malformed kv.* requests, and requests   \
                                        the RPC server refused as malformed,    \
                                        for an unknown handler or too big */    \
     X(rpc_requests, "rpc_requests") /* requests received */                    \
-    X(rpc_errors, "rpc_errors")     /* error answers sent */
+    X(rpc_errors, "rpc_errors")     /* error answers sent */                   \
+    X(get_buffers_lent, "get_buffers_lent") /* GETs that lent a buffer */      \
+    X(get_buffers_written, "get_buffers_written") /* ... whose value was       \
+                                                     written into it (above    \
+                                                     the inline threshold) */
 
 /* The lambda engine's lines of the stats answer: X(field of
  * rdmx_lambda_stats_t, name), in order. */
