@@ -26,7 +26,9 @@
 # fits every server (rdmx-kvd has 1 GiB). rdmx-kv runs with
 # --zero-copy for 4 KiB and 1 MiB (registered client buffers: a 1 MiB GET is
 # RDMA-written into it, a 1 MiB SET RDMA-read from it; 4 KiB is still
-# answered inline, --inline-threshold 4k); --zero-copy on|off changes that.
+# answered inline, below rdmx-kvd's --inline-threshold of 16k, and after the
+# first answer the client no longer lends a buffer that small: docs/KV.md,
+# "Client library"); --zero-copy on|off changes that.
 #
 # The machine has 2 CPUs: client threads and server threads share them, for
 # every system alike (memcached 2 worker threads, rdmx-kvd 2 workers, Redis

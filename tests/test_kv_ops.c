@@ -2,7 +2,8 @@
  * kv_ops: the operations of the KV cache against a real rdmx-kvd.
  *
  * Three rdmx-kvd servers (tools/rdmx_kvd.c) run as child processes: "big"
- * (--workers 2 --memory 256m --max-value 64m --max-key 512), "lru"
+ * (--workers 2 --memory 256m --max-value 64m --max-key 512
+ * --inline-threshold 4k: both GET paths at small sizes), "lru"
  * (--memory 4m) and "none" (--memory 2m --eviction none). The client
  * (include/rdmx/kv.h) checks, part by part:
  *
@@ -2114,7 +2115,7 @@ int main(void)
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/rdmx_kv_ops.XXXXXX");
     CHECKF(mkdtemp(tmpdir) != NULL, "mkdtemp: %s", strerror(errno));
     kvd_start(&big, NULL, "--workers", "2", "--memory", "256m", "--max-value",
-              "64m", "--max-key", "512", NULL);
+              "64m", "--max-key", "512", "--inline-threshold", "4k", NULL);
     kvd_start(&lru, NULL, "--workers", "1", "--memory", "4m", NULL);
     kvd_start(&none, NULL, "--workers", "1", "--memory", "2m", "--eviction",
               "none", NULL);

@@ -47,7 +47,7 @@ static void usage(FILE *f)
         "      --max-value SIZE       largest value (default 1m)\n"
         "      --inline-threshold SIZE values up to this size are answered\n"
         "                             inline; larger ones are RDMA-written\n"
-        "                             into the caller's buffer (default 4k)\n"
+        "                             into the caller's buffer (default 16k)\n"
         "      --eviction lru|none    full memory: evict least recently used\n"
         "                             (default) or refuse writes (NO_MEMORY)\n"
         "      --auth-secret-file F   require clients to prove this secret\n"
@@ -442,16 +442,15 @@ static void print_warnings(const rdmx_kv_server_config_t *cfg,
 
 int main(int argc, char **argv)
 {
-    kvd_options_t o = {
-        .cfg = {
-            .listen = KVD_DEFAULT_LISTEN,
-            .memory = 64u << 20,
-            .max_connections = 1024,
-            .max_key = 250,
-            .max_value = 1u << 20,
-            .inline_threshold = 4096,
-            .eviction = RDMX_KV_EVICT_LRU,
-        }};
+    kvd_options_t o = {.cfg = {
+                           .listen = KVD_DEFAULT_LISTEN,
+                           .memory = 64u << 20,
+                           .max_connections = 1024,
+                           .max_key = 250,
+                           .max_value = 1u << 20,
+                           .inline_threshold = 16384,
+                           .eviction = RDMX_KV_EVICT_LRU,
+                       }};
     rdmx_kv_server_config_t cfg;
     const char *secret_file;
     const char *metrics_listen;

@@ -9,7 +9,7 @@ import torch
 
 import rdmx
 
-# Above the server's inline threshold (4 KiB): the server writes these
+# Above the server's inline threshold (16 KiB): the server writes these
 # straight into the registered slots; the small ones travel inline.
 BIG, NBIG = 64 << 10, 16
 SMALL, NSMALL = 1 << 10, 64
