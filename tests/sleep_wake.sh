@@ -6,10 +6,10 @@
 # would sleep until its next timer, tens of ms). Over tcp the client's
 # sleeping round trip is 4 system calls (sendmsg, epoll_wait on the
 # worker's set, UCX's epoll_wait and recvfrom), counted with strace over a
-# 1 s run less a run of one GET: at most 4.5 per GET, and fewer than 0.5 reads per GET (a real
-# arm reads UCX's eventfd and keepalive timerfd: 2 per GET, 6 calls in
-# all, before a tcp worker was armed only after a sleep that woke for
-# nothing; 0.02 per GET on UCX 1.13, 0.2 on 1.22).
+# 1 s run less a run of one GET: at most 4.5 per GET, and fewer than 0.5
+# reads per GET (a real arm reads UCX's eventfd and keepalive timerfd: 2
+# per GET, 6 calls in all, before a tcp worker was armed only after a
+# sleep that woke for nothing; 0.02 per GET on UCX 1.13, 0.2 on 1.22).
 # Usage: sleep_wake.sh BINDIR TRANSPORT   (TRANSPORT: tcp or shm)
 set -eu
 bin=$1
@@ -48,7 +48,7 @@ if [ "$tr" = tcp ]; then
     # (LeakSanitizer cannot stop a traced process's threads: no leak
     # check in an ASan build for this run.) Two traced runs: one of a
     # single GET, whose calls are the client's start and end (loading,
-    # connecting: some 600 reads), and one of 1 s; the GETs' own calls are
+    # connecting: 150-600 reads by UCX version), and one of 1 s; the GETs' own calls are
     # the difference, so a slow start under load does not count as GETs.
     # calls of each system call: the 4th column of strace -c's table
     calls() { awk -v s="$1" '$NF == s { c = $4 } END { print c + 0 }' \
