@@ -562,10 +562,10 @@ unsigned rdmx__ofi_poll(ofi_worker_t *ow)
         req_finish(r, r->status);
         n++;
     }
-    n += rdmx__ofi_rndv_poll(ow);
-    n += rdmx__ofi_rma_poll(ow);
     if (!rdmx_list_empty(&ow->pending))
         n += retry_pending(ow);
+    n += rdmx__ofi_rndv_poll(ow); /* (after: a parked FIN may go now) */
+    n += rdmx__ofi_rma_poll(ow);
     while (n < OFI_POLL_MAX) {
         ssize_t ret = fi_cq_readfrom(ow->cq, ent, OFI_POLL_BATCH, src);
         if (ret == -FI_EAVAIL) {

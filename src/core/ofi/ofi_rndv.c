@@ -200,13 +200,34 @@ void rdmx__ofi_on_rts(ofi_worker_t *ow, ofi_ep_t *ep, const rdmx_ofi_frame_t *f)
     rdesc_free(d);
 }
 
-/* The pull of @d ended (every read back): FIN, then tell the core. */
+/* The pull of @d ended (every read back): FIN, then tell the core.
+ * The receive completes only once the provider took the FIN: a caller
+ * whose blocking receive returned may not progress its worker again for
+ * long, and until the FIN leaves, the sender keeps its buffer (a KV
+ * server, the value). When the provider pushes back (or sends queued
+ * before it wait), @d waits on worker->pulls and this runs again at the
+ * next progress. */
 static void pull_finish(ofi_rdesc_t *d)
 {
     rdmx_op_t *op = d->op;
     rdmx_status_t st = d->status;
 
-    send_fin(d, st);
+    if (d->ep != NULL) {
+        unsigned char body[RDMX_OFI_FIN_SIZE];
+        rdmx_status_t fst;
+
+        rdmx__ofi_fin_pack(body, d->id, (int32_t)st);
+        fst = rdmx__ofi_frame_send(d->ep, RDMX_OFI_FRAME_FIN, 0, NULL, 0, body,
+                                   sizeof(body), RDMX_TP_SEND_NOW, NULL, NULL);
+        if (fst == RDMX_ERR_NO_RESOURCE) {
+            rdmx_list_del(&d->qlink);
+            rdmx_list_insert_tail(&d->worker->pulls, &d->qlink);
+            return;
+        }
+        if (fst != RDMX_OK)
+            rdmx_debug("ofi: FIN of a large message not sent: %s",
+                       rdmx_error_detail());
+    }
     if (d->lmr != NULL) {
         fi_close(&d->lmr->fid);
         d->lmr = NULL;
