@@ -9,6 +9,11 @@
  *   connect (the first message pairs the backend endpoints, FI_SOURCE
  *   names the sender), small messages arrive in order, and a worker that
  *   arms and sleeps still gets a message.
+ * - ofi:shm: a receiver's FIN leaves with its receive. The receiver
+ *   sends small messages toward the sender, which does not progress,
+ *   until 3,000 of them could not leave at once; then a large message of
+ *   the sender reaches it. Once its receive has completed, the sender
+ *   alone, the receiver never progressing again, must see its send done.
  * - Frame headers: the decoder refuses every malformed shape.
  * - A UCX client connecting to an ofi server, and an ofi client
  *   connecting to a UCX server, are refused in words that name the
@@ -138,6 +143,81 @@ static void on_op(rdmx_status_t st, size_t len, void *arg)
     ops_done++;
 }
 
+#define WAITING 3000
+
+static void on_count(rdmx_status_t st, size_t len, void *arg)
+{
+    (void)len;
+    CHECK_OK(st);
+    (*(int *)arg)++;
+}
+
+/* Worker @p b (endpoint @p b_ep toward @p a) receives a large message from
+ * @p a (endpoint @p a_ep) after small messages of its own to @p a could
+ * not leave at once (docs/FABRIC.md, "Large messages"). */
+static void test_fin_leaves(const char *spec, rdmx_worker_t *a, rdmx_ep_t *a_ep,
+                            rdmx_worker_t *b, rdmx_ep_t *b_ep)
+{
+    size_t big = 1u << 20;
+    unsigned char *src = malloc(big), *dst = calloc(1, big);
+    int filled = 0, sent = 0, recvd = 0, waiting = 0;
+    unsigned n = 0;
+    rdmx_op_params_t fop = {
+        .field_mask = RDMX_OP_PARAM_FIELD_CB, .cb = on_count, .arg = &filled};
+    rdmx_op_params_t sop = fop, rop = fop;
+    rdmx_status_t st;
+    double t0;
+
+    CHECK(src != NULL && dst != NULL);
+    sop.arg = &sent;
+    rop.arg = &recvd;
+    for (size_t i = 0; i < big; i++)
+        src[i] = (unsigned char)(i * 13 + 5);
+    /* b's small messages until 3,000 of them could not leave at once (a
+     * does not progress, its receive queue fills). */
+    while (waiting < WAITING && n < 100000) {
+        st = rdmx_send_nb(b_ep, &n, sizeof(n), &fop);
+        CHECKF(st == RDMX_OK || st == RDMX_INPROGRESS, "send %u: %s", n,
+               rdmx_error_detail());
+        if (st == RDMX_OK)
+            filled++;
+        else
+            waiting++;
+        n++;
+    }
+    CHECKF(waiting == WAITING,
+           "%u small messages toward a worker that does not "
+           "progress all left at once",
+           n);
+    th_log("%s: %u small messages, %d of them left at once", spec, n, filled);
+    /* a's large message: its RTS reaches b. */
+    CHECK(rdmx_recv_nb(b_ep, dst, big, &rop) == RDMX_INPROGRESS);
+    CHECK(rdmx_send_nb(a_ep, src, big, &sop) == RDMX_INPROGRESS);
+    /* Both, until b's receive completes, and not one pass of b after. */
+    t0 = th_now_ms();
+    while (recvd == 0) {
+        rdmx_worker_progress(a);
+        rdmx_worker_progress(b);
+        CHECK(th_now_ms() - t0 < 5000.0 * TH_SLOW);
+    }
+    CHECK(memcmp(src, dst, big) == 0);
+    /* a alone: the FIN is on its way, a's send completes. */
+    t0 = th_now_ms();
+    while (sent == 0 && th_now_ms() - t0 < 2000.0 * TH_SLOW)
+        rdmx_worker_progress(a);
+    CHECKF(sent == 1, "the sender's large message never completed: the "
+                      "receiver's FIN did not leave with its receive");
+    /* What b queued reaches a (unexpected there): both sides drain. */
+    t0 = th_now_ms();
+    while (filled < (int)n) {
+        rdmx_worker_progress(a);
+        rdmx_worker_progress(b);
+        CHECK(th_now_ms() - t0 < 5000.0 * TH_SLOW);
+    }
+    free(src);
+    free(dst);
+}
+
 /* @p cw connected to @p l of @p sw: the endpoint; the outcome in
  * connect_st. */
 static rdmx_ep_t *connect_to(rdmx_worker_t *cw, rdmx_worker_t *sw,
@@ -253,6 +333,8 @@ static void test_provider(const char *spec, rdmx_transport_t medium,
         CHECK(strcmp(in[0], "wake") == 0);
     }
 
+    if (medium == RDMX_TRANSPORT_SHM) /* (tcp took 100,000 at once) */
+        test_fin_leaves(spec, cw, ep, sw, accepted);
     th_close_pair(ctx, sw, cw, l, ep, accepted);
 }
 
