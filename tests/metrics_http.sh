@@ -127,6 +127,13 @@ moved "$tmp/kv0" "$tmp/kv1" 'rdmx_rpc_handler_latency_seconds_bucket{handler="kv
 moved "$tmp/kv0" "$tmp/kv1" rdmx_rpc_connections_total 2
 moved "$tmp/kv0" "$tmp/kv1" 'rdmx_http_requests_total{path="/metrics"}' 1
 [ "$(val "$tmp/kv1" rdmx_kv_limit_maxbytes)" -gt 0 ] || die "limit_maxbytes"
+# free memory is a level: it went down by what two items hold
+[ "$(val "$tmp/kv1" rdmx_kv_free_bytes)" -lt "$(val "$tmp/kv0" rdmx_kv_free_bytes)" ] ||
+    die "rdmx_kv_free_bytes did not go down"
+for g in free_bytes largest_free_block reserved_items pending_items; do
+    grep -q "^# TYPE rdmx_kv_$g gauge" "$tmp/kv1" || die "rdmx_kv_$g: no gauge"
+done
+[ "$(val "$tmp/kv1" rdmx_kv_reserved_items)" -eq 0 ] || die "reserved_items"
 [ "$(val "$tmp/kv1" rdmx_memory_registered_bytes)" -eq 8388608 ] ||
     die "registered bytes"
 health "$url" 2

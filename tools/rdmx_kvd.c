@@ -374,9 +374,19 @@ static int kvd_config_load(kvd_options_t *o, const char *path)
  */
 static int kv_stat_is_gauge(const char *name)
 {
-    static const char *const gauges[] = {
-        "uptime", "curr_connections", "curr_items", "bytes",
-        "limit_maxbytes", "lambda_cache_entries", "lambda_natives", NULL};
+    static const char *const gauges[] = {"uptime",
+                                         "curr_connections",
+                                         "curr_items",
+                                         "bytes",
+                                         "limit_maxbytes",
+                                         "free_bytes",
+                                         "largest_free_block",
+                                         "reserved_items",
+                                         "pending_items",
+                                         "pending_bytes",
+                                         "lambda_cache_entries",
+                                         "lambda_natives",
+                                         NULL};
 
     if (strncmp(name, "alloc_", 6) == 0 || strncmp(name, "hash_", 5) == 0)
         return 1;

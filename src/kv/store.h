@@ -98,18 +98,19 @@ typedef enum {
  * answer does not report. The reported ones come first, in its order.
  */
 #define RDMX_KV_STORE_STATS(X)                                                 \
-    X(curr_items, "curr_items")         /* items linked in the index */        \
-    X(total_items, "total_items")       /* items ever linked (commits, incr    \
-                                           copies) */                          \
-    X(bytes, "bytes")                   /* value bytes of the linked items */  \
-    X(limit_maxbytes, "limit_maxbytes") /* size of the range given at create */\
-    X(cmd_get, "cmd_get")               /* == get_hits + get_misses */         \
-    X(cmd_set, "cmd_set")               /* reserve / set calls */              \
+    X(curr_items, "curr_items")   /* items linked in the index */              \
+    X(total_items, "total_items") /* items ever linked (commits, incr          \
+                                     copies) */                                \
+    X(bytes, "bytes")             /* value bytes of the linked items */        \
+    X(limit_maxbytes,                                                          \
+      "limit_maxbytes")   /* size of the range given at create */              \
+    X(cmd_get, "cmd_get") /* == get_hits + get_misses */                       \
+    X(cmd_set, "cmd_set") /* reserve / set calls */                            \
     X(cmd_touch, "cmd_touch")                                                  \
     X(cmd_flush, "cmd_flush")                                                  \
     X(get_hits, "get_hits")                                                    \
-    X(get_misses, "get_misses")         /* includes get_expired */             \
-    X(get_expired, "get_expired")       /* gets that found the item expired */ \
+    X(get_misses, "get_misses")   /* includes get_expired */                   \
+    X(get_expired, "get_expired") /* gets that found the item expired */       \
     X(delete_hits, "delete_hits")                                              \
     X(delete_misses, "delete_misses")                                          \
     X(incr_hits, "incr_hits")                                                  \
@@ -121,21 +122,23 @@ typedef enum {
     X(cas_badval, "cas_badval")                                                \
     X(touch_hits, "touch_hits")                                                \
     X(touch_misses, "touch_misses")                                            \
-    X(evictions, "evictions")           /* live items removed to make room */  \
+    X(evictions, "evictions") /* live items removed to make room */            \
     X(evicted_unfetched, "evicted_unfetched") /* ... that had never been       \
                                                  read */                       \
     X(expired_unfetched, "expired_unfetched") /* expired items removed never   \
                                                  read */                       \
-    X(reclaimed, "reclaimed")           /* expired items removed other than by \
-                                           a get: reclaim sweep, eviction,     \
-                                           other commands */                   \
-    X(alloc_free_bytes, "free_bytes")   /* allocator: spans of free blocks */  \
+    X(reclaimed, "reclaimed")         /* expired items removed other than by   \
+                                         a get: reclaim sweep, eviction,       \
+                                         other commands */                     \
+    X(alloc_free_bytes, "free_bytes") /* allocator: spans of free blocks */    \
     X(alloc_largest_free, "largest_free_block") /* usable bytes of the largest \
                                                    free block */               \
-    X(reserved_items, "")    /* reserved, not yet committed or aborted */      \
-    X(pending_items, "")     /* replaced/deleted, freed at last release */     \
-    X(pending_bytes, "")     /* their value bytes */                           \
-    X(hash_power_level, "")  /* log2 of the index's buckets */                 \
+    X(reserved_items, "reserved_items") /* reserved, not yet committed or      \
+                                           aborted (PUTs being read) */        \
+    X(pending_items, "pending_items")   /* replaced/deleted, freed at their    \
+                                           last release (GETs being sent) */   \
+    X(pending_bytes, "pending_bytes")   /* their value bytes */                \
+    X(hash_power_level, "")             /* log2 of the index's buckets */      \
     X(hash_is_expanding, "")                                                   \
     X(alloc_capacity, "")    /* allocator: bytes managed (range minus          \
                                 alignment) */                                  \
