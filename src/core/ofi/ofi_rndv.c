@@ -154,17 +154,25 @@ static void rdesc_free(ofi_rdesc_t *d)
     free(d);
 }
 
-static void send_fin(ofi_rdesc_t *d, rdmx_status_t st)
+/* FIN(@st) for @d, unless its endpoint is gone. @flags: 0 (queued when
+ * the provider pushes back) or RDMX_TP_SEND_NOW (then
+ * RDMX_ERR_NO_RESOURCE, nothing sent). */
+static rdmx_status_t send_fin(ofi_rdesc_t *d, rdmx_status_t st, unsigned flags)
 {
     unsigned char body[RDMX_OFI_FIN_SIZE];
+    rdmx_status_t fst;
 
     if (d->ep == NULL)
-        return;
+        return RDMX_OK;
     rdmx__ofi_fin_pack(body, d->id, (int32_t)st);
-    if (rdmx__ofi_frame_send(d->ep, RDMX_OFI_FRAME_FIN, 0, NULL, 0, body,
-                             sizeof(body), 0, NULL, NULL) != RDMX_OK)
+    fst = rdmx__ofi_frame_send(d->ep, RDMX_OFI_FRAME_FIN, 0, NULL, 0, body,
+                               sizeof(body), flags, NULL, NULL);
+    if (fst == RDMX_ERR_NO_RESOURCE && (flags & RDMX_TP_SEND_NOW))
+        return fst;
+    if (fst != RDMX_OK)
         rdmx_debug("ofi: FIN of a large message not sent: %s",
                    rdmx_error_detail());
+    return RDMX_OK;
 }
 
 void rdmx__ofi_on_rts(ofi_worker_t *ow, ofi_ep_t *ep, const rdmx_ofi_frame_t *f)
@@ -196,7 +204,7 @@ void rdmx__ofi_on_rts(ofi_worker_t *ow, ofi_ep_t *ep, const rdmx_ofi_frame_t *f)
     if (rdmx__tp_deliver(ow->w, f->id, &ep->tep, f->hdr, f->hlen, d,
                          (size_t)f->length, RDMX_MSG_RNDV) == RDMX_INPROGRESS)
         return; /* the core took it: recv or release follows */
-    send_fin(d, RDMX_ERR_CANCELED);
+    send_fin(d, RDMX_ERR_CANCELED, 0);
     rdesc_free(d);
 }
 
@@ -212,21 +220,10 @@ static void pull_finish(ofi_rdesc_t *d)
     rdmx_op_t *op = d->op;
     rdmx_status_t st = d->status;
 
-    if (d->ep != NULL) {
-        unsigned char body[RDMX_OFI_FIN_SIZE];
-        rdmx_status_t fst;
-
-        rdmx__ofi_fin_pack(body, d->id, (int32_t)st);
-        fst = rdmx__ofi_frame_send(d->ep, RDMX_OFI_FRAME_FIN, 0, NULL, 0, body,
-                                   sizeof(body), RDMX_TP_SEND_NOW, NULL, NULL);
-        if (fst == RDMX_ERR_NO_RESOURCE) {
-            rdmx_list_del(&d->qlink);
-            rdmx_list_insert_tail(&d->worker->pulls, &d->qlink);
-            return;
-        }
-        if (fst != RDMX_OK)
-            rdmx_debug("ofi: FIN of a large message not sent: %s",
-                       rdmx_error_detail());
+    if (send_fin(d, st, RDMX_TP_SEND_NOW) == RDMX_ERR_NO_RESOURCE) {
+        rdmx_list_del(&d->qlink);
+        rdmx_list_insert_tail(&d->worker->pulls, &d->qlink);
+        return;
     }
     if (d->lmr != NULL) {
         fi_close(&d->lmr->fid);
@@ -315,7 +312,7 @@ rdmx_status_t rdmx__ofi_recv(void *tw, void *desc, void *buf, size_t length,
         if (d->ldesc == NULL &&
             rdmx__ofi_mr_reg(ow->ctx, ow, buf, d->want, FI_READ, &d->lmr,
                              NULL) != RDMX_OK) {
-            send_fin(d, RDMX_ERR_NO_MEMORY);
+            send_fin(d, RDMX_ERR_NO_MEMORY, 0);
             rdesc_free(d);
             return rdmx__error(RDMX_ERR_NO_MEMORY,
                                "ofi %s: cannot register %zu bytes to "
@@ -327,7 +324,7 @@ rdmx_status_t rdmx__ofi_recv(void *tw, void *desc, void *buf, size_t length,
     }
     if (d->want == 0 || d->ep == NULL) {
         rdmx_status_t st = d->ep == NULL ? RDMX_ERR_CANCELED : RDMX_OK;
-        send_fin(d, st);
+        send_fin(d, st, 0);
         rdesc_free(d);
         return st == RDMX_OK ? RDMX_OK
                              : rdmx__error(st, "receive: connection closed");
@@ -340,7 +337,7 @@ rdmx_status_t rdmx__ofi_recv(void *tw, void *desc, void *buf, size_t length,
 
 void rdmx__ofi_rdesc_release(ofi_rdesc_t *d)
 {
-    send_fin(d, RDMX_ERR_CANCELED);
+    send_fin(d, RDMX_ERR_CANCELED, 0);
     rdesc_free(d);
 }
 
