@@ -8,7 +8,9 @@
  * once never share a slot nor hold more than there are, and many claims
  * that find every slot taken put the host under pressure for a while, in
  * which yielding claims get no slot and yielding holders stop polling
- * while the others go on.
+ * while the others go on; holders that do not yield take turns for 10 ms
+ * after a claim found no slot free; claims repeated in one idle spell
+ * (RDMX_SPIN_AGAIN) are one denial, not a crowd.
  */
 #include "harness.h"
 #include "core/internal.h"
@@ -214,10 +216,21 @@ int main(void)
     for (int i = 0; i < NSLOTS - 1; i++)
         CHECK(rdmx__spin_claim(0, 0, &s[i]) && s[i].index >= 0);
     usleep(20 * 1000); /* (a fresh window) */
-    for (int i = 0; i < 7; i++)
+    /* Holders that do not yield take turns from a claim that found no
+     * slot free until 10 ms after the last such claim. */
+    CHECKF(rdmx__spin_confirm(&s[0]) && !s[0].turns,
+           "a holder takes turns though no claim was denied for 20 ms");
+    /* A waiter taking turns asks after each turn: not a crowd. */
+    CHECK(!rdmx__spin_claim(0, 0, &extra));
+    CHECKF(rdmx__spin_confirm(&s[0]) && s[0].turns,
+           "a holder does not take turns after a denied claim");
+    for (int i = 0; i < 50; i++)
+        CHECK(!rdmx__spin_claim(0, RDMX_SPIN_AGAIN, &extra));
+    CHECKF(!rdmx__spin_pressure(), "pressure after one idle spell's 51 claims");
+    for (int i = 0; i < 6; i++)
         CHECK(!rdmx__spin_claim(0, 1, &extra));
     CHECKF(!rdmx__spin_pressure(), "pressure after 7 denied claims");
-    CHECK(rdmx__spin_confirm(&y));
+    CHECK(rdmx__spin_confirm(&y) && !y.turns); /* (it yields instead) */
     uint64_t t0 = coarse_ms();
     for (int i = 0; i < 16; i++) /* (at most one new window among them) */
         CHECK(!rdmx__spin_claim(0, i % 2, &extra));
@@ -226,17 +239,23 @@ int main(void)
      * it back; the others poll on. */
     CHECKF(!rdmx__spin_confirm(&y), "a yielding holder polls under pressure");
     CHECK(rdmx__spin_confirm(&s[0]));
+    CHECKF(s[0].turns, "a holder that does not yield does not take turns "
+                       "while claims are denied");
     CHECK(!rdmx__spin_claim(0, 0, &extra));
     freed = y.index;
     rdmx__spin_release(&y);
     /* A free slot: a yielding claim does not take it, another does. */
     CHECKF(!rdmx__spin_claim(0, 1, &extra) && extra.index == RDMX_SPIN_NONE,
            "a yielding claim took slot %d under pressure", extra.index);
-    CHECK(rdmx__spin_claim(0, 0, &extra) && extra.index == freed);
+    CHECK(rdmx__spin_claim(0, 0, &extra) && extra.index == freed &&
+          extra.turns);
     rdmx__spin_release(&extra);
-    /* It ends 100 ms after it was set. */
+    /* It ends 100 ms after it was set; the holders poll without turns
+     * (no claim was denied since). */
     int ms = pressure_ends(t0);
     CHECKF(ms >= 80 && ms <= 200, "it lasted %d ms (100 expected)", ms);
+    CHECKF(rdmx__spin_confirm(&s[0]) && !s[0].turns,
+           "a holder still takes turns after the pressure");
     CHECK(rdmx__spin_claim(0, 1, &y) && y.index == freed);
     CHECK(rdmx__spin_confirm(&y));
     /* Back at once (within 50 ms of its end): twice as long. */

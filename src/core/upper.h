@@ -173,25 +173,35 @@ int rdmx__context_poll_yields(const rdmx_context_t *ctx);
 /* Polling slots (src/core/spin.c): a thread polls while it waits only if
  * it holds one. rdmx__spin_claim returns 1 when the caller may poll (it
  * holds a slot, or there is no limit: @slot->index RDMX_SPIN_UNLIMITED),
- * 0 when every slot is taken (sleep), or when @yields and the host is
- * under pressure. A holder confirms its slot now and then with
- * rdmx__spin_confirm (0: it was taken over, as a stopped process's is
- * after 2 s, or it yields and the host came under pressure: sleep) and
- * gives it back with
- * rdmx__spin_release (any state; idempotent). @hint spreads threads over
- * the slots (any value that differs between threads). */
+ * 0 when every slot is taken (sleep, or take turns), or when @flags has
+ * RDMX_SPIN_YIELDS and the host is under pressure. RDMX_SPIN_AGAIN: the
+ * caller claimed and was denied before in this same idle spell (it took
+ * a turn since): a denial is not counted again. A holder confirms its
+ * slot now and then with rdmx__spin_confirm (0: it was taken over, as a
+ * stopped process's is after 2 s, or it yields and the host came under
+ * pressure: sleep) and gives it back with rdmx__spin_release (any state;
+ * idempotent). A holder that does not yield takes turns while the host
+ * is under pressure: @slot->turns, set by the claim and each confirm,
+ * asks it to give its CPU away (sched_yield) after each empty pass.
+ * @hint spreads threads over the slots (any value that differs between
+ * threads). */
 #define RDMX_SPIN_NONE      (-1)
 #define RDMX_SPIN_UNLIMITED (-2)
+#define RDMX_SPIN_YIELDS    1 /* a yielding waiter's (tcp) */
+#define RDMX_SPIN_AGAIN     2 /* denied before in this idle spell */
 typedef struct {
     int index;  /* >= 0: held; RDMX_SPIN_NONE or RDMX_SPIN_UNLIMITED */
-    int yields; /* the claim's @yields */
+    int yields; /* the claim's RDMX_SPIN_YIELDS */
+    int turns;  /* held while the host is under pressure: yield the CPU
+                   after each empty pass */
     uint64_t token;
 } rdmx_spin_slot_t;
-int rdmx__spin_claim(unsigned hint, int yields, rdmx_spin_slot_t *slot);
+int rdmx__spin_claim(unsigned hint, int flags, rdmx_spin_slot_t *slot);
 int rdmx__spin_confirm(rdmx_spin_slot_t *slot);
 void rdmx__spin_release(rdmx_spin_slot_t *slot);
 /* Non-zero while the host is under pressure (many claims found no slot
- * free, lately): then yielding claims and confirms answer 0. */
+ * free, lately): then yielding claims and confirms answer 0, and other
+ * holders take turns. */
 int rdmx__spin_pressure(void);
 /* Non-zero when the worker has a progress thread of its own. */
 int rdmx__worker_threaded(const rdmx_worker_t *w);

@@ -591,13 +591,16 @@ void rdmx__progress_until(rdmx_worker_t *w, volatile int *done)
 }
 
 /* May this waiter poll (spin.c)? A busy-polled worker always does. */
-static int wait_polls(rdmx_worker_t *w, uint64_t spin_ns,
+static int wait_polls(rdmx_worker_t *w, uint64_t spin_ns, int again,
                       rdmx_spin_slot_t *slot)
 {
     return spin_ns != 0 &&
            (w->busy ||
-            rdmx__spin_claim((unsigned)((uintptr_t)w >> 6),
-                             rdmx__context_poll_yields(w->ctx), slot));
+            rdmx__spin_claim(
+                (unsigned)((uintptr_t)w >> 6),
+                (rdmx__context_poll_yields(w->ctx) ? RDMX_SPIN_YIELDS : 0) |
+                    (again ? RDMX_SPIN_AGAIN : 0),
+                slot));
 }
 
 int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
@@ -606,7 +609,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
     uint64_t idle_since = 0, spin_ns = w->ctx->spin_ns, now;
     unsigned spins = 0;
     rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
-    int asked = 0, polls = 0, pass = 1, turns = 0;
+    int asked = 0, polls = 0, pass = 1, turns = 0, turned = 0;
     int may_take_turns;
 
     if (w->mt) {
@@ -641,7 +644,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
      * and the arm sees anything that came meanwhile (spin.c). */
     if (rdmx__context_poll_yields(w->ctx) && !w->busy) {
         asked = 1;
-        polls = wait_polls(w, spin_ns, &slot);
+        polls = wait_polls(w, spin_ns, 0, &slot);
         pass = polls || (deadline_ns != UINT64_MAX &&
                          rdmx_now_ns() >= deadline_ns); /* (one try) */
     }
@@ -654,11 +657,14 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         /* Idle: poll on only while holding a polling slot (spin.c). */
         if (!asked) {
             asked = 1;
-            polls = wait_polls(w, spin_ns, &slot);
+            polls = wait_polls(w, spin_ns, turned, &slot);
             turns = may_take_turns && !polls;
         }
-        if (polls && (++spins & 63) != 0)
+        if (polls && (++spins & 63) != 0) {
+            if (slot.turns) /* (a holder, while the host is crowded) */
+                sched_yield();
             continue;
+        }
         if (polls && !w->busy)
             polls = rdmx__spin_confirm(&slot);
         now = rdmx_now_ns();
@@ -677,6 +683,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
              * itself). */
             sched_yield();
             asked = 0; /* (the slots again: one may have come free) */
+            turned = 1;
             continue;
         }
         if ((!polls || now - idle_since >= spin_ns) && !w->busy) {
@@ -685,6 +692,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
              * few times a second, not a thousand. */
             rdmx__spin_release(&slot);
             asked = 0;
+            turned = 0;
             rdmx__worker_sleep(w, deadline_ns - now > 100000000ull
                                       ? now + 100000000ull
                                       : deadline_ns);

@@ -1277,13 +1277,14 @@ static void *worker_main(void *arg)
     uint64_t last_work = 0, spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
     rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
-    int asked = 0, polls = 0;
+    int asked = 0, polls = 0, turned = 0;
     int yields = rdmx__context_poll_yields(s->ctx); /* (tcp) */
 
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
             spins = 0;
             last_work = 0; /* (no clock read per busy pass) */
+            turned = 0;    /* (a new idle spell comes) */
             continue;
         }
         if (s->poll == RDMX_RPC_POLL_BUSY)
@@ -1292,11 +1293,17 @@ static void *worker_main(void *arg)
             /* polls on only while it holds a polling slot */
             if (!asked) {
                 asked = 1;
-                polls = rdmx__spin_claim((unsigned)sw->index, yields, &slot);
+                polls = rdmx__spin_claim((unsigned)sw->index,
+                                         (yields ? RDMX_SPIN_YIELDS : 0) |
+                                             (turned ? RDMX_SPIN_AGAIN : 0),
+                                         &slot);
             }
             if (polls) {
-                if ((++spins & 63) != 0)
+                if ((++spins & 63) != 0) {
+                    if (slot.turns) /* (the host is crowded) */
+                        sched_yield();
                     continue;
+                }
                 polls = rdmx__spin_confirm(&slot);
                 if (polls && within_spin(&last_work, spin_ns))
                     continue;
@@ -1305,6 +1312,7 @@ static void *worker_main(void *arg)
                  * waiting caller does (docs/CORE.md, "Taking turns"). */
                 sched_yield();
                 asked = 0; /* (the slots again at the next idle pass) */
+                turned = 1;
                 continue;
             }
         }
@@ -1312,6 +1320,7 @@ static void *worker_main(void *arg)
         asked = 0;
         rdmx__worker_sleep(sw->w, rdmx_now_ns() + 100 * 1000000ull);
         last_work = 0;
+        turned = 0;
     }
     rdmx__spin_release(&slot);
     worker_shutdown(sw);
