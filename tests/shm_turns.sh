@@ -14,7 +14,7 @@
 #    holders take turns too because the others' claims were denied. When
 #    holders polled on instead, the waiters without a slot ran only once
 #    a holder's 50 us (a worker's 100 us) were over and it slept: 17-83 k
-#    GETs/s instead of 340-530 k, a sleep in 0.24-0.91 of the client's
+#    GETs/s instead of 337-534 k, a sleep in 0.08-0.91 of the client's
 #    GETs.
 #
 # In each, client and server make few voluntary context switches (a sleep

@@ -10,7 +10,8 @@
  * which yielding claims get no slot and yielding holders stop polling
  * while the others go on; holders that do not yield take turns for 10 ms
  * after a claim found no slot free; claims repeated in one idle spell
- * (RDMX_SPIN_AGAIN) are one denial, not a crowd.
+ * (RDMX_SPIN_AGAIN) are one denial, not a crowd, and those of an idle
+ * server worker (RDMX_SPIN_IDLE) none.
  */
 #include "harness.h"
 #include "core/internal.h"
@@ -220,6 +221,12 @@ int main(void)
      * slot free until 10 ms after the last such claim. */
     CHECKF(rdmx__spin_confirm(&s[0]) && !s[0].turns,
            "a holder takes turns though no claim was denied for 20 ms");
+    /* A server worker that woke on its timer with nothing to do. */
+    for (int i = 0; i < 20; i++)
+        CHECK(!rdmx__spin_claim(0, RDMX_SPIN_IDLE, &extra));
+    CHECKF(rdmx__spin_confirm(&s[0]) && !s[0].turns,
+           "an idle worker's denied claim makes holders take turns");
+    CHECKF(!rdmx__spin_pressure(), "idle workers' claims made pressure");
     /* A waiter taking turns asks after each turn: not a crowd. */
     CHECK(!rdmx__spin_claim(0, 0, &extra));
     CHECKF(rdmx__spin_confirm(&s[0]) && s[0].turns,

@@ -32,10 +32,13 @@
  * denial). A claim that finds no slot free also stamps the object's last
  * line ("wanted", at most once per millisecond); for WANTED_NS after it,
  * holders that do not yield take turns too (@slot->turns, set at the
- * claim and each confirm). Otherwise a holder polled on for its whole
- * polling time while the waiter it served had no CPU: two KV clients and
- * rdmx-kvd's two workers on two CPUs made 17-83 k GETs/s instead of
- * 340-530 k.
+ * claim and each confirm). A server worker that woke on its timer with
+ * nothing to do (RDMX_SPIN_IDLE) neither counts nor stamps: a lone
+ * client's idle second worker would otherwise make the client and its
+ * worker take turns for 10 ms of every 100. Otherwise a holder polled on for
+ * its whole polling time while the waiter it served had no CPU: two KV clients
+ * and rdmx-kvd's two workers on two CPUs made 17-83 k GETs/s instead of 337-534
+ * k.
  *
  * Pressure: the slots bound how many threads poll, not whether polling
  * pays. When many more threads want to poll than there are slots (eight
@@ -344,9 +347,11 @@ int rdmx__spin_claim(unsigned hint, int flags, rdmx_spin_slot_t *slot)
     /* A waiter taking turns asks again after each turn: one denial per
      * idle spell, so that one idle server worker looking for a slot
      * for its polling time is one denial, not a crowd. */
-    if (!(flags & RDMX_SPIN_AGAIN))
-        denied();
-    want();
+    if (!(flags & RDMX_SPIN_IDLE)) {
+        if (!(flags & RDMX_SPIN_AGAIN))
+            denied();
+        want();
+    }
     return 0;
 }
 

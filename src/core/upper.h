@@ -176,7 +176,9 @@ int rdmx__context_poll_yields(const rdmx_context_t *ctx);
  * 0 when every slot is taken (sleep, or take turns), or when @flags has
  * RDMX_SPIN_YIELDS and the host is under pressure. RDMX_SPIN_AGAIN: the
  * caller claimed and was denied before in this same idle spell (it took
- * a turn since): a denial is not counted again. A holder confirms its
+ * a turn since): a denial is not counted again. RDMX_SPIN_IDLE: the
+ * caller has nothing to wait for (a server worker that woke on its timer):
+ * its denial makes neither pressure nor turns. A holder confirms its
  * slot now and then with rdmx__spin_confirm (0: it was taken over, as a
  * stopped process's is after 2 s, or it yields and the host came under
  * pressure: sleep) and gives it back with rdmx__spin_release (any state;
@@ -189,6 +191,9 @@ int rdmx__context_poll_yields(const rdmx_context_t *ctx);
 #define RDMX_SPIN_UNLIMITED (-2)
 #define RDMX_SPIN_YIELDS    1 /* a yielding waiter's (tcp) */
 #define RDMX_SPIN_AGAIN     2 /* denied before in this idle spell */
+#define RDMX_SPIN_IDLE                                                         \
+    4 /* a server worker that had no work since                                \
+         it last slept: its denial is no crowd */
 typedef struct {
     int index;  /* >= 0: held; RDMX_SPIN_NONE or RDMX_SPIN_UNLIMITED */
     int yields; /* the claim's RDMX_SPIN_YIELDS */

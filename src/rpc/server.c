@@ -1277,7 +1277,7 @@ static void *worker_main(void *arg)
     uint64_t last_work = 0, spin_ns = 2 * rdmx__context_spin_ns(s->ctx);
     unsigned spins = 0;
     rdmx_spin_slot_t slot = {.index = RDMX_SPIN_NONE};
-    int asked = 0, polls = 0, turned = 0;
+    int asked = 0, polls = 0, turned = 0, worked = 0;
     int yields = rdmx__context_poll_yields(s->ctx); /* (tcp) */
 
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
@@ -1285,6 +1285,7 @@ static void *worker_main(void *arg)
             spins = 0;
             last_work = 0; /* (no clock read per busy pass) */
             turned = 0;    /* (a new idle spell comes) */
+            worked = 1;
             continue;
         }
         if (s->poll == RDMX_RPC_POLL_BUSY)
@@ -1295,7 +1296,8 @@ static void *worker_main(void *arg)
                 asked = 1;
                 polls = rdmx__spin_claim((unsigned)sw->index,
                                          (yields ? RDMX_SPIN_YIELDS : 0) |
-                                             (turned ? RDMX_SPIN_AGAIN : 0),
+                                             (turned ? RDMX_SPIN_AGAIN : 0) |
+                                             (worked ? 0 : RDMX_SPIN_IDLE),
                                          &slot);
             }
             if (polls) {
@@ -1321,6 +1323,7 @@ static void *worker_main(void *arg)
         rdmx__worker_sleep(sw->w, rdmx_now_ns() + 100 * 1000000ull);
         last_work = 0;
         turned = 0;
+        worked = 0; /* (a timer's wake-up brings no work) */
     }
     rdmx__spin_release(&slot);
     worker_shutdown(sw);
