@@ -66,9 +66,16 @@ static void count_bad(rdmx_kv_server_t *s)
 
 /* --- answers ------------------------------------------------------------ */
 
-/* Answers up to this size are built on the stack and copied once more by
- * the RPC layer; larger ones are sent from where their bytes are. */
+/* Answers built on the stack (a result header, a message or a small
+ * value): at most this size. */
 #define RDMX_KV_SMALL_ANSWER (RDMX_KV_RESULT_SIZE + 4096)
+/* A GET's value up to this size is copied into such an answer; a larger
+ * one is sent from the item. Over shared memory UCX takes at most 100 B
+ * at once (its eager-short limit), so a copied answer above that was
+ * copied again by the RPC layer into a kept buffer before UCX copied it
+ * into its FIFO: three copies of a 4 KiB value, where the gathered send
+ * makes one (docs/PERFORMANCE.md, "KV values sent from the item"). */
+#define RDMX_KV_COPY_MAX 256
 
 /* Answer with a result header, optionally followed by @vlen bytes (a
  * message or a small value: at most RDMX_KV_SMALL_ANSWER in all; a value
@@ -125,7 +132,7 @@ static void reply_item(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
                           .length = len};
     sent_item_t *x;
 
-    if (RDMX_KV_RESULT_SIZE + len <= RDMX_KV_SMALL_ANSWER) {
+    if (len <= RDMX_KV_COPY_MAX) {
         reply(req, RDMX_OK, RDMX_KV_WHERE_INLINE, r.flags, r.cas, len,
               rdmx__kv_item_value(s->store, it), len);
         rdmx__kv_store_release(s->store, it);
