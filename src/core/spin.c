@@ -32,13 +32,13 @@
  * denial). A claim that finds no slot free also stamps the object's last
  * line ("wanted", at most once per millisecond); for WANTED_NS after it,
  * holders that do not yield take turns too (@slot->turns, set at the
- * claim and each confirm). A server worker that woke on its timer with
- * nothing to do (RDMX_SPIN_IDLE) neither counts nor stamps: a lone
- * client's idle second worker would otherwise make the client and its
- * worker take turns for 10 ms of every 100. Otherwise a holder polled on for
- * its whole polling time while the waiter it served had no CPU: two KV clients
- * and rdmx-kvd's two workers on two CPUs made 17-83 k GETs/s instead of 337-534
- * k.
+ * claim and each confirm). Before, a holder polled on for its whole
+ * polling time while the waiter it served had no CPU: two KV clients and
+ * rdmx-kvd's two workers on two CPUs made 17-83 k GETs/s instead of
+ * 337-534 k. A server worker that woke on its timer with nothing to do
+ * (RDMX_SPIN_IDLE) neither counts nor stamps: a lone client's idle second
+ * worker would otherwise make the client and its worker take turns for
+ * 10 ms of every 100.
  *
  * Pressure: the slots bound how many threads poll, not whether polling
  * pays. When many more threads want to poll than there are slots (eight

@@ -182,23 +182,24 @@ int rdmx__context_poll_yields(const rdmx_context_t *ctx);
  * slot now and then with rdmx__spin_confirm (0: it was taken over, as a
  * stopped process's is after 2 s, or it yields and the host came under
  * pressure: sleep) and gives it back with rdmx__spin_release (any state;
- * idempotent). A holder that does not yield takes turns while the host
- * is under pressure: @slot->turns, set by the claim and each confirm,
- * asks it to give its CPU away (sched_yield) after each empty pass.
- * @hint spreads threads over the slots (any value that differs between
- * threads). */
+ * idempotent). A holder that does not yield takes turns while others
+ * wait (a claim found no slot free within the last 10 ms): @slot->turns,
+ * set by the claim and each confirm, asks it to give its CPU away
+ * (sched_yield) after each empty pass. @hint spreads threads over the
+ * slots (any value that differs between threads). */
 #define RDMX_SPIN_NONE      (-1)
 #define RDMX_SPIN_UNLIMITED (-2)
-#define RDMX_SPIN_YIELDS    1 /* a yielding waiter's (tcp) */
-#define RDMX_SPIN_AGAIN     2 /* denied before in this idle spell */
-#define RDMX_SPIN_IDLE                                                         \
-    4 /* a server worker that had no work since                                \
-         it last slept: its denial is no crowd */
+/* rdmx__spin_claim's @flags: a yielding waiter's claim (tcp); the same
+ * idle spell's claim after a turn; a server worker's that had no work
+ * since it last slept (its denial is no crowd). */
+#define RDMX_SPIN_YIELDS 1
+#define RDMX_SPIN_AGAIN  2
+#define RDMX_SPIN_IDLE   4
 typedef struct {
     int index;  /* >= 0: held; RDMX_SPIN_NONE or RDMX_SPIN_UNLIMITED */
     int yields; /* the claim's RDMX_SPIN_YIELDS */
-    int turns;  /* held while the host is under pressure: yield the CPU
-                   after each empty pass */
+    int turns;  /* held while others wait: yield the CPU after each
+                   empty pass */
     uint64_t token;
 } rdmx_spin_slot_t;
 int rdmx__spin_claim(unsigned hint, int flags, rdmx_spin_slot_t *slot);
