@@ -258,20 +258,18 @@ static int wanted(uint64_t now)
 
 /* A claim found no slot free: say so to the holders (at most once per
  * millisecond: the line is read by every holder). */
-static void want(void)
+static void want(uint64_t now)
 {
     pressure_t *p = pressure();
-    uint64_t now = coarse_ns();
 
     if (now - __atomic_load_n(&p->wanted, __ATOMIC_RELAXED) >= 1000000ull)
         __atomic_store_n(&p->wanted, now, __ATOMIC_RELAXED);
 }
 
-/* A claim found every slot taken. */
-static void denied(void)
+/* A claim found every slot taken, at @now (coarse ns). */
+static void denied(uint64_t now)
 {
     pressure_t *p = pressure();
-    uint64_t now = coarse_ns();
     uint64_t start = __atomic_load_n(&p->window, __ATOMIC_RELAXED);
 
     if (now - start >= PRESSURE_WINDOW_NS) {
@@ -348,9 +346,10 @@ int rdmx__spin_claim(unsigned hint, int flags, rdmx_spin_slot_t *slot)
      * idle spell, so that one idle server worker looking for a slot
      * for its polling time is one denial, not a crowd. */
     if (!(flags & RDMX_SPIN_IDLE)) {
+        uint64_t now = coarse_ns();
         if (!(flags & RDMX_SPIN_AGAIN))
-            denied();
-        want();
+            denied(now);
+        want(now);
     }
     return 0;
 }
