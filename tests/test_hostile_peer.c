@@ -238,7 +238,7 @@ static size_t raw_bootstrap(const th_proc_t *srv, const void *addr,
     rdmx_put_le32(f, (uint32_t)(32 + alen));
     f[4] = 1; /* HELLO */
     rdmx_put_le32(f + 8, 0x58444d52u);
-    rdmx_put_le16(f + 12, 5); /* the wire version */
+    rdmx_put_le16(f + 12, 6); /* the wire version */
     rdmx_put_le64(f + 16, 0xbadc0ffeeull);
     memcpy(f + 40, addr, alen);
     CHECK(send(fd, f, 40 + alen, MSG_NOSIGNAL) == (ssize_t)(40 + alen));

@@ -37,6 +37,10 @@
  *    whose deadline passes while the application does not progress the
  *    worker is not sent when credits come back (RDMX_ERR_TIMEOUT).
  *  - one-way: 1,000 one-way messages, then "count" reaches exactly 1,000.
+ *  - small messages at once: 50 calls of 900 B each leave without a
+ *    transport request (the worker's msgs_at_once; over shared memory
+ *    too, in UCX FIFO elements of 1 KiB); over UCX's shm 50 calls of
+ *    3,000 B are counted as not at once, and still answered right.
  *  - batched calls: 300 echo calls of 0..2999 bytes with RDMX_RPC_MORE
  *    (every 50th without) all answered right, the client's worker counts
  *    batches; a last call with RDMX_RPC_MORE still leaves at the next
@@ -849,6 +853,55 @@ static rdmx_worker_stats_t w_stats(rdmx_worker_t *w)
     return s;
 }
 
+/* Small messages leave at once (docs/CORE.md, "Small messages at once"):
+ * 50 blocking echo calls of 900 bytes each leave without a transport
+ * request on every transport, shared memory included (its FIFO elements
+ * of 1 KiB; with UCX's 128 every one went through a request). Over UCX's
+ * shared memory, 50 calls of 3,000 bytes cannot: each is counted as not
+ * at once, and no answer suffers from it. */
+static void test_at_once(rdmx_worker_t *w, rdmx_channel_t *ch)
+{
+    static unsigned char buf[3000], out[3000];
+    rdmx_worker_stats_t before, after;
+    size_t len = 0;
+    int i;
+
+    rdmx_worker_progress(w);
+    before = w_stats(w);
+    for (i = 0; i < 50; i++) {
+        th_fill(buf, 900, th_seed(17, (uint64_t)i, 0));
+        CHECK_OK(rdmx_call(ch, "echo", buf, 900, out, sizeof(out), NULL, &len));
+        CHECK_EQ_U64(len, 900);
+        CHECK_PATTERN(out, 900, th_seed(17, (uint64_t)i, 0), 0);
+    }
+    after = w_stats(w);
+    CHECKF(
+        after.msgs_at_once - before.msgs_at_once >= 50 &&
+            after.msgs_not_at_once == before.msgs_not_at_once,
+        "50 calls of 900 B over %s: %llu sent at once, %llu not (want "
+        ">= 50 and 0)",
+        th_transport_env(),
+        (unsigned long long)(after.msgs_at_once - before.msgs_at_once),
+        (unsigned long long)(after.msgs_not_at_once - before.msgs_not_at_once));
+    before = after;
+    for (i = 0; i < 50; i++) {
+        th_fill(buf, sizeof(buf), th_seed(17, 100 + (uint64_t)i, 0));
+        CHECK_OK(rdmx_call(ch, "echo", buf, sizeof(buf), out, sizeof(out), NULL,
+                           &len));
+        CHECK_EQ_U64(len, sizeof(buf));
+        CHECK_PATTERN(out, sizeof(out), th_seed(17, 100 + (uint64_t)i, 0), 0);
+    }
+    after = w_stats(w);
+    if (strcmp(th_transport_env(), "shm") == 0)
+        CHECKF(after.msgs_not_at_once - before.msgs_not_at_once == 50 &&
+                   after.msgs_at_once == before.msgs_at_once,
+               "50 calls of 3000 B over shm: %llu not at once, %llu at once "
+               "(want 50 and 0)",
+               (unsigned long long)(after.msgs_not_at_once -
+                                    before.msgs_not_at_once),
+               (unsigned long long)(after.msgs_at_once - before.msgs_at_once));
+}
+
 /* 20 small echo calls made back to back without RDMX_RPC_MORE and without
  * progress between them: the first leaves alone, the other 19 wait in the
  * endpoint's batch and leave as one message when the worker next
@@ -1484,6 +1537,7 @@ int main(int argc, char **argv)
     STEP(test_cancel(w, ch1));
     STEP(test_oneway(w, ch1));
     STEP(test_back_to_back(w, ch1));
+    STEP(test_at_once(w, ch1));
     STEP(test_more(w, ch1));
     STEP(test_credits(w, &s2));
     STEP(test_workers(&s1));

@@ -187,6 +187,15 @@ typedef struct {
                                      several small ones (docs/CORE.md,
                                      "Batched messages") */
     uint64_t msgs_batched;      /**< small messages that left in a batch */
+    uint64_t msgs_at_once;      /**< small messages of the upper layers (a
+                                     batch counts once) that the transport
+                                     took at once from the sender's buffer */
+    uint64_t msgs_not_at_once;  /**< those it could not take so (larger
+                                     than its immediate path, or its queue
+                                     full): sent through a request, from a
+                                     copy if the buffer could not wait
+                                     (docs/CORE.md, "Small messages at
+                                     once") */
 } rdmx_worker_stats_t;
 
 RDMX_API rdmx_status_t rdmx_worker_create(rdmx_context_t *context,

@@ -116,8 +116,7 @@ static rdmx_status_t send_msg(rdmx_ep_t *ep, unsigned id, const void *hdr,
     rdmx_op_t *op;
     void *req = NULL;
 
-    st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
-                     RDMX_TP_SEND_NOW | eager, NULL, NULL);
+    st = rdmx__msg_try_now(ep, id, hdr, hlen, data, len, eager);
     if (st != RDMX_ERR_NO_RESOURCE)
         return st;
     /* The transport takes it only with a request (over shared memory,

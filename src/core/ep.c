@@ -219,6 +219,8 @@ static rdmx_ep_t *ep_alloc(rdmx_worker_t *w, const rdmx_ep_params_t *params)
     ep->worker = w;
     ep->status = RDMX_OK;
     ep->ctl.fd = -1;
+    ep->now_max = SIZE_MAX;
+    ep->now_every = 1;
     if (params != NULL)
         ep->params = *params;
     rdmx_list_init(&ep->recvs);

@@ -40,8 +40,9 @@ enum {
 #define RDMX_WIRE_MAGIC   0x58444d52u /* "RMDX" little-endian */
 /* Wire version: 3 authentication in the bootstrap; 4 batched messages; 5
  * tcp segments of 260 KiB (a peer must take the segments this one sends:
- * src/core/ucx/ucx.c) */
-#define RDMX_WIRE_VERSION 5u
+ * src/core/ucx/ucx.c); 6 shared-memory FIFO elements of 1 KiB (a sender
+ * writes into the receiver's FIFO with its own element size: the same) */
+#define RDMX_WIRE_VERSION 6u
 #define RDMX_BIND_SIZE    16          /* magic, status, token */
 #define RDMX_NOTIFY_SIZE  32
 #define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */
@@ -368,6 +369,12 @@ struct rdmx_ep {
     int batch_more;         /* its last message came with RDMX_SEND_MORE */
     uint64_t batch_pass;    /* the pass whose first message went alone */
     rdmx_list_t batch_link; /* on worker->batched while batch_n != 0 */
+    /* What the transport sends at once (msg.c, rdmx__msg_try_now): the
+     * largest message it took so, and the size above which it is not
+     * asked, learned from its refusals (SIZE_MAX: none yet), but for a
+     * probe after every now_every (1 .. 256) skipped */
+    size_t now_ok, now_max;
+    unsigned now_skipped, now_every;
     struct {                /* the peer's regions this side pulls fenced
                                PUTs from (access.c): unpacked once */
         uint64_t region, key_hash;
@@ -757,6 +764,15 @@ void rdmx__amo_sent(rdmx_op_t *op, void *req, rdmx_status_t status);
 void rdmx__mr_release(rdmx_mr_t *mr);
 /* Destroy the rkeys of descriptors unpacked on @ep (before the UCX close). */
 void rdmx__rmem_detach_all(rdmx_ep_t *ep);
+
+/* msg.c: send @hlen bytes of @hdr and @len of @data to @ep only if the
+ * transport takes them at once (RDMX_TP_SEND_NOW | @flags): RDMX_OK,
+ * RDMX_ERR_NO_RESOURCE (not sent), or another error. A size the transport
+ * refused above every size it took is not offered again but for probes
+ * (docs/CORE.md, "Small messages at once"). */
+rdmx_status_t rdmx__msg_try_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                                size_t hlen, const void *data, size_t len,
+                                unsigned flags);
 
 /* Does a small message of an upper layer to @ep go into its batch? Yes
  * when @how announces more messages to @ep, when a batch is open (it

@@ -170,6 +170,49 @@ send_failed(rdmx_ep_t *ep, rdmx_status_t st)
     return rdmx__error(st, "send to %s: %s", ep->peer, why);
 }
 
+rdmx_status_t rdmx__msg_try_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
+                                size_t hlen, const void *data, size_t len,
+                                unsigned flags)
+{
+    rdmx_worker_t *w = ep->worker;
+    size_t n = hlen + len;
+    rdmx_status_t st;
+
+    if (n > ep->now_max) {
+        if (++ep->now_skipped < ep->now_every) {
+            w->stats.msgs_not_at_once++;
+            return RDMX_ERR_NO_RESOURCE;
+        }
+        ep->now_skipped = 0; /* a probe */
+    }
+    st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
+                     RDMX_TP_SEND_NOW | flags, NULL, NULL);
+    if (st == RDMX_OK) {
+        w->stats.msgs_at_once++;
+        if (n > ep->now_ok)
+            ep->now_ok = n;
+        if (n > ep->now_max) /* a probe taken: that refusal was a full
+                                queue, not the size */
+            ep->now_max = SIZE_MAX;
+    } else if (st == RDMX_ERR_NO_RESOURCE) {
+        w->stats.msgs_not_at_once++;
+        if (n <= ep->now_ok) {
+            /* A size it took before: its queue is full, and what it
+             * refused lately says nothing about sizes. */
+            ep->now_max = SIZE_MAX;
+        } else if (n <= ep->now_max) {
+            /* Larger than all it took: its limit, until a probe says
+             * otherwise. Probes come after 1, 2, 4 ... 256 skipped. */
+            ep->now_max = n - 1;
+            ep->now_every = 1;
+            ep->now_skipped = 0;
+        } else if (ep->now_every < 256) {
+            ep->now_every *= 2; /* a probe refused */
+        }
+    }
+    return st;
+}
+
 rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
                                  size_t hlen, const void *data, size_t length,
                                  rdmx_send_how_t how)
@@ -185,8 +228,7 @@ rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
         if (ep->status != RDMX_OK)
             return rdmx__ep_usable(ep); /* (the batch failed its endpoint) */
     }
-    st = ep->worker->tp->send(ep->tep, id, hdr, hlen, data, length, NULL,
-                              RDMX_TP_SEND_NOW, NULL, NULL);
+    st = rdmx__msg_try_now(ep, id, hdr, hlen, data, length, 0);
     if (st != RDMX_OK && st != RDMX_ERR_NO_RESOURCE)
         return send_failed(ep, st);
     return st;
