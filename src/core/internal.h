@@ -765,14 +765,39 @@ void rdmx__mr_release(rdmx_mr_t *mr);
 /* Destroy the rkeys of descriptors unpacked on @ep (before the UCX close). */
 void rdmx__rmem_detach_all(rdmx_ep_t *ep);
 
-/* msg.c: send @hlen bytes of @hdr and @len of @data to @ep only if the
- * transport takes them at once (RDMX_TP_SEND_NOW | @flags): RDMX_OK,
+/* msg.c, for rdmx__msg_try_now: may a message above @ep's limit be
+ * offered (a probe)? Counts it as not at once if not. */
+int rdmx__now_probe(rdmx_ep_t *ep);
+/* msg.c: the transport took @n bytes at once, more than ever before. */
+void rdmx__now_took(rdmx_ep_t *ep, size_t n);
+/* msg.c: the transport did not take @n bytes at once (@st): learn. */
+rdmx_status_t rdmx__now_refused(rdmx_ep_t *ep, size_t n, rdmx_status_t st);
+
+/* Send @hlen bytes of @hdr and @len of @data to @ep only if the transport
+ * takes them at once (RDMX_TP_SEND_NOW | @flags): RDMX_OK,
  * RDMX_ERR_NO_RESOURCE (not sent), or another error. A size the transport
  * refused above every size it took is not offered again but for probes
  * (docs/CORE.md, "Small messages at once"). */
-rdmx_status_t rdmx__msg_try_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
-                                size_t hlen, const void *data, size_t len,
-                                unsigned flags);
+static inline rdmx_status_t rdmx__msg_try_now(rdmx_ep_t *ep, unsigned id,
+                                              const void *hdr, size_t hlen,
+                                              const void *data, size_t len,
+                                              unsigned flags)
+{
+    rdmx_worker_t *w = ep->worker;
+    size_t n = hlen + len;
+    rdmx_status_t st;
+
+    if (n > ep->now_max && !rdmx__now_probe(ep))
+        return RDMX_ERR_NO_RESOURCE;
+    st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
+                     RDMX_TP_SEND_NOW | flags, NULL, NULL);
+    if (st != RDMX_OK)
+        return rdmx__now_refused(ep, n, st);
+    w->stats.msgs_at_once++;
+    if (n > ep->now_ok) /* (then also above now_max, if a probe) */
+        rdmx__now_took(ep, n);
+    return RDMX_OK;
+}
 
 /* Does a small message of an upper layer to @ep go into its batch? Yes
  * when @how announces more messages to @ep, when a batch is open (it

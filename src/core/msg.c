@@ -170,45 +170,41 @@ send_failed(rdmx_ep_t *ep, rdmx_status_t st)
     return rdmx__error(st, "send to %s: %s", ep->peer, why);
 }
 
-rdmx_status_t rdmx__msg_try_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
-                                size_t hlen, const void *data, size_t len,
-                                unsigned flags)
+int rdmx__now_probe(rdmx_ep_t *ep)
 {
-    rdmx_worker_t *w = ep->worker;
-    size_t n = hlen + len;
-    rdmx_status_t st;
-
-    if (n > ep->now_max) {
-        if (++ep->now_skipped < ep->now_every) {
-            w->stats.msgs_not_at_once++;
-            return RDMX_ERR_NO_RESOURCE;
-        }
-        ep->now_skipped = 0; /* a probe */
+    if (++ep->now_skipped < ep->now_every) {
+        ep->worker->stats.msgs_not_at_once++;
+        return 0;
     }
-    st = w->tp->send(ep->tep, id, hdr, hlen, data, len, NULL,
-                     RDMX_TP_SEND_NOW | flags, NULL, NULL);
-    if (st == RDMX_OK) {
-        w->stats.msgs_at_once++;
-        if (n > ep->now_ok)
-            ep->now_ok = n;
-        if (n > ep->now_max) /* a probe taken: that refusal was a full
-                                queue, not the size */
-            ep->now_max = SIZE_MAX;
-    } else if (st == RDMX_ERR_NO_RESOURCE) {
-        w->stats.msgs_not_at_once++;
-        if (n <= ep->now_ok) {
-            /* A size it took before: its queue is full, and what it
-             * refused lately says nothing about sizes. */
-            ep->now_max = SIZE_MAX;
-        } else if (n <= ep->now_max) {
-            /* Larger than all it took: its limit, until a probe says
-             * otherwise. Probes come after 1, 2, 4 ... 256 skipped. */
-            ep->now_max = n - 1;
-            ep->now_every = 1;
-            ep->now_skipped = 0;
-        } else if (ep->now_every < 256) {
-            ep->now_every *= 2; /* a probe refused */
-        }
+    ep->now_skipped = 0;
+    return 1;
+}
+
+void rdmx__now_took(rdmx_ep_t *ep, size_t n)
+{
+    ep->now_ok = n;
+    if (n > ep->now_max) /* a probe taken: that refusal was a full queue,
+                            not the size */
+        ep->now_max = SIZE_MAX;
+}
+
+rdmx_status_t rdmx__now_refused(rdmx_ep_t *ep, size_t n, rdmx_status_t st)
+{
+    if (st != RDMX_ERR_NO_RESOURCE)
+        return st;
+    ep->worker->stats.msgs_not_at_once++;
+    if (n <= ep->now_ok) {
+        /* A size it took before: its queue is full, and what it refused
+         * lately says nothing about sizes. */
+        ep->now_max = SIZE_MAX;
+    } else if (n <= ep->now_max) {
+        /* Larger than all it took: its limit, until a probe says
+         * otherwise. Probes come after 1, 2, 4 ... 256 skipped. */
+        ep->now_max = n - 1;
+        ep->now_every = 1;
+        ep->now_skipped = 0;
+    } else if (ep->now_every < 256) {
+        ep->now_every *= 2; /* a probe refused */
     }
     return st;
 }
