@@ -69,13 +69,16 @@ static void count_bad(rdmx_kv_server_t *s)
 /* Answers built on the stack (a result header, a message or a small
  * value): at most this size. */
 #define RDMX_KV_SMALL_ANSWER (RDMX_KV_RESULT_SIZE + 4096)
-/* A GET's value up to this size is copied into such an answer; a larger
- * one is sent from the item. Over shared memory UCX takes at most 100 B
- * at once (its eager-short limit), so a copied answer above that was
- * copied again by the RPC layer into a kept buffer before UCX copied it
- * into its FIFO: three copies of a 4 KiB value, where the gathered send
- * makes one (docs/PERFORMANCE.md, "KV values sent from the item"). */
-#define RDMX_KV_COPY_MAX 256
+/* A GET's value up to this size is copied into such an answer, which the
+ * transport then sends at once; a larger one is sent from the item. A
+ * copied answer the transport does not take at once is copied again by
+ * the RPC layer into a kept buffer before UCX copies it into its FIFO or
+ * socket: three copies of the value, where the gathered send makes one
+ * (docs/PERFORMANCE.md, "KV values sent from the item"). 512 B and the
+ * headers fit what every transport takes at once: ~960 B over shared
+ * memory (docs/CORE.md, "Small messages at once"), ~620 B over UCX
+ * 1.22's tcp, ~8 KiB over 1.13's. */
+#define RDMX_KV_COPY_MAX 512
 
 /* Answer with a result header, optionally followed by @vlen bytes (a
  * message or a small value: at most RDMX_KV_SMALL_ANSWER in all; a value
