@@ -380,20 +380,27 @@ static void part_sizes(void)
                     EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, rsrc,
                                           len, &o, &cas));
                 } else {
-                    /* an inline value from 8 KiB on goes from src itself */
+                    /* an inline value from 8 KiB on goes from src itself;
+                     * above 192 B too once the transport refused to take
+                     * such a size at once (shared memory above ~960 B:
+                     * docs/CORE.md, "Small messages at once"), never up
+                     * to 192 B, nor while it refused nothing */
                     rdmx_channel_stats_t st0, st1;
-                    uint64_t want = len >= 8192 ? 1 : 0;
+                    rdmx_worker_stats_t ws;
+                    uint64_t want = len >= 8192 ? 1 : 0, got;
+                    int either;
                     th_fill(src, len, seed);
+                    rdmx_worker_stats(worker, &ws);
+                    either = len > 192 && len < 8192 && ws.msgs_not_at_once > 0;
                     rdmx_channel_stats(rdmx_kv_channel(kv, 0), &st0);
                     EXPECT_OK(rdmx_kv_put(kv, keys[k].key, keys[k].klen, src,
                                           len, &o, &cas));
                     rdmx_channel_stats(rdmx_kv_channel(kv, 0), &st1);
-                    EXPECT(st1.requests_in_place - st0.requests_in_place ==
-                               want,
+                    got = st1.requests_in_place - st0.requests_in_place;
+                    EXPECT(got == want || (either && got == 1),
                            "%s: %" PRIu64 " requests sent in place (want "
-                           "%" PRIu64 ")",
-                           what, st1.requests_in_place - st0.requests_in_place,
-                           want);
+                           "%" PRIu64 "%s)",
+                           what, got, want, either ? " or 1" : "");
                 }
                 EXPECT(cas != 0, "%s: put returned cas 0", what);
                 read_back(keys[k].key, keys[k].klen, len, seed, flags, cas,

@@ -132,6 +132,10 @@ rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
 
 /* The layer object riding on an endpoint (an RPC connection), or NULL. */
 void *rdmx__ep_upper(const rdmx_ep_t *ep);
+/* The largest message (headers and data) rdmx__msg_send_now offers the
+ * transport toward @ep: SIZE_MAX until the transport refused a size above
+ * all it took (docs/CORE.md, "Small messages at once"). */
+size_t rdmx__ep_at_once_max(const rdmx_ep_t *ep);
 void rdmx__ep_set_upper(rdmx_ep_t *ep, void *upper);
 /* "host:port" of the peer. */
 const char *rdmx__ep_peer(const rdmx_ep_t *ep);

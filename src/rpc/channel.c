@@ -35,8 +35,11 @@
  * UCX sends gathered pieces through a request and a copy into its segment
  * (5,000 instructions), a contiguous message straight from memory (630),
  * so two copies of 4 KiB cost less and of 8 KiB more (docs/PERFORMANCE.md,
- * "Requests sent from the caller's buffer"). A body alone is sent from
- * the caller's memory from CH_INLINE on. */
+ * "Requests sent from the caller's buffer"). Below it too when the
+ * transport does not take a request of that size at once (shared memory
+ * above ~960 B): then both ways go through a request, and gathering saves
+ * the copy. A body alone is sent from the caller's memory from CH_INLINE
+ * on. */
 #define CH_GATHER_MIN  8192
 #define CH_METHODS_MAX 256
 #define CH_SPARE_MAX 64   /* ended call records kept for the next calls */
@@ -1489,8 +1492,14 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
     }
     memset(c, 0, offsetof(call_t, lent_msg));
     /* the body's bytes copied into the record: all, unless it pays to send
-     * it from where it is (CH_GATHER_MIN) */
+     * it from where it is (CH_GATHER_MIN), or the request could not leave
+     * at once anyway (it goes through a request either way, and the copy
+     * is then the only difference) */
     if (body_len > (aux + length == 0 ? (size_t)CH_INLINE : CH_GATHER_MIN - 1))
+        copied = 0;
+    else if (body_len > CH_INLINE && ch->ep != NULL &&
+             aux + length + body_len + RDMX_RPC_HDR_MAX >
+                 rdmx__ep_at_once_max(ch->ep))
         copied = 0;
     else
         copied = body_len;
