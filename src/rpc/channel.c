@@ -1495,11 +1495,11 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
      * it from where it is (CH_GATHER_MIN), or the request could not leave
      * at once anyway (it goes through a request either way, and the copy
      * is then the only difference) */
-    if (body_len > (aux + length == 0 ? (size_t)CH_INLINE : CH_GATHER_MIN - 1))
-        copied = 0;
-    else if (body_len > CH_INLINE && ch->ep != NULL &&
-             aux + length + body_len + RDMX_RPC_HDR_MAX >
-                 rdmx__ep_at_once_max(ch->ep))
+    if (body_len >
+            (aux + length == 0 ? (size_t)CH_INLINE : CH_GATHER_MIN - 1) ||
+        (body_len > CH_INLINE && ch->ep != NULL &&
+         aux + length + body_len + RDMX_RPC_HDR_MAX >
+             rdmx__ep_at_once_max(ch->ep)))
         copied = 0;
     else
         copied = body_len;
