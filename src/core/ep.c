@@ -1128,11 +1128,6 @@ rdmx_status_t rdmx_ep_status(const rdmx_ep_t *ep)
     return ep->status;
 }
 
-size_t rdmx__ep_at_once_max(const rdmx_ep_t *ep)
-{
-    return ep->now_max;
-}
-
 void *rdmx__ep_upper(const rdmx_ep_t *ep)
 {
     return ep->upper;

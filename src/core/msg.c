@@ -209,6 +209,11 @@ rdmx_status_t rdmx__now_refused(rdmx_ep_t *ep, size_t n, rdmx_status_t st)
     return st;
 }
 
+size_t rdmx__ep_at_once_max(const rdmx_ep_t *ep)
+{
+    return ep->now_max;
+}
+
 rdmx_status_t rdmx__msg_send_now(rdmx_ep_t *ep, unsigned id, const void *hdr,
                                  size_t hlen, const void *data, size_t length,
                                  rdmx_send_how_t how)

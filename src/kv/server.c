@@ -66,10 +66,7 @@ static void count_bad(rdmx_kv_server_t *s)
 
 /* --- answers ------------------------------------------------------------ */
 
-/* Answers built on the stack (a result header, a message or a small
- * value): at most this size. */
-#define RDMX_KV_SMALL_ANSWER (RDMX_KV_RESULT_SIZE + 4096)
-/* A GET's value up to this size is copied into such an answer, which the
+/* A GET's value up to this size is copied into its answer, which the
  * transport then sends at once; a larger one is sent from the item. A
  * copied answer the transport does not take at once is copied again by
  * the RPC layer into a kept buffer before UCX copies it into its FIFO or
@@ -79,6 +76,9 @@ static void count_bad(rdmx_kv_server_t *s)
  * memory (docs/CORE.md, "Small messages at once"), ~620 B over UCX
  * 1.22's tcp, ~8 KiB over 1.13's. */
 #define RDMX_KV_COPY_MAX 512
+/* Answers built on the stack (a result header and such a value, or a
+ * message of at most 255 bytes): at most this size. */
+#define RDMX_KV_SMALL_ANSWER (RDMX_KV_RESULT_SIZE + RDMX_KV_COPY_MAX)
 
 /* Answer with a result header, optionally followed by @vlen bytes (a
  * message or a small value: at most RDMX_KV_SMALL_ANSWER in all; a value

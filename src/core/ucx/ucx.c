@@ -242,21 +242,13 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
             rdmx_debug("UCX: cannot set the tcp segment sizes to %s",
                        RDMX_UCX_TCP_SEG);
     }
-    /* Over shared memory UCX sends a message at once (its "short" path,
-     * no request) only if it fits one element of the receiver's FIFO: 128
-     * bytes by default, ~85 of them for the message itself. Anything
-     * larger, such as the answer to a KV GET of 100 bytes, went through a
-     * request: ~750 instructions more in UCX on the sender, and a copy of
-     * the message the request could keep (src/core/msg.c). With elements
-     * of 1 KiB, messages up to ~960 bytes go at once: 20 % fewer
-     * instructions per GET of 100 bytes on the server, and 12-15 % more
-     * GETs/s (docs/PERFORMANCE.md, "Small messages at once"). The FIFO of
-     * 64 elements takes 64 KiB instead of 8. A sender writes into the
-     * receiver's FIFO with its own element size, so both must agree: the
-     * setting is part of the wire protocol (RDMX_WIRE_VERSION 6), and a
-     * size the user sets (UCX_MM_, UCX_SYSV_ or UCX_POSIX_FIFO_ELEM_SIZE)
-     * wins and must then match on every peer. "MM_FIFO_ELEM_SIZE" reaches
-     * both shared-memory transports on UCX 1.13 and 1.22. */
+    /* Over shared memory UCX sends a message at once (no request, no
+     * copy kept) only if it fits one element of the receiver's FIFO: 128
+     * bytes by default, ~85 for the message. Elements of 1 KiB take ~960
+     * (docs/CORE.md, "Small messages at once"). A sender writes into the
+     * receiver's FIFO with its own element size, so peers must agree: part
+     * of the wire protocol (RDMX_WIRE_VERSION 6). A size the user set
+     * wins. UCX 1.13 and 1.22 take it under its "MM_" name only. */
     if (t != RDMX_TRANSPORT_TCP && getenv("UCX_MM_FIFO_ELEM_SIZE") == NULL &&
         getenv("UCX_SYSV_FIFO_ELEM_SIZE") == NULL &&
         getenv("UCX_POSIX_FIFO_ELEM_SIZE") == NULL &&
