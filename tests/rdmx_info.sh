@@ -23,6 +23,10 @@ grep -q "^build: .*UCX" "$tmp/local" || die "no build line"
 grep -q "^backends: ucx" "$tmp/local" || die "no backends line"
 grep -q "^  tcp  *available (ucx)" "$tmp/local" || die "tcp not listed as available"
 grep -q "^  rdma  " "$tmp/local" || die "rdma not listed"
+grep -q "^clock: \(tsc at [0-9]* MHz\|CLOCK_MONOTONIC\)$" "$tmp/local" ||
+    die "no clock line"
+[ "$(RDMX_CLOCK=monotonic "$bin/rdmx-info" 2>&1 | grep '^clock:')" = \
+    "clock: CLOCK_MONOTONIC" ] || die "RDMX_CLOCK=monotonic not obeyed"
 if grep -q "^backends: ucx, ofi" "$tmp/local"; then
     grep -q "^  ofi:tcp  *available (ofi [0-9.]* tcp;ofi_rxm, domain lo)" \
         "$tmp/local" || die "ofi:tcp not listed on lo"

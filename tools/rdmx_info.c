@@ -11,6 +11,7 @@
 #include "options.h"
 #include "core/upper.h"
 #include "rpc/health.h"
+#include "util/time.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -398,6 +399,12 @@ int main(int argc, char **argv)
     else
         printf("memlock: %llu bytes (ulimit -l)\n",
                (unsigned long long)f.memlock_limit);
+    /* (the library's clock: docs/CORE.md, "The clock") */
+    if (rdmx__clock.use_tsc)
+        printf("clock: tsc at %.0f MHz\n",
+               1000.0 * 4294967296.0 / (double)rdmx__clock.mult);
+    else
+        printf("clock: CLOCK_MONOTONIC\n");
     fflush(stdout);
 
     if (server != NULL) {

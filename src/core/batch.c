@@ -42,8 +42,8 @@ static size_t rec_size(size_t hlen, size_t len)
 
 int rdmx__batch_late(const rdmx_worker_t *w, uint64_t now)
 {
-    return now - w->batch_open_ns > RDMX_BATCH_HOLD_NS ||
-           now - w->deliver_ns > RDMX_BATCH_HOLD_NS;
+    return rdmx_since(now, w->batch_open_ns) > RDMX_BATCH_HOLD_NS ||
+           rdmx_since(now, w->deliver_ns) > RDMX_BATCH_HOLD_NS;
 }
 
 int rdmx__batch_add(rdmx_ep_t *ep, unsigned id, const void *hdr, size_t hlen,

@@ -378,7 +378,8 @@ static int handle_events(rdmx_ep_t *ep)
     }
     /* Report after the endpoint's operations completed with their errors
      * (they complete at the next progress at the latest). */
-    if (ep->ops > 0 && rdmx_now_ns() - ep->fail_ns < RDMX_REPORT_MAX_NS)
+    if (ep->ops > 0 &&
+        rdmx_since(rdmx_now_ns(), ep->fail_ns) < RDMX_REPORT_MAX_NS)
         return 1;
     ep->events = 0;
     if (!ep->error_done) {

@@ -76,7 +76,8 @@ static void note_refused(rdmx_listener_t *l, const char *peer)
     uint64_t n = __atomic_add_fetch(&lim->refused, 1, __ATOMIC_RELAXED);
 
     l->worker->stats.conns_refused++;
-    if (now - lim->last_log_ns >= REFUSE_LOG_NS || lim->last_log_ns == 0) {
+    if (rdmx_since(now, lim->last_log_ns) >= REFUSE_LOG_NS ||
+        lim->last_log_ns == 0) {
         lim->last_log_ns = now;
         rdmx_warn("listener port %u: refusing %s: server at its connection "
                   "limit (%u); %llu refused so far",
@@ -159,7 +160,8 @@ static void note_auth_failed(rdmx_listener_t *l, const char *peer,
 
     l->worker->stats.auth_failed++;
     l->worker->stats.handshakes_failed++;
-    if (now - l->auth_log_ns >= REFUSE_LOG_NS || l->auth_log_ns == 0) {
+    if (rdmx_since(now, l->auth_log_ns) >= REFUSE_LOG_NS ||
+        l->auth_log_ns == 0) {
         l->auth_log_ns = now;
         rdmx_warn("listener port %u: %s failed authentication (%s); %llu so "
                   "far",
@@ -295,7 +297,7 @@ static void on_listen_event(rdmx_sock_t *s, uint32_t events)
                           "server out of file descriptors (ulimit -n)");
             }
             l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-            if (now - l->limit->last_log_ns >= REFUSE_LOG_NS ||
+            if (rdmx_since(now, l->limit->last_log_ns) >= REFUSE_LOG_NS ||
                 l->limit->last_log_ns == 0) {
                 l->limit->last_log_ns = now;
                 rdmx_warn("listener port %u: out of file descriptors: "

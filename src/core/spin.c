@@ -336,7 +336,7 @@ int rdmx__spin_claim(unsigned hint, int flags, rdmx_spin_slot_t *slot)
         }
         if (round == 0) {
             uint64_t now = rdmx_now_ns();
-            if (now - last_sweep_ns < 100000000ull)
+            if (rdmx_since(now, last_sweep_ns) < 100000000ull)
                 break;
             last_sweep_ns = now;
             sweep();

@@ -674,7 +674,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
         }
         if (idle_since == 0)
             idle_since = now;
-        if (turns && now - idle_since < spin_ns) {
+        if (turns && rdmx_since(now, idle_since) < spin_ns) {
             /* Every slot taken (more waiters than CPUs) over shared memory
              * or RDMA: give the CPU to whoever is runnable after each
              * empty pass, instead of sleeping. The answer comes by memory,
@@ -686,7 +686,7 @@ int rdmx__wait_deadline(rdmx_worker_t *w, volatile int *done,
             turned = 1;
             continue;
         }
-        if ((!polls || now - idle_since >= spin_ns) && !w->busy) {
+        if ((!polls || rdmx_since(now, idle_since) >= spin_ns) && !w->busy) {
             /* Sleep until an event, a timer (rdmx__worker_sleep knows them)
              * or the deadline: a thread blocked on a stopped peer wakes a
              * few times a second, not a thousand. */

@@ -1575,7 +1575,7 @@ rdmx_status_t rdmx__lambda_run(rdmx__lambda_run_t *r, rdmx__lambda_state_t *s)
 
     r->mem_peak -= r->mem_base;
     hand_back(r, s);
-    r->elapsed_ns = rdmx_now_ns() - t0;
+    r->elapsed_ns = rdmx_since(rdmx_now_ns(), t0);
     if (status != RDMX_OK) {
         free(r->out.data);
         r->out.data = NULL;

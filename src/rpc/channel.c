@@ -361,7 +361,7 @@ static void complete_at(rdmx_channel_t *ch, call_t *c, rdmx_status_t status,
         m = &ch->methods[c->midx];
         m->c.calls++;
         m->c.bytes_out += c->len;
-        rdmx__hist_add(&m->c.hist, now - c->start_ns);
+        rdmx__hist_add(&m->c.hist, rdmx_since(now, c->start_ns));
         if (status == RDMX_OK)
             m->c.bytes_in += len;
         else
@@ -501,7 +501,7 @@ static void send_done(rdmx_status_t status, size_t length, void *arg)
  * out). */
 static void hb_window(rdmx_channel_t *ch, uint64_t now, uint64_t hb)
 {
-    if (ch->hb_idle || ch->rx_seen || now - ch->last_tick > hb) {
+    if (ch->hb_idle || ch->rx_seen || rdmx_since(now, ch->last_tick) > hb) {
         ch->hb_idle = 0;
         ch->rx_seen = 0;
         ch->last_rx = now;
@@ -1176,13 +1176,14 @@ static unsigned ch_timer(rdmx_hook_t *hook, uint64_t now)
         uint64_t hb = (uint64_t)ch->hb_ms * 1000000;
         uint64_t dead = (uint64_t)ch->hb_timeout_ms * 1000000;
         hb_window(ch, now, hb);
-        if (now - ch->last_rx >= dead) {
+        if (rdmx_since(now, ch->last_rx) >= dead) {
             char msg[400];
             snprintf(msg, sizeof(msg), "no answer from %s for %d ms",
                      ch->address, ch->hb_timeout_ms);
             conn_lost(ch, RDMX_ERR_TIMEOUT, msg, 0);
         } else {
-            if (now - ch->last_rx >= hb && now - ch->last_ping >= hb) {
+            if (rdmx_since(now, ch->last_rx) >= hb &&
+                rdmx_since(now, ch->last_ping) >= hb) {
                 ch->last_ping = now;
                 ch->stats.pings++;
                 rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_PING, ch->stats.pings, 0);

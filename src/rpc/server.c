@@ -572,7 +572,7 @@ static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
         send_error(c, req->id, req->handler->id, status, "%s", msg);
     }
     /* arrival to the answer (one clock read serves this and the deadline) */
-    rdmx__hist_add(&m->hist, now - req->arrival_ns);
+    rdmx__hist_add(&m->hist, rdmx_since(now, req->arrival_ns));
     req_finish(req);
     if (done != NULL)
         done(arg);
@@ -1266,7 +1266,7 @@ static int within_spin(uint64_t *since, uint64_t spin_ns)
 
     if (*since == 0)
         *since = now;
-    return now - *since < spin_ns;
+    return rdmx_since(now, *since) < spin_ns;
 }
 
 static void *worker_main(void *arg)
