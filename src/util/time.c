@@ -62,7 +62,7 @@ static int tsc_invariant(void)
         return 0;
     __cpuid(0x80000007u, a, b, c, d);
     (void)a, (void)b, (void)c;
-    return (d >> 8) & 1;
+    return (d & (1u << 8)) != 0;
 }
 
 static int kernel_uses_tsc(void)
