@@ -1439,12 +1439,17 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
     int timeout = (f & RDMX_CALL_PARAM_FIELD_TIMEOUT) ? p->timeout_ms
                                                  : ch->timeout_ms;
     call_t *c;
+    /* the method of the last call (a name known to fit): its id is known */
+    int same = method != NULL && ch->last_midx >= 0 &&
+               strcmp(ch->methods[ch->last_midx].name, method) == 0;
 
-    name_len = method ? strlen(method) : 0;
+    name_len = same ? 1 : method ? strnlen(method, RDMX_RPC_NAME_MAX + 1) : 0;
     if (name_len == 0 || name_len > RDMX_RPC_NAME_MAX) {
-        *st_p = rdmx__error(RDMX_ERR_INVALID, "call: method name of %zu "
-                                              "bytes",
-                            name_len);
+        *st_p = name_len == 0
+                    ? rdmx__error(RDMX_ERR_INVALID, "call: no method name")
+                    : rdmx__error(RDMX_ERR_INVALID,
+                                  "call: method name longer than %d bytes",
+                                  RDMX_RPC_NAME_MAX);
         return NULL;
     }
     if ((data == NULL && length != 0) || (body_len != 0 && d->body == NULL)) {
@@ -1550,9 +1555,7 @@ static call_t *call_new(rdmx_channel_t *ch, const char *method,
         c->body = d->body;
         c->body_len = (uint32_t)body_len;
     }
-    if (ch->last_midx >= 0 &&
-        memcmp(ch->methods[ch->last_midx].name, method, name_len + 1) == 0) {
-        /* the method of the last call: its id is known */
+    if (same) {
         c->midx = ch->last_midx;
         c->method = ch->methods[c->midx].id;
     } else {
