@@ -373,7 +373,13 @@ static void ucx_mem_unmap(void *tctx, void *tmr, void *rkey)
  *   once this callback has returned).
  * UCX holds eager data whenever its transport handed over a buffer of its
  * own (UCP_AM_RECV_ATTR_FLAG_DATA: shared memory's receive descriptors),
- * registered with UCP_AM_FLAG_PERSISTENT_DATA or not. So the core's
+ * registered with UCP_AM_FLAG_PERSISTENT_DATA or not. Handlers are
+ * registered without it: with it, UCX copies every message that arrives
+ * inline (in shared memory's FIFO element, in tcp's receive segment) into
+ * a descriptor of its pool before the callback, and frees it after, ~85
+ * instructions and a copy per message, although most are read and
+ * dropped; a layer that keeps an inline message copies it itself. So the
+ * core's
  * RDMX_INPROGRESS turns into UCS_INPROGRESS only for what the core may
  * own: a rendezvous descriptor, or eager data under a handler registered
  * with @hold. Any other data goes back to UCX here, whatever the handler
@@ -412,15 +418,13 @@ static rdmx_status_t ucx_set_handler(void *tw, unsigned id, int hold)
 {
     ucx_worker_t *uw = tw;
     ucp_am_handler_param_t p = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                      UCP_AM_HANDLER_PARAM_FIELD_CB |
-                      UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                      UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .field_mask =
+            UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+            UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
         .id = id,
         .cb = am_cb,
         .arg = &uw->handlers[id],
-        .flags = UCP_AM_FLAG_WHOLE_MSG | (hold ? UCP_AM_FLAG_PERSISTENT_DATA
-                                               : 0),
+        .flags = UCP_AM_FLAG_WHOLE_MSG,
     };
     ucs_status_t us;
 
