@@ -32,7 +32,7 @@
 #define SRV_DEFAULT_INFLIGHT 65536
 #define SRV_AUX_SLACK        (64u << 10) /* max_receiving beyond max_message */
 #define SRV_REQ_POOL_MAX     1024
-#define SRV_REQ_INLINE       256 /* a request copied into its record */
+#define SRV_REQ_INLINE       1024 /* a request copied into its record */
 
 typedef struct {
     char name[RDMX_RPC_NAME_MAX + 1];
@@ -109,7 +109,8 @@ struct rdmx_rpc_req {
     rdmx_rmem_t *rmem[RDMX_RPC_BULK_MAX];
     dcache_t *cached[RDMX_RPC_BULK_MAX]; /* the cache slot rmem[i] is from */
     /* A request that the transport cannot lend past its callback (one of
-     * a batch) and that fits is copied here, not into a buffer of its
+     * a batch, or one that arrived inline: up to ~960 bytes over shared
+     * memory) and that fits is copied here, not into a buffer of its
      * own (data then points here; req_get does not clear it). */
     unsigned char inl[SRV_REQ_INLINE];
 };
