@@ -58,7 +58,7 @@ static int tsc_invariant(void)
 {
     unsigned a, b, c, d;
 
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
         return 0;
     __cpuid(0x80000007u, a, b, c, d);
     (void)a, (void)b, (void)c;
