@@ -378,11 +378,10 @@ static void ucx_mem_unmap(void *tctx, void *tmr, void *rkey)
  * inline (in shared memory's FIFO element, in tcp's receive segment) into
  * a descriptor of its pool before the callback, and frees it after, ~85
  * instructions and a copy per message, although most are read and
- * dropped; a layer that keeps an inline message copies it itself. So the
- * core's
- * RDMX_INPROGRESS turns into UCS_INPROGRESS only for what the core may
- * own: a rendezvous descriptor, or eager data under a handler registered
- * with @hold. Any other data goes back to UCX here, whatever the handler
+ * dropped; a layer that keeps an inline message copies it itself.
+ * So the core's RDMX_INPROGRESS turns into UCS_INPROGRESS only for what
+ * the core may own: a rendezvous descriptor, or eager data under a
+ * handler registered with @hold. Any other data goes back to UCX here, whatever the handler
  * answered: UCX would otherwise keep it for a release that never comes. */
 static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
                           void *data, size_t len,
