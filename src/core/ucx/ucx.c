@@ -381,8 +381,9 @@ static void ucx_mem_unmap(void *tctx, void *tmr, void *rkey)
  * dropped; a layer that keeps an inline message copies it itself.
  * So the core's RDMX_INPROGRESS turns into UCS_INPROGRESS only for what
  * the core may own: a rendezvous descriptor, or eager data under a
- * handler registered with @hold. Any other data goes back to UCX here, whatever the handler
- * answered: UCX would otherwise keep it for a release that never comes. */
+ * handler registered with @hold. Any other data goes back to UCX here,
+ * whatever the handler answered: UCX would otherwise keep it for a
+ * release that never comes. */
 static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
                           void *data, size_t len,
                           const ucp_am_recv_param_t *param)
