@@ -141,11 +141,58 @@ static rdmx_status_t hdr_decode_v2(const unsigned char *p, size_t len,
     return RDMX_OK;
 }
 
-rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len, size_t data_len,
-                                  rdmx_rpc_hdr_t *h, char *why, size_t why_size)
+/* The headers of nearly every message, read with one load and one test:
+ * a REQUEST or ONEWAY (with or without a deadline) or a RESPONSE, no aux,
+ * version 2, reserved bytes zero. 1 if @p is one and @h holds it; 0 for
+ * anything else, which hdr_decode_v2 then reads (and refuses or accepts)
+ * in full. */
+static int hdr_decode_common(const unsigned char *p, size_t len,
+                             size_t data_len, rdmx_rpc_hdr_t *h)
 {
-    const unsigned char *p = buf;
+    uint64_t w0, deadline = 0;
+    unsigned kind, flags;
 
+    if (p == NULL || len < RDMX_RPC_HDR_MIN || data_len > UINT32_MAX)
+        return 0;
+    w0 = rdmx_get_le64(p); /* version|kind, flags, reserved u16, word u32 */
+    kind = (unsigned)w0 & 0x0f;
+    flags = (unsigned)(w0 >> 8) & 0xff;
+    /* version 2, reserved zero, no flag but the call's and DEADLINE */
+    if ((w0 & 0xffff00f0u) != RDMX_RPC_VERSION << 4 ||
+        (flags & ~(RDMX_RPC_F_CALL | RDMX_RPC_F_DEADLINE)) != 0)
+        return 0;
+    if (kind == RDMX_RPC_MSG_RESPONSE) {
+        if (flags != 0 || len != RDMX_RPC_HDR_MIN || (w0 >> 32) != 0)
+            return 0;
+    } else if (kind == RDMX_RPC_MSG_REQUEST || kind == RDMX_RPC_MSG_ONEWAY) {
+        if (len !=
+            (size_t)RDMX_RPC_HDR_MIN + (flags & RDMX_RPC_F_DEADLINE ? 4 : 0))
+            return 0;
+        if (flags & RDMX_RPC_F_DEADLINE) {
+            deadline = rdmx_get_le32(p + RDMX_RPC_HDR_MIN);
+            if (deadline == 0)
+                return 0;
+        }
+    } else {
+        return 0;
+    }
+    h->version = RDMX_RPC_VERSION;
+    h->kind = (uint8_t)kind;
+    h->flags = (uint8_t)(flags & RDMX_RPC_F_CALL);
+    h->handler = (uint32_t)(w0 >> 32);
+    h->status = 0;
+    h->id = rdmx_get_le64(p + 8);
+    h->payload = (uint32_t)data_len;
+    h->aux = 0;
+    h->deadline_us = (uint32_t)deadline;
+    return 1;
+}
+
+/* Any other header, or one to refuse: read in full, and the reason. */
+static rdmx_status_t __attribute__((noinline, cold))
+hdr_decode_full(const unsigned char *p, size_t len, size_t data_len,
+                rdmx_rpc_hdr_t *h, char *why, size_t why_size)
+{
     if (hdr_decode_v2(p, len, data_len, h, why, why_size) == RDMX_OK)
         return RDMX_OK;
     /* (a version-1 header fails the checks above: its first byte, 'R',
@@ -157,6 +204,14 @@ rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len, size_t data_len,
             len, RDMX_RPC_VERSION);
     }
     return RDMX_ERR_PROTO;
+}
+
+rdmx_status_t rdmx_rpc_hdr_decode(const void *buf, size_t len, size_t data_len,
+                                  rdmx_rpc_hdr_t *h, char *why, size_t why_size)
+{
+    if (hdr_decode_common(buf, len, data_len, h))
+        return RDMX_OK;
+    return hdr_decode_full(buf, len, data_len, h, why, why_size);
 }
 
 rdmx_status_t rdmx_rpc_bulk_decode(const void *aux, size_t len,
