@@ -36,10 +36,9 @@ size_t rdmx_rpc_hdr_encode(const rdmx_rpc_hdr_t *h,
         flags |= RDMX_RPC_F_DEADLINE;
     if (h->aux != 0)
         flags |= RDMX_RPC_F_AUX;
-    out[0] = (unsigned char)(RDMX_RPC_VERSION << 4 | (h->kind & 0x0f));
-    out[1] = (unsigned char)flags;
-    rdmx_put_le16(out + 2, 0);
-    rdmx_put_le32(out + 4, word);
+    /* version|kind, flags, reserved u16 (zero), word: one store */
+    rdmx_put_le64(out, (uint64_t)word << 32 | (uint64_t)flags << 8 |
+                           RDMX_RPC_VERSION << 4 | (h->kind & 0x0fu));
     rdmx_put_le64(out + 8, h->id);
     if (flags & RDMX_RPC_F_DEADLINE) {
         rdmx_put_le32(out + n, h->deadline_us);
