@@ -28,12 +28,15 @@
  *    through UCX at the exposed range and around it: the server's UCX has
  *    no software put/get handlers installed (rdmx asked for no RMA), so
  *    nothing is written, no get is answered (given up after 1 s), and
- *    the server lives.
+ *    the server lives. The same peer first sends messages without UCX's
+ *    reply endpoint, named by a guessed token, by the token of its
+ *    own handshake (never bound) and by a header too short for a token:
+ *    each is dropped as a protocol error.
  *  - the test's own buffers (canary-filled) are untouched by every refused
  *    get; the server's 12 KiB and its secret still hold their patterns
  *    byte for byte; the server's counters grew by exactly the refusals
- *    (bad_descriptors 9, rma_refused 15, proto_errors 2); the server is
- *    alive and exits cleanly.
+ *    (bad_descriptors 9, rma_refused 15, proto_errors 2, 5 over tcp); the
+ *    server is alive and exits cleanly.
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -219,9 +222,11 @@ static rdmx_status_t raw_access(rdmx_rmem_t *rm, unsigned opcode,
 /* --- a peer on raw UCX --------------------------------------------------- */
 
 /* The server worker's UCX address, from a hand-made bootstrap (HELLO with
- * @addr; docs/PROTOCOL.md). The socket stays open in *@fd_p. */
-static size_t raw_bootstrap(const th_proc_t *srv, const void *addr,
-                            size_t alen, uint8_t *out, size_t cap, int *fd_p)
+ * @addr; docs/PROTOCOL.md), and the token of its WELCOME in *@token_p.
+ * The socket stays open in *@fd_p. */
+static size_t raw_bootstrap(const th_proc_t *srv, const void *addr, size_t alen,
+                            uint8_t *out, size_t cap, int *fd_p,
+                            uint64_t *token_p)
 {
     const char *colon = strrchr(srv->addr, ':');
     struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -238,7 +243,7 @@ static size_t raw_bootstrap(const th_proc_t *srv, const void *addr,
     rdmx_put_le32(f, (uint32_t)(32 + alen));
     f[4] = 1; /* HELLO */
     rdmx_put_le32(f + 8, 0x58444d52u);
-    rdmx_put_le16(f + 12, 6); /* the wire version */
+    rdmx_put_le16(f + 12, RDMX_WIRE_VERSION);
     rdmx_put_le64(f + 16, 0xbadc0ffeeull);
     memcpy(f + 40, addr, alen);
     CHECK(send(fd, f, 40 + alen, MSG_NOSIGNAL) == (ssize_t)(40 + alen));
@@ -260,6 +265,7 @@ static size_t raw_bootstrap(const th_proc_t *srv, const void *addr,
             got += (size_t)n;
         }
         memcpy(out, b + 24, blen - 24);
+        *token_p = rdmx_get_le64(b + 16);
         free(b);
     }
     *fd_p = fd;
@@ -298,9 +304,44 @@ static int raw_settle(ucp_worker_h uw, ucs_status_ptr_t *reqs, int n, int ms)
     return done;
 }
 
+/* Messages without UCX's reply endpoint name their connection by a token
+ * in front of the header (docs/CORE.md, "Who sent a message"): send
+ * messages (rdmx_send's, whose header is the token alone) named by a
+ * guessed token, by the token of this very handshake (never bound: no
+ * BIND was sent) and by a header too short to hold one. The server must
+ * drop each as a protocol error. @return how many. */
+static unsigned raw_named(ucp_worker_h uw, ucp_ep_h uep, uint64_t welcome)
+{
+    uint64_t guess;
+    uint8_t named[3][8], payload[64];
+    size_t hlen[3] = {8, 8, 4};
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                              .flags = 0}; /* (no UCP_AM_SEND_FLAG_REPLY) */
+
+    th_fill(&guess, sizeof(guess), 0x70c3);
+    rdmx_put_le64(named[0], guess | 1);
+    rdmx_put_le64(named[1], welcome);
+    rdmx_put_le64(named[2], welcome);
+    memset(payload, 0x33, sizeof(payload));
+    for (int i = 0; i < 3; i++) {
+        ucs_status_ptr_t p;
+        p = ucp_am_send_nbx(uep, RDMX_AM_MSG, named[i], hlen[i], payload,
+                            sizeof(payload), &rp);
+        CHECKF(raw_settle(uw, &p, 1, 2000) == 1,
+               "raw named message %d "
+               "not sent",
+               i);
+        if (UCS_PTR_IS_PTR(p))
+            ucp_request_free(p);
+    }
+    th_log("raw UCX: messages named by a guessed token, by the unbound "
+           "handshake's token, and too short for one: sent");
+    return 3;
+}
+
 /* Put and get through UCX itself with the descriptor's key. */
-static void raw_ucx_attack(const th_proc_t *srv, const uint8_t *desc,
-                           size_t dlen)
+static unsigned raw_ucx_attack(const th_proc_t *srv, const uint8_t *desc,
+                               size_t dlen)
 {
     ucp_params_t up = {0};
     ucp_worker_params_t wp = {0};
@@ -317,6 +358,8 @@ static void raw_ucx_attack(const th_proc_t *srv, const uint8_t *desc,
     uint32_t klen = rdmx_get_le32(desc + D_RKEY);
     uint8_t buf[K4];
     int fd, gets_answered = 0;
+    uint64_t welcome = 0;
+    unsigned proto;
 
     (void)dlen;
     CHECK(ucp_config_read(NULL, NULL, &cfg) == UCS_OK);
@@ -329,7 +372,7 @@ static void raw_ucx_attack(const th_proc_t *srv, const uint8_t *desc,
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     CHECK(ucp_worker_create(uc, &wp, &uw) == UCS_OK);
     CHECK(ucp_worker_get_address(uw, &addr, &alen) == UCS_OK);
-    slen = raw_bootstrap(srv, addr, alen, saddr, sizeof(saddr), &fd);
+    slen = raw_bootstrap(srv, addr, alen, saddr, sizeof(saddr), &fd, &welcome);
     ep_p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -338,6 +381,7 @@ static void raw_ucx_attack(const th_proc_t *srv, const uint8_t *desc,
     ep_p.err_handler.cb = raw_err;
     (void)slen;
     CHECK(ucp_ep_create(uw, &ep_p, &uep) == UCS_OK);
+    proto = raw_named(uw, uep, welcome);
     if (ucp_ep_rkey_unpack(uep, desc + D_FIXED, &rkey) != UCS_OK) {
         th_log("raw UCX: the key (%u bytes) does not even unpack", klen);
     } else {
@@ -393,6 +437,7 @@ static void raw_ucx_attack(const th_proc_t *srv, const uint8_t *desc,
     ucp_cleanup(uc);
     th_log("raw UCX: puts and gets with the descriptor's key at the exposed "
            "range and around it: no get answered");
+    return proto;
 }
 
 int main(int argc, char **argv)
@@ -500,7 +545,7 @@ int main(int argc, char **argv)
     }
     rdmx_rmem_destroy(rm);
     if (strcmp(th_transport_env(), "tcp") == 0)
-        raw_ucx_attack(&server, desc, dlen);
+        proto += raw_ucx_attack(&server, desc, dlen);
 
     /* Nothing outside moved, nothing was written. */
     TS_VERIFY_REMOTE(ep, &big, 0, 3 * K4, seed_big);

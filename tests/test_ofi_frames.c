@@ -75,6 +75,7 @@
 #define WIRE_MAGIC 0x58444d52u /* "RMDX" */
 #define ADDR_MAGIC 0x49464f52u /* "ROFI" */
 #define AM_BIND    0
+#define BIND_SIZE  24 /* magic, status, token, the client's name */
 #define AM_MSG     2
 #define AM_RPC     16
 #define RPC_V      0x20 /* version 2 in the high nibble */
@@ -393,7 +394,7 @@ static raw_conn_t raw_connect(const th_proc_t *srv, uint64_t worker_id)
     rdmx_put_le32(f, (uint32_t)(32 + R.addr_len));
     f[4] = 1; /* HELLO */
     rdmx_put_le32(f + 8, WIRE_MAGIC);
-    rdmx_put_le16(f + 12, 6); /* the wire version */
+    rdmx_put_le16(f + 12, 7); /* the wire version */
     rdmx_put_le64(f + 16, worker_id);
     memcpy(f + 40, R.addr, R.addr_len);
     CHECK(send(c.fd, f, 40 + R.addr_len, MSG_NOSIGNAL) ==
@@ -426,17 +427,19 @@ static void bind_hdr(unsigned char *h, uint32_t magic, uint64_t token)
     rdmx_put_le32(h, magic);
     rdmx_put_le32(h + 4, 0);
     rdmx_put_le64(h + 8, token);
+    rdmx_put_le64(h + 16, token ^ 0x7e57); /* any name but 0 */
 }
 
 /* BIND @c (dst 0) and wait for its BIND_ACK: the server's id for it. */
 static void raw_bind(raw_conn_t *c)
 {
-    unsigned char h[16];
+    unsigned char h[BIND_SIZE];
     uint64_t acks = got.acks;
     double end = th_now_ms() + 10000.0 * TH_SLOW;
 
     bind_hdr(h, WIRE_MAGIC, c->token);
-    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, c->src, 0, h, 16, NULL, 0);
+    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, BIND_SIZE, c->src, 0, h, BIND_SIZE,
+          NULL, 0);
     while (got.acks == acks || got.ack_dst != c->src) {
         raw_progress();
         CHECKF(th_now_ms() < end, "raw: no BIND_ACK for endpoint 0x%x", c->src);
@@ -676,7 +679,7 @@ static void case_malformed(const raw_conn_t *a)
 static void case_pairing(const raw_conn_t *a)
 {
     uint32_t s = a->src, d = a->srv_id;
-    unsigned char h[16];
+    unsigned char h[BIND_SIZE];
     uint64_t dropped = 2; /* (the first two frames below) */
 
     frame(RDMX_OFI_FRAME_EAGER, AM_MSG, 0, s, 0, NULL, 0, "x", 1);
@@ -704,22 +707,25 @@ static void case_pairing(const raw_conn_t *a)
                          dropped);
 
     bind_hdr(h, WIRE_MAGIC, a->token);
-    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, s, 0, h, 16, NULL, 0);
-    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, s, d, h, 16, NULL, 0);
+    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, BIND_SIZE, s, 0, h, BIND_SIZE, NULL,
+          0);
+    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, BIND_SIZE, s, d, h, BIND_SIZE, NULL,
+          0);
     raw_marker(a);
     check_server("BIND replayed (dst 0; dst = its endpoint)", 2);
 }
 
 static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
 {
-    unsigned char h[16], body[RDMX_OFI_RTS_SIZE];
+    unsigned char h[BIND_SIZE], body[RDMX_OFI_RTS_SIZE];
     raw_conn_t b, dd, f, g;
 
     /* A wrong magic lands on the new endpoint and is refused; the
      * endpoint stays unpaired, so the right BIND then pairs it. */
     b = raw_connect(srv, 0xb0b);
     bind_hdr(h, 0x12345678, b.token);
-    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, b.src, 0, h, 16, NULL, 0);
+    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, BIND_SIZE, b.src, 0, h, BIND_SIZE,
+          NULL, 0);
     raw_marker(a);
     check_server("BIND with a wrong magic", 1);
     raw_bind(&b);
@@ -728,13 +734,14 @@ static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
 
     dd = raw_connect(srv, 0xd0d);
     bind_hdr(h, WIRE_MAGIC, dd.token ^ 0x5a5a5a5a5a5aull);
-    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, dd.src, 0, h, 16, NULL, 0);
+    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, BIND_SIZE, dd.src, 0, h, BIND_SIZE,
+          NULL, 0);
     raw_marker(a);
     check_server("BIND with a made-up token", 1);
     /* a rendezvous frame posing as a BIND: not a pairing either */
     rdmx__ofi_rts_pack(body, 4096, 1, 0x1000, 1);
     bind_hdr(h, WIRE_MAGIC, dd.token);
-    frame(RDMX_OFI_FRAME_RTS, AM_BIND, 16, dd.src, 0, h, 16, body,
+    frame(RDMX_OFI_FRAME_RTS, AM_BIND, BIND_SIZE, dd.src, 0, h, BIND_SIZE, body,
           sizeof(body));
     raw_marker(a);
     check_server("an RTS with BIND's id and dst 0", 1);
@@ -746,7 +753,8 @@ static void case_bind(const th_proc_t *srv, const raw_conn_t *a)
     f = raw_connect(srv, 0xf0f);
     g = raw_connect(srv, 0x909);
     bind_hdr(h, WIRE_MAGIC, g.token);
-    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, 16, f.src, 0, h, 16, NULL, 0);
+    frame(RDMX_OFI_FRAME_EAGER, AM_BIND, BIND_SIZE, f.src, 0, h, BIND_SIZE,
+          NULL, 0);
     raw_marker(a);
     check_server("BIND with another connection's token", 1);
     /* Both connections' own BINDs still pair them. */

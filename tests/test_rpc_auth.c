@@ -55,7 +55,7 @@
 
 enum { F_HELLO = 1, F_WELCOME = 2, F_REFUSE = 3, F_CHALLENGE = 4, F_AUTH = 5 };
 #define MAGIC   0x58444d52u
-#define VERSION 6
+#define VERSION RDMX_WIRE_VERSION
 
 static int raw_open(const th_proc_t *srv)
 {

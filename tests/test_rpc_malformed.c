@@ -137,11 +137,27 @@ static ucs_status_t take_answer(const void *header, size_t hlen, void *data,
     return UCS_OK;
 }
 
+/* A message the server sent at once names this side's connection in front
+ * of its header, in place of UCX's reply endpoint (docs/CORE.md, "Who sent
+ * a message"): check that it names one of the raw worker's connections,
+ * and step over it. */
+static void unname(const void **header, size_t *hlen,
+                   const ucp_am_recv_param_t *param)
+{
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
+        return;
+    CHECKF(*hlen >= 8 && rdmx__tp_token(rw, rdmx_get_le64(*header)) != NULL,
+           "a message of %zu header bytes names no connection of ours", *hlen);
+    *header = (const unsigned char *)*header + 8;
+    *hlen -= 8;
+}
+
 static ucs_status_t raw_am(void *arg, const void *header, size_t hlen,
                            void *data, size_t len,
                            const ucp_am_recv_param_t *param)
 {
     (void)arg;
+    unname(&header, &hlen, param);
     return take_answer(header, hlen, data, len,
                        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
 }
@@ -159,7 +175,7 @@ static ucs_status_t raw_batch(void *arg, const void *header, size_t hlen,
 
     (void)arg;
     batches_in++;
-    (void)header;
+    unname(&header, &hlen, param);
     CHECK(hlen == 0 && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV));
     CHECKF(len > 0 && len % 8 == 0, "batch of %zu bytes", len);
     while (p < end) {

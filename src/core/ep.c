@@ -173,9 +173,37 @@ static void ep_take_tep(rdmx_ep_t *ep, rdmx_tep_t *tep)
     /* (what the old one still delivers while it closes reaches no one) */
     if (ep->tep != NULL && ep->tep != tep && ep->tep->owner == ep)
         ep->tep->owner = NULL;
+    if (ep->tep != NULL && ep->tep != tep)
+        ep->tep->tx_token = 0;
     ep->tep = tep;
-    if (tep != NULL)
+    if (tep != NULL) {
         tep->owner = ep;
+        tep->tx_token = ep->bound ? ep->tx_token : 0;
+    }
+}
+
+/* BIND (server) or BIND_ACK (client) done: the transport pair is the
+ * connection's, and messages may name their receiver (docs/CORE.md, "Who
+ * sent a message"). */
+static void ep_bind(rdmx_ep_t *ep)
+{
+    ep->bound = 1;
+    if (ep->tep != NULL)
+        ep->tep->tx_token = ep->tx_token;
+}
+
+rdmx_tep_t *rdmx__tp_token(rdmx_worker_t *w, uint64_t token)
+{
+    rdmx_ep_t *ep = w->tok_last_ep;
+
+    if (ep == NULL || token != w->tok_last) {
+        ep = token != 0 ? rdmx_ptrmap_get(&w->tokens, (void *)token) : NULL;
+        if (ep == NULL || !ep->bound)
+            return NULL;
+        w->tok_last = token;
+        w->tok_last_ep = ep;
+    }
+    return ep->tep;
 }
 
 /* Keep @tep, whose handshake ended, for the next connection from the same
@@ -183,6 +211,7 @@ static void ep_take_tep(rdmx_ep_t *ep, rdmx_tep_t *tep)
 static void tep_make_spare(rdmx_worker_t *w, rdmx_tep_t *tep)
 {
     tep->owner = NULL;
+    tep->tx_token = 0;
     tep->expire_ns = rdmx_now_ns() + RDMX_SPARE_TTL_NS;
     rdmx_list_insert_tail(&w->spares, &tep->link);
 }
@@ -240,9 +269,11 @@ static void ep_free(rdmx_ep_t *ep)
     rdmx_list_del(&ep->link);
     rdmx_list_del(&ep->event_link);
     set_deadline(ep, 0);
-    if (ep->token != 0 &&
-        rdmx_ptrmap_get(&ep->worker->tokens, (void *)ep->token) == ep)
-        rdmx_ptrmap_del(&ep->worker->tokens, (void *)ep->token);
+    if (ep->rx_token != 0 &&
+        rdmx_ptrmap_get(&ep->worker->tokens, (void *)ep->rx_token) == ep)
+        rdmx_ptrmap_del(&ep->worker->tokens, (void *)ep->rx_token);
+    if (ep->worker->tok_last_ep == ep)
+        ep->worker->tok_last_ep = NULL;
     rdmx__sock_close(&ep->ctl);
     rdmx__secret_free(&ep->secret, &ep->secret_len);
     for (unsigned i = 0; i < 4; i++)
@@ -480,12 +511,32 @@ void rdmx__ep_release(rdmx_ep_t *ep)
 
 /* --- the control socket ----------------------------------------------------- */
 
-/* The BIND of a client endpoint: its token, over its new UCX endpoint. */
+/* A new name for @ep at its worker: random, never 0, not in use. */
+static rdmx_status_t name_ep(rdmx_ep_t *ep)
+{
+    rdmx_worker_t *w = ep->worker;
+    uint64_t t;
+
+    do {
+        if (getrandom(&t, sizeof(t), 0) != (ssize_t)sizeof(t))
+            return rdmx__error(RDMX_ERR_NO_RESOURCE, "getrandom: %s",
+                               strerror(errno));
+        t |= 1; /* never 0 */
+    } while (rdmx_ptrmap_get(&w->tokens, (void *)t) != NULL);
+    if (rdmx_ptrmap_put(&w->tokens, (void *)t, ep) != 0)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "connect: out of memory");
+    ep->rx_token = t;
+    return RDMX_OK;
+}
+
+/* The BIND of a client endpoint, over its new UCX endpoint: the server's
+ * token, and the client's own name for the connection. */
 static void send_bind(rdmx_ep_t *ep)
 {
     rdmx_put_le32(ep->bind_hdr, RDMX_WIRE_MAGIC);
     rdmx_put_le32(ep->bind_hdr + 4, 0);
     rdmx_put_le64(ep->bind_hdr + 8, ep->token);
+    rdmx_put_le64(ep->bind_hdr + 16, ep->rx_token);
     send_control(ep, RDMX_AM_BIND, ep->bind_hdr);
 }
 
@@ -558,7 +609,12 @@ static void client_on_frame(rdmx_ep_t *ep, unsigned type,
         rdmx__secret_free(&ep->secret, &ep->secret_len);
     }
     ep->token = m.token;
+    ep->tx_token = m.token;
     ep->peer_worker = m.worker_id;
+    if ((st = name_ep(ep)) != RDMX_OK) {
+        fail_with(ep, st, "%s", rdmx_error_detail());
+        return;
+    }
     st = tep_create(w, m.addr, m.addr_len, m.worker_id, &tep);
     if (st != RDMX_OK) {
         fail_with(ep, st, "%s", rdmx_error_detail());
@@ -848,6 +904,7 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
         return;
     }
     ep->token |= 1; /* never 0 */
+    ep->rx_token = ep->token;
     ep->state = RDMX_EP_ACCEPTING;
     ep->accept_cb = cr->accept_cb;
     ep->accept_arg = cr->accept_arg;
@@ -910,7 +967,7 @@ rdmx_status_t rdmx__am_bind(rdmx_worker_t *w, rdmx_tep_t *tep,
     (void)data;
     (void)flags;
     if (tep == NULL || hlen != RDMX_BIND_SIZE || len != 0 ||
-        rdmx_get_le32(h) != RDMX_WIRE_MAGIC) {
+        rdmx_get_le32(h) != RDMX_WIRE_MAGIC || rdmx_get_le64(h + 16) == 0) {
         w->stats.proto_errors++;
         return RDMX_OK;
     }
@@ -935,8 +992,9 @@ rdmx_status_t rdmx__am_bind(rdmx_worker_t *w, rdmx_tep_t *tep,
         }
         ep_take_tep(ep, tep);
     }
-    ep->bound = 1;
-    rdmx_ptrmap_del(&w->tokens, (void *)ep->token);
+    /* (the token stays in w->tokens: the client's messages name it) */
+    ep->tx_token = rdmx_get_le64(h + 16);
+    ep_bind(ep);
     send_control(ep, RDMX_AM_BIND_ACK, ack_ok_hdr);
     set_deadline(ep, 0);
     ep->state = RDMX_EP_CONNECTED;
@@ -965,7 +1023,7 @@ rdmx_status_t rdmx__am_bind_ack(rdmx_worker_t *w, rdmx_tep_t *tep,
         fail_with(ep, RDMX_ERR_PROTO, "%s", "malformed BIND_ACK");
         return RDMX_OK;
     }
-    ep->bound = 1;
+    ep_bind(ep);
     set_deadline(ep, 0);
     ep->state = RDMX_EP_CONNECTED;
     w->stats.eps_opened++;

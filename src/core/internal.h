@@ -41,9 +41,11 @@ enum {
 /* Wire version: 3 authentication in the bootstrap; 4 batched messages; 5
  * tcp segments of 260 KiB (a peer must take the segments this one sends:
  * src/core/ucx/ucx.c); 6 shared-memory FIFO elements of 1 KiB (a sender
- * writes into the receiver's FIFO with its own element size: the same) */
-#define RDMX_WIRE_VERSION 6u
-#define RDMX_BIND_SIZE    16          /* magic, status, token */
+ * writes into the receiver's FIFO with its own element size: the same); 7
+ * the connection's names: BIND carries the client's, and a message may
+ * name its receiver by them (docs/CORE.md, "Who sent a message") */
+#define RDMX_WIRE_VERSION 7u
+#define RDMX_BIND_SIZE    24 /* magic, status, token, the client's name */
 #define RDMX_NOTIFY_SIZE  32
 #define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */
 #define RDMX_GRANT_MAC    16 /* bytes of a descriptor's MAC (mem.c) */
@@ -393,6 +395,10 @@ struct rdmx_ep {
     unsigned char bind_hdr[RDMX_BIND_SIZE]; /* BIND's header (UCX 1.13
                                keeps a pointer until the send completes) */
     uint64_t token;         /* names the connection in BIND */
+    uint64_t rx_token;      /* this side's name for the connection (in
+                               worker->tokens): the server's is token, the
+                               client's goes in BIND */
+    uint64_t tx_token;      /* the peer's, once bound (tep->tx_token) */
     uint64_t peer_worker;   /* the peer worker's id */
     rdmx_limit_t *limit;    /* server side: the listener's limit, or NULL */
     unsigned char *secret;  /* client: a copy of the secret until WELCOME */
@@ -471,7 +477,11 @@ struct rdmx_worker {
     uint64_t id;              /* random; names the worker in bootstraps */
     const void *addr;         /* transport address, sent in HELLO/WELCOME */
     size_t addr_len;
-    rdmx_ptrmap_t tokens;     /* token -> accepting rdmx_ep_t */
+    rdmx_ptrmap_t tokens;     /* rx_token -> rdmx_ep_t: accepting ones
+                                 (BIND names them) and bound ones
+                                 (rdmx__tp_token) */
+    uint64_t tok_last;        /* the last name rdmx__tp_token found ... */
+    rdmx_ep_t *tok_last_ep;   /* ... and its endpoint (NULL: none) */
     rdmx_ptrmap_t amo_ops;    /* access tag -> rdmx_op_t waiting for reply */
     uint64_t amo_seq;         /* last access tag */
     void *bounce;             /* the largest bounce buffer given back, kept

@@ -40,6 +40,11 @@ typedef struct {
     uint64_t peer_worker;  /* the remote worker's id */
     uint64_t expire_ns;    /* a spare is closed after this */
     int failed;            /* the transport reported an error on it */
+    /* Nonzero while its connection is bound: the peer's name for the
+     * connection (set by the core). A backend may send it with a message
+     * instead of its own way of naming the sender; the receiver's backend
+     * finds the endpoint with rdmx__tp_token. */
+    uint64_t tx_token;
 } rdmx_tep_t;
 
 /* A piece of a gathered send (sendv): an address and a length, in the
@@ -50,7 +55,8 @@ typedef struct {
     size_t length;
 } rdmx_tp_iov_t;
 
-#define RDMX_TP_IOV_MAX 4 /* most pieces of a sendv or recvv */
+#define RDMX_TP_IOV_MAX 4  /* most pieces of a sendv or recvv */
+#define RDMX_TP_HDR_MAX 48 /* longest header of a send or sendv */
 
 /* A piece of a scattered receive (recvv): the same layout, writable. */
 typedef struct {
@@ -149,8 +155,8 @@ typedef struct {
                               void *closer, void **req_p);
 
     /* --- two-sided ---------------------------------------------------- */
-    /* Send message @id: header @hdr (at most 48 bytes; must stay valid
-     * until completion), @length bytes of @data (registered in @tmr, or
+    /* Send message @id: header @hdr (at most RDMX_TP_HDR_MAX bytes; must stay
+     * valid until completion), @length bytes of @data (registered in @tmr, or
      * NULL). RDMX_OK (done), RDMX_INPROGRESS (*@req_p; rdmx__tp_done(@op)
      * follows), or an error. */
     rdmx_status_t (*send)(rdmx_tep_t *tep, unsigned id, const void *hdr,
@@ -243,6 +249,9 @@ void rdmx__tp_done(rdmx_op_t *op, void *req, rdmx_status_t status,
 rdmx_status_t rdmx__tp_deliver(rdmx_worker_t *w, unsigned id,
                                rdmx_tep_t *tep, const void *hdr, size_t hlen,
                                void *data, size_t len, unsigned flags);
+/* The endpoint of @w whose connection the peer names @token (its
+ * rdmx_tep_t.tx_token), while it is bound; NULL for any other value. */
+rdmx_tep_t *rdmx__tp_token(rdmx_worker_t *w, uint64_t token);
 /* The transport says @tep is broken (@why: its words). */
 void rdmx__tp_ep_failed(rdmx_tep_t *tep, rdmx_status_t status,
                         const char *why);

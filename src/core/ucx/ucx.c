@@ -16,6 +16,7 @@
  *   callback, which finds the record orphaned).
  */
 #include "core/internal.h"
+#include "util/endian.h"
 
 #include <dirent.h>
 #include <stddef.h>
@@ -33,6 +34,12 @@
  * messages of up to ~960 bytes go at once, in the element (ucx_ctx_create).
  * Part of the wire protocol. */
 #define RDMX_UCX_MM_FIFO_ELEM "1024"
+
+/* A message sent at once on a bound connection names its receiver by the
+ * connection's token (rdmx_tep_t.tx_token), in front of its header,
+ * instead of by UCX's reply endpoint (docs/CORE.md, "Who sent a
+ * message"). Part of the wire protocol. */
+#define TOKEN_SIZE 8
 
 typedef struct ucx_worker ucx_worker_t;
 
@@ -389,12 +396,20 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
                           const ucp_am_recv_param_t *param)
 {
     ucx_handler_t *h = arg;
-    ucx_ep_t *ep = NULL;
+    ucx_worker_t *uw = h->worker;
+    rdmx_tep_t *tep = NULL;
     unsigned flags = 0;
 
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
-        param->reply_ep != NULL) {
-        ucx_worker_t *uw = h->worker;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+        /* Named by the connection's token (am_send): no name, no
+         * connection (rdmx__tp_deliver counts it). */
+        if (hlen >= TOKEN_SIZE) {
+            tep = rdmx__tp_token(uw->w, rdmx_get_le64(header));
+            header = (const unsigned char *)header + TOKEN_SIZE;
+            hlen -= TOKEN_SIZE;
+        }
+    } else if (param->reply_ep != NULL) {
+        ucx_ep_t *ep = NULL;
         /* (a connection's messages come in runs: one lookup per run) */
         if (param->reply_ep == uw->last_ucp && uw->last_ep != NULL) {
             ep = uw->last_ep;
@@ -402,13 +417,14 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t hlen,
             uw->last_ucp = param->reply_ep;
             uw->last_ep = ep;
         }
+        tep = ep != NULL ? &ep->tep : NULL;
     }
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
         flags |= RDMX_MSG_RNDV;
     if (h->hold && (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA))
         flags |= RDMX_MSG_HOLDABLE;
-    if (rdmx__tp_deliver(h->worker->w, h->id, ep ? &ep->tep : NULL, header,
-                         hlen, data, len, flags) == RDMX_INPROGRESS &&
+    if (rdmx__tp_deliver(uw->w, h->id, tep, header, hlen, data, len, flags) ==
+            RDMX_INPROGRESS &&
         (flags & (RDMX_MSG_RNDV | RDMX_MSG_HOLDABLE)))
         return UCS_INPROGRESS;
     return UCS_OK;
@@ -701,6 +717,18 @@ static rdmx_status_t am_send(ucx_ep_t *ep, unsigned id, const void *hdr,
         p.datatype = ucp_dt_make_iov();
     }
     if (flags & RDMX_TP_SEND_NOW) {
+        /* The header is needed only until the call returns: it can take
+         * the connection's token in front, which names the receiver's
+         * endpoint instead of UCX's reply endpoint. */
+        unsigned char named[TOKEN_SIZE + RDMX_TP_HDR_MAX];
+        if (ep->tep.tx_token != 0 && hlen <= RDMX_TP_HDR_MAX) {
+            rdmx_put_le64(named, ep->tep.tx_token);
+            if (hlen != 0)
+                memcpy(named + TOKEN_SIZE, hdr, hlen);
+            hdr = named;
+            hlen += TOKEN_SIZE;
+            p.flags = 0;
+        }
         p.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
         r = ucp_am_send_nbx(ep->ucp, id, hdr, hlen, data, count, &p);
         if (r == NULL)
