@@ -29,6 +29,22 @@ rdmx_status_t rdmx__send(rdmx_ep_t *ep, const void *buf, size_t length,
     rdmx__lock(w);
     if ((st = rdmx__ep_usable(ep)) != RDMX_OK)
         goto out;
+    /* A message the transport takes in the call (the same test as the
+     * upper layers' sends: rdmx__msg_try_now) leaves without a record, and
+     * names its connection instead of carrying UCX's reply endpoint
+     * (docs/CORE.md, "Who sent a message"). */
+    st = rdmx__msg_try_now(ep, RDMX_AM_MSG, NULL, 0, buf, length, 0);
+    if (st == RDMX_OK) {
+        w->stats.msgs_sent++;
+        goto out;
+    }
+    if (st != RDMX_ERR_NO_RESOURCE) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+        st = rdmx__error(rdmx__op_status(ep, st), "send to %s: %s", ep->peer,
+                         why);
+        goto out;
+    }
     op = rdmx__op_get(w, ep, RDMX_OP_SEND, cb, arg);
     if (op == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "send: out of memory");
