@@ -168,17 +168,32 @@ static rdmx_status_t tep_create(rdmx_worker_t *w, const void *addr,
     return st;
 }
 
+/* This side's name for @ep's connection (the key in worker->tokens), and
+ * the peer's (what this side's messages carry): the server's is the
+ * token, the client's client_token. */
+static uint64_t own_token(const rdmx_ep_t *ep)
+{
+    return ep->accept_cb != NULL ? ep->token : ep->client_token;
+}
+
+static uint64_t peer_token(const rdmx_ep_t *ep)
+{
+    return ep->accept_cb != NULL ? ep->client_token : ep->token;
+}
+
 static void ep_take_tep(rdmx_ep_t *ep, rdmx_tep_t *tep)
 {
-    /* (what the old one still delivers while it closes reaches no one) */
-    if (ep->tep != NULL && ep->tep != tep && ep->tep->owner == ep)
-        ep->tep->owner = NULL;
-    if (ep->tep != NULL && ep->tep != tep)
+    if (ep->tep != NULL && ep->tep != tep) {
+        /* (what the old one still delivers while it closes reaches no
+         * one) */
+        if (ep->tep->owner == ep)
+            ep->tep->owner = NULL;
         ep->tep->tx_token = 0;
+    }
     ep->tep = tep;
     if (tep != NULL) {
         tep->owner = ep;
-        tep->tx_token = ep->bound ? ep->tx_token : 0;
+        tep->tx_token = ep->bound ? peer_token(ep) : 0;
     }
 }
 
@@ -189,7 +204,7 @@ static void ep_bind(rdmx_ep_t *ep)
 {
     ep->bound = 1;
     if (ep->tep != NULL)
-        ep->tep->tx_token = ep->tx_token;
+        ep->tep->tx_token = peer_token(ep);
 }
 
 rdmx_tep_t *rdmx__tp_token(rdmx_worker_t *w, uint64_t token)
@@ -269,9 +284,9 @@ static void ep_free(rdmx_ep_t *ep)
     rdmx_list_del(&ep->link);
     rdmx_list_del(&ep->event_link);
     set_deadline(ep, 0);
-    if (ep->rx_token != 0 &&
-        rdmx_ptrmap_get(&ep->worker->tokens, (void *)ep->rx_token) == ep)
-        rdmx_ptrmap_del(&ep->worker->tokens, (void *)ep->rx_token);
+    if (own_token(ep) != 0 &&
+        rdmx_ptrmap_get(&ep->worker->tokens, (void *)own_token(ep)) == ep)
+        rdmx_ptrmap_del(&ep->worker->tokens, (void *)own_token(ep));
     if (ep->worker->tok_last_ep == ep)
         ep->worker->tok_last_ep = NULL;
     rdmx__sock_close(&ep->ctl);
@@ -511,7 +526,8 @@ void rdmx__ep_release(rdmx_ep_t *ep)
 
 /* --- the control socket ----------------------------------------------------- */
 
-/* A new name for @ep at its worker: random, never 0, not in use. */
+/* The client's name for @ep's connection: random, never 0, not in use at
+ * its worker. */
 static rdmx_status_t name_ep(rdmx_ep_t *ep)
 {
     rdmx_worker_t *w = ep->worker;
@@ -525,7 +541,7 @@ static rdmx_status_t name_ep(rdmx_ep_t *ep)
     } while (rdmx_ptrmap_get(&w->tokens, (void *)t) != NULL);
     if (rdmx_ptrmap_put(&w->tokens, (void *)t, ep) != 0)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "connect: out of memory");
-    ep->rx_token = t;
+    ep->client_token = t;
     return RDMX_OK;
 }
 
@@ -536,7 +552,7 @@ static void send_bind(rdmx_ep_t *ep)
     rdmx_put_le32(ep->bind_hdr, RDMX_WIRE_MAGIC);
     rdmx_put_le32(ep->bind_hdr + 4, 0);
     rdmx_put_le64(ep->bind_hdr + 8, ep->token);
-    rdmx_put_le64(ep->bind_hdr + 16, ep->rx_token);
+    rdmx_put_le64(ep->bind_hdr + 16, ep->client_token);
     send_control(ep, RDMX_AM_BIND, ep->bind_hdr);
 }
 
@@ -609,7 +625,6 @@ static void client_on_frame(rdmx_ep_t *ep, unsigned type,
         rdmx__secret_free(&ep->secret, &ep->secret_len);
     }
     ep->token = m.token;
-    ep->tx_token = m.token;
     ep->peer_worker = m.worker_id;
     if ((st = name_ep(ep)) != RDMX_OK) {
         fail_with(ep, st, "%s", rdmx_error_detail());
@@ -904,7 +919,6 @@ void rdmx__ep_accept(rdmx_worker_t *w, rdmx_conn_req_t *cr)
         return;
     }
     ep->token |= 1; /* never 0 */
-    ep->rx_token = ep->token;
     ep->state = RDMX_EP_ACCEPTING;
     ep->accept_cb = cr->accept_cb;
     ep->accept_arg = cr->accept_arg;
@@ -993,7 +1007,7 @@ rdmx_status_t rdmx__am_bind(rdmx_worker_t *w, rdmx_tep_t *tep,
         ep_take_tep(ep, tep);
     }
     /* (the token stays in w->tokens: the client's messages name it) */
-    ep->tx_token = rdmx_get_le64(h + 16);
+    ep->client_token = rdmx_get_le64(h + 16);
     ep_bind(ep);
     send_control(ep, RDMX_AM_BIND_ACK, ack_ok_hdr);
     set_deadline(ep, 0);

@@ -394,11 +394,12 @@ struct rdmx_ep {
     int bound;              /* BIND / BIND_ACK done: the UCX pair is ours */
     unsigned char bind_hdr[RDMX_BIND_SIZE]; /* BIND's header (UCX 1.13
                                keeps a pointer until the send completes) */
-    uint64_t token;         /* names the connection in BIND */
-    uint64_t rx_token;      /* this side's name for the connection (in
-                               worker->tokens): the server's is token, the
-                               client's goes in BIND */
-    uint64_t tx_token;      /* the peer's, once bound (tep->tx_token) */
+    uint64_t token;         /* the server's name for the connection (in
+                               WELCOME and BIND; the client's messages
+                               carry it) */
+    uint64_t client_token;  /* the client's (in BIND; the server's messages
+                               carry it). Each side keeps its own in
+                               worker->tokens (ep.c, own_token) */
     uint64_t peer_worker;   /* the peer worker's id */
     rdmx_limit_t *limit;    /* server side: the listener's limit, or NULL */
     unsigned char *secret;  /* client: a copy of the secret until WELCOME */
@@ -477,7 +478,7 @@ struct rdmx_worker {
     uint64_t id;              /* random; names the worker in bootstraps */
     const void *addr;         /* transport address, sent in HELLO/WELCOME */
     size_t addr_len;
-    rdmx_ptrmap_t tokens;     /* rx_token -> rdmx_ep_t: accepting ones
+    rdmx_ptrmap_t tokens;     /* own token -> rdmx_ep_t: accepting ones
                                  (BIND names them) and bound ones
                                  (rdmx__tp_token) */
     uint64_t tok_last;        /* the last name rdmx__tp_token found ... */
@@ -756,6 +757,9 @@ int rdmx__grant_valid(rdmx_worker_t *w, uint64_t region_id, uint64_t offset,
  * @req) becomes ours; releases @op unless pending. */
 rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,
                              const char *what);
+/* The error @st of @what ("send") toward @ep, with the detail the backend
+ * recorded: "what to peer: detail". */
+rdmx_status_t rdmx__op_error(rdmx_ep_t *ep, rdmx_status_t st, const char *what);
 /* A buffer of at least @len bytes for op->aux (the worker keeps the
  * largest one given back: a fresh large allocation costs a page fault a
  * page); NULL when out of memory. rdmx__op_put gives it back. */

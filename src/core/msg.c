@@ -34,15 +34,11 @@ rdmx_status_t rdmx__send(rdmx_ep_t *ep, const void *buf, size_t length,
      * names its connection instead of carrying UCX's reply endpoint
      * (docs/CORE.md, "Who sent a message"). */
     st = rdmx__msg_try_now(ep, RDMX_AM_MSG, NULL, 0, buf, length, 0);
-    if (st == RDMX_OK) {
-        w->stats.msgs_sent++;
-        goto out;
-    }
     if (st != RDMX_ERR_NO_RESOURCE) {
-        char why[200];
-        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
-        st = rdmx__error(rdmx__op_status(ep, st), "send to %s: %s", ep->peer,
-                         why);
+        if (st == RDMX_OK)
+            w->stats.msgs_sent++;
+        else
+            st = rdmx__op_error(ep, st, "send");
         goto out;
     }
     op = rdmx__op_get(w, ep, RDMX_OP_SEND, cb, arg);

@@ -243,12 +243,16 @@ rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,
     rdmx__op_put(w, op);
     if (st == RDMX_OK)
         return RDMX_OK;
-    {
-        char why[200];
-        snprintf(why, sizeof(why), "%s", rdmx_error_detail());
-        return rdmx__error(rdmx__op_status(ep, st), "%s to %s: %s", what,
-                           ep->peer, why);
-    }
+    return rdmx__op_error(ep, st, what);
+}
+
+rdmx_status_t rdmx__op_error(rdmx_ep_t *ep, rdmx_status_t st, const char *what)
+{
+    char why[200];
+
+    snprintf(why, sizeof(why), "%s", rdmx_error_detail());
+    return rdmx__error(rdmx__op_status(ep, st), "%s to %s: %s", what, ep->peer,
+                       why);
 }
 
 void rdmx__op_orphan_all(rdmx_ep_t *ep)
