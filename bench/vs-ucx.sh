@@ -44,7 +44,9 @@
 # request at once; same payload, no header, peer error handling), compiled
 # here with $CC. It shows what is left for any RPC layer on this machine.
 # Shared memory only: over tcp its round trip came out ~2x ucp_am_lat's (and
-# rdmx's) for a reason not traced, so it is no bound there.
+# rdmx's) for a reason not traced, so it is no bound there. A fifth variant,
+# ucx_am_rpc -m put, makes the same calls by one-sided writes into slots the
+# other side polls (docs/RPC_RINGS.md); it is printed below the table.
 # put_bw/get_bw: rdmx-perf runs with --flush end, ucx_perftest's method (up to
 # W operations in flight, one flush at the end); --flush window makes it
 # flush after every window instead (rdmx-perf's default).
@@ -210,8 +212,10 @@ run_ucx() { # transport errmode(0|1) test size iters warmup outstanding kind
 }
 
 # ucx_am_rpc half (rpc_lat, rpc_rate): leaves p50 RTT us or calls/s in VAL.
-run_amrpc() { # transport size iters warmup window kind
-    local tr=$1 size=$2 n=$3 w=$4 win=$5 kind=$6 line
+# mode am: request/response by active messages; put: by one-sided writes
+# into slots the other side polls (docs/RPC_RINGS.md).
+run_amrpc() { # transport size iters warmup window kind mode
+    local tr=$1 size=$2 n=$3 w=$4 win=$5 kind=$6 mode=$7 line
     local -a env=(UCX_TLS="$(tls_for "$tr")" UCX_MM_ERROR_HANDLING=y)
     if [ "$tr" = shm ]; then
         # (it connects through UCX's sockaddr manager, which needs tcp;
@@ -220,11 +224,11 @@ run_amrpc() { # transport size iters warmup window kind
              UCX_TCP_PUT_ENABLE=n)
     fi
     start_on_free_port as ucx_am_rpc env "${env[@]}" "$WORK/ucx_am_rpc" \
-        -l @PORT@ -e
-    if ! env "${env[@]}" "$WORK/ucx_am_rpc" "127.0.0.1:$PORT" -e \
+        -l @PORT@ -e -m "$mode"
+    if ! env "${env[@]}" "$WORK/ucx_am_rpc" "127.0.0.1:$PORT" -e -m "$mode" \
         -t "$([ "$kind" = rtt ] && echo lat || echo rate)" -s "$size" \
         -n "$n" -w "$w" -W "$win" >"$WORK/ac.out" 2>"$WORK/ac.err"; then
-        die "ucx_am_rpc ($tr) failed: $(cat "$WORK/ac.err")"
+        die "ucx_am_rpc -m $mode ($tr) failed: $(cat "$WORK/ac.err")"
     fi
     wait "$SERVER_PID" || true
     SERVER_PID=""
@@ -264,11 +268,11 @@ for ((r = 0; r < ROUNDS; r++)); do
             selected "$test" || continue
             read -r n w < <(iters_for "$tr" "$kind")
             win=$([ "$kind" = lat ] && echo 16 || echo "$outst")
-            # rotate the order of the three variants from round to round
+            # rotate the order of the variants from round to round
             nv=3
             if [ "$AMRPC" = 1 ] && [ "$tr" = shm ] &&
                 { [ "$kind" = rtt ] || [ "$kind" = rate ]; }; then
-                nv=4
+                nv=5
             fi
             for ((k = 0; k < nv; k++)); do
                 v=$(((k + r) % nv))
@@ -279,7 +283,8 @@ for ((r = 0; r < ROUNDS; r++)); do
                     "$kind" ;;
                 2) run_ucx "$tr" 0 "$utest" "$size" "$n" "$w" "$outst" \
                     "$kind" ;;
-                3) run_amrpc "$tr" "$size" "$n" "$w" "$outst" "$kind" ;;
+                3) run_amrpc "$tr" "$size" "$n" "$w" "$outst" "$kind" am ;;
+                4) run_amrpc "$tr" "$size" "$n" "$w" "$outst" "$kind" put ;;
                 esac
                 [ -n "$VAL" ] || die "no value for $test ($tr, variant $v)"
                 # zero-padded round: join(1) needs the keys sorted as text
@@ -351,6 +356,8 @@ echo "ucx -e: ucx_perftest with peer error handling, the mode rdmx uses;"
 echo "ucx: ucx_perftest without it. Targets are judged against ucx -e."
 echo "am-rpc: bench/ucx_am_rpc.c (request/response on bare UCX AM, -e) for"
 echo "  rpc_lat (p50 RTT) and rpc_rate (calls/s), and rdmx's ratio to it."
+echo "put-rpc (below the table, shm): the same by one-sided writes into"
+echo "  polled slots (ucx_am_rpc -m put, docs/RPC_RINGS.md) against ucx -e."
 for tr in $TRANSPORTS; do
     echo
     if [ "$tr" = shm ]; then
@@ -384,15 +391,26 @@ for tr in $TRANSPORTS; do
             "$test" "$size" "$metric" "$m0" "$m1" "$q1" "$m2" "$q2" "$ref" \
             "$(verdict "$tr" "$test" "$q1")"
     done <<<"$PAIRS"
-    echo "per round (rdmx/ucx -e/ucx[/am-rpc]):"
+    while IFS=: read -r test size utest outst kind; do
+        selected "$test" || continue
+        [ -f "$WORK/$tr.$test.4" ] || continue
+        m4=$(awk '{print $2}' "$WORK/$tr.$test.4" | median)
+        q4=$(join "$WORK/$tr.$test.4" "$WORK/$tr.$test.1" |
+            awk '{printf "%.6g\n", $2 / $3}' | median)
+        printf "put-rpc %-13s %s %s: %s, %.3f x ucx -e\n" "$test" "$size" \
+            "$(metric_of "$kind")" "$m4" "$q4"
+    done <<<"$PAIRS"
+    echo "per round (rdmx/ucx -e/ucx[/am-rpc/put-rpc]):"
     while IFS=: read -r test size utest outst kind; do
         selected "$test" || continue
         [ -f "$WORK/$tr.$test.0" ] || continue
         printf "  %-13s" "$test"
-        if [ -f "$WORK/$tr.$test.3" ]; then
+        if [ -f "$WORK/$tr.$test.4" ]; then
             join "$WORK/$tr.$test.0" "$WORK/$tr.$test.1" |
                 join - "$WORK/$tr.$test.2" | join - "$WORK/$tr.$test.3" |
-                awk '{printf " %s/%s/%s/%s", $2, $3, $4, $5} END {print ""}'
+                join - "$WORK/$tr.$test.4" |
+                awk '{printf " %s/%s/%s/%s/%s", $2, $3, $4, $5, $6}
+                     END {print ""}'
         else
             join "$WORK/$tr.$test.0" "$WORK/$tr.$test.1" |
                 join - "$WORK/$tr.$test.2" |
