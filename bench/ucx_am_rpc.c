@@ -18,6 +18,9 @@
  * order (x86 stores with a forward copy, UCX's shared-memory put; on RDMA
  * an RC write). Neither side calls ucp_worker_progress while it waits
  * except every 4096th empty poll (for the quit message and errors).
+ * -m ptr: the same rings, written with plain stores through the pointer
+ * ucp_rkey_ptr gives where the peer's ring is mapped into this process
+ * (shared memory), the sequence word last with a release store.
  *
  *   ucx_am_rpc -l PORT [-e] [-m am|put]          server on 127.0.0.1 (one
  * client) ucx_am_rpc HOST:PORT -t lat|rate [-s SIZE] [-H HDR] [-n N] [-w
@@ -84,7 +87,8 @@ typedef struct {
     uint32_t slots, stride, rec_len, pad;
 } ring_hdr_t;
 
-static int g_put;
+static int g_put, g_ptr;          /* -m put; -m ptr (both set) */
+static unsigned char *g_peer_ptr; /* -m ptr: the peer's ring, mapped here */
 static ucp_mem_h g_ring_memh;
 static unsigned char *g_ring;
 static size_t g_rec_len; /* payload, length (u32), pad (u32), sequence (u64) */
@@ -355,6 +359,10 @@ static void ring_take(void)
     if (st != UCS_OK) {
         die("ucp_ep_rkey_unpack", st);
     }
+    if (g_ptr && (st = ucp_rkey_ptr(g_peer_rkey, g_peer_addr,
+                                    (void **)&g_peer_ptr)) != UCS_OK) {
+        die("ucp_rkey_ptr (the peer's ring is not mapped here)", st);
+    }
 }
 
 static void ring_free(void)
@@ -373,6 +381,14 @@ static void put_record(uint64_t seq)
     ucp_request_param_t p = {.op_attr_mask = 0};
     ucs_status_ptr_t r;
 
+    if (g_ptr) {
+        unsigned char *slot = g_peer_ptr + (seq % g_ring_slots) * g_stride;
+
+        memcpy(slot, g_stage, g_rec_len - sizeof(seq));
+        __atomic_store_n((uint64_t *)(slot + g_rec_len - sizeof(seq)), seq,
+                         __ATOMIC_RELEASE);
+        return;
+    }
     memcpy(g_stage + g_rec_len - sizeof(seq), &seq, sizeof(seq));
     r = ucp_put_nbx(g_ep, g_stage, g_rec_len,
                     g_peer_addr + (seq % g_ring_slots) * g_stride, g_peer_rkey,
@@ -502,7 +518,11 @@ static void report(const char *test, size_t size, size_t hlen, uint64_t iters,
 {
     printf("ucx_am_rpc test=%s mode=%s size=%zu hdr=%zu iters=%llu "
            "window=%llu",
-           test, g_put ? "put" : "am", size, hlen, (unsigned long long)iters,
+           test,
+           g_ptr   ? "ptr"
+           : g_put ? "put"
+                   : "am",
+           size, hlen, (unsigned long long)iters,
            (unsigned long long)(lat ? 1 : window));
     if (lat) {
         double sum = 0;
@@ -721,18 +741,19 @@ int main(int argc, char **argv)
             g_err_mode = 1;
             break;
         case 'm':
-            g_put = strcmp(optarg, "put") == 0;
+            g_ptr = strcmp(optarg, "ptr") == 0;
+            g_put = g_ptr || strcmp(optarg, "put") == 0;
             bad = !g_put && strcmp(optarg, "am") != 0;
             break;
         default:
-            fprintf(stderr, "usage: ucx_am_rpc -l PORT [-e] [-m am|put] | "
+            fprintf(stderr, "usage: ucx_am_rpc -l PORT [-e] [-m am|put|ptr] | "
                             "HOST:PORT -t lat|rate [-s SIZE] [-H HDR] [-n N] "
-                            "[-w WARMUP] [-W WINDOW] [-e] [-m am|put]\n");
+                            "[-w WARMUP] [-W WINDOW] [-e] [-m am|put|ptr]\n");
             return 2;
         }
         if (bad) {
             fprintf(stderr, "ucx_am_rpc: -%c '%s': %s\n", c, optarg,
-                    c == 'm' ? "am or put" : opt_error());
+                    c == 'm' ? "am, put or ptr" : opt_error());
             return 2;
         }
     }
