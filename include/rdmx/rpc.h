@@ -199,6 +199,10 @@ typedef struct {
     uint64_t waited;              /**< large requests whose transfer waited
                                        for room in their connection's
                                        max_receiving */
+    uint64_t ring_requests;       /**< requests the client wrote into the
+                                       connection's ring in this server's
+                                       memory instead of sending them
+                                       (docs/RPC_RINGS.md; shared memory) */
 } rdmx_rpc_server_stats_t;
 
 RDMX_API void rdmx_rpc_server_stats(rdmx_rpc_server_t *server,
@@ -456,6 +460,9 @@ typedef struct {
                                       request, a blocking KV PUT's value:
                                       docs/RPC.md, "Large inline
                                       messages") */
+    uint64_t ring_calls;         /**< calls written into the server's
+                                      memory instead of sent
+                                      (docs/RPC_RINGS.md; shared memory) */
 } rdmx_channel_stats_t;
 
 RDMX_API void rdmx_channel_stats(rdmx_channel_t *channel,

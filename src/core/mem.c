@@ -386,6 +386,21 @@ void rdmx__rmem_detach_all(rdmx_ep_t *ep)
     }
 }
 
+rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rm, void **ptr_p)
+{
+    rdmx_worker_t *w;
+    rdmx_status_t st = RDMX_ERR_UNSUPPORTED;
+
+    if (rm == NULL || rm->ep == NULL)
+        return RDMX_ERR_UNSUPPORTED;
+    w = rm->ep->worker;
+    rdmx__lock(w);
+    if (rm->trkey != NULL && w->tp->rkey_ptr != NULL)
+        st = w->tp->rkey_ptr(rm->trkey, rm->addr, ptr_p);
+    rdmx__unlock(w);
+    return st;
+}
+
 void rdmx_rmem_destroy(rdmx_rmem_t *rm)
 {
     if (rm == NULL)

@@ -259,6 +259,14 @@ typedef struct rdmx_hook {
 void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook);
 void rdmx__hook_del(rdmx_hook_t *hook);
 
+/* Where the remote range of @rmem starts in this process, when the
+ * transport maps the peer's memory here (shared memory, for memory the
+ * peer allocated with rdmx_mem_alloc): its bytes can then be read and
+ * written with plain loads and stores, until the descriptor is destroyed
+ * or its endpoint goes away. RDMX_ERR_UNSUPPORTED otherwise (no error
+ * detail is set). */
+rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rmem, void **ptr_p);
+
 /* Connections the listener refused at its limit so far. */
 uint64_t rdmx__listener_refused(const rdmx_listener_t *l);
 /* Connections it refused for a wrong or missing proof of its secret. */

@@ -20,6 +20,7 @@
  * caller's count of requests in flight always matches the server's.
  */
 #include "rpc/internal.h"
+#include "rpc/ring.h"
 #include "util/bufcache.h"
 
 #include "util/time.h"
@@ -94,6 +95,8 @@ typedef struct call {
                          memory: the callback waits (end_status,
                          end_msg) */
     rdmx_status_t end_status;
+    uint32_t ring_slot;      /* 1 + the server ring's slot its request was
+                                written into, 0: sent as a message */
     struct call *next_spare; /* in ch->spare */
     /* not cleared for a new call (call_new clears what comes before): */
     char lent_msg[96]; /* set with lent_until */
@@ -173,6 +176,11 @@ struct rdmx_channel {
     method_t *methods;
     unsigned nmethods;
     int last_midx;
+    /* the server's request ring, mapped here (docs/RPC_RINGS.md), and the
+     * id of the call each slot's request belongs to until its answer
+     * (0: free) */
+    rdmx_ring_out_t ring;
+    uint64_t ring_owner[RDMX_RING_SLOTS];
     rdmx_channel_stats_t stats;
 };
 
@@ -521,6 +529,66 @@ static void hb_busy(rdmx_channel_t *ch, uint64_t now)
     arm(ch, now + hb / 2);
 }
 
+/* --- the server's ring (docs/RPC_RINGS.md) ---------------------------------
+ */
+
+/* The server's ring goes with the connection it came on. */
+static void ring_detach(rdmx_channel_t *ch)
+{
+    if (ch->ring.rmem == NULL)
+        return;
+    rdmx__ring_detach(&ch->ring);
+    memset(ch->ring_owner, 0, sizeof(ch->ring_owner));
+}
+
+/* RING: the server's request ring. Mapped where the transport maps it;
+ * else (or on any failure) calls keep going as messages. */
+static void on_ring(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
+{
+    rdmx_status_t st;
+
+    if (ch->ring.rmem != NULL || m->h.payload != 0 ||
+        m->h.aux > RDMX_RING_DESC_MAX) {
+        rdmx__worker_proto_error(ch->w);
+        rdmx_warn("rpc channel %s: unexpected RING (%u bytes)", ch->address,
+                  m->h.aux);
+        return;
+    }
+    st = rdmx__ring_attach(ch->ep, m->data, m->h.aux, &ch->ring);
+    if (st != RDMX_OK)
+        rdmx_debug("rpc channel %s: server's ring not used: %s", ch->address,
+                   st == RDMX_ERR_UNSUPPORTED ? "not mapped here"
+                                              : rdmx_error_detail());
+    memset(ch->ring_owner, 0, sizeof(ch->ring_owner));
+}
+
+/* Write @c's request (header @h) into the server's ring if it has one, the
+ * request fits a slot and the slot is free; 1 if it did. */
+static int ring_send(rdmx_channel_t *ch, call_t *c, const rdmx_rpc_hdr_t *h)
+{
+    uint32_t s = (uint32_t)(ch->ring.next % RDMX_RING_SLOTS);
+    size_t head = (size_t)c->aux_len + c->len - c->body_len;
+
+    if (ch->ring.base == NULL || ch->ring_owner[s] != 0 ||
+        !rdmx__ring_fits((size_t)c->aux_len + c->len))
+        return 0;
+    if (rdmx__ring_write(&ch->ring, h, c->buf, head, c->body, c->body_len))
+        /* the server may sleep: any message wakes it */
+        rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_PING, 0, 0);
+    ch->ring_owner[s] = c->id;
+    c->ring_slot = s + 1;
+    ch->stats.ring_calls++;
+    return 1;
+}
+
+/* @c's answer came: the server read its ring slot long before. */
+static void ring_release(rdmx_channel_t *ch, call_t *c)
+{
+    if (c->ring_slot != 0 && ch->ring_owner[c->ring_slot - 1] == c->id)
+        ch->ring_owner[c->ring_slot - 1] = 0;
+    c->ring_slot = 0;
+}
+
 /* Put @c on the wire; 0 on success, -1 to keep it queued. @now is the
  * time if the caller just read it, else 0. @more: more calls follow at
  * once (the request may wait for them in the endpoint's batch). */
@@ -542,7 +610,10 @@ static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now, int more)
         h.deadline_us = left == 0 ? 1 : left > UINT32_MAX ? UINT32_MAX
                                                          : (uint32_t)left;
     }
-    if (c->body_len == 0) {
+    c->ring_slot = 0;
+    if (ring_send(ch, c, &h)) {
+        st = RDMX_OK;
+    } else if (c->body_len == 0) {
         st = rdmx__rpc_send_keep(
             ch->ep, &h, c->buf, (size_t)c->aux_len + c->len,
             more ? RDMX_SEND_MORE : RDMX_SEND_BURST, send_done, c);
@@ -625,6 +696,7 @@ static void close_ep(rdmx_channel_t *ch)
 
     if (ch->ep == NULL)
         return;
+    ring_detach(ch);
     rdmx_list_for_each(pos, &ch->sent)
     {
         call_t *c = rdmx_container_of(pos, call_t, link);
@@ -765,6 +837,8 @@ static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
     rdmx__ep_set_upper(ep, ch);
     rdmx__rpc_hdr(&h, RDMX_RPC_MSG_HELLO, 0, 0);
     h.aux = RDMX_RPC_HELLO_SIZE;
+    if (rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM)
+        hello[0] = RDMX_RPC_HELLO_F_RINGS; /* (u32, little-endian) */
     ch->handshaking = 1;
     ch->handshake_deadline =
         ch->connect_timeout_ms < 0
@@ -860,6 +934,7 @@ static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
     char msg[257];
 
     rdmx_list_del(&c->link);
+    ring_release(ch, c);
     if (ch->inflight > 0)
         ch->inflight--;
     if (c->done) {
@@ -1046,6 +1121,9 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         return RDMX_OK;
     case RDMX_RPC_MSG_WELCOME:
         on_welcome(ch, m);
+        return RDMX_OK;
+    case RDMX_RPC_MSG_RING:
+        on_ring(ch, m);
         return RDMX_OK;
     default:
         rdmx_debug("rpc channel %s: unexpected message kind %u", ch->address,

@@ -11,7 +11,9 @@
  */
 #include "rpc/internal.h"
 #include "rpc/respond.h"
+#include "rpc/ring.h"
 #include "util/bufcache.h"
+#include "util/endian.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -33,6 +35,8 @@
 #define SRV_AUX_SLACK        (64u << 10) /* max_receiving beyond max_message */
 #define SRV_REQ_POOL_MAX     1024
 #define SRV_REQ_INLINE       1024 /* a request copied into its record */
+#define SRV_RINGS_MAX        64   /* connections with a ring per worker */
+#define SRV_RING_BURST       16   /* records taken from one ring per pass */
 
 typedef struct {
     char name[RDMX_RPC_NAME_MAX + 1];
@@ -82,6 +86,9 @@ typedef struct {
     rdmx_ptrmap_t deferred; /* request id -> deferred request (CANCEL) */
     dcache_t *dcache;     /* [DCACHE_SIZE], allocated on first bulk use */
     uint64_t dcache_clock;
+    rdmx_ring_in_t ring; /* requests the client writes here (mr NULL:
+                            none; docs/RPC_RINGS.md) */
+    unsigned ring_index; /* its place in sw->rings */
     char peer[64];
 } conn_t;
 
@@ -141,7 +148,8 @@ struct rdmx_rpc_req {
     X(canceled, WORKER)                                                        \
     X(auth_failed, SERVER)                                                     \
     X(pings, WORKER)                                                           \
-    X(waited, WORKER)
+    X(waited, WORKER)                                                          \
+    X(ring_requests, WORKER)
 
 enum {
 #define STAT_INDEX(f, src) STAT_INDEX_##f,
@@ -195,6 +203,11 @@ struct server_worker {
     int current_answered;    /* ... and it answered before returning */
     rdmx_rpc_counters_t *counters; /* [srv->nhandlers] */
     worker_stats_t stats;
+    /* connections with a ring, polled on every pass (NULL: a free place) */
+    conn_t *rings[SRV_RINGS_MAX];
+    unsigned nrings; /* places used: [0, nrings) */
+    int ring_sleep;  /* the rings' sleeping words are set */
+    unsigned char ring_rec[RDMX_RING_STRIDE]; /* a record copied out */
 };
 
 struct rdmx_rpc_server {
@@ -967,18 +980,136 @@ static void send_welcome(conn_t *c, uint64_t id)
     free(body);
 }
 
+/* --- rings (docs/RPC_RINGS.md) ---------------------------------------------
+ */
+
+/* The connection's ring goes: nothing more is read from it. */
+static void ring_drop(conn_t *c)
+{
+    server_worker_t *sw = c->sw;
+
+    if (c->ring.mr == NULL)
+        return;
+    rdmx__ring_destroy(&c->ring);
+    sw->rings[c->ring_index] = NULL;
+    while (sw->nrings > 0 && sw->rings[sw->nrings - 1] == NULL)
+        sw->nrings--;
+}
+
+/* Offer the client a ring for its requests (RING), where the transport
+ * is shared memory and the worker polls fewer than SRV_RINGS_MAX; else
+ * the connection keeps messages alone. */
+static void ring_offer(conn_t *c)
+{
+    server_worker_t *sw = c->sw;
+    unsigned char desc[RDMX_RING_DESC_MAX];
+    size_t len = 0;
+    rdmx_rpc_hdr_t h;
+    unsigned i;
+
+    if (rdmx_ep_transport(c->ep) != RDMX_TRANSPORT_SHM)
+        return;
+    for (i = 0; i < SRV_RINGS_MAX && sw->rings[i] != NULL; i++)
+        ;
+    if (i == SRV_RINGS_MAX)
+        return;
+    if (rdmx__ring_create(sw->srv->ctx, &c->ring, desc, sizeof(desc), &len) !=
+        RDMX_OK) {
+        rdmx_debug("rpc: no ring for %s: %s", c->peer, rdmx_error_detail());
+        return;
+    }
+    sw->rings[i] = c;
+    c->ring_index = i;
+    if (i >= sw->nrings)
+        sw->nrings = i + 1;
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_RING, 0, 0);
+    h.aux = (uint32_t)len;
+    if (rdmx__rpc_send(c->ep, &h, desc, len) != RDMX_OK)
+        ring_drop(c);
+}
+
+/* Run the requests written into the worker's rings since the last look,
+ * up to SRV_RING_BURST per ring; returns how many records it took. */
+static unsigned rings_poll(server_worker_t *sw)
+{
+    unsigned n = 0;
+    char why[160];
+
+    for (unsigned i = 0; i < sw->nrings; i++) {
+        conn_t *c = sw->rings[i];
+
+        for (unsigned k = 0; c != NULL && k < SRV_RING_BURST; k++) {
+            rdmx_rpc_msg_t m;
+            int r =
+                rdmx__ring_read(&c->ring, &m, sw->ring_rec, why, sizeof(why));
+            int gone;
+
+            if (r == 0)
+                break;
+            n++;
+            c->refs++; /* (a handler may close it) */
+            if (r < 0) {
+                rdmx__server_on_bad(&c->link, c->ep, &m.h, why);
+            } else {
+                STAT_INC(sw, ring_requests);
+                on_request(c, &m);
+            }
+            gone = c->ep == NULL || c->ring.mr == NULL;
+            conn_put(c);
+            if (gone)
+                break;
+        }
+    }
+    return n;
+}
+
+/* Before a sleep: set every ring's sleeping word, then look once more.
+ * Returns 1 (words cleared again) when a record came meanwhile. */
+static int rings_doze(server_worker_t *sw)
+{
+    for (unsigned i = 0; i < sw->nrings; i++)
+        if (sw->rings[i] != NULL)
+            rdmx__ring_sleeping(&sw->rings[i]->ring, 1);
+    sw->ring_sleep = 1;
+    if (rings_poll(sw) == 0)
+        return 0;
+    for (unsigned i = 0; i < sw->nrings; i++)
+        if (sw->rings[i] != NULL)
+            rdmx__ring_sleeping(&sw->rings[i]->ring, 0);
+    sw->ring_sleep = 0;
+    return 1;
+}
+
+static void rings_awake(server_worker_t *sw)
+{
+    if (!sw->ring_sleep)
+        return;
+    for (unsigned i = 0; i < sw->nrings; i++)
+        if (sw->rings[i] != NULL)
+            rdmx__ring_sleeping(&sw->rings[i]->ring, 0);
+    sw->ring_sleep = 0;
+}
+
 static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
 {
     const unsigned char *p = m->data;
+    uint32_t features = 0;
 
+    if (c->state == CONN_HELLO && m->h.aux == RDMX_RPC_HELLO_SIZE &&
+        m->h.payload == 0)
+        features = rdmx_get_le32(p);
     if (c->state != CONN_HELLO || m->h.aux != RDMX_RPC_HELLO_SIZE ||
-        m->h.payload != 0 || p[0] | p[1] | p[2] | p[3]) {
+        m->h.payload != 0 || (features & ~RDMX_RPC_HELLO_F_KNOWN) != 0) {
         STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, 0, RDMX_ERR_PROTO,
-                   "HELLO: unexpected, or %u bytes with features set",
+                   "HELLO: unexpected, or %u bytes with unknown features "
+                   "set",
                    m->h.aux);
         return;
     }
+    /* (the ring first: the channel has it when WELCOME makes it ready) */
+    if (features & RDMX_RPC_HELLO_F_RINGS)
+        ring_offer(c);
     send_welcome(c, m->h.id);
 }
 
@@ -1037,6 +1168,7 @@ static void conn_close(conn_t *c)
 
     if (ep == NULL)
         return;
+    ring_drop(c);
     dcache_clear(c);
     /* Requests waiting to be received: their descriptors go back while
      * the endpoint still exists; nothing to answer (the link is gone). */
@@ -1282,7 +1414,9 @@ static void *worker_main(void *arg)
     int yields = rdmx__context_poll_yields(s->ctx); /* (tcp) */
 
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
-        if (rdmx_worker_progress(sw->w) > 0) {
+        if (rdmx_worker_progress(sw->w) +
+                (sw->nrings != 0 ? rings_poll(sw) : 0) >
+            0) {
             spins = 0;
             last_work = 0; /* (no clock read per busy pass) */
             turned = 0;    /* (a new idle spell comes) */
@@ -1321,7 +1455,12 @@ static void *worker_main(void *arg)
         }
         rdmx__spin_release(&slot);
         asked = 0;
+        if (sw->nrings != 0 && rings_doze(sw)) {
+            worked = 1; /* (a record came as it was about to sleep) */
+            continue;
+        }
         rdmx__worker_sleep(sw->w, rdmx_now_ns() + 100 * 1000000ull);
+        rings_awake(sw);
         last_work = 0;
         turned = 0;
         worked = 0; /* (a timer's wake-up brings no work) */

@@ -26,18 +26,20 @@
 #define RDMX_AM_RPC 16
 
 typedef enum {
-    RDMX_RPC_MSG_REQUEST = 1,   /* call: handler id, request id, deadline */
-    RDMX_RPC_MSG_RESPONSE = 2,  /* success: payload is the response */
-    RDMX_RPC_MSG_ERROR = 3,     /* failure: status < 0, payload is a message */
-    RDMX_RPC_MSG_ONEWAY = 4,    /* call without a response */
-    RDMX_RPC_MSG_CANCEL = 5,    /* caller gave up on request id */
-    RDMX_RPC_MSG_PING = 6,      /* heartbeat; answered with PONG, same id */
+    RDMX_RPC_MSG_REQUEST = 1,  /* call: handler id, request id, deadline */
+    RDMX_RPC_MSG_RESPONSE = 2, /* success: payload is the response */
+    RDMX_RPC_MSG_ERROR = 3,    /* failure: status < 0, payload is a message */
+    RDMX_RPC_MSG_ONEWAY = 4,   /* call without a response */
+    RDMX_RPC_MSG_CANCEL = 5,   /* caller gave up on request id */
+    RDMX_RPC_MSG_PING = 6,     /* heartbeat; answered with PONG, same id */
     RDMX_RPC_MSG_PONG = 7,
-    RDMX_RPC_MSG_HELLO = 8,     /* client -> server, first message */
+    RDMX_RPC_MSG_HELLO = 8, /* client -> server, first message */
     /* 9 and 10 are unused (authentication is in the connection's
      * bootstrap, before any RPC message: docs/PROTOCOL.md) */
-    RDMX_RPC_MSG_WELCOME = 11,  /* server -> client: ready, credits, handlers */
-    RDMX_RPC_MSG_KIND_MAX = 11
+    RDMX_RPC_MSG_WELCOME = 11, /* server -> client: ready, credits, handlers */
+    RDMX_RPC_MSG_RING = 12,    /* server -> client: its request ring
+                                  (docs/RPC_RINGS.md) */
+    RDMX_RPC_MSG_KIND_MAX = 12
 } rdmx_rpc_kind_t;
 
 /* Header flags. IDEMPOTENT and RETRY are the call's; DEADLINE and AUX say
@@ -105,8 +107,12 @@ rdmx_status_t rdmx_rpc_bulk_decode(const void *aux, size_t len,
 
 #define RDMX_RPC_HANDLERS_MAX 4096
 
-/* HELLO aux: u32 features (0). */
+/* HELLO aux: u32 features, RDMX_RPC_HELLO_F_*. */
 #define RDMX_RPC_HELLO_SIZE 4
+/* The client maps a server's memory when the transport can (shared
+ * memory): the server may offer a request ring (RING, docs/RPC_RINGS.md). */
+#define RDMX_RPC_HELLO_F_RINGS 1u
+#define RDMX_RPC_HELLO_F_KNOWN 1u
 
 typedef struct {
     uint32_t credits;

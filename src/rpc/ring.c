@@ -1,0 +1,140 @@
+/*
+ * Requests written straight into a server's memory: the ring's memory,
+ * its records, and the sleeping word (ring.h, docs/RPC_RINGS.md).
+ */
+#include "rpc/ring.h"
+
+#include "util/endian.h"
+#include "util/time.h"
+
+#include <stdio.h>
+#include <string.h>
+
+rdmx_status_t rdmx__ring_create(rdmx_context_t *ctx, rdmx_ring_in_t *r,
+                                void *desc, size_t cap, size_t *len_p)
+{
+    rdmx_status_t st;
+
+    r->mr = NULL;
+    st = rdmx_mem_alloc(ctx, RDMX_RING_BYTES,
+                        RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &r->mr);
+    if (st != RDMX_OK)
+        return st;
+    st = rdmx_mr_pack(r->mr, 0, RDMX_RING_BYTES,
+                      RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, desc, cap, len_p);
+    if (st != RDMX_OK) {
+        rdmx_mem_deregister(r->mr);
+        r->mr = NULL;
+        return st;
+    }
+    r->base = rdmx_mr_addr(r->mr); /* (zeroed: no sequence written) */
+    r->next = 1;
+    return RDMX_OK;
+}
+
+void rdmx__ring_destroy(rdmx_ring_in_t *r)
+{
+    if (r->mr == NULL)
+        return;
+    rdmx_mem_deregister(r->mr);
+    r->mr = NULL;
+    r->base = NULL;
+}
+
+rdmx_status_t rdmx__ring_attach(rdmx_ep_t *ep, const void *desc, size_t len,
+                                rdmx_ring_out_t *o)
+{
+    rdmx_status_t st;
+    void *base;
+
+    o->rmem = NULL;
+    st = rdmx_rmem_unpack(ep, desc, len, &o->rmem);
+    if (st != RDMX_OK)
+        return st;
+    if (rdmx_rmem_length(o->rmem) != RDMX_RING_BYTES ||
+        (rdmx_rmem_access(o->rmem) & RDMX_ACCESS_WRITE) == 0) {
+        rdmx__ring_detach(o);
+        return rdmx__error(RDMX_ERR_BAD_DESCRIPTOR,
+                           "ring: %llu bytes or no write access",
+                           (unsigned long long)RDMX_RING_BYTES);
+    }
+    if (rdmx__rmem_map(o->rmem, &base) != RDMX_OK) {
+        rdmx__ring_detach(o);
+        return RDMX_ERR_UNSUPPORTED;
+    }
+    o->base = base;
+    o->next = 1;
+    return RDMX_OK;
+}
+
+void rdmx__ring_detach(rdmx_ring_out_t *o)
+{
+    rdmx_rmem_destroy(o->rmem);
+    o->rmem = NULL;
+    o->base = NULL;
+}
+
+static unsigned char *slot_of(unsigned char *base, uint64_t seq)
+{
+    return base + RDMX_RING_HEAD + (seq % RDMX_RING_SLOTS) * RDMX_RING_STRIDE;
+}
+
+int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
+                     const void *data, size_t len, const void *body,
+                     size_t blen)
+{
+    unsigned char *s = slot_of(o->base, o->next);
+    size_t hl = rdmx_rpc_hdr_encode(h, s + RDMX_RING_REC);
+
+    rdmx_put_le16(s + 8, (uint16_t)hl);
+    rdmx_put_le16(s + 10, (uint16_t)(len + blen));
+    rdmx_put_le32(s + 12, 0);
+    if (len != 0)
+        memcpy(s + RDMX_RING_REC + hl, data, len);
+    if (blen != 0)
+        memcpy(s + RDMX_RING_REC + hl + len, body, blen);
+    /* the record before its sequence (the reader acquires the sequence) */
+    __atomic_store_n((uint64_t *)s, o->next, __ATOMIC_RELEASE);
+    o->next++;
+    /* the record before the look at the sleeping word: with the owner's
+     * fence after it sets the word, one of the two sees the other */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0;
+}
+
+int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
+                    unsigned char rec[RDMX_RING_STRIDE], char *why,
+                    size_t why_size)
+{
+    unsigned char *s = slot_of(r->base, r->next);
+    size_t hl, dl;
+
+    if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != r->next)
+        return 0;
+    r->next++;
+    /* One copy out of memory the peer can still write: what is checked is
+     * what is used. */
+    memcpy(rec, s + 8, RDMX_RING_STRIDE - 8);
+    hl = rdmx_get_le16(rec);
+    dl = rdmx_get_le16(rec + 2);
+    memset(&m->h, 0, sizeof(m->h));
+    if (hl < RDMX_RPC_HDR_MIN || hl > RDMX_RPC_HDR_MAX ||
+        dl > RDMX_RING_RECORD_MAX - hl) {
+        snprintf(why, why_size, "ring record of %zu header and %zu data bytes",
+                 hl, dl);
+        return -1;
+    }
+    if (rdmx_rpc_hdr_decode(rec + 8, hl, dl, &m->h, why, why_size) != RDMX_OK)
+        return -1;
+    if (m->h.kind != RDMX_RPC_MSG_REQUEST) {
+        snprintf(why, why_size, "a ring carries requests, not kind %u",
+                 m->h.kind);
+        return -1;
+    }
+    m->data = rec + 8 + hl;
+    m->length = dl;
+    m->rndv = 0;
+    m->can_hold = 0;
+    m->at_ns = rdmx_now_ns();
+    return 1;
+}

@@ -1,0 +1,269 @@
+/*
+ * rpc_ring: small calls written into the server's request ring
+ * (docs/RPC_RINGS.md) between a client process and the RPC test server.
+ *
+ * Over UCX's shared memory (RDMX_TRANSPORT=shm) the server offers each
+ * connection a ring and the channel maps it; over any other transport
+ * there is none, and every call goes as a message. Proven on each:
+ *  - 200 blocking echo calls of 0..199 bytes, every answer byte-exact:
+ *    over shm each was written into the ring (the channel's ring_calls and
+ *    the server's ring_requests both grow by exactly 200), elsewhere none.
+ *  - a call too large for a slot (1,000 bytes) goes as a message and is
+ *    answered right (ring_calls unchanged).
+ *  - slots are held until their answer: 100 echo calls started without
+ *    progress in between take the ring's 64 slots (shm) and the other 36
+ *    go as messages; all 100 answered byte-exact, each callback once.
+ *    Then the ring is used again (the next call is a ring call).
+ *  - a server that sleeps is woken: against a server with sleeping
+ *    workers (--poll 2), 20 calls, each after 20 ms of silence, all
+ *    answered within 20 ms (x4 sanitized; its sleep lasts 100 ms when
+ *    nothing wakes it), every one by the ring over shm.
+ *  - a deadline and cancel still end ring calls: a 300 ms "spin" with a
+ *    50 ms deadline ends with RDMX_ERR_TIMEOUT in under 250 ms, and its
+ *    slot comes back with the server's late answer: 64 more calls all go
+ *    by the ring afterwards.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+#include "rpc_server.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int ring_expected; /* UCX shared memory */
+
+static rdmx_channel_t *open_channel(rdmx_worker_t *w, const th_proc_t *srv)
+{
+    rdmx_channel_t *ch = NULL;
+
+    CHECK_OK(rdmx_channel_create(w, srv->addr, NULL, &ch));
+    CHECK_OK(rdmx_channel_wait_ready(ch, 10000 * TH_SLOW));
+    return ch;
+}
+
+static uint64_t ring_calls(rdmx_channel_t *ch)
+{
+    rdmx_channel_stats_t s;
+
+    rdmx_channel_stats(ch, &s);
+    return s.ring_calls;
+}
+
+/* The server's ring_requests from its "rdmx.stats" text. */
+static uint64_t server_ring_requests(rdmx_channel_t *ch)
+{
+    static char text[65536];
+    size_t len = 0;
+    const char *p;
+    unsigned long long v;
+
+    CHECK_OK(rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text) - 1, NULL,
+                       &len));
+    text[len] = '\0';
+    p = strstr(text, "\nring_requests ");
+    CHECKF(p != NULL && sscanf(p + 15, "%llu", &v) == 1,
+           "no ring_requests line in rdmx.stats:\n%s", text);
+    return v;
+}
+
+static void fill(unsigned char *b, size_t len, unsigned seed)
+{
+    for (size_t i = 0; i < len; i++)
+        b[i] = (unsigned char)(seed * 31 + i * 7 + 1);
+}
+
+/* One blocking echo of @len bytes, checked. */
+static void echo(rdmx_channel_t *ch, size_t len, unsigned seed)
+{
+    unsigned char req[2048], resp[2048];
+    size_t got = 0;
+
+    fill(req, len, seed);
+    memset(resp, 0, sizeof(resp));
+    CHECK_OK(rdmx_call(ch, "echo", req, len, resp, sizeof(resp), NULL, &got));
+    CHECKF(got == len && memcmp(req, resp, len) == 0,
+           "echo of %zu bytes came back as %zu different bytes", len, got);
+}
+
+static void test_small(rdmx_channel_t *ch)
+{
+    uint64_t s0 = server_ring_requests(ch), c0 = ring_calls(ch), c1, s1;
+    uint64_t want = ring_expected ? 200 : 0;
+
+    for (unsigned i = 0; i < 200; i++)
+        echo(ch, i, i);
+    c1 = ring_calls(ch);
+    s1 = server_ring_requests(ch); /* (counts its own call too) */
+    CHECKF(c1 - c0 == want, "ring_calls grew by %llu, not %llu",
+           (unsigned long long)(c1 - c0), (unsigned long long)want);
+    CHECKF(s1 - s0 == want + (ring_expected ? 1 : 0),
+           "the server's ring_requests grew by %llu for %llu ring calls",
+           (unsigned long long)(s1 - s0), (unsigned long long)want + 1);
+    th_log("200 small calls: %llu by the ring", (unsigned long long)(c1 - c0));
+}
+
+static void test_large(rdmx_channel_t *ch)
+{
+    uint64_t c0 = ring_calls(ch);
+
+    echo(ch, 1000, 5);
+    CHECKF(ring_calls(ch) == c0, "a 1,000-byte call took the ring");
+}
+
+typedef struct {
+    unsigned char req[160];
+    size_t len;
+    atomic_int cb_calls;
+    rdmx_status_t status;
+    int ok;
+} rec_t;
+
+static void rec_cb(const rdmx_call_result_t *r, void *arg)
+{
+    rec_t *rec = arg;
+
+    rec->status = r->status;
+    rec->ok = r->status == RDMX_OK && r->length == rec->len &&
+              memcmp(r->data, rec->req, rec->len) == 0;
+    atomic_fetch_add(&rec->cb_calls, 1);
+}
+
+static void test_held(rdmx_worker_t *w, rdmx_channel_t *ch)
+{
+    enum { N = 100 };
+    static rec_t recs[N];
+    uint64_t c0 = ring_calls(ch);
+    uint64_t want = ring_expected ? 64 : 0;
+    rdmx_call_params_t p = {.field_mask = RDMX_CALL_PARAM_FIELD_CB,
+                            .cb = rec_cb};
+    double t0 = th_now_ms();
+    int done;
+
+    for (unsigned i = 0; i < N; i++) {
+        recs[i].len = 1 + i % 150;
+        fill(recs[i].req, recs[i].len, 1000 + i);
+        atomic_store(&recs[i].cb_calls, 0);
+        p.arg = &recs[i];
+        CHECK(rdmx_call_nb(ch, "echo", recs[i].req, recs[i].len, &p, NULL) ==
+              RDMX_INPROGRESS);
+    }
+    CHECKF(ring_calls(ch) - c0 == want,
+           "%d calls in flight: %llu by the ring, not %llu", N,
+           (unsigned long long)(ring_calls(ch) - c0), (unsigned long long)want);
+    do {
+        rdmx_worker_progress(w);
+        done = 0;
+        for (unsigned i = 0; i < N; i++)
+            done += atomic_load(&recs[i].cb_calls) > 0;
+        CHECKF(th_now_ms() - t0 < 10000.0 * TH_SLOW,
+               "only %d of %d calls answered in 10 s", done, N);
+    } while (done < N);
+    for (unsigned i = 0; i < N; i++) {
+        CHECKF(recs[i].ok, "call %u (%zu bytes): status %d or wrong bytes", i,
+               recs[i].len, recs[i].status);
+        CHECKF(atomic_load(&recs[i].cb_calls) == 1, "call %u: %d callbacks", i,
+               atomic_load(&recs[i].cb_calls));
+    }
+    c0 = ring_calls(ch);
+    echo(ch, 10, 7);
+    CHECKF(ring_calls(ch) - c0 == (ring_expected ? 1u : 0u),
+           "the ring is not used again after its slots came back");
+}
+
+static void test_sleeper(rdmx_worker_t *w, const th_proc_t *srv)
+{
+    rdmx_channel_t *ch = open_channel(w, srv);
+    uint64_t c0 = ring_calls(ch);
+    double worst = 0;
+
+    echo(ch, 8, 1);
+    for (unsigned i = 0; i < 20; i++) {
+        double t;
+
+        usleep(20000);
+        t = th_now_ms();
+        echo(ch, 16, i);
+        t = th_now_ms() - t;
+        if (t > worst)
+            worst = t;
+    }
+    th_log("20 calls to a sleeping server: slowest %.2f ms", worst);
+    CHECKF(worst < 20.0 * TH_SLOW,
+           "a call to a sleeping server took %.1f ms (not woken?)", worst);
+    CHECKF(ring_calls(ch) - c0 == (ring_expected ? 21u : 0u),
+           "%llu of 21 calls by the ring",
+           (unsigned long long)(ring_calls(ch) - c0));
+    rdmx_channel_destroy(ch);
+}
+
+static void test_deadline(rdmx_worker_t *w, rdmx_channel_t *ch)
+{
+    uint32_t ms = 300;
+    rdmx_call_params_t p = {.field_mask = RDMX_CALL_PARAM_FIELD_TIMEOUT,
+                            .timeout_ms = 50};
+    unsigned char out[16];
+    double t = th_now_ms();
+    rdmx_status_t st;
+    uint64_t c0;
+
+    st = rdmx_call(ch, "spin", &ms, sizeof(ms), out, sizeof(out), &p, NULL);
+    t = th_now_ms() - t;
+    CHECKF(st == RDMX_ERR_TIMEOUT, "spin with a 50 ms deadline: %d", st);
+    CHECKF(t >= 45 && t < 250.0 * TH_SLOW,
+           "the deadline ended it after %.0f "
+           "ms",
+           t);
+    /* the late answer gives the slot back: 64 calls by the ring again */
+    usleep(400000);
+    rdmx_worker_progress(w);
+    c0 = ring_calls(ch);
+    for (unsigned i = 0; i < 64; i++)
+        echo(ch, 32, i);
+    CHECKF(ring_calls(ch) - c0 == (ring_expected ? 64u : 0u),
+           "after a timed-out ring call, %llu of 64 by the ring",
+           (unsigned long long)(ring_calls(ch) - c0));
+}
+
+static void stop_server(th_proc_t *s, const char *what)
+{
+    th_kill(s, SIGTERM);
+    th_check_exit_ok(what, th_wait_exit(s, 20000));
+}
+
+int main(int argc, char **argv)
+{
+    th_proc_t s1, s2;
+    rdmx_context_t *ctx;
+    rdmx_worker_t *w;
+    rdmx_channel_t *ch;
+
+    if (argc > 1 && strcmp(argv[1], "rpc-server") == 0)
+        return trs_main(argc - 2, argv + 2);
+
+    th_init("rpc_ring", 110);
+    ring_expected = strcmp(th_transport_env(), "shm") == 0;
+    th_spawn_self(&s1, "rpc-server", 30000, "--workers", "1", NULL);
+    th_spawn_self(&s2, "rpc-server", 30000, "--workers", "1", "--poll", "2",
+                  NULL);
+    ctx = th_context();
+    w = th_worker(ctx, 0);
+    ch = open_channel(w, &s1);
+
+    test_small(ch);
+    test_large(ch);
+    test_held(w, ch);
+    test_deadline(w, ch);
+    test_sleeper(w, &s2);
+
+    rdmx_channel_destroy(ch);
+    rdmx_worker_destroy(w);
+    rdmx_context_destroy(ctx);
+    stop_server(&s1, "server S1");
+    stop_server(&s2, "server S2");
+    th_log("ok");
+    return 0;
+}
