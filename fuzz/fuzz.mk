@@ -9,7 +9,7 @@
 #   make -f fuzz/fuzz.mk run FUZZ_SECONDS=N  run each target N seconds
 #
 # build-fuzz/
-#   fuzz_hdr fuzz_bulk fuzz_welcome   the targets
+#   fuzz_hdr fuzz_bulk fuzz_welcome fuzz_ring   the targets
 #   gen_seeds, seeds/TARGET/          seed corpora, regenerated from the encoders
 #   corpus/TARGET/                    working corpus, grows across runs
 #   artifacts/                        crashing inputs (TARGET-crash-...)
@@ -18,7 +18,7 @@
 FUZZ_CC      ?= clang
 FUZZ_DIR     ?= build-fuzz
 FUZZ_SECONDS ?= 10
-FUZZ_TARGETS := hdr bulk welcome ofi_frame
+FUZZ_TARGETS := hdr bulk welcome ring ofi_frame
 
 FUZZ_WARN    := -Wall -Wextra -Wshadow -Wno-unused-parameter
 FUZZ_CFLAGS  := -std=gnu11 -g -O1 -fno-omit-frame-pointer \

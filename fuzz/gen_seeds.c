@@ -366,10 +366,40 @@ static void welcome_seeds(void)
     }
 }
 
+/* Ring records (docs/RPC_RINGS.md) from the encoder: a REQUEST with and
+ * without a deadline and aux, and a record whose kind a ring refuses. */
+static void ring_seed(const char *name, unsigned kind, uint32_t deadline,
+                      uint32_t aux, size_t payload)
+{
+    unsigned char pre[1] = {3}, rec[8 + RDMX_RPC_HDR_MAX + 300];
+    rdmx_rpc_hdr_t h;
+    size_t off;
+
+    memset(&h, 0, sizeof(h));
+    h.version = FZ_VERSION;
+    h.kind = (uint8_t)kind;
+    h.handler = name_id("echo");
+    h.id = 0x100000007ull;
+    h.deadline_us = deadline;
+    h.aux = aux;
+    h.payload = (uint32_t)payload;
+    off = rdmx_rpc_ring_record_encode(&h, aux + payload, rec);
+    memset(rec + off, 0x61, aux + payload);
+    seed("ring", name, pre, sizeof(pre), rec, off + aux + payload);
+}
+
+static void ring_seeds(void)
+{
+    ring_seed("ok-request", FZ_REQUEST, 0, 0, 64);
+    ring_seed("ok-deadline-aux", FZ_REQUEST, 5000, 12, 100);
+    ring_seed("ok-empty", FZ_REQUEST, 0, 0, 0);
+    ring_seed("bad-oneway", FZ_ONEWAY, 0, 0, 8);
+}
+
 int main(int argc, char **argv)
 {
     char path[512];
-    static const char *targets[] = {"hdr", "bulk", "welcome"};
+    static const char *targets[] = {"hdr", "bulk", "welcome", "ring"};
 
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -377,13 +407,14 @@ int main(int argc, char **argv)
     }
     outdir = argv[1];
     mkdir_p(outdir);
-    for (unsigned i = 0; i < 3; i++) {
+    for (unsigned i = 0; i < 4; i++) {
         snprintf(path, sizeof(path), "%s/%s", outdir, targets[i]);
         mkdir_p(path);
     }
     hdr_seeds();
     bulk_seeds();
     welcome_seeds();
+    ring_seeds();
     printf("gen_seeds: %u seeds in %s\n", nwritten, outdir);
     return 0;
 }

@@ -4,7 +4,6 @@
  */
 #include "rpc/ring.h"
 
-#include "util/endian.h"
 #include "util/time.h"
 
 #include <stdio.h>
@@ -84,15 +83,13 @@ int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
                      size_t blen)
 {
     unsigned char *s = slot_of(o->base, o->next);
-    size_t hl = rdmx_rpc_hdr_encode(h, s + RDMX_RING_REC);
+    unsigned char *d =
+        s + 8 + rdmx_rpc_ring_record_encode(h, len + blen, s + 8);
 
-    rdmx_put_le16(s + 8, (uint16_t)hl);
-    rdmx_put_le16(s + 10, (uint16_t)(len + blen));
-    rdmx_put_le32(s + 12, 0);
     if (len != 0)
-        memcpy(s + RDMX_RING_REC + hl, data, len);
+        memcpy(d, data, len);
     if (blen != 0)
-        memcpy(s + RDMX_RING_REC + hl + len, body, blen);
+        memcpy(d + len, body, blen);
     /* the record before its sequence (the reader acquires the sequence) */
     __atomic_store_n((uint64_t *)s, o->next, __ATOMIC_RELEASE);
     o->next++;
@@ -107,7 +104,7 @@ int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
                     size_t why_size)
 {
     unsigned char *s = slot_of(r->base, r->next);
-    size_t hl, dl;
+    size_t off = 0, len = 0;
 
     if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != r->next)
         return 0;
@@ -115,24 +112,11 @@ int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
     /* One copy out of memory the peer can still write: what is checked is
      * what is used. */
     memcpy(rec, s + 8, RDMX_RING_STRIDE - 8);
-    hl = rdmx_get_le16(rec);
-    dl = rdmx_get_le16(rec + 2);
-    memset(&m->h, 0, sizeof(m->h));
-    if (hl < RDMX_RPC_HDR_MIN || hl > RDMX_RPC_HDR_MAX ||
-        dl > RDMX_RING_RECORD_MAX - hl) {
-        snprintf(why, why_size, "ring record of %zu header and %zu data bytes",
-                 hl, dl);
+    if (rdmx_rpc_ring_record_decode(rec, RDMX_RING_STRIDE - 8, &m->h, &off,
+                                    &len, why, why_size) != RDMX_OK)
         return -1;
-    }
-    if (rdmx_rpc_hdr_decode(rec + 8, hl, dl, &m->h, why, why_size) != RDMX_OK)
-        return -1;
-    if (m->h.kind != RDMX_RPC_MSG_REQUEST) {
-        snprintf(why, why_size, "a ring carries requests, not kind %u",
-                 m->h.kind);
-        return -1;
-    }
-    m->data = rec + 8 + hl;
-    m->length = dl;
+    m->data = rec + off;
+    m->length = len;
     m->rndv = 0;
     m->can_hold = 0;
     m->at_ns = rdmx_now_ns();

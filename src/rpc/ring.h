@@ -23,7 +23,7 @@
 #define RDMX_RING_SLOTS  64u
 #define RDMX_RING_STRIDE 256u
 #define RDMX_RING_HEAD   64u /* line 0: the owner's sleeping word */
-#define RDMX_RING_REC    16u /* sequence, lengths */
+#define RDMX_RING_REC    16u /* sequence, the record's fixed part */
 #define RDMX_RING_BYTES  (RDMX_RING_HEAD + RDMX_RING_SLOTS * RDMX_RING_STRIDE)
 /* Header and data of one record at most. */
 #define RDMX_RING_RECORD_MAX (RDMX_RING_STRIDE - RDMX_RING_REC)

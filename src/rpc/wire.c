@@ -328,3 +328,49 @@ int rdmx_rpc_welcome_flags(const rdmx_rpc_welcome_t *wl, uint32_t id)
             return (int)rdmx_get_le32(wl->handlers + (size_t)i * 8 + 4);
     return -1;
 }
+
+size_t rdmx_rpc_ring_record_encode(const rdmx_rpc_hdr_t *h, size_t dlen,
+                                   unsigned char *out)
+{
+    size_t hl = rdmx_rpc_hdr_encode(h, out + RDMX_RPC_RING_REC_FIXED);
+
+    rdmx_put_le16(out, (uint16_t)hl);
+    rdmx_put_le16(out + 2, (uint16_t)dlen);
+    rdmx_put_le32(out + 4, 0);
+    return RDMX_RPC_RING_REC_FIXED + hl;
+}
+
+rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
+                                          rdmx_rpc_hdr_t *h, size_t *data_off,
+                                          size_t *data_len, char *why,
+                                          size_t why_size)
+{
+    size_t hl, dl;
+
+    memset(h, 0, sizeof(*h));
+    if (size < RDMX_RPC_RING_REC_FIXED) {
+        WHY("ring record of %zu bytes", size);
+        return RDMX_ERR_PROTO;
+    }
+    hl = rdmx_get_le16(rec);
+    dl = rdmx_get_le16(rec + 2);
+    if (hl < RDMX_RPC_HDR_MIN || hl > RDMX_RPC_HDR_MAX ||
+        hl > size - RDMX_RPC_RING_REC_FIXED ||
+        dl > size - RDMX_RPC_RING_REC_FIXED - hl ||
+        rdmx_get_le32(rec + 4) != 0) {
+        WHY("ring record of %zu header and %zu data bytes in %zu, reserved "
+            "word %u",
+            hl, dl, size, rdmx_get_le32(rec + 4));
+        return RDMX_ERR_PROTO;
+    }
+    if (rdmx_rpc_hdr_decode(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h, why,
+                            why_size) != RDMX_OK)
+        return RDMX_ERR_PROTO;
+    if (h->kind != RDMX_RPC_MSG_REQUEST) {
+        WHY("a ring carries requests, not kind %u", h->kind);
+        return RDMX_ERR_PROTO;
+    }
+    *data_off = RDMX_RPC_RING_REC_FIXED + hl;
+    *data_len = dl;
+    return RDMX_OK;
+}
