@@ -394,7 +394,7 @@ static raw_conn_t raw_connect(const th_proc_t *srv, uint64_t worker_id)
     rdmx_put_le32(f, (uint32_t)(32 + R.addr_len));
     f[4] = 1; /* HELLO */
     rdmx_put_le32(f + 8, WIRE_MAGIC);
-    rdmx_put_le16(f + 12, 7); /* the wire version */
+    rdmx_put_le16(f + 12, 8); /* the wire version */
     rdmx_put_le64(f + 16, worker_id);
     memcpy(f + 40, R.addr, R.addr_len);
     CHECK(send(c.fd, f, 40 + R.addr_len, MSG_NOSIGNAL) ==

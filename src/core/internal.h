@@ -43,8 +43,9 @@ enum {
  * src/core/ucx/ucx.c); 6 shared-memory FIFO elements of 1 KiB (a sender
  * writes into the receiver's FIFO with its own element size: the same); 7
  * the connection's names: BIND carries the client's, and a message may
- * name its receiver by them (docs/CORE.md, "Who sent a message") */
-#define RDMX_WIRE_VERSION 7u
+ * name its receiver by them (docs/CORE.md, "Who sent a message"); 8 RPC
+ * request rings (HELLO's RINGS feature, RING: docs/RPC_RINGS.md) */
+#define RDMX_WIRE_VERSION 8u
 #define RDMX_BIND_SIZE    24 /* magic, status, token, the client's name */
 #define RDMX_NOTIFY_SIZE  32
 #define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */
