@@ -53,7 +53,8 @@ enum {
     FZ_UNUSED10 = 10, /* into the bootstrap: still valid header kinds) */
     FZ_WELCOME = 11,
     FZ_RING = 12,
-    FZ_KIND_MAX = 12,
+    FZ_WAKE = 13,
+    FZ_KIND_MAX = 13,
     FZ_F_IDEMPOTENT = 0x01,
     FZ_F_RETRY = 0x02,
     FZ_F_CALL = 0x03,     /* the two above: kept in the decoded flags */

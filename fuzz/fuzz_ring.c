@@ -8,14 +8,14 @@
  *
  * Properties:
  *  - a record is accepted only when its fixed part says a header of 16-24
- *    bytes and data that fit the input, its reserved word is 0, and its
- *    header decodes (rdmx_rpc_hdr_decode, fuzzed on its own by fuzz_hdr)
- *    as a REQUEST with exactly that much data; errors are RDMX_ERR_PROTO
- *    and say why;
+ *    bytes and data that fit the input, and its header decodes
+ * (rdmx_rpc_hdr_decode, fuzzed on its own by fuzz_hdr) as a REQUEST with
+ * exactly that much data; errors are RDMX_ERR_PROTO and say why;
  *  - the data the decoder points at lies inside the input, right after the
  *    header;
- *  - rdmx_rpc_ring_record_encode of the decoded header and length gives
- *    back a record that decodes to the same header at the same place.
+ *  - `after` is the fixed part's word at offset 4;
+ *  - rdmx_rpc_ring_record_encode of the decoded header, length and `after`
+ *    gives back a record that decodes to the same at the same place.
  */
 #include "fuzz.h"
 
@@ -29,8 +29,7 @@ static int fixed_valid(const unsigned char *p, size_t len)
         return 0;
     hl = rdmx_get_le16(p);
     dl = rdmx_get_le16(p + 2);
-    return hl >= FZ_HDR_MIN && hl <= FZ_HDR_MAX && 8 + hl + dl <= len &&
-           rdmx_get_le32(p + 4) == 0;
+    return hl >= FZ_HDR_MIN && hl <= FZ_HDR_MAX && 8 + hl + dl <= len;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -39,6 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len, off = 0, dl = 0, off2 = 0, dl2 = 0;
     unsigned char again[8 + FZ_HDR_MAX];
     rdmx_rpc_hdr_t h, h2;
+    uint32_t after = 0, after2 = 0;
     fuzz_why_t why;
     rdmx_status_t st;
 
@@ -47,8 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rec = data + 1;
     len = size - 1;
     fuzz_why_init(&why, data[0]);
-    st =
-        rdmx_rpc_ring_record_decode(rec, len, &h, &off, &dl, why.buf, why.size);
+    st = rdmx_rpc_ring_record_decode(rec, len, &h, &after, &off, &dl, why.buf,
+                                     why.size);
     if (st != RDMX_OK) {
         FUZZ_CHECK(st == RDMX_ERR_PROTO, "status %d", st);
         fuzz_why_check_error(&why);
@@ -57,13 +57,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(fixed_valid(rec, len), "a record with a bad fixed part was "
                                       "accepted");
     FUZZ_CHECK(h.kind == FZ_REQUEST, "kind %u accepted", h.kind);
+    FUZZ_CHECK(after == rdmx_get_le32(rec + 4), "after %u, bytes say %u", after,
+               rdmx_get_le32(rec + 4));
     FUZZ_CHECK(off == 8 + (size_t)rdmx_get_le16(rec),
                "data at %zu, header of %u bytes", off, rdmx_get_le16(rec));
     FUZZ_CHECK(dl == rdmx_get_le16(rec + 2) && off + dl <= len,
                "data [%zu, +%zu) in a record of %zu", off, dl, len);
     FUZZ_CHECK((size_t)h.aux + h.payload == dl,
                "aux %u + payload %u for %zu data bytes", h.aux, h.payload, dl);
-    off2 = rdmx_rpc_ring_record_encode(&h, dl, again);
+    off2 = rdmx_rpc_ring_record_encode(&h, dl, after, again);
     FUZZ_CHECK(off2 >= 8 + FZ_HDR_MIN && off2 <= sizeof(again),
                "re-encoded header ends at %zu", off2);
     {
@@ -71,9 +73,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         memcpy(whole, again, off2);
         memset(whole + off2, 0x3c, dl);
-        st = rdmx_rpc_ring_record_decode(whole, off2 + dl, &h2, &off, &dl2,
-                                         NULL, 0);
-        FUZZ_CHECK(st == RDMX_OK && dl2 == dl && off == off2,
+        st = rdmx_rpc_ring_record_decode(whole, off2 + dl, &h2, &after2, &off,
+                                         &dl2, NULL, 0);
+        FUZZ_CHECK(st == RDMX_OK && dl2 == dl && off == off2 && after2 == after,
                    "re-encoded record: status %d, data [%zu, +%zu)", st, off,
                    dl2);
         FUZZ_CHECK(h2.kind == h.kind && h2.id == h.id &&

@@ -383,7 +383,7 @@ static void ring_seed(const char *name, unsigned kind, uint32_t deadline,
     h.deadline_us = deadline;
     h.aux = aux;
     h.payload = (uint32_t)payload;
-    off = rdmx_rpc_ring_record_encode(&h, aux + payload, rec);
+    off = rdmx_rpc_ring_record_encode(&h, aux + payload, 3, rec);
     memset(rec + off, 0x61, aux + payload);
     seed("ring", name, pre, sizeof(pre), rec, off + aux + payload);
 }

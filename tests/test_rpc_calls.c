@@ -903,11 +903,13 @@ static void test_at_once(rdmx_worker_t *w, rdmx_channel_t *ch)
                (unsigned long long)(after.msgs_at_once - before.msgs_at_once));
 }
 
-/* 20 small echo calls made back to back without RDMX_RPC_MORE and without
+/* 20 echo calls made back to back without RDMX_RPC_MORE and without
  * progress between them: the first leaves alone, the other 19 wait in the
  * endpoint's batch and leave as one message when the worker next
  * progresses (docs/CORE.md, "Batched messages"); every answer is its own
- * call's. A blocking call alone leaves at once (it batches nothing). */
+ * call's. A blocking call alone leaves at once (it batches nothing). (The
+ * calls are of 300 bytes: over shared memory smaller ones are written into
+ * the server's ring instead, docs/RPC.md "Request rings".) */
 static void test_back_to_back(rdmx_worker_t *w, rdmx_channel_t *ch)
 {
     enum { N = 20 };
@@ -920,7 +922,7 @@ static void test_back_to_back(rdmx_worker_t *w, rdmx_channel_t *ch)
     rdmx_worker_progress(w); /* (nothing sent since a pass began) */
     before = w_stats(w);
     for (i = 0; i < N; i++) {
-        rec_init(&recs[i], "echo", th_seed(16, (uint64_t)i, 0), 100);
+        rec_init(&recs[i], "echo", th_seed(16, (uint64_t)i, 0), 300);
         CHECK_ST(rec_start(ch, &recs[i], NULL), RDMX_INPROGRESS);
     }
     mid = w_stats(w);
@@ -977,7 +979,7 @@ static void test_back_to_back(rdmx_worker_t *w, rdmx_channel_t *ch)
         while (rdmx_worker_arm(w) == RDMX_ERR_BUSY && tries++ < 1000)
             rdmx_worker_progress(w);
         for (i = 0; i < 2; i++) {
-            rec_init(&recs[i], "echo", th_seed(16, 200 + (uint64_t)i, 0), 100);
+            rec_init(&recs[i], "echo", th_seed(16, 200 + (uint64_t)i, 0), 300);
             CHECK_ST(rec_start(ch, &recs[i], NULL), RDMX_INPROGRESS);
         }
         CHECKF(poll(&pfd, 1, 0) == 1,

@@ -12,8 +12,8 @@
  * WELCOME, RESPONSE) with which id, or none; which counters grow. Checked:
  *  - phase 0, before HELLO: a REQUEST (ERROR PROTO), a ONEWAY (no answer),
  *    PING (PONG), kind 10 (once AUTH; authentication is in the bootstrap
- *    now: ERROR PROTO), HELLOs with features set, a short body or a payload
- *    (ERROR PROTO); then a proper HELLO gets a WELCOME that decodes
+ *    now: ERROR PROTO), HELLOs with an unknown feature, a short body or a
+ * payload (ERROR PROTO); then a proper HELLO gets a WELCOME that decodes
  *    (credits, max_message 65536, the 13 handlers with their flags, the
  *    reserved word 0); a second HELLO is refused.
  *  - phase 1, after the handshake: truncated headers (0, 1, 8, 15 bytes:
@@ -734,8 +734,8 @@ static void phase0(rdmx_ep_t *ep)
     send_msg(ep, 10, 0, id, proof, sizeof(proof), 0);
     expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
     want.malformed++;
-    /* Bad HELLOs: features set, short body, a payload. */
-    hello[0] = 1;
+    /* Bad HELLOs: a feature nobody defined, short body, a payload. */
+    hello[0] = 2;
     id = nid();
     send_msg(ep, RDMX_RPC_MSG_HELLO, 0, id, hello, RDMX_RPC_HELLO_SIZE, 0);
     expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);

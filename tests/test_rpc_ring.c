@@ -14,6 +14,9 @@
  *    progress in between take the ring's 64 slots (shm) and the other 36
  *    go as messages; all 100 answered byte-exact, each callback once.
  *    Then the ring is used again (the next call is a ring call).
+ *  - order: one-way calls (messages) then a "count" call that takes the
+ *    ring, 50 rounds of 1-5: the count always includes every one-way call
+ *    made before it (a record runs after the messages sent before it).
  *  - a server that sleeps is woken: against a server with sleeping
  *    workers (--poll 2), 20 calls, each after 20 ms of silence, all
  *    answered within 20 ms (x4 sanitized; its sleep lasts 100 ms when
@@ -228,6 +231,41 @@ static void test_deadline(rdmx_worker_t *w, rdmx_channel_t *ch)
            (unsigned long long)(ring_calls(ch) - c0));
 }
 
+static uint64_t oneway_count(rdmx_channel_t *ch)
+{
+    uint64_t n = 0;
+    size_t len = 0;
+
+    CHECK_OK(rdmx_call(ch, "count", NULL, 0, &n, sizeof(n), NULL, &len));
+    CHECK(len == sizeof(n));
+    return n;
+}
+
+/* One-way calls (messages) and then a call that takes the ring: the call
+ * runs after them, as it would have as a message. */
+static void test_order(rdmx_channel_t *ch)
+{
+    unsigned char b[16] = {1};
+    uint64_t base = oneway_count(ch), sent = 0, c0 = ring_calls(ch);
+
+    for (unsigned r = 0; r < 50; r++) {
+        unsigned k = 1 + r % 5;
+        uint64_t n;
+
+        for (unsigned i = 0; i < k; i++)
+            CHECK_OK(rdmx_call_oneway(ch, "oneway", b, sizeof(b)));
+        sent += k;
+        n = oneway_count(ch);
+        CHECKF(n == base + sent,
+               "round %u: the server counted %llu one-way calls of %llu "
+               "sent before the call",
+               r, (unsigned long long)(n - base), (unsigned long long)sent);
+    }
+    CHECKF(ring_calls(ch) - c0 == (ring_expected ? 50u : 0u),
+           "%llu of the 50 count calls by the ring",
+           (unsigned long long)(ring_calls(ch) - c0));
+}
+
 static void stop_server(th_proc_t *s, const char *what)
 {
     th_kill(s, SIGTERM);
@@ -256,6 +294,7 @@ int main(int argc, char **argv)
     test_small(ch);
     test_large(ch);
     test_held(w, ch);
+    test_order(ch);
     test_deadline(w, ch);
     test_sleeper(w, &s2);
 

@@ -507,6 +507,8 @@ struct rdmx_worker {
     uint64_t next_sock_ns;    /* a busy worker's next look at its sockets */
     rdmx_worker_stats_t stats;
     rdmx_list_t hooks;        /* rdmx_hook_t timers of upper layers */
+    rdmx_list_t pollers;      /* rdmx_poller_t: memory upper layers poll */
+    int dozing;               /* the pollers were told the worker sleeps */
     rdmx_msg_handler_t handlers[RDMX_MSG_ID_MAX]; /* of the layers above
                                                      (ids 16..) */
     unsigned hook_tick;

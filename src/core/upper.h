@@ -226,6 +226,10 @@ void rdmx__worker_unlock(rdmx_worker_t *w);
  * handling was delivered: read once for it by the core, so a layer need
  * not read the clock again for its arrival. Only valid in the handler. */
 uint64_t rdmx__worker_deliver_ns(const rdmx_worker_t *w);
+/* A poller (below) is about to hand something it found to upper-layer code,
+ * as the worker does before each message: batches held too long leave
+ * first. Returns the clock read for it (the arrival time). */
+uint64_t rdmx__worker_enter(rdmx_worker_t *w);
 /* Sleep on the worker once, after a progress pass that found nothing: arm
  * it, then wait for an event on its fd, its next timer or @deadline
  * (monotonic ns). Its own sockets' events are handled before it returns;
@@ -258,6 +262,23 @@ typedef struct rdmx_hook {
 
 void rdmx__hook_add(rdmx_worker_t *w, rdmx_hook_t *hook);
 void rdmx__hook_del(rdmx_hook_t *hook);
+
+/* Memory that a layer above core polls, written by a peer instead of sent
+ * (RPC request rings: docs/RPC_RINGS.md). @poll runs in every progress
+ * pass, inside it (what it sends batches as the pass's messages do), and
+ * returns how much it found. @doze(p, 1) runs when the worker is armed to
+ * sleep: it marks the memory so that writers wake the worker with a
+ * message, then returns nonzero when something was written meanwhile
+ * (the arm then fails with RDMX_ERR_BUSY, as for a pending event, and the
+ * next pass takes it); @doze(p, 0) at the next pass after. */
+typedef struct rdmx_poller {
+    rdmx_list_t link; /* worker->pollers */
+    unsigned (*poll)(struct rdmx_poller *p);
+    int (*doze)(struct rdmx_poller *p, int on);
+} rdmx_poller_t;
+
+void rdmx__poller_add(rdmx_worker_t *w, rdmx_poller_t *p);
+void rdmx__poller_del(rdmx_worker_t *w, rdmx_poller_t *p);
 
 /* Where the remote range of @rmem starts in this process, when the
  * transport maps the peer's memory here (shared memory, for memory the

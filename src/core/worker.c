@@ -378,6 +378,7 @@ rdmx_status_t rdmx_worker_create(rdmx_context_t *context,
     rdmx_list_init(&w->free_ops);
     rdmx_list_init(&w->orphans);
     rdmx_list_init(&w->hooks);
+    rdmx_list_init(&w->pollers);
     rdmx_list_init(&w->handoff);
     rdmx_list_init(&w->spares);
     rdmx_list_init(&w->batched);
@@ -865,6 +866,63 @@ static unsigned __attribute__((noinline)) progress_rest(rdmx_worker_t *w)
     return n;
 }
 
+/* --- pollers (upper.h) ------------------------------------------------------
+ */
+
+void rdmx__poller_add(rdmx_worker_t *w, rdmx_poller_t *p)
+{
+    rdmx__lock(w);
+    rdmx_list_insert_tail(&w->pollers, &p->link);
+    rdmx__unlock(w);
+}
+
+void rdmx__poller_del(rdmx_worker_t *w, rdmx_poller_t *p)
+{
+    rdmx__lock(w);
+    if (w->dozing)
+        p->doze(p, 0);
+    rdmx_list_del(&p->link);
+    rdmx__unlock(w);
+}
+
+static unsigned pollers_poll(rdmx_worker_t *w)
+{
+    rdmx_list_t *pos, *tmp;
+    unsigned n = 0;
+
+    if (w->dozing) {
+        w->dozing = 0;
+        rdmx_list_for_each(pos, &w->pollers)
+        {
+            rdmx_poller_t *p = rdmx_container_of(pos, rdmx_poller_t, link);
+            p->doze(p, 0);
+        }
+    }
+    /* (safe: a poller's callbacks may remove it) */
+    rdmx_list_for_each_safe(pos, tmp, &w->pollers)
+    {
+        rdmx_poller_t *p = rdmx_container_of(pos, rdmx_poller_t, link);
+        n += p->poll(p);
+    }
+    return n;
+}
+
+/* Before a sleep: every poller marks its memory; nonzero when one already
+ * holds something. */
+static int pollers_doze(rdmx_worker_t *w)
+{
+    rdmx_list_t *pos;
+    int busy = 0;
+
+    w->dozing = 1;
+    rdmx_list_for_each(pos, &w->pollers)
+    {
+        rdmx_poller_t *p = rdmx_container_of(pos, rdmx_poller_t, link);
+        busy |= p->doze(p, 1);
+    }
+    return busy;
+}
+
 unsigned rdmx_worker_progress(rdmx_worker_t *w)
 {
     unsigned n;
@@ -876,6 +934,8 @@ unsigned rdmx_worker_progress(rdmx_worker_t *w)
     w->pass++;
     w->in_pass++;
     n = w->tp->progress(w->tw);
+    if (!rdmx_list_empty(&w->pollers))
+        n += pollers_poll(w);
     w->in_pass--;
     if (!rdmx_list_empty(&w->batched)) /* (sent in the pass after a first) */
         rdmx__batch_send_all(w);
@@ -899,6 +959,14 @@ uint64_t rdmx__worker_deliver_ns(const rdmx_worker_t *w)
     return w->deliver_ns;
 }
 
+uint64_t rdmx__worker_enter(rdmx_worker_t *w)
+{
+    uint64_t now = rdmx_now_ns();
+
+    upper_entry(w, now);
+    return now;
+}
+
 rdmx_status_t rdmx_worker_efd(rdmx_worker_t *w, int *fd_p)
 {
     *fd_p = w->epfd;
@@ -919,6 +987,7 @@ static rdmx_status_t arm(rdmx_worker_t *w, int sockets)
         !rdmx_list_empty(&w->ep_events) ||
         __atomic_load_n(&w->handoff_pending, __ATOMIC_ACQUIRE) ||
         __atomic_load_n(&w->post_pending, __ATOMIC_ACQUIRE) || w->hooks_due ||
+        (!rdmx_list_empty(&w->pollers) && pollers_doze(w)) ||
         (sockets && rdmx__worker_poll_sockets(w) > 0)) {
         st = RDMX_ERR_BUSY;
     } else {

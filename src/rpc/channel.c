@@ -181,6 +181,8 @@ struct rdmx_channel {
      * (0: free) */
     rdmx_ring_out_t ring;
     uint64_t ring_owner[RDMX_RING_SLOTS];
+    uint32_t msgs_out; /* REQUEST and ONEWAY messages sent on the
+                          connection: a record's `after` */
     rdmx_channel_stats_t stats;
 };
 
@@ -560,6 +562,7 @@ static void on_ring(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
                    st == RDMX_ERR_UNSUPPORTED ? "not mapped here"
                                               : rdmx_error_detail());
     memset(ch->ring_owner, 0, sizeof(ch->ring_owner));
+    ch->msgs_out = 0; /* (RING comes before WELCOME: no call sent yet) */
 }
 
 /* Write @c's request (header @h) into the server's ring if it has one, the
@@ -572,9 +575,10 @@ static int ring_send(rdmx_channel_t *ch, call_t *c, const rdmx_rpc_hdr_t *h)
     if (ch->ring.base == NULL || ch->ring_owner[s] != 0 ||
         !rdmx__ring_fits((size_t)c->aux_len + c->len))
         return 0;
-    if (rdmx__ring_write(&ch->ring, h, c->buf, head, c->body, c->body_len))
-        /* the server may sleep: any message wakes it */
-        rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_PING, 0, 0);
+    if (rdmx__ring_write(&ch->ring, h, ch->msgs_out, c->buf, head, c->body,
+                         c->body_len))
+        /* the server may sleep: a message wakes it */
+        rdmx__rpc_send_ctl(ch->ep, RDMX_RPC_MSG_WAKE, 0, 0);
     ch->ring_owner[s] = c->id;
     c->ring_slot = s + 1;
     ch->stats.ring_calls++;
@@ -628,6 +632,8 @@ static int call_send(rdmx_channel_t *ch, call_t *c, uint64_t now, int more)
     }
     if (st != RDMX_OK && st != RDMX_INPROGRESS)
         return -1;
+    if (c->ring_slot == 0)
+        ch->msgs_out++; /* (a ring record after it runs after it) */
     if (st == RDMX_INPROGRESS) {
         c->holds++;
         c->sending = 1;
@@ -1819,8 +1825,10 @@ rdmx_status_t rdmx_call_oneway(rdmx_channel_t *ch, const char *method,
         /* (leaves now: nothing makes its sender progress soon) */
         st = rdmx__rpc_send_keep(ch->ep, &h, data, length, RDMX_SEND_NOW, NULL,
                                  NULL);
-        if (st == RDMX_OK)
+        if (st == RDMX_OK) {
             ch->stats.calls++;
+            ch->msgs_out++; /* (a ring record after it runs after it) */
+        }
     }
     rdmx__worker_unlock(ch->w);
     return st;

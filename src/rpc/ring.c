@@ -4,7 +4,7 @@
  */
 #include "rpc/ring.h"
 
-#include "util/time.h"
+#include "util/endian.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -79,12 +79,12 @@ static unsigned char *slot_of(unsigned char *base, uint64_t seq)
 }
 
 int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
-                     const void *data, size_t len, const void *body,
-                     size_t blen)
+                     uint32_t after, const void *data, size_t len,
+                     const void *body, size_t blen)
 {
     unsigned char *s = slot_of(o->base, o->next);
     unsigned char *d =
-        s + 8 + rdmx_rpc_ring_record_encode(h, len + blen, s + 8);
+        s + 8 + rdmx_rpc_ring_record_encode(h, len + blen, after, s + 8);
 
     if (len != 0)
         memcpy(d, data, len);
@@ -100,25 +100,34 @@ int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
 }
 
 int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
-                    unsigned char rec[RDMX_RING_STRIDE], char *why,
-                    size_t why_size)
+                    unsigned char rec[RDMX_RING_STRIDE], uint32_t *after,
+                    char *why, size_t why_size)
 {
     unsigned char *s = slot_of(r->base, r->next);
     size_t off = 0, len = 0;
 
     if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != r->next)
         return 0;
-    r->next++;
     /* One copy out of memory the peer can still write: what is checked is
      * what is used. */
     memcpy(rec, s + 8, RDMX_RING_STRIDE - 8);
-    if (rdmx_rpc_ring_record_decode(rec, RDMX_RING_STRIDE - 8, &m->h, &off,
-                                    &len, why, why_size) != RDMX_OK)
+    if (rdmx_rpc_ring_record_decode(rec, RDMX_RING_STRIDE - 8, &m->h, after,
+                                    &off, &len, why, why_size) != RDMX_OK)
         return -1;
     m->data = rec + off;
     m->length = len;
     m->rndv = 0;
     m->can_hold = 0;
-    m->at_ns = rdmx_now_ns();
+    m->at_ns = 0; /* (the caller's: rdmx__worker_enter) */
     return 1;
+}
+
+int rdmx__ring_pending(const rdmx_ring_in_t *r, uint32_t done)
+{
+    const unsigned char *s = slot_of(r->base, r->next);
+
+    if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != r->next)
+        return 0;
+    /* (a peek at `after`: the record is read, and checked, by a pass) */
+    return (int32_t)(rdmx_get_le32(s + 8 + 4) - done) <= 0;
 }

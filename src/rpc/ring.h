@@ -62,25 +62,36 @@ static inline int rdmx__ring_fits(size_t len)
     return len <= RDMX_RING_RECORD_MAX - RDMX_RPC_HDR_MAX;
 }
 
-/* Write the next record (header @h, data @data then @body) into @o's slot
- * for o->next, which the caller knows to be free, and advance. Returns 1
- * when the owner may be asleep (the caller wakes it with a message). */
+/* Write the next record (header @h, `after` @after, data @data then
+ * @body) into @o's slot for o->next, which the caller knows to be free,
+ * and advance. Returns 1 when the owner may be asleep (the caller wakes it
+ * with a message). */
 int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
-                     const void *data, size_t len, const void *body,
-                     size_t blen);
+                     uint32_t after, const void *data, size_t len,
+                     const void *body, size_t blen);
 
-/* The next record of @r if it was written: 1 and @m, whose data points
- * into @rec (the record copied out of the slot: what is checked is what is
- * used), 0 when not yet; -1 for a record that does not decode (@why says
- * why; @m->h holds what could be read), after which the ring has moved
- * past it. */
+/* The next record of @r if it was written, copied into @rec (what is
+ * checked is what is used) and decoded: 1 with @m (data pointing into
+ * @rec) and its `after`; 0 when not written yet; -1 when it does not
+ * decode (@why says why; @m->h holds what could be read). It stays the
+ * next record until rdmx__ring_consume. */
 int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
-                    unsigned char rec[RDMX_RING_STRIDE], char *why,
-                    size_t why_size);
+                    unsigned char rec[RDMX_RING_STRIDE], uint32_t *after,
+                    char *why, size_t why_size);
+
+static inline void rdmx__ring_consume(rdmx_ring_in_t *r)
+{
+    r->next++;
+}
+
+/* Whether the next record of @r was written and may run now: its `after`
+ * is at most @done, the messages the owner has taken. */
+int rdmx__ring_pending(const rdmx_ring_in_t *r, uint32_t done);
 
 /* The owner is about to sleep (@on 1) or polls again (0). After setting
- * it, the owner must look at its rings once more before it sleeps: a
- * writer that wrote before it saw the word may not wake it. */
+ * it, the owner must look at its rings once more before it sleeps
+ * (rdmx__ring_pending): a writer that wrote before it saw the word does not
+ * wake it. */
 static inline void rdmx__ring_sleeping(rdmx_ring_in_t *r, int on)
 {
     __atomic_store_n((uint32_t *)r->base, (uint32_t)on, __ATOMIC_RELAXED);

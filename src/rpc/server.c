@@ -89,6 +89,9 @@ typedef struct {
     rdmx_ring_in_t ring; /* requests the client writes here (mr NULL:
                             none; docs/RPC_RINGS.md) */
     unsigned ring_index; /* its place in sw->rings */
+    uint32_t msgs_in;    /* REQUEST and ONEWAY messages taken: a ring
+                            record runs after those its writer sent before
+                            it (its `after`) */
     char peer[64];
 } conn_t;
 
@@ -203,10 +206,11 @@ struct server_worker {
     int current_answered;    /* ... and it answered before returning */
     rdmx_rpc_counters_t *counters; /* [srv->nhandlers] */
     worker_stats_t stats;
-    /* connections with a ring, polled on every pass (NULL: a free place) */
+    /* connections with a ring, polled in every pass of the worker while
+     * there are any (NULL: a free place) */
     conn_t *rings[SRV_RINGS_MAX];
-    unsigned nrings; /* places used: [0, nrings) */
-    int ring_sleep;  /* the rings' sleeping words are set */
+    unsigned nrings;                          /* places used: [0, nrings) */
+    rdmx_poller_t poller;                     /* on w while nrings != 0 */
     unsigned char ring_rec[RDMX_RING_STRIDE]; /* a record copied out */
 };
 
@@ -994,6 +998,8 @@ static void ring_drop(conn_t *c)
     sw->rings[c->ring_index] = NULL;
     while (sw->nrings > 0 && sw->rings[sw->nrings - 1] == NULL)
         sw->nrings--;
+    if (sw->nrings == 0)
+        rdmx__poller_del(sw->w, &sw->poller);
 }
 
 /* Offer the client a ring for its requests (RING), where the transport
@@ -1018,6 +1024,8 @@ static void ring_offer(conn_t *c)
         rdmx_debug("rpc: no ring for %s: %s", c->peer, rdmx_error_detail());
         return;
     }
+    if (sw->nrings == 0)
+        rdmx__poller_add(sw->w, &sw->poller);
     sw->rings[i] = c;
     c->ring_index = i;
     if (i >= sw->nrings)
@@ -1029,65 +1037,71 @@ static void ring_offer(conn_t *c)
 }
 
 /* Run the requests written into the worker's rings since the last look,
- * up to SRV_RING_BURST per ring; returns how many records it took. */
-static unsigned rings_poll(server_worker_t *sw)
+ * up to SRV_RING_BURST per ring (the worker's poller: a progress pass);
+ * returns how many records it took. */
+static unsigned ring_take(conn_t *c, unsigned max);
+
+static unsigned rings_poll(rdmx_poller_t *p)
 {
+    server_worker_t *sw = rdmx_container_of(p, server_worker_t, poller);
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < sw->nrings; i++)
+        if (sw->rings[i] != NULL)
+            n += ring_take(sw->rings[i], SRV_RING_BURST);
+    return n;
+}
+
+/* Run up to @max records of @c's ring, in order, each only once the
+ * messages sent before it were taken; returns how many it took. */
+static unsigned ring_take(conn_t *c, unsigned max)
+{
+    server_worker_t *sw = c->sw;
     unsigned n = 0;
     char why[160];
 
-    for (unsigned i = 0; i < sw->nrings; i++) {
-        conn_t *c = sw->rings[i];
+    while (n < max) {
+        rdmx_rpc_msg_t m;
+        uint32_t after = 0;
+        int r = rdmx__ring_read(&c->ring, &m, sw->ring_rec, &after, why,
+                                sizeof(why));
+        int gone;
 
-        for (unsigned k = 0; c != NULL && k < SRV_RING_BURST; k++) {
-            rdmx_rpc_msg_t m;
-            int r =
-                rdmx__ring_read(&c->ring, &m, sw->ring_rec, why, sizeof(why));
-            int gone;
-
-            if (r == 0)
-                break;
-            n++;
-            c->refs++; /* (a handler may close it) */
-            if (r < 0) {
-                rdmx__server_on_bad(&c->link, c->ep, &m.h, why);
-            } else {
-                STAT_INC(sw, ring_requests);
-                on_request(c, &m);
-            }
-            gone = c->ep == NULL || c->ring.mr == NULL;
-            conn_put(c);
-            if (gone)
-                break;
+        if (r == 0 || (r > 0 && (int32_t)(after - c->msgs_in) > 0))
+            break; /* not written, or its messages are still on the way */
+        rdmx__ring_consume(&c->ring);
+        n++;
+        c->refs++; /* (a handler may close it) */
+        if (r < 0) {
+            rdmx__server_on_bad(&c->link, c->ep, &m.h, why);
+        } else {
+            STAT_INC(sw, ring_requests);
+            m.at_ns = rdmx__worker_enter(sw->w);
+            on_request(c, &m);
         }
+        gone = c->ep == NULL || c->ring.mr == NULL;
+        conn_put(c);
+        if (gone)
+            break;
     }
     return n;
 }
 
-/* Before a sleep: set every ring's sleeping word, then look once more.
- * Returns 1 (words cleared again) when a record came meanwhile. */
-static int rings_doze(server_worker_t *sw)
+/* The worker is about to sleep (@on), or polls again: every ring's
+ * sleeping word; 1 when a record already waits. */
+static int rings_doze(rdmx_poller_t *p, int on)
 {
-    for (unsigned i = 0; i < sw->nrings; i++)
-        if (sw->rings[i] != NULL)
-            rdmx__ring_sleeping(&sw->rings[i]->ring, 1);
-    sw->ring_sleep = 1;
-    if (rings_poll(sw) == 0)
-        return 0;
-    for (unsigned i = 0; i < sw->nrings; i++)
-        if (sw->rings[i] != NULL)
-            rdmx__ring_sleeping(&sw->rings[i]->ring, 0);
-    sw->ring_sleep = 0;
-    return 1;
-}
+    server_worker_t *sw = rdmx_container_of(p, server_worker_t, poller);
+    int waiting = 0;
 
-static void rings_awake(server_worker_t *sw)
-{
-    if (!sw->ring_sleep)
-        return;
     for (unsigned i = 0; i < sw->nrings; i++)
         if (sw->rings[i] != NULL)
-            rdmx__ring_sleeping(&sw->rings[i]->ring, 0);
-    sw->ring_sleep = 0;
+            rdmx__ring_sleeping(&sw->rings[i]->ring, on);
+    for (unsigned i = 0; on && i < sw->nrings; i++)
+        if (sw->rings[i] != NULL)
+            waiting |=
+                rdmx__ring_pending(&sw->rings[i]->ring, sw->rings[i]->msgs_in);
+    return waiting;
 }
 
 static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
@@ -1252,6 +1266,11 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     switch (m->h.kind) {
     case RDMX_RPC_MSG_REQUEST:
     case RDMX_RPC_MSG_ONEWAY:
+        /* Records its client wrote before sending this run first (the
+         * client wrote them before it sent this: they are visible). */
+        if (c->ring.mr != NULL)
+            ring_take(c, RDMX_RING_SLOTS);
+        c->msgs_in++;
         return on_request(c, m);
     case RDMX_RPC_MSG_CANCEL:
         req = rdmx_ptrmap_get(&c->deferred, (void *)(uintptr_t)m->h.id);
@@ -1269,6 +1288,8 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     case RDMX_RPC_MSG_HELLO:
         on_hello(c, m);
         return RDMX_OK;
+    case RDMX_RPC_MSG_WAKE:
+        return RDMX_OK; /* (it woke the worker: the ring's record is next) */
     default:
         STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
@@ -1414,9 +1435,7 @@ static void *worker_main(void *arg)
     int yields = rdmx__context_poll_yields(s->ctx); /* (tcp) */
 
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
-        if (rdmx_worker_progress(sw->w) +
-                (sw->nrings != 0 ? rings_poll(sw) : 0) >
-            0) {
+        if (rdmx_worker_progress(sw->w) > 0) {
             spins = 0;
             last_work = 0; /* (no clock read per busy pass) */
             turned = 0;    /* (a new idle spell comes) */
@@ -1455,12 +1474,7 @@ static void *worker_main(void *arg)
         }
         rdmx__spin_release(&slot);
         asked = 0;
-        if (sw->nrings != 0 && rings_doze(sw)) {
-            worked = 1; /* (a record came as it was about to sleep) */
-            continue;
-        }
         rdmx__worker_sleep(sw->w, rdmx_now_ns() + 100 * 1000000ull);
-        rings_awake(sw);
         last_work = 0;
         turned = 0;
         worked = 0; /* (a timer's wake-up brings no work) */
@@ -1567,6 +1581,8 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
         server_worker_t *sw = &s->workers[i];
         sw->srv = s;
         sw->index = i;
+        sw->poller.poll = rings_poll;
+        sw->poller.doze = rings_doze;
         rdmx_list_init(&sw->conns);
         rdmx_list_init(&sw->pool);
         sw->counters = calloc(s->nhandlers, sizeof(*sw->counters));

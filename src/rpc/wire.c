@@ -330,20 +330,20 @@ int rdmx_rpc_welcome_flags(const rdmx_rpc_welcome_t *wl, uint32_t id)
 }
 
 size_t rdmx_rpc_ring_record_encode(const rdmx_rpc_hdr_t *h, size_t dlen,
-                                   unsigned char *out)
+                                   uint32_t after, unsigned char *out)
 {
     size_t hl = rdmx_rpc_hdr_encode(h, out + RDMX_RPC_RING_REC_FIXED);
 
     rdmx_put_le16(out, (uint16_t)hl);
     rdmx_put_le16(out + 2, (uint16_t)dlen);
-    rdmx_put_le32(out + 4, 0);
+    rdmx_put_le32(out + 4, after);
     return RDMX_RPC_RING_REC_FIXED + hl;
 }
 
 rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
-                                          rdmx_rpc_hdr_t *h, size_t *data_off,
-                                          size_t *data_len, char *why,
-                                          size_t why_size)
+                                          rdmx_rpc_hdr_t *h, uint32_t *after,
+                                          size_t *data_off, size_t *data_len,
+                                          char *why, size_t why_size)
 {
     size_t hl, dl;
 
@@ -356,13 +356,12 @@ rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
     dl = rdmx_get_le16(rec + 2);
     if (hl < RDMX_RPC_HDR_MIN || hl > RDMX_RPC_HDR_MAX ||
         hl > size - RDMX_RPC_RING_REC_FIXED ||
-        dl > size - RDMX_RPC_RING_REC_FIXED - hl ||
-        rdmx_get_le32(rec + 4) != 0) {
-        WHY("ring record of %zu header and %zu data bytes in %zu, reserved "
-            "word %u",
-            hl, dl, size, rdmx_get_le32(rec + 4));
+        dl > size - RDMX_RPC_RING_REC_FIXED - hl) {
+        WHY("ring record of %zu header and %zu data bytes in %zu", hl, dl,
+            size);
         return RDMX_ERR_PROTO;
     }
+    *after = rdmx_get_le32(rec + 4);
     if (rdmx_rpc_hdr_decode(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h, why,
                             why_size) != RDMX_OK)
         return RDMX_ERR_PROTO;

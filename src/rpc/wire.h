@@ -39,7 +39,9 @@ typedef enum {
     RDMX_RPC_MSG_WELCOME = 11, /* server -> client: ready, credits, handlers */
     RDMX_RPC_MSG_RING = 12,    /* server -> client: its request ring
                                   (docs/RPC_RINGS.md) */
-    RDMX_RPC_MSG_KIND_MAX = 12
+    RDMX_RPC_MSG_WAKE = 13,    /* client -> server: a record waits in the
+                                  ring of a worker that sleeps; no answer */
+    RDMX_RPC_MSG_KIND_MAX = 13
 } rdmx_rpc_kind_t;
 
 /* Header flags. IDEMPOTENT and RETRY are the call's; DEADLINE and AUX say
@@ -137,23 +139,25 @@ int rdmx_rpc_welcome_flags(const rdmx_rpc_welcome_t *wl, uint32_t id);
 /* --- ring records (docs/RPC_RINGS.md) ----------------------------------------
  */
 /* What follows a ring slot's sequence word: u16 header length, u16 data
- * length, u32 reserved (0), the header, then the data (aux || payload).
- * Only REQUESTs travel this way. */
+ * length, u32 `after` (how many REQUEST and ONEWAY messages the client had
+ * sent on the connection before it wrote this record, mod 2^32: the server
+ * runs the record only after those), the header, then the data (aux ||
+ * payload). Only REQUESTs travel this way. */
 
 #define RDMX_RPC_RING_REC_FIXED 8
 
 /* Write the fixed part and the header for @dlen bytes of data into @out;
  * @return where the data goes (from @out). */
 size_t rdmx_rpc_ring_record_encode(const rdmx_rpc_hdr_t *h, size_t dlen,
-                                   unsigned char *out);
-/* Decode a record of at most @size bytes: its header into @h, where its
- * data starts (from @rec) and how long it is. RDMX_ERR_PROTO (and @why)
- * for lengths that do not fit @size, a reserved word not 0, a header that
- * does not decode, or a kind other than REQUEST (@h then holds what the
- * header decoder leaves). */
+                                   uint32_t after, unsigned char *out);
+/* Decode a record of at most @size bytes: its header into @h, its `after`,
+ * where its data starts (from @rec) and how long it is. RDMX_ERR_PROTO
+ * (and @why) for lengths that do not fit @size, a header that does not
+ * decode, or a kind other than REQUEST (@h then holds what the header
+ * decoder leaves). */
 rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
-                                          rdmx_rpc_hdr_t *h, size_t *data_off,
-                                          size_t *data_len, char *why,
-                                          size_t why_size);
+                                          rdmx_rpc_hdr_t *h, uint32_t *after,
+                                          size_t *data_off, size_t *data_len,
+                                          char *why, size_t why_size);
 
 #endif /* RDMX_RPC_WIRE_H */
