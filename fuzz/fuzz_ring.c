@@ -4,7 +4,8 @@
  * out of shared memory, then decodes that copy).
  *
  * Input: u8 ctl, then the record bytes (the decoder gets all of them).
- *   ctl bits 0-1: how @why is passed (fuzz.h).
+ *   ctl bits 0-1: how @why is passed (fuzz.h); bit 2: the kind the ring
+ *   carries is RESPONSE (a client's ring) instead of REQUEST.
  *
  * Properties:
  *  - a record is accepted only when its fixed part says a header of 16-24
@@ -39,6 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned char again[8 + FZ_HDR_MAX];
     rdmx_rpc_hdr_t h, h2;
     uint32_t after = 0, after2 = 0;
+    unsigned kind;
     fuzz_why_t why;
     rdmx_status_t st;
 
@@ -47,8 +49,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rec = data + 1;
     len = size - 1;
     fuzz_why_init(&why, data[0]);
-    st = rdmx_rpc_ring_record_decode(rec, len, &h, &after, &off, &dl, why.buf,
-                                     why.size);
+    kind = (data[0] & 4) ? FZ_RESPONSE : FZ_REQUEST;
+    st = rdmx_rpc_ring_record_decode(rec, len, kind, &h, &after, &off, &dl,
+                                     why.buf, why.size);
     if (st != RDMX_OK) {
         FUZZ_CHECK(st == RDMX_ERR_PROTO, "status %d", st);
         fuzz_why_check_error(&why);
@@ -56,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     FUZZ_CHECK(fixed_valid(rec, len), "a record with a bad fixed part was "
                                       "accepted");
-    FUZZ_CHECK(h.kind == FZ_REQUEST, "kind %u accepted", h.kind);
+    FUZZ_CHECK(h.kind == kind, "kind %u accepted for %u", h.kind, kind);
     FUZZ_CHECK(after == rdmx_get_le32(rec + 4), "after %u, bytes say %u", after,
                rdmx_get_le32(rec + 4));
     FUZZ_CHECK(off == 8 + (size_t)rdmx_get_le16(rec),
@@ -73,8 +76,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         memcpy(whole, again, off2);
         memset(whole + off2, 0x3c, dl);
-        st = rdmx_rpc_ring_record_decode(whole, off2 + dl, &h2, &after2, &off,
-                                         &dl2, NULL, 0);
+        st = rdmx_rpc_ring_record_decode(whole, off2 + dl, kind, &h2, &after2,
+                                         &off, &dl2, NULL, 0);
         FUZZ_CHECK(st == RDMX_OK && dl2 == dl && off == off2 && after2 == after,
                    "re-encoded record: status %d, data [%zu, +%zu)", st, off,
                    dl2);

@@ -371,16 +371,17 @@ static void welcome_seeds(void)
 static void ring_seed(const char *name, unsigned kind, uint32_t deadline,
                       uint32_t aux, size_t payload)
 {
-    unsigned char pre[1] = {3}, rec[8 + RDMX_RPC_HDR_MAX + 300];
+    unsigned char pre[1] = {kind == FZ_RESPONSE ? 7 : 3},
+                  rec[8 + RDMX_RPC_HDR_MAX + 300];
     rdmx_rpc_hdr_t h;
     size_t off;
 
     memset(&h, 0, sizeof(h));
     h.version = FZ_VERSION;
     h.kind = (uint8_t)kind;
-    h.handler = name_id("echo");
+    h.handler = kind == FZ_RESPONSE ? 0 : name_id("echo");
     h.id = 0x100000007ull;
-    h.deadline_us = deadline;
+    h.deadline_us = kind == FZ_RESPONSE ? 0 : deadline;
     h.aux = aux;
     h.payload = (uint32_t)payload;
     off = rdmx_rpc_ring_record_encode(&h, aux + payload, 3, rec);
@@ -394,6 +395,7 @@ static void ring_seeds(void)
     ring_seed("ok-deadline-aux", FZ_REQUEST, 5000, 12, 100);
     ring_seed("ok-empty", FZ_REQUEST, 0, 0, 0);
     ring_seed("bad-oneway", FZ_ONEWAY, 0, 0, 8);
+    ring_seed("ok-response", FZ_RESPONSE, 0, 0, 64);
 }
 
 int main(int argc, char **argv)

@@ -17,6 +17,11 @@
  *  - order: one-way calls (messages) then a "count" call that takes the
  *    ring, 50 rounds of 1-5: the count always includes every one-way call
  *    made before it (a record runs after the messages sent before it).
+ *  - answers to ring requests come by the channel's ring when they fit a
+ *    slot (ring_responses grows by 200 with the 200 small calls above), as
+ *    messages when not (rdmx.stats: its text to an empty request).
+ *  - a client that sleeps is woken: 10 calls of a 20 ms handler, each
+ *    answered by the ring within 40 ms (x4 sanitized).
  *  - a server that sleeps is woken: against a server with sleeping
  *    workers (--poll 2), 20 calls, each after 20 ms of silence, all
  *    answered within 20 ms (x4 sanitized; its sleep lasts 100 ms when
@@ -54,6 +59,14 @@ static uint64_t ring_calls(rdmx_channel_t *ch)
 
     rdmx_channel_stats(ch, &s);
     return s.ring_calls;
+}
+
+static uint64_t ring_answers(rdmx_channel_t *ch)
+{
+    rdmx_channel_stats_t s;
+
+    rdmx_channel_stats(ch, &s);
+    return s.ring_responses;
 }
 
 /* The server's ring_requests from its "rdmx.stats" text. */
@@ -95,11 +108,15 @@ static void echo(rdmx_channel_t *ch, size_t len, unsigned seed)
 static void test_small(rdmx_channel_t *ch)
 {
     uint64_t s0 = server_ring_requests(ch), c0 = ring_calls(ch), c1, s1;
+    uint64_t a0 = ring_answers(ch), a1;
     uint64_t want = ring_expected ? 200 : 0;
 
     for (unsigned i = 0; i < 200; i++)
         echo(ch, i, i);
     c1 = ring_calls(ch);
+    a1 = ring_answers(ch);
+    CHECKF(a1 - a0 == want, "%llu of 200 answers came by the channel's ring",
+           (unsigned long long)(a1 - a0));
     s1 = server_ring_requests(ch); /* (counts its own call too) */
     CHECKF(c1 - c0 == want, "ring_calls grew by %llu, not %llu",
            (unsigned long long)(c1 - c0), (unsigned long long)want);
@@ -111,10 +128,21 @@ static void test_small(rdmx_channel_t *ch)
 
 static void test_large(rdmx_channel_t *ch)
 {
-    uint64_t c0 = ring_calls(ch);
+    uint64_t c0 = ring_calls(ch), a0 = ring_answers(ch);
+    static char text[65536];
+    size_t got = 0;
 
     echo(ch, 1000, 5);
     CHECKF(ring_calls(ch) == c0, "a 1,000-byte call took the ring");
+    /* a small request whose answer does not fit a slot (the server's
+     * counters as text): the answer comes as a message */
+    c0 = ring_calls(ch);
+    CHECK_OK(
+        rdmx_call(ch, "rdmx.stats", NULL, 0, text, sizeof(text), NULL, &got));
+    CHECKF(got > 300, "rdmx.stats: %zu bytes", got);
+    CHECKF(ring_calls(ch) - c0 == (ring_expected ? 1u : 0u),
+           "the small request did not take the ring");
+    CHECKF(ring_answers(ch) == a0, "a %zu-byte answer came by the ring", got);
 }
 
 typedef struct {
@@ -266,6 +294,34 @@ static void test_order(rdmx_channel_t *ch)
            (unsigned long long)(ring_calls(ch) - c0));
 }
 
+/* A client that sleeps while its call runs is woken by the server, which
+ * writes the answer into its ring: 10 calls of a 20 ms handler, each
+ * answered within 20 ms more (a client that slept on would wake only for
+ * its next timer). */
+static void test_sleeping_client(rdmx_channel_t *ch)
+{
+    uint32_t ms = 20;
+    unsigned char out[16];
+    uint64_t a0 = ring_answers(ch);
+    double worst = 0;
+
+    for (unsigned i = 0; i < 10; i++) {
+        double t = th_now_ms();
+
+        CHECK_OK(rdmx_call(ch, "spin", &ms, sizeof(ms), out, sizeof(out), NULL,
+                           NULL));
+        t = th_now_ms() - t;
+        if (t > worst)
+            worst = t;
+    }
+    th_log("10 calls of 20 ms with a sleeping client: slowest %.1f ms", worst);
+    CHECKF(worst < 40.0 * TH_SLOW, "a 20 ms call took %.1f ms (not woken?)",
+           worst);
+    CHECKF(ring_answers(ch) - a0 == (ring_expected ? 10u : 0u),
+           "%llu of 10 answers by the ring",
+           (unsigned long long)(ring_answers(ch) - a0));
+}
+
 static void stop_server(th_proc_t *s, const char *what)
 {
     th_kill(s, SIGTERM);
@@ -295,6 +351,7 @@ int main(int argc, char **argv)
     test_large(ch);
     test_held(w, ch);
     test_order(ch);
+    test_sleeping_client(ch);
     test_deadline(w, ch);
     test_sleeper(w, &s2);
 

@@ -203,6 +203,8 @@ typedef struct {
                                        connection's ring in this server's
                                        memory instead of sending them
                                        (docs/RPC_RINGS.md; shared memory) */
+    uint64_t ring_responses;      /**< answers written into the client's
+                                       ring instead of sent */
 } rdmx_rpc_server_stats_t;
 
 RDMX_API void rdmx_rpc_server_stats(rdmx_rpc_server_t *server,
@@ -463,6 +465,8 @@ typedef struct {
     uint64_t ring_calls;         /**< calls written into the server's
                                       memory instead of sent
                                       (docs/RPC_RINGS.md; shared memory) */
+    uint64_t ring_responses;     /**< answers the server wrote into this
+                                      channel's ring */
 } rdmx_channel_stats_t;
 
 RDMX_API void rdmx_channel_stats(rdmx_channel_t *channel,

@@ -183,6 +183,11 @@ struct rdmx_channel {
     uint64_t ring_owner[RDMX_RING_SLOTS];
     uint32_t msgs_out; /* REQUEST and ONEWAY messages sent on the
                           connection: a record's `after` */
+    /* this channel's ring, where the server writes the answers to ring
+     * requests (mr NULL: none), polled by the worker's poller */
+    rdmx_ring_in_t ans;
+    rdmx_poller_t poller;
+    unsigned char ans_rec[RDMX_RING_STRIDE]; /* an answer copied out */
     rdmx_channel_stats_t stats;
 };
 
@@ -537,10 +542,82 @@ static void hb_busy(rdmx_channel_t *ch, uint64_t now)
 /* The server's ring goes with the connection it came on. */
 static void ring_detach(rdmx_channel_t *ch)
 {
+    if (ch->ans.mr != NULL) {
+        rdmx__poller_del(ch->w, &ch->poller);
+        rdmx__ring_destroy(&ch->ans);
+    }
     if (ch->ring.rmem == NULL)
         return;
     rdmx__ring_detach(&ch->ring);
     memset(ch->ring_owner, 0, sizeof(ch->ring_owner));
+}
+
+/* The answers the server wrote into this channel's ring since the last
+ * look, up to 16 (the worker's poller: a progress pass), each handled as
+ * the same answer by message would be. */
+static unsigned ans_poll(rdmx_poller_t *p)
+{
+    rdmx_channel_t *ch = rdmx_container_of(p, rdmx_channel_t, poller);
+    unsigned n = 0;
+    char why[160];
+
+    while (n < 16 && ch->ans.mr != NULL) {
+        rdmx_rpc_msg_t m;
+        uint32_t after;
+        int r = rdmx__ring_read(&ch->ans, RDMX_RPC_MSG_RESPONSE, &m,
+                                ch->ans_rec, &after, why, sizeof(why));
+
+        if (r == 0)
+            break;
+        rdmx__ring_consume(&ch->ans);
+        n++;
+        if (r < 0) {
+            rdmx__worker_proto_error(ch->w);
+            rdmx_warn("rpc channel %s: malformed answer in its ring: %s",
+                      ch->address, why);
+            continue;
+        }
+        m.at_ns = rdmx__worker_enter(ch->w);
+        ch->stats.ring_responses++;
+        rdmx__channel_on_msg(&ch->link, ch->ep, &m);
+    }
+    return n;
+}
+
+/* The worker is about to sleep (@on) or polls again: the ring's sleeping
+ * word (a server that writes an answer then wakes it); 1 when an answer
+ * already waits. */
+static int ans_doze(rdmx_poller_t *p, int on)
+{
+    rdmx_channel_t *ch = rdmx_container_of(p, rdmx_channel_t, poller);
+
+    rdmx__ring_sleeping(&ch->ans, on);
+    return on && rdmx__ring_pending(&ch->ans, 0);
+}
+
+/* Offer the server a ring for the answers to ring requests (RING); on any
+ * failure the answers stay messages. */
+static void ring_offer_answers(rdmx_channel_t *ch)
+{
+    unsigned char desc[RDMX_RING_DESC_MAX];
+    size_t len = 0;
+    rdmx_rpc_hdr_t h;
+
+    if (rdmx__ring_create(rdmx__worker_context(ch->w), &ch->ans, desc,
+                          sizeof(desc), &len) != RDMX_OK) {
+        rdmx_debug("rpc channel %s: no ring for answers: %s", ch->address,
+                   rdmx_error_detail());
+        return;
+    }
+    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_RING, 0, 0);
+    h.aux = (uint32_t)len;
+    if (rdmx__rpc_send(ch->ep, &h, desc, len) != RDMX_OK) {
+        rdmx__ring_destroy(&ch->ans);
+        return;
+    }
+    ch->poller.poll = ans_poll;
+    ch->poller.doze = ans_doze;
+    rdmx__poller_add(ch->w, &ch->poller);
 }
 
 /* RING: the server's request ring. Mapped where the transport maps it;
@@ -563,6 +640,8 @@ static void on_ring(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
                                               : rdmx_error_detail());
     memset(ch->ring_owner, 0, sizeof(ch->ring_owner));
     ch->msgs_out = 0; /* (RING comes before WELCOME: no call sent yet) */
+    if (st == RDMX_OK)
+        ring_offer_answers(ch);
 }
 
 /* Write @c's request (header @h) into the server's ring if it has one, the
@@ -1131,6 +1210,8 @@ rdmx_status_t rdmx__channel_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     case RDMX_RPC_MSG_RING:
         on_ring(ch, m);
         return RDMX_OK;
+    case RDMX_RPC_MSG_WAKE:
+        return RDMX_OK; /* (it woke the worker: an answer is in the ring) */
     default:
         rdmx_debug("rpc channel %s: unexpected message kind %u", ch->address,
                    m->h.kind);

@@ -67,6 +67,7 @@ rdmx_status_t rdmx__rpc_am(rdmx_worker_t *w, const void *header, size_t hlen,
     m.length = len;
     m.rndv = !!(info->flags & RDMX_MSG_RNDV);
     m.can_hold = !!(info->flags & RDMX_MSG_HOLDABLE);
+    m.ring = 0;
     m.at_ns = rdmx__worker_deliver_ns(w);
     if (link->role == RDMX_RPC_LINK_SERVER)
         return rdmx__server_on_msg(link, ep, &m);

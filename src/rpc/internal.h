@@ -84,6 +84,7 @@ typedef struct {
     size_t length;
     int rndv;
     int can_hold; /* eager data may be kept by returning RDMX_INPROGRESS */
+    int ring;     /* read from a ring (docs/RPC_RINGS.md), not a message */
     uint64_t at_ns; /* when it arrived (monotonic; the core's one read) */
 } rdmx_rpc_msg_t;
 

@@ -272,7 +272,9 @@ static unsigned warnings_of(const rdmx_metrics_http_t *m,
     X(waited, "rdmx_rpc_waited_total",                                         \
       "Large requests that waited for room in max_receiving.")                 \
     X(ring_requests, "rdmx_rpc_ring_requests_total",                           \
-      "Requests written into a connection's ring (shared memory).")
+      "Requests written into a connection's ring (shared memory).")            \
+    X(ring_responses, "rdmx_rpc_ring_responses_total",                         \
+      "Answers written into a client's ring (shared memory).")
 
 /* `handler="NAME"` with NAME escaped into @buf (cut at @size: a name is
  * at most RDMX_RPC_NAME_MAX bytes, twice that escaped). */

@@ -99,7 +99,7 @@ int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
     return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0;
 }
 
-int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
+int rdmx__ring_read(rdmx_ring_in_t *r, unsigned kind, rdmx_rpc_msg_t *m,
                     unsigned char rec[RDMX_RING_STRIDE], uint32_t *after,
                     char *why, size_t why_size)
 {
@@ -111,13 +111,15 @@ int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
     /* One copy out of memory the peer can still write: what is checked is
      * what is used. */
     memcpy(rec, s + 8, RDMX_RING_STRIDE - 8);
-    if (rdmx_rpc_ring_record_decode(rec, RDMX_RING_STRIDE - 8, &m->h, after,
-                                    &off, &len, why, why_size) != RDMX_OK)
+    if (rdmx_rpc_ring_record_decode(rec, RDMX_RING_STRIDE - 8, kind, &m->h,
+                                    after, &off, &len, why,
+                                    why_size) != RDMX_OK)
         return -1;
     m->data = rec + off;
     m->length = len;
     m->rndv = 0;
     m->can_hold = 0;
+    m->ring = 1;
     m->at_ns = 0; /* (the caller's: rdmx__worker_enter) */
     return 1;
 }

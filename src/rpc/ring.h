@@ -71,11 +71,11 @@ int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
                      const void *body, size_t blen);
 
 /* The next record of @r if it was written, copied into @rec (what is
- * checked is what is used) and decoded: 1 with @m (data pointing into
- * @rec) and its `after`; 0 when not written yet; -1 when it does not
- * decode (@why says why; @m->h holds what could be read). It stays the
- * next record until rdmx__ring_consume. */
-int rdmx__ring_read(rdmx_ring_in_t *r, rdmx_rpc_msg_t *m,
+ * checked is what is used) and decoded as a record of @kind: 1 with @m
+ * (data pointing into @rec) and its `after`; 0 when not written yet; -1
+ * when it does not decode (@why says why; @m->h holds what could be
+ * read). It stays the next record until rdmx__ring_consume. */
+int rdmx__ring_read(rdmx_ring_in_t *r, unsigned kind, rdmx_rpc_msg_t *m,
                     unsigned char rec[RDMX_RING_STRIDE], uint32_t *after,
                     char *why, size_t why_size);
 

@@ -92,6 +92,8 @@ typedef struct {
     uint32_t msgs_in;    /* REQUEST and ONEWAY messages taken: a ring
                             record runs after those its writer sent before
                             it (its `after`) */
+    rdmx_ring_out_t ans; /* the client's ring, mapped here: answers to its
+                            ring requests go there (rmem NULL: none) */
     char peer[64];
 } conn_t;
 
@@ -104,6 +106,7 @@ struct rdmx_rpc_req {
     int oneway;
     int answered;
     int deferred;         /* the handler returned without answering */
+    int by_ring;          /* it came by the connection's ring */
     int canceled;
     const unsigned char *data; /* aux || payload */
     size_t aux_len, len;
@@ -152,7 +155,8 @@ struct rdmx_rpc_req {
     X(auth_failed, SERVER)                                                     \
     X(pings, WORKER)                                                           \
     X(waited, WORKER)                                                          \
-    X(ring_requests, WORKER)
+    X(ring_requests, WORKER)                                                   \
+    X(ring_responses, WORKER)
 
 enum {
 #define STAT_INDEX(f, src) STAT_INDEX_##f,
@@ -578,7 +582,14 @@ static rdmx_status_t answer_parts(rdmx_rpc_req_t *req, rdmx_status_t status,
             h.payload = (uint32_t)(len + blen);
             STAT_INC(sw, responses);
             RDMX_COUNT_ADD(m->bytes_out, len + blen);
-            if (done != NULL) {
+            if (req->by_ring && c->ans.base != NULL &&
+                rdmx__ring_fits(len + blen)) {
+                /* into the client's ring (docs/RPC_RINGS.md); a client
+                 * that sleeps is woken by a message */
+                if (rdmx__ring_write(&c->ans, &h, 0, data, len, body, blen))
+                    rdmx__rpc_send_ctl(c->ep, RDMX_RPC_MSG_WAKE, 0, 0);
+                STAT_INC(sw, ring_responses);
+            } else if (done != NULL) {
                 st = rdmx__rpc_send_parts(c->ep, &h, data, len, body, blen,
                                           done, arg);
                 done = NULL; /* rdmx__rpc_send_parts calls it */
@@ -916,6 +927,7 @@ static rdmx_status_t on_request(conn_t *c, rdmx_rpc_msg_t *m)
     req->aux_len = h->aux;
     req->len = h->payload;
     req->arrival_ns = m->at_ns;
+    req->by_ring = m->ring;
     if (h->deadline_us != 0)
         req->deadline_ns = req->arrival_ns + (uint64_t)h->deadline_us * 1000;
 
@@ -992,6 +1004,8 @@ static void ring_drop(conn_t *c)
 {
     server_worker_t *sw = c->sw;
 
+    if (c->ans.rmem != NULL)
+        rdmx__ring_detach(&c->ans);
     if (c->ring.mr == NULL)
         return;
     rdmx__ring_destroy(&c->ring);
@@ -1063,8 +1077,8 @@ static unsigned ring_take(conn_t *c, unsigned max)
     while (n < max) {
         rdmx_rpc_msg_t m;
         uint32_t after = 0;
-        int r = rdmx__ring_read(&c->ring, &m, sw->ring_rec, &after, why,
-                                sizeof(why));
+        int r = rdmx__ring_read(&c->ring, RDMX_RPC_MSG_REQUEST, &m,
+                                sw->ring_rec, &after, why, sizeof(why));
         int gone;
 
         if (r == 0 || (r > 0 && (int32_t)(after - c->msgs_in) > 0))
@@ -1102,6 +1116,27 @@ static int rings_doze(rdmx_poller_t *p, int on)
             waiting |=
                 rdmx__ring_pending(&sw->rings[i]->ring, sw->rings[i]->msgs_in);
     return waiting;
+}
+
+/* RING from the client: its ring for the answers to its ring requests.
+ * Taken only on a connection that has a request ring, once; a ring this
+ * process cannot map leaves the answers as messages. */
+static void ring_answers(conn_t *c, rdmx_rpc_msg_t *m)
+{
+    rdmx_status_t st;
+
+    if (c->ring.mr == NULL || c->ans.rmem != NULL || m->rndv ||
+        m->h.payload != 0 || m->h.aux > RDMX_RING_DESC_MAX) {
+        STAT_INC(c->sw, malformed);
+        send_error(c, m->h.id, 0, RDMX_ERR_PROTO,
+                   "RING: unexpected, or %u bytes", m->h.aux);
+        return;
+    }
+    st = rdmx__ring_attach(c->ep, m->data, m->h.aux, &c->ans);
+    if (st != RDMX_OK)
+        rdmx_debug("rpc: %s's ring not used: %s", c->peer,
+                   st == RDMX_ERR_UNSUPPORTED ? "not mapped here"
+                                              : rdmx_error_detail());
 }
 
 static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
@@ -1290,6 +1325,9 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         return RDMX_OK;
     case RDMX_RPC_MSG_WAKE:
         return RDMX_OK; /* (it woke the worker: the ring's record is next) */
+    case RDMX_RPC_MSG_RING:
+        ring_answers(c, m);
+        return RDMX_OK;
     default:
         STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,

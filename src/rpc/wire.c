@@ -341,9 +341,10 @@ size_t rdmx_rpc_ring_record_encode(const rdmx_rpc_hdr_t *h, size_t dlen,
 }
 
 rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
-                                          rdmx_rpc_hdr_t *h, uint32_t *after,
-                                          size_t *data_off, size_t *data_len,
-                                          char *why, size_t why_size)
+                                          unsigned kind, rdmx_rpc_hdr_t *h,
+                                          uint32_t *after, size_t *data_off,
+                                          size_t *data_len, char *why,
+                                          size_t why_size)
 {
     size_t hl, dl;
 
@@ -365,8 +366,8 @@ rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
     if (rdmx_rpc_hdr_decode(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h, why,
                             why_size) != RDMX_OK)
         return RDMX_ERR_PROTO;
-    if (h->kind != RDMX_RPC_MSG_REQUEST) {
-        WHY("a ring carries requests, not kind %u", h->kind);
+    if (h->kind != kind) {
+        WHY("a ring record of kind %u where kind %u goes", h->kind, kind);
         return RDMX_ERR_PROTO;
     }
     *data_off = RDMX_RPC_RING_REC_FIXED + hl;

@@ -139,10 +139,11 @@ int rdmx_rpc_welcome_flags(const rdmx_rpc_welcome_t *wl, uint32_t id);
 /* --- ring records (docs/RPC_RINGS.md) ----------------------------------------
  */
 /* What follows a ring slot's sequence word: u16 header length, u16 data
- * length, u32 `after` (how many REQUEST and ONEWAY messages the client had
- * sent on the connection before it wrote this record, mod 2^32: the server
- * runs the record only after those), the header, then the data (aux ||
- * payload). Only REQUESTs travel this way. */
+ * length, u32 `after` (a request's: how many REQUEST and ONEWAY messages
+ * the client had sent on the connection before it wrote this record, mod
+ * 2^32: the server runs the record only after those; 0 in an answer), the
+ * header, then the data (aux || payload). A server's ring carries
+ * REQUESTs, a client's RESPONSEs. */
 
 #define RDMX_RPC_RING_REC_FIXED 8
 
@@ -150,14 +151,15 @@ int rdmx_rpc_welcome_flags(const rdmx_rpc_welcome_t *wl, uint32_t id);
  * @return where the data goes (from @out). */
 size_t rdmx_rpc_ring_record_encode(const rdmx_rpc_hdr_t *h, size_t dlen,
                                    uint32_t after, unsigned char *out);
-/* Decode a record of at most @size bytes: its header into @h, its `after`,
- * where its data starts (from @rec) and how long it is. RDMX_ERR_PROTO
- * (and @why) for lengths that do not fit @size, a header that does not
- * decode, or a kind other than REQUEST (@h then holds what the header
- * decoder leaves). */
+/* Decode a record of at most @size bytes that must be of @kind: its header
+ * into @h, its `after`, where its data starts (from @rec) and how long it
+ * is. RDMX_ERR_PROTO (and @why) for lengths that do not fit @size, a
+ * header that does not decode, or another kind (@h then holds what the
+ * header decoder leaves). */
 rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
-                                          rdmx_rpc_hdr_t *h, uint32_t *after,
-                                          size_t *data_off, size_t *data_len,
-                                          char *why, size_t why_size);
+                                          unsigned kind, rdmx_rpc_hdr_t *h,
+                                          uint32_t *after, size_t *data_off,
+                                          size_t *data_len, char *why,
+                                          size_t why_size);
 
 #endif /* RDMX_RPC_WIRE_H */
