@@ -1260,7 +1260,8 @@ static void part_channel_options(void)
 
 /* 64 PUTs, then 64 GETs of 1-3000 bytes, each but the last of a run with
  * RDMX_KV_OP_PARAM_FIELD_MORE: every callback once, every value back byte
- * for byte, and the worker sent batches. */
+ * for byte, and the worker sent batches (of every request sent as a
+ * message). */
 static void part_more(void)
 {
     enum { N = 64 };
@@ -1268,6 +1269,7 @@ static void part_more(void)
     static char keys[N][16];
     static uint8_t vals[N][3000], got[N][3000];
     rdmx_worker_stats_t w0, w1;
+    uint64_t want;
     int i;
 
     rdmx_worker_stats(worker, &w0);
@@ -1311,8 +1313,12 @@ static void part_more(void)
         }
     }
     rdmx_worker_stats(worker, &w1);
+    /* (over UCX's shared memory the GETs and the PUTs of values up to
+     * ~200 bytes, the first 5, go by the server's ring instead:
+     * docs/RPC_RINGS.md) */
+    want = strcmp(th_transport_env(), "shm") == 0 ? N - 8 : N;
     EXPECT(w1.batches_sent > w0.batches_sent &&
-               w1.msgs_batched - w0.msgs_batched >= N,
+               w1.msgs_batched - w0.msgs_batched >= want,
            "operations with more: %llu batches, %llu messages in them",
            (unsigned long long)(w1.batches_sent - w0.batches_sent),
            (unsigned long long)(w1.msgs_batched - w0.msgs_batched));

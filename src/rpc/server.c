@@ -1060,14 +1060,21 @@ static unsigned rings_poll(rdmx_poller_t *p)
     server_worker_t *sw = rdmx_container_of(p, server_worker_t, poller);
     unsigned n = 0;
 
-    for (unsigned i = 0; i < sw->nrings; i++)
-        if (sw->rings[i] != NULL)
-            n += ring_take(sw->rings[i], SRV_RING_BURST);
+    for (unsigned i = 0; i < sw->nrings; i++) {
+        conn_t *c = sw->rings[i];
+
+        if (c == NULL)
+            continue;
+        c->refs++; /* (a handler may close it) */
+        n += ring_take(c, SRV_RING_BURST);
+        conn_put(c);
+    }
     return n;
 }
 
 /* Run up to @max records of @c's ring, in order, each only once the
- * messages sent before it were taken; returns how many it took. */
+ * messages sent before it were taken; returns how many it took. The
+ * caller holds a reference to @c: a handler may close it (then it stops). */
 static unsigned ring_take(conn_t *c, unsigned max)
 {
     server_worker_t *sw = c->sw;
@@ -1079,13 +1086,11 @@ static unsigned ring_take(conn_t *c, unsigned max)
         uint32_t after = 0;
         int r = rdmx__ring_read(&c->ring, RDMX_RPC_MSG_REQUEST, &m,
                                 sw->ring_rec, &after, why, sizeof(why));
-        int gone;
 
         if (r == 0 || (r > 0 && (int32_t)(after - c->msgs_in) > 0))
             break; /* not written, or its messages are still on the way */
         rdmx__ring_consume(&c->ring);
         n++;
-        c->refs++; /* (a handler may close it) */
         if (r < 0) {
             rdmx__server_on_bad(&c->link, c->ep, &m.h, why);
         } else {
@@ -1093,10 +1098,8 @@ static unsigned ring_take(conn_t *c, unsigned max)
             m.at_ns = rdmx__worker_enter(sw->w);
             on_request(c, &m);
         }
-        gone = c->ep == NULL || c->ring.mr == NULL;
-        conn_put(c);
-        if (gone)
-            break;
+        if (c->ep == NULL || c->ring.mr == NULL)
+            break; /* closed by the handler */
     }
     return n;
 }
@@ -1129,7 +1132,9 @@ static void ring_answers(conn_t *c, rdmx_rpc_msg_t *m)
         m->h.payload != 0 || m->h.aux > RDMX_RING_DESC_MAX) {
         STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, 0, RDMX_ERR_PROTO,
-                   "RING: unexpected, or %u bytes", m->h.aux);
+                   "a RING (kind %u) without a ring of the server's on the "
+                   "connection, a second one, or of %u bytes",
+                   m->h.kind, m->h.aux);
         return;
     }
     st = rdmx__ring_attach(c->ep, m->data, m->h.aux, &c->ans);
@@ -1303,8 +1308,16 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     case RDMX_RPC_MSG_ONEWAY:
         /* Records its client wrote before sending this run first (the
          * client wrote them before it sent this: they are visible). */
-        if (c->ring.mr != NULL)
+        if (c->ring.mr != NULL) {
+            int gone;
+
+            c->refs++; /* (a handler may close it) */
             ring_take(c, RDMX_RING_SLOTS);
+            gone = c->ep == NULL;
+            conn_put(c);
+            if (gone)
+                return RDMX_OK; /* (nothing to answer on) */
+        }
         c->msgs_in++;
         return on_request(c, m);
     case RDMX_RPC_MSG_CANCEL:
