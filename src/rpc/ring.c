@@ -104,16 +104,20 @@ int rdmx__ring_read(rdmx_ring_in_t *r, unsigned kind, rdmx_rpc_msg_t *m,
                     char *why, size_t why_size)
 {
     unsigned char *s = slot_of(r->base, r->next);
-    size_t off = 0, len = 0;
+    size_t off = 0, len = 0, size;
 
     if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != r->next)
         return 0;
-    /* One copy out of memory the peer can still write: what is checked is
-     * what is used. */
-    memcpy(rec, s + 8, RDMX_RING_STRIDE - 8);
-    if (rdmx_rpc_ring_record_decode(rec, RDMX_RING_STRIDE - 8, kind, &m->h,
-                                    after, &off, &len, why,
-                                    why_size) != RDMX_OK)
+    /* Copied out of memory the peer can still write: what is checked is
+     * what is used. Only the bytes the record says it has (bounded by the
+     * slot; the copy's own lengths are checked against what was copied). */
+    size =
+        RDMX_RPC_RING_REC_FIXED + RDMX_RPC_HDR_MAX + rdmx_get_le16(s + 8 + 2);
+    if (size > RDMX_RING_STRIDE - 8)
+        size = RDMX_RING_STRIDE - 8;
+    memcpy(rec, s + 8, size);
+    if (rdmx_rpc_ring_record_decode(rec, size, kind, &m->h, after, &off, &len,
+                                    why, why_size) != RDMX_OK)
         return -1;
     m->data = rec + off;
     m->length = len;
