@@ -176,17 +176,17 @@ struct rdmx_channel {
     method_t *methods;
     unsigned nmethods;
     int last_midx;
-    /* the server's request ring, mapped here (docs/RPC_RINGS.md), and the
-     * id of the call each slot's request belongs to until its answer
-     * (0: free) */
-    rdmx_ring_out_t ring;
+    /* the connection's rings in the server's memory, mapped here
+     * (docs/RPC_RINGS.md; ring_rmem NULL: none): requests we write, and
+     * their answers, which the worker's poller reads; the id of the call
+     * each request slot belongs to until its answer (0: free) */
+    rdmx_rmem_t *ring_rmem;
+    rdmx_ring_t ring;
+    rdmx_ring_t ans;
+    rdmx_poller_t poller;
     uint64_t ring_owner[RDMX_RING_SLOTS];
     uint32_t msgs_out; /* REQUEST and ONEWAY messages sent on the
                           connection: a record's `after` */
-    /* this channel's ring, where the server writes the answers to ring
-     * requests (mr NULL: none), polled by the worker's poller */
-    rdmx_ring_in_t ans;
-    rdmx_poller_t poller;
     unsigned char ans_rec[RDMX_RING_STRIDE]; /* an answer copied out */
     rdmx_channel_stats_t stats;
 };
@@ -539,16 +539,15 @@ static void hb_busy(rdmx_channel_t *ch, uint64_t now)
 /* --- the server's ring (docs/RPC_RINGS.md) ---------------------------------
  */
 
-/* The server's ring goes with the connection it came on. */
+/* The server's rings go with the connection they came on. */
 static void ring_detach(rdmx_channel_t *ch)
 {
-    if (ch->ans.mr != NULL) {
-        rdmx__poller_del(ch->w, &ch->poller);
-        rdmx__ring_destroy(&ch->ans);
-    }
-    if (ch->ring.rmem == NULL)
+    if (ch->ring_rmem == NULL)
         return;
-    rdmx__ring_detach(&ch->ring);
+    rdmx__poller_del(ch->w, &ch->poller);
+    rdmx_rmem_destroy(ch->ring_rmem);
+    ch->ring_rmem = NULL;
+    ch->ring.base = ch->ans.base = NULL;
     memset(ch->ring_owner, 0, sizeof(ch->ring_owner));
 }
 
@@ -561,7 +560,7 @@ static unsigned ans_poll(rdmx_poller_t *p)
     unsigned n = 0;
     char why[160];
 
-    while (n < 16 && ch->ans.mr != NULL) {
+    while (n < 16 && ch->ring_rmem != NULL) {
         rdmx_rpc_msg_t m;
         uint32_t after;
         int r = rdmx__ring_read(&ch->ans, RDMX_RPC_MSG_RESPONSE, &m,
@@ -595,53 +594,33 @@ static int ans_doze(rdmx_poller_t *p, int on)
     return on && rdmx__ring_pending(&ch->ans, 0);
 }
 
-/* Offer the server a ring for the answers to ring requests (RING); on any
- * failure the answers stay messages. */
-static void ring_offer_answers(rdmx_channel_t *ch)
-{
-    unsigned char desc[RDMX_RING_DESC_MAX];
-    size_t len = 0;
-    rdmx_rpc_hdr_t h;
-
-    if (rdmx__ring_create(rdmx__worker_context(ch->w), &ch->ans, desc,
-                          sizeof(desc), &len) != RDMX_OK) {
-        rdmx_debug("rpc channel %s: no ring for answers: %s", ch->address,
-                   rdmx_error_detail());
-        return;
-    }
-    rdmx__rpc_hdr(&h, RDMX_RPC_MSG_RING, 0, 0);
-    h.aux = (uint32_t)len;
-    if (rdmx__rpc_send(ch->ep, &h, desc, len) != RDMX_OK) {
-        rdmx__ring_destroy(&ch->ans);
-        return;
-    }
-    ch->poller.poll = ans_poll;
-    ch->poller.doze = ans_doze;
-    rdmx__poller_add(ch->w, &ch->poller);
-}
-
-/* RING: the server's request ring. Mapped where the transport maps it;
- * else (or on any failure) calls keep going as messages. */
+/* RING: the server's rings for this connection. Mapped where the
+ * transport maps them; else (or on any failure) calls keep going as
+ * messages. */
 static void on_ring(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
 {
     rdmx_status_t st;
 
-    if (ch->ring.rmem != NULL || m->h.payload != 0 ||
+    if (ch->ring_rmem != NULL || m->h.payload != 0 ||
         m->h.aux > RDMX_RING_DESC_MAX) {
         rdmx__worker_proto_error(ch->w);
         rdmx_warn("rpc channel %s: unexpected RING (%u bytes)", ch->address,
                   m->h.aux);
         return;
     }
-    st = rdmx__ring_attach(ch->ep, m->data, m->h.aux, &ch->ring);
-    if (st != RDMX_OK)
-        rdmx_debug("rpc channel %s: server's ring not used: %s", ch->address,
+    st = rdmx__rings_attach(ch->ep, m->data, m->h.aux, &ch->ring_rmem,
+                            &ch->ring, &ch->ans);
+    if (st != RDMX_OK) {
+        rdmx_debug("rpc channel %s: server's rings not used: %s", ch->address,
                    st == RDMX_ERR_UNSUPPORTED ? "not mapped here"
                                               : rdmx_error_detail());
+        return;
+    }
     memset(ch->ring_owner, 0, sizeof(ch->ring_owner));
     ch->msgs_out = 0; /* (RING comes before WELCOME: no call sent yet) */
-    if (st == RDMX_OK)
-        ring_offer_answers(ch);
+    ch->poller.poll = ans_poll;
+    ch->poller.doze = ans_doze;
+    rdmx__poller_add(ch->w, &ch->poller);
 }
 
 /* Write @c's request (header @h) into the server's ring if it has one, the

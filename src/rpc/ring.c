@@ -1,6 +1,7 @@
 /*
- * Requests written straight into a server's memory: the ring's memory,
- * its records, and the sleeping word (ring.h, docs/RPC_RINGS.md).
+ * Small RPC calls written straight into shared memory: a connection's
+ * region, its rings' records, and the sleeping words (ring.h,
+ * docs/RPC_RINGS.md).
  */
 #include "rpc/ring.h"
 
@@ -9,68 +10,63 @@
 #include <stdio.h>
 #include <string.h>
 
-rdmx_status_t rdmx__ring_create(rdmx_context_t *ctx, rdmx_ring_in_t *r,
-                                void *desc, size_t cap, size_t *len_p)
+static void rings_set(unsigned char *base, rdmx_ring_t *req, rdmx_ring_t *ans)
+{
+    req->base = base;
+    req->next = 1;
+    ans->base = base + RDMX_RING_BYTES;
+    ans->next = 1;
+}
+
+rdmx_status_t rdmx__rings_create(rdmx_context_t *ctx, rdmx_mr_t **mr_p,
+                                 rdmx_ring_t *req, rdmx_ring_t *ans, void *desc,
+                                 size_t cap, size_t *len_p)
 {
     rdmx_status_t st;
 
-    r->mr = NULL;
-    st = rdmx_mem_alloc(ctx, RDMX_RING_BYTES,
-                        RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &r->mr);
+    *mr_p = NULL;
+    st = rdmx_mem_alloc(ctx, RDMX_RINGS_BYTES,
+                        RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, mr_p);
     if (st != RDMX_OK)
         return st;
-    st = rdmx_mr_pack(r->mr, 0, RDMX_RING_BYTES,
+    st = rdmx_mr_pack(*mr_p, 0, RDMX_RINGS_BYTES,
                       RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, desc, cap, len_p);
     if (st != RDMX_OK) {
-        rdmx_mem_deregister(r->mr);
-        r->mr = NULL;
+        rdmx_mem_deregister(*mr_p);
+        *mr_p = NULL;
         return st;
     }
-    r->base = rdmx_mr_addr(r->mr); /* (zeroed: no sequence written) */
-    r->next = 1;
+    /* (zeroed: no sequence written, nobody asleep) */
+    rings_set(rdmx_mr_addr(*mr_p), req, ans);
     return RDMX_OK;
 }
 
-void rdmx__ring_destroy(rdmx_ring_in_t *r)
-{
-    if (r->mr == NULL)
-        return;
-    rdmx_mem_deregister(r->mr);
-    r->mr = NULL;
-    r->base = NULL;
-}
-
-rdmx_status_t rdmx__ring_attach(rdmx_ep_t *ep, const void *desc, size_t len,
-                                rdmx_ring_out_t *o)
+rdmx_status_t rdmx__rings_attach(rdmx_ep_t *ep, const void *desc, size_t len,
+                                 rdmx_rmem_t **rmem_p, rdmx_ring_t *req,
+                                 rdmx_ring_t *ans)
 {
     rdmx_status_t st;
     void *base;
 
-    o->rmem = NULL;
-    st = rdmx_rmem_unpack(ep, desc, len, &o->rmem);
+    *rmem_p = NULL;
+    st = rdmx_rmem_unpack(ep, desc, len, rmem_p);
     if (st != RDMX_OK)
         return st;
-    if (rdmx_rmem_length(o->rmem) != RDMX_RING_BYTES ||
-        (rdmx_rmem_access(o->rmem) & RDMX_ACCESS_WRITE) == 0) {
-        rdmx__ring_detach(o);
+    if (rdmx_rmem_length(*rmem_p) != RDMX_RINGS_BYTES ||
+        (rdmx_rmem_access(*rmem_p) & RDMX_ACCESS_WRITE) == 0) {
+        rdmx_rmem_destroy(*rmem_p);
+        *rmem_p = NULL;
         return rdmx__error(RDMX_ERR_BAD_DESCRIPTOR,
-                           "ring: %llu bytes or no write access",
-                           (unsigned long long)RDMX_RING_BYTES);
+                           "rings: not %llu bytes, or no write access",
+                           (unsigned long long)RDMX_RINGS_BYTES);
     }
-    if (rdmx__rmem_map(o->rmem, &base) != RDMX_OK) {
-        rdmx__ring_detach(o);
+    if (rdmx__rmem_map(*rmem_p, &base) != RDMX_OK) {
+        rdmx_rmem_destroy(*rmem_p);
+        *rmem_p = NULL;
         return RDMX_ERR_UNSUPPORTED;
     }
-    o->base = base;
-    o->next = 1;
+    rings_set(base, req, ans);
     return RDMX_OK;
-}
-
-void rdmx__ring_detach(rdmx_ring_out_t *o)
-{
-    rdmx_rmem_destroy(o->rmem);
-    o->rmem = NULL;
-    o->base = NULL;
 }
 
 static unsigned char *slot_of(unsigned char *base, uint64_t seq)
@@ -78,9 +74,9 @@ static unsigned char *slot_of(unsigned char *base, uint64_t seq)
     return base + RDMX_RING_HEAD + (seq % RDMX_RING_SLOTS) * RDMX_RING_STRIDE;
 }
 
-int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
-                     uint32_t after, const void *data, size_t len,
-                     const void *body, size_t blen)
+int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
+                     const void *data, size_t len, const void *body,
+                     size_t blen)
 {
     unsigned char *s = slot_of(o->base, o->next);
     unsigned char *d =
@@ -99,7 +95,7 @@ int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
     return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0;
 }
 
-int rdmx__ring_read(rdmx_ring_in_t *r, unsigned kind, rdmx_rpc_msg_t *m,
+int rdmx__ring_read(rdmx_ring_t *r, unsigned kind, rdmx_rpc_msg_t *m,
                     unsigned char rec[RDMX_RING_STRIDE], uint32_t *after,
                     char *why, size_t why_size)
 {
@@ -128,7 +124,7 @@ int rdmx__ring_read(rdmx_ring_in_t *r, unsigned kind, rdmx_rpc_msg_t *m,
     return 1;
 }
 
-int rdmx__ring_pending(const rdmx_ring_in_t *r, uint32_t done)
+int rdmx__ring_pending(const rdmx_ring_t *r, uint32_t done)
 {
     const unsigned char *s = slot_of(r->base, r->next);
 

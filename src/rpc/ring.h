@@ -1,19 +1,23 @@
 /*
- * ring.h — requests written straight into a server's memory
+ * ring.h — small RPC calls written straight into shared memory
  * (docs/RPC_RINGS.md).
  *
- * A server offers each client on shared memory a ring of RDMX_RING_SLOTS
- * slots in memory it allocated (rdmx_mem_alloc); the client maps it
- * (rdmx__rmem_map) and writes request k into slot k mod RDMX_RING_SLOTS,
- * the sequence word last with a release store; the server polls its next
- * slot's sequence word. The ring's first cache line holds the server's
+ * A server gives each client on shared memory one region it allocated
+ * (rdmx_mem_alloc) holding two rings of RDMX_RING_SLOTS slots: the
+ * requests ring, which the client writes and the server reads, then the
+ * answers ring, which the server writes and the client reads. The client
+ * maps the region (rdmx__rmem_map); the server never maps memory of a
+ * client's (UCX 1.13 crashes when it unpacks the key of a shared-memory
+ * segment that is already gone, which a client that closes at once would
+ * make happen). Record k of a ring goes into slot k mod RDMX_RING_SLOTS,
+ * its sequence word last with a release store; the reader polls its next
+ * slot's sequence word. A ring's first cache line holds its reader's
  * `sleeping` word, which a writer reads after its record to learn whether
- * it must wake the server with a message.
+ * it must wake the reader with a message.
  *
- * Memory: line 0 {sleeping u32, 0...}; then the slots, RDMX_RING_STRIDE
- * bytes each: {sequence u64, header length u16, data length u16, 0 u32,
- * header, data (aux || payload)}. Little-endian as the wire (the peer is
- * on the same host).
+ * A ring: line 0 {sleeping u32, 0...}; then the slots, RDMX_RING_STRIDE
+ * bytes each: {sequence u64, the record (wire.h: lengths, `after`, header,
+ * data)}. Little-endian as the wire (the peer is on the same host).
  */
 #ifndef RDMX_RPC_RING_H
 #define RDMX_RPC_RING_H
@@ -22,39 +26,36 @@
 
 #define RDMX_RING_SLOTS  64u
 #define RDMX_RING_STRIDE 256u
-#define RDMX_RING_HEAD   64u /* line 0: the owner's sleeping word */
+#define RDMX_RING_HEAD   64u /* line 0: the reader's sleeping word */
 #define RDMX_RING_REC    16u /* sequence, the record's fixed part */
 #define RDMX_RING_BYTES  (RDMX_RING_HEAD + RDMX_RING_SLOTS * RDMX_RING_STRIDE)
+/* A connection's region: its requests ring, then its answers ring. */
+#define RDMX_RINGS_BYTES (2 * RDMX_RING_BYTES)
 /* Header and data of one record at most. */
 #define RDMX_RING_RECORD_MAX (RDMX_RING_STRIDE - RDMX_RING_REC)
-/* A packed descriptor of the ring fits this (RING's aux). */
+/* A packed descriptor of the region fits this (RING's aux). */
 #define RDMX_RING_DESC_MAX 256u
 
-/* The owner's side: a ring the peer writes into. */
+/* One ring as one side sees it: where it is, and the sequence of the next
+ * record this side writes or reads (from 1). base NULL: none. */
 typedef struct {
-    rdmx_mr_t *mr; /* NULL: none */
     unsigned char *base;
-    uint64_t next; /* the sequence expected next (from 1) */
-} rdmx_ring_in_t;
+    uint64_t next;
+} rdmx_ring_t;
 
-/* The writer's side: the peer's ring, mapped here. */
-typedef struct {
-    rdmx_rmem_t *rmem; /* NULL: none */
-    unsigned char *base;
-    uint64_t next; /* the sequence of the next record (from 1) */
-} rdmx_ring_out_t;
+/* Server: allocate a connection's region on @ctx, set its two rings, and
+ * pack its descriptor for the client into @desc (@cap bytes;
+ * RDMX_RING_DESC_MAX is enough), its length to *@len_p. */
+rdmx_status_t rdmx__rings_create(rdmx_context_t *ctx, rdmx_mr_t **mr_p,
+                                 rdmx_ring_t *req, rdmx_ring_t *ans, void *desc,
+                                 size_t cap, size_t *len_p);
 
-/* Allocate a ring on @ctx and pack its descriptor for the peer into @desc
- * (@cap bytes; RDMX_RING_DESC_MAX is enough), its length to *@len_p. */
-rdmx_status_t rdmx__ring_create(rdmx_context_t *ctx, rdmx_ring_in_t *r,
-                                void *desc, size_t cap, size_t *len_p);
-void rdmx__ring_destroy(rdmx_ring_in_t *r);
-
-/* Map the ring a peer described on @ep. RDMX_ERR_UNSUPPORTED when the
- * transport does not map it here; RDMX_ERR_BAD_DESCRIPTOR for a bad one. */
-rdmx_status_t rdmx__ring_attach(rdmx_ep_t *ep, const void *desc, size_t len,
-                                rdmx_ring_out_t *o);
-void rdmx__ring_detach(rdmx_ring_out_t *o);
+/* Client: map the region the server described on @ep and set its two
+ * rings. RDMX_ERR_UNSUPPORTED when the transport does not map it here;
+ * RDMX_ERR_BAD_DESCRIPTOR for a bad one. */
+rdmx_status_t rdmx__rings_attach(rdmx_ep_t *ep, const void *desc, size_t len,
+                                 rdmx_rmem_t **rmem_p, rdmx_ring_t *req,
+                                 rdmx_ring_t *ans);
 
 /* Whether a record of @len bytes of data fits a slot. */
 static inline int rdmx__ring_fits(size_t len)
@@ -64,35 +65,35 @@ static inline int rdmx__ring_fits(size_t len)
 
 /* Write the next record (header @h, `after` @after, data @data then
  * @body) into @o's slot for o->next, which the caller knows to be free,
- * and advance. Returns 1 when the owner may be asleep (the caller wakes it
- * with a message). */
-int rdmx__ring_write(rdmx_ring_out_t *o, const rdmx_rpc_hdr_t *h,
-                     uint32_t after, const void *data, size_t len,
-                     const void *body, size_t blen);
+ * and advance. Returns 1 when the reader may be asleep (the caller wakes
+ * it with a message). */
+int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
+                     const void *data, size_t len, const void *body,
+                     size_t blen);
 
 /* The next record of @r if it was written, copied into @rec (what is
  * checked is what is used) and decoded as a record of @kind: 1 with @m
  * (data pointing into @rec) and its `after`; 0 when not written yet; -1
  * when it does not decode (@why says why; @m->h holds what could be
  * read). It stays the next record until rdmx__ring_consume. */
-int rdmx__ring_read(rdmx_ring_in_t *r, unsigned kind, rdmx_rpc_msg_t *m,
+int rdmx__ring_read(rdmx_ring_t *r, unsigned kind, rdmx_rpc_msg_t *m,
                     unsigned char rec[RDMX_RING_STRIDE], uint32_t *after,
                     char *why, size_t why_size);
 
-static inline void rdmx__ring_consume(rdmx_ring_in_t *r)
+static inline void rdmx__ring_consume(rdmx_ring_t *r)
 {
     r->next++;
 }
 
 /* Whether the next record of @r was written and may run now: its `after`
- * is at most @done, the messages the owner has taken. */
-int rdmx__ring_pending(const rdmx_ring_in_t *r, uint32_t done);
+ * is at most @done (answers carry 0). */
+int rdmx__ring_pending(const rdmx_ring_t *r, uint32_t done);
 
-/* The owner is about to sleep (@on 1) or polls again (0). After setting
- * it, the owner must look at its rings once more before it sleeps
+/* The reader is about to sleep (@on 1) or polls again (0). After setting
+ * it, the reader must look at its ring once more before it sleeps
  * (rdmx__ring_pending): a writer that wrote before it saw the word does not
  * wake it. */
-static inline void rdmx__ring_sleeping(rdmx_ring_in_t *r, int on)
+static inline void rdmx__ring_sleeping(rdmx_ring_t *r, int on)
 {
     __atomic_store_n((uint32_t *)r->base, (uint32_t)on, __ATOMIC_RELAXED);
     if (on)

@@ -86,14 +86,15 @@ typedef struct {
     rdmx_ptrmap_t deferred; /* request id -> deferred request (CANCEL) */
     dcache_t *dcache;     /* [DCACHE_SIZE], allocated on first bulk use */
     uint64_t dcache_clock;
-    rdmx_ring_in_t ring; /* requests the client writes here (mr NULL:
-                            none; docs/RPC_RINGS.md) */
+    /* the connection's rings, in memory of ours the client maps
+     * (docs/RPC_RINGS.md; ring_mr NULL: none) */
+    rdmx_mr_t *ring_mr;
+    rdmx_ring_t ring;    /* requests: the client writes, we read */
+    rdmx_ring_t ans;     /* answers to them: we write, the client reads */
     unsigned ring_index; /* its place in sw->rings */
     uint32_t msgs_in;    /* REQUEST and ONEWAY messages taken: a ring
                             record runs after those its writer sent before
                             it (its `after`) */
-    rdmx_ring_out_t ans; /* the client's ring, mapped here: answers to its
-                            ring requests go there (rmem NULL: none) */
     char peer[64];
 } conn_t;
 
@@ -999,16 +1000,17 @@ static void send_welcome(conn_t *c, uint64_t id)
 /* --- rings (docs/RPC_RINGS.md) ---------------------------------------------
  */
 
-/* The connection's ring goes: nothing more is read from it. */
+/* The connection's rings go: nothing more is read or written there (a
+ * late write of the client's lands in memory nobody reads). */
 static void ring_drop(conn_t *c)
 {
     server_worker_t *sw = c->sw;
 
-    if (c->ans.rmem != NULL)
-        rdmx__ring_detach(&c->ans);
-    if (c->ring.mr == NULL)
+    if (c->ring_mr == NULL)
         return;
-    rdmx__ring_destroy(&c->ring);
+    rdmx_mem_deregister(c->ring_mr);
+    c->ring_mr = NULL;
+    c->ring.base = c->ans.base = NULL;
     sw->rings[c->ring_index] = NULL;
     while (sw->nrings > 0 && sw->rings[sw->nrings - 1] == NULL)
         sw->nrings--;
@@ -1016,9 +1018,9 @@ static void ring_drop(conn_t *c)
         rdmx__poller_del(sw->w, &sw->poller);
 }
 
-/* Offer the client a ring for its requests (RING), where the transport
- * is shared memory and the worker polls fewer than SRV_RINGS_MAX; else
- * the connection keeps messages alone. */
+/* Offer the client rings for its requests and their answers (RING),
+ * where the transport is shared memory and the worker polls fewer than
+ * SRV_RINGS_MAX; else the connection keeps messages alone. */
 static void ring_offer(conn_t *c)
 {
     server_worker_t *sw = c->sw;
@@ -1033,8 +1035,8 @@ static void ring_offer(conn_t *c)
         ;
     if (i == SRV_RINGS_MAX)
         return;
-    if (rdmx__ring_create(sw->srv->ctx, &c->ring, desc, sizeof(desc), &len) !=
-        RDMX_OK) {
+    if (rdmx__rings_create(sw->srv->ctx, &c->ring_mr, &c->ring, &c->ans, desc,
+                           sizeof(desc), &len) != RDMX_OK) {
         rdmx_debug("rpc: no ring for %s: %s", c->peer, rdmx_error_detail());
         return;
     }
@@ -1098,7 +1100,7 @@ static unsigned ring_take(conn_t *c, unsigned max)
             m.at_ns = rdmx__worker_enter(sw->w);
             on_request(c, &m);
         }
-        if (c->ep == NULL || c->ring.mr == NULL)
+        if (c->ep == NULL || c->ring_mr == NULL)
             break; /* closed by the handler */
     }
     return n;
@@ -1119,29 +1121,6 @@ static int rings_doze(rdmx_poller_t *p, int on)
             waiting |=
                 rdmx__ring_pending(&sw->rings[i]->ring, sw->rings[i]->msgs_in);
     return waiting;
-}
-
-/* RING from the client: its ring for the answers to its ring requests.
- * Taken only on a connection that has a request ring, once; a ring this
- * process cannot map leaves the answers as messages. */
-static void ring_answers(conn_t *c, rdmx_rpc_msg_t *m)
-{
-    rdmx_status_t st;
-
-    if (c->ring.mr == NULL || c->ans.rmem != NULL || m->rndv ||
-        m->h.payload != 0 || m->h.aux > RDMX_RING_DESC_MAX) {
-        STAT_INC(c->sw, malformed);
-        send_error(c, m->h.id, 0, RDMX_ERR_PROTO,
-                   "a RING (kind %u) without a ring of the server's on the "
-                   "connection, a second one, or of %u bytes",
-                   m->h.kind, m->h.aux);
-        return;
-    }
-    st = rdmx__ring_attach(c->ep, m->data, m->h.aux, &c->ans);
-    if (st != RDMX_OK)
-        rdmx_debug("rpc: %s's ring not used: %s", c->peer,
-                   st == RDMX_ERR_UNSUPPORTED ? "not mapped here"
-                                              : rdmx_error_detail());
 }
 
 static void on_hello(conn_t *c, rdmx_rpc_msg_t *m)
@@ -1308,7 +1287,7 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
     case RDMX_RPC_MSG_ONEWAY:
         /* Records its client wrote before sending this run first (the
          * client wrote them before it sent this: they are visible). */
-        if (c->ring.mr != NULL) {
+        if (c->ring_mr != NULL) {
             int gone;
 
             c->refs++; /* (a handler may close it) */
@@ -1338,9 +1317,6 @@ rdmx_status_t rdmx__server_on_msg(rdmx_rpc_link_t *link, rdmx_ep_t *ep,
         return RDMX_OK;
     case RDMX_RPC_MSG_WAKE:
         return RDMX_OK; /* (it woke the worker: the ring's record is next) */
-    case RDMX_RPC_MSG_RING:
-        ring_answers(c, m);
-        return RDMX_OK;
     default:
         STAT_INC(c->sw, malformed);
         send_error(c, m->h.id, m->h.handler, RDMX_ERR_PROTO,
