@@ -1007,9 +1007,9 @@ static void phase1(rdmx_ep_t *ep, rdmx_channel_t *sch)
     /* Well-formed kinds a server does not take. */
     {
         static const unsigned kinds[] = {
-            RDMX_RPC_MSG_RESPONSE, RDMX_RPC_MSG_ERROR, RDMX_RPC_MSG_PONG,
-            9, 10, RDMX_RPC_MSG_WELCOME};
-        for (i = 0; i < 6; i++) {
+            RDMX_RPC_MSG_RESPONSE, RDMX_RPC_MSG_ERROR, RDMX_RPC_MSG_PONG, 9, 10,
+            RDMX_RPC_MSG_WELCOME,  RDMX_RPC_MSG_RING};
+        for (i = 0; i < 7; i++) {
             id = nid();
             send_msg(ep, kinds[i], 0, id, data, kinds[i] == 9 ? 16 : 0, 0);
             want.malformed++;
@@ -1213,7 +1213,7 @@ static int spec_header_ok(const unsigned char *p, size_t hlen, size_t dlen)
         return 0;
     kind = p[0] & 0x0f;
     flags = p[1];
-    if (p[0] >> 4 != SPEC_VERSION || kind < 1 || kind > 11)
+    if (p[0] >> 4 != SPEC_VERSION || kind < 1 || kind > 13)
         return 0;
     if (flags & ~SPEC_F_KNOWN)
         return 0;
@@ -1273,7 +1273,10 @@ static int model(const unsigned char *p, size_t hlen, size_t dlen)
         want.malformed++;
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
         return 1;
-    default: /* RESPONSE, ERROR, PONG, 9, 10, WELCOME */
+    case RDMX_RPC_MSG_WAKE: /* nothing to do, nothing to answer */
+        expect(id, 0, 0, NULL);
+        return 1;
+    default: /* RESPONSE, ERROR, PONG, 9, 10, WELCOME, RING */
         want.malformed++;
         expect(id, RDMX_RPC_MSG_ERROR, RDMX_ERR_PROTO, NULL);
         return 1;
@@ -1439,7 +1442,7 @@ static void phase2(rdmx_ep_t *ep, uint64_t seed)
              * 0..2 bytes, or its length, changed; every kind is given a
              * handler, a status and maybe a deadline, which mkhdr (and
              * rdmx_rpc_hdr_encode) write only where the kind has them */
-            unsigned kind = 1 + (unsigned)(rnd() % 11);
+            unsigned kind = 1 + (unsigned)(rnd() % 13);
             uint32_t aux = dlen && rnd() % 2 ? 1 + (uint32_t)(rnd() % dlen) : 0;
             uint32_t deadline =
                 rnd() % 2 ? 1 + (uint32_t)(rnd() % 0xfffffffeu) : 0;

@@ -401,6 +401,11 @@ rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rm, void **ptr_p)
     return st;
 }
 
+int rdmx__rmem_mapped(const rdmx_rmem_t *rm)
+{
+    return rm != NULL && rm->ep != NULL && rm->trkey != NULL;
+}
+
 void rdmx_rmem_destroy(rdmx_rmem_t *rm)
 {
     if (rm == NULL)

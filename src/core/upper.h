@@ -287,6 +287,10 @@ void rdmx__poller_del(rdmx_worker_t *w, rdmx_poller_t *p);
  * or its endpoint goes away. RDMX_ERR_UNSUPPORTED otherwise (no error
  * detail is set). */
 rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rmem, void **ptr_p);
+/* Whether what rdmx__rmem_map gave is still mapped: not once the
+ * descriptor's endpoint went away (the core then releases the transport's
+ * key, and with it the mapping, before the endpoint's owner hears of it). */
+int rdmx__rmem_mapped(const rdmx_rmem_t *rmem);
 
 /* Connections the listener refused at its limit so far. */
 uint64_t rdmx__listener_refused(const rdmx_listener_t *l);

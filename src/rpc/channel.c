@@ -560,7 +560,8 @@ static unsigned ans_poll(rdmx_poller_t *p)
     unsigned n = 0;
     char why[160];
 
-    while (n < 16 && ch->ring_rmem != NULL) {
+    /* (the mapping goes with the endpoint, maybe before we hear of it) */
+    while (n < 16 && rdmx__rmem_mapped(ch->ring_rmem)) {
         rdmx_rpc_msg_t m;
         uint32_t after;
         int r = rdmx__ring_read(&ch->ans, RDMX_RPC_MSG_RESPONSE, &m,
@@ -590,6 +591,8 @@ static int ans_doze(rdmx_poller_t *p, int on)
 {
     rdmx_channel_t *ch = rdmx_container_of(p, rdmx_channel_t, poller);
 
+    if (!rdmx__rmem_mapped(ch->ring_rmem))
+        return 0; /* (the endpoint is going: its error wakes the worker) */
     rdmx__ring_sleeping(&ch->ans, on);
     return on && rdmx__ring_pending(&ch->ans, 0);
 }
@@ -631,7 +634,8 @@ static int ring_send(rdmx_channel_t *ch, call_t *c, const rdmx_rpc_hdr_t *h)
     size_t head = (size_t)c->aux_len + c->len - c->body_len;
 
     if (ch->ring.base == NULL || ch->ring_owner[s] != 0 ||
-        !rdmx__ring_fits((size_t)c->aux_len + c->len))
+        !rdmx__ring_fits((size_t)c->aux_len + c->len) ||
+        !rdmx__rmem_mapped(ch->ring_rmem))
         return 0;
     if (rdmx__ring_write(&ch->ring, h, ch->msgs_out, c->buf, head, c->body,
                          c->body_len))
