@@ -86,13 +86,15 @@ int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
         memcpy(d, data, len);
     if (blen != 0)
         memcpy(d + len, body, blen);
-    /* the record before its sequence (the reader acquires the sequence) */
-    __atomic_store_n((uint64_t *)s, o->next, __ATOMIC_RELEASE);
+    /* The record before its sequence (the reader acquires the sequence);
+     * the sequence before the look at the sleeping word. Both sides use
+     * sequentially consistent operations on the two words (the reader an
+     * exchange on `sleeping`, then a load of the sequence): in their one
+     * total order, either the reader sees this record or this writer sees
+     * the reader asleep. */
+    __atomic_exchange_n((uint64_t *)s, o->next, __ATOMIC_SEQ_CST);
     o->next++;
-    /* the record before the look at the sleeping word: with the owner's
-     * fence after it sets the word, one of the two sees the other */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_SEQ_CST) != 0;
 }
 
 int rdmx__ring_read(rdmx_ring_t *r, unsigned kind, rdmx_rpc_msg_t *m,
@@ -128,7 +130,8 @@ int rdmx__ring_pending(const rdmx_ring_t *r, uint32_t done)
 {
     const unsigned char *s = slot_of(r->base, r->next);
 
-    if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != r->next)
+    /* (sequentially consistent: after the exchange on `sleeping`) */
+    if (__atomic_load_n((const uint64_t *)s, __ATOMIC_SEQ_CST) != r->next)
         return 0;
     /* (a peek at `after`: the record is read, and checked, by a pass) */
     return (int32_t)(rdmx_get_le32(s + 8 + 4) - done) <= 0;

@@ -95,9 +95,10 @@ int rdmx__ring_pending(const rdmx_ring_t *r, uint32_t done);
  * wake it. */
 static inline void rdmx__ring_sleeping(rdmx_ring_t *r, int on)
 {
-    __atomic_store_n((uint32_t *)r->base, (uint32_t)on, __ATOMIC_RELAXED);
-    if (on)
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (on) /* (sequentially consistent: see rdmx__ring_write) */
+        __atomic_exchange_n((uint32_t *)r->base, 1u, __ATOMIC_SEQ_CST);
+    else
+        __atomic_store_n((uint32_t *)r->base, 0u, __ATOMIC_RELAXED);
 }
 
 #endif /* RDMX_RPC_RING_H */
