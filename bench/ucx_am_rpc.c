@@ -511,6 +511,20 @@ static void wait_done(uint64_t target)
     }
 }
 
+/* Client: tell the server to quit, then disconnect. */
+static void quit_server(void)
+{
+    send_am(AM_QUIT, NULL, 0, NULL, 0);
+    while (g_pending_sends > 0) {
+        ucp_worker_progress(g_worker);
+    }
+    /* let the quit arrive before the disconnect can overtake it */
+    for (uint64_t end = now_ns() + 50000000ull; now_ns() < end;) {
+        ucp_worker_progress(g_worker);
+    }
+    close_ep();
+}
+
 /* The report line of a client run (both modes). */
 static void report(const char *test, size_t size, size_t hlen, uint64_t iters,
                    uint64_t window, int lat, uint64_t *samples, uint64_t t0,
@@ -580,14 +594,7 @@ static int run_client_put(int lat, size_t size, uint64_t iters, uint64_t warmup,
     }
     t1 = lat ? last : now_ns();
     report(lat ? "lat" : "rate", size, 0, iters, window, lat, samples, t0, t1);
-    send_am(AM_QUIT, NULL, 0, NULL, 0);
-    while (g_pending_sends > 0) {
-        ucp_worker_progress(g_worker);
-    }
-    for (uint64_t end = now_ns() + 50000000ull; now_ns() < end;) {
-        ucp_worker_progress(g_worker);
-    }
-    close_ep();
+    quit_server();
     ring_free();
     free(g_stage);
     return 0;
@@ -691,15 +698,7 @@ static int run_client(const char *address, const char *test, size_t size,
         ucp_worker_progress(g_worker);
     }
     report(test, size, hlen, iters, window, lat, samples, t0, t1);
-    send_am(AM_QUIT, NULL, 0, NULL, 0);
-    while (g_pending_sends > 0) {
-        ucp_worker_progress(g_worker);
-    }
-    /* let the quit arrive before the disconnect can overtake it */
-    for (uint64_t end = now_ns() + 50000000ull; now_ns() < end;) {
-        ucp_worker_progress(g_worker);
-    }
-    close_ep();
+    quit_server();
     free(payload);
     free(samples);
     return 0;
