@@ -242,6 +242,9 @@ int trs_main(int argc, char **argv)
         } else if (strcmp(argv[i], "--poll") == 0) {
             sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_POLL;
             sp.poll = (rdmx_rpc_poll_t)atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--rings") == 0) {
+            sp.field_mask |= RDMX_RPC_SERVER_PARAM_FIELD_RINGS;
+            sp.rings = (unsigned)atoi(argv[i + 1]);
         } else {
             fprintf(stderr, "rpc test server: unknown option %s\n", argv[i]);
             return 2;

@@ -4,7 +4,7 @@
  *
  * Options (pairs): --address HOST:PORT (default 127.0.0.1:0), --workers N
  * (2), --credits N, --max-message BYTES, --max-connections N, --secret S,
- * --poll 0|1|2. Prints "PORT n"; SIGTERM/SIGINT stop it cleanly.
+ * --poll 0|1|2, --rings N. Prints "PORT n"; SIGTERM/SIGINT stop it cleanly.
  *
  * Handlers:
  *   echo       (idempotent) answers its request

@@ -30,6 +30,11 @@
  *    50 ms deadline ends with RDMX_ERR_TIMEOUT in under 250 ms, and its
  *    slot comes back with the server's late answer: 64 more calls all go
  *    by the ring afterwards.
+ *  - the switches: a channel with rings = 0 writes no call into a ring
+ *    (nor does the server count one); a server with rings = 1 gives rings
+ *    to its first connection, not the second, and again to a connection
+ *    made after the first closed; rings = 65 is refused (RDMX_ERR_INVALID,
+ *    the message names rings).
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -322,6 +327,78 @@ static void test_sleeping_client(rdmx_channel_t *ch)
            (unsigned long long)(ring_answers(ch) - a0));
 }
 
+/* 10 small echo calls on @ch; how many went by the ring. */
+static uint64_t ring_share(rdmx_channel_t *ch)
+{
+    uint64_t c0 = ring_calls(ch);
+
+    for (unsigned i = 0; i < 10; i++)
+        echo(ch, 32, i);
+    return ring_calls(ch) - c0;
+}
+
+/* The two switches: a channel created with rings = 0 never asks for
+ * rings; a server with rings = 1 gives them to one connection per worker
+ * at a time, and again once that connection is gone; more than 64 is
+ * refused at create. */
+static void test_switches(rdmx_context_t *ctx, rdmx_worker_t *w,
+                          const th_proc_t *s1, const th_proc_t *s3)
+{
+    rdmx_channel_params_t cp = {.field_mask = RDMX_CHANNEL_PARAM_FIELD_RINGS,
+                                .rings = 0};
+    rdmx_rpc_server_params_t sp = {
+        .field_mask = RDMX_RPC_SERVER_PARAM_FIELD_RINGS,
+        .rings = 65,
+    };
+    rdmx_rpc_server_t *bad = NULL;
+    rdmx_channel_t *off, *a, *b, *c = NULL;
+    uint64_t n, s0;
+    unsigned tries;
+
+    CHECK_OK(rdmx_channel_create(w, s1->addr, &cp, &off));
+    CHECK_OK(rdmx_channel_wait_ready(off, 10000 * TH_SLOW));
+    s0 = server_ring_requests(off);
+    n = ring_share(off);
+    CHECKF(n == 0, "a channel with rings = 0 wrote %llu calls into a ring",
+           (unsigned long long)n);
+    CHECKF(server_ring_requests(off) == s0,
+           "the server counted ring requests from a channel without rings");
+    rdmx_channel_destroy(off);
+
+    a = open_channel(w, s3);
+    b = open_channel(w, s3);
+    n = ring_share(a);
+    CHECKF(n == (ring_expected ? 10u : 0u),
+           "first channel of a rings = 1 server: %llu of 10 by the ring",
+           (unsigned long long)n);
+    n = ring_share(b);
+    CHECKF(n == 0, "second channel of a rings = 1 server: %llu by the ring",
+           (unsigned long long)n);
+    rdmx_channel_destroy(a);
+    /* (the server frees the place when it sees the close: ask again) */
+    for (tries = 0; tries < 100; tries++) {
+        c = open_channel(w, s3);
+        n = ring_share(c);
+        if (n != 0 || !ring_expected)
+            break;
+        rdmx_channel_destroy(c);
+        c = NULL;
+        usleep(20000);
+    }
+    CHECKF(n == (ring_expected ? 10u : 0u),
+           "a channel after the first closed: %llu of 10 by the ring",
+           (unsigned long long)n);
+    th_log("switches: rings = 0 channel none; rings = 1 server: first "
+           "channel and the one after it closed");
+    rdmx_channel_destroy(c);
+    rdmx_channel_destroy(b);
+
+    CHECK(rdmx_rpc_server_create(ctx, &sp, &bad) == RDMX_ERR_INVALID);
+    CHECKF(strstr(rdmx_error_detail(), "rings") != NULL,
+           "refusal of 65 rings says: %s", rdmx_error_detail());
+    CHECK(bad == NULL);
+}
+
 static void stop_server(th_proc_t *s, const char *what)
 {
     th_kill(s, SIGTERM);
@@ -330,7 +407,7 @@ static void stop_server(th_proc_t *s, const char *what)
 
 int main(int argc, char **argv)
 {
-    th_proc_t s1, s2;
+    th_proc_t s1, s2, s3;
     rdmx_context_t *ctx;
     rdmx_worker_t *w;
     rdmx_channel_t *ch;
@@ -343,6 +420,8 @@ int main(int argc, char **argv)
     th_spawn_self(&s1, "rpc-server", 30000, "--workers", "1", NULL);
     th_spawn_self(&s2, "rpc-server", 30000, "--workers", "1", "--poll", "2",
                   NULL);
+    th_spawn_self(&s3, "rpc-server", 30000, "--workers", "1", "--rings", "1",
+                  NULL);
     ctx = th_context();
     w = th_worker(ctx, 0);
     ch = open_channel(w, &s1);
@@ -354,12 +433,14 @@ int main(int argc, char **argv)
     test_sleeping_client(ch);
     test_deadline(w, ch);
     test_sleeper(w, &s2);
+    test_switches(ctx, w, &s1, &s3);
 
     rdmx_channel_destroy(ch);
     rdmx_worker_destroy(w);
     rdmx_context_destroy(ctx);
     stop_server(&s1, "server S1");
     stop_server(&s2, "server S2");
+    stop_server(&s3, "server S3");
     th_log("ok");
     return 0;
 }

@@ -68,6 +68,7 @@ enum {
     RDMX_RPC_SERVER_PARAM_FIELD_POLL = 1u << 6,
     RDMX_RPC_SERVER_PARAM_FIELD_MAX_INFLIGHT = 1u << 7,
     RDMX_RPC_SERVER_PARAM_FIELD_MAX_RECEIVING = 1u << 8,
+    RDMX_RPC_SERVER_PARAM_FIELD_RINGS = 1u << 9,
 };
 
 /* Earlier names, kept for one release. */
@@ -128,6 +129,11 @@ typedef struct {
      *  at least max_message + 64 KiB (a bulk table beside the largest
      *  payload); a request larger than it gets RDMX_ERR_TOO_BIG. */
     size_t max_receiving;
+    /** Connections per worker given request rings: small calls written
+     *  into the server's memory instead of sent, where the client's
+     *  transport is shared memory (32 KiB each; docs/RPC_RINGS.md). Default
+     *  64, also the most; 0: none, every call comes as messages. */
+    unsigned rings;
 } rdmx_rpc_server_params_t;
 
 /** A request arrived. Answer it with rdmx_rpc_respond*() now or later. */
@@ -314,6 +320,7 @@ enum {
     RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT = 1u << 11,
     RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MAX = 1u << 12,
     RDMX_CHANNEL_PARAM_FIELD_BREAKER_OPEN = 1u << 13,
+    RDMX_CHANNEL_PARAM_FIELD_RINGS = 1u << 14,
 };
 
 /* Earlier names, kept for one release (the three that covered two members
@@ -397,6 +404,10 @@ typedef struct {
      *  Non-zero: calls wait (queued) through DOWN until their deadline, as
      *  gRPC's wait-for-ready. */
     int wait_for_ready;
+    /** Default 1: over shared memory, ask the server for request rings and
+     *  write small calls into them (docs/RPC_RINGS.md); 0: every call goes
+     *  as messages. */
+    int rings;
 } rdmx_channel_params_t;
 
 /**

@@ -169,6 +169,7 @@ struct rdmx_channel {
     rdmx_status_t last_error;
     char last_message[256];
     int wait_for_ready;         /* calls wait through DOWN (rpc.h) */
+    int rings_wanted;           /* ask for the server's rings (rpc.h) */
     rdmx_status_t conn_error;   /* why the last connection ended or failed */
     char conn_message[384];
     rdmx_hook_t hook;
@@ -905,7 +906,7 @@ static void ch_connected(rdmx_ep_t *ep, rdmx_status_t status, void *arg)
     rdmx__ep_set_upper(ep, ch);
     rdmx__rpc_hdr(&h, RDMX_RPC_MSG_HELLO, 0, 0);
     h.aux = RDMX_RPC_HELLO_SIZE;
-    if (rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM)
+    if (ch->rings_wanted && rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM)
         hello[0] = RDMX_RPC_HELLO_F_RINGS; /* (u32, little-endian) */
     ch->handshaking = 1;
     ch->handshake_deadline =
@@ -1387,6 +1388,7 @@ rdmx_status_t rdmx_channel_create(rdmx_worker_t *w, const char *address,
         ch->hb_timeout_ms = 2 * ch->hb_ms;
     ch->wait_for_ready = (f & RDMX_CHANNEL_PARAM_FIELD_WAIT_FOR_READY) &&
                          p->wait_for_ready;
+    ch->rings_wanted = !(f & RDMX_CHANNEL_PARAM_FIELD_RINGS) || p->rings;
     ch->backoff_min_ms =
         OPT(RDMX_CHANNEL_PARAM_FIELD_BACKOFF_MIN, backoff_min_ms, 50);
     ch->backoff_max_ms =

@@ -228,6 +228,7 @@ struct rdmx_rpc_server {
     uint64_t max_message;
     uint64_t max_receiving;
     unsigned max_inflight;
+    unsigned max_rings; /* connections with rings per worker (rpc.h) */
     rdmx_rpc_poll_t poll;
     unsigned char *secret;
     size_t secret_len;
@@ -1031,9 +1032,9 @@ static void ring_offer(conn_t *c)
 
     if (rdmx_ep_transport(c->ep) != RDMX_TRANSPORT_SHM)
         return;
-    for (i = 0; i < SRV_RINGS_MAX && sw->rings[i] != NULL; i++)
+    for (i = 0; i < sw->srv->max_rings && sw->rings[i] != NULL; i++)
         ;
-    if (i == SRV_RINGS_MAX)
+    if (i == sw->srv->max_rings)
         return;
     if (rdmx__rings_create(sw->srv->ctx, &c->ring_mr, &c->ring, &c->ans, desc,
                            sizeof(desc), &len) != RDMX_OK) {
@@ -1560,10 +1561,15 @@ rdmx_status_t rdmx_rpc_server_create(rdmx_context_t *ctx,
                           : SRV_DEFAULT_INFLIGHT;
     s->poll = (f & RDMX_RPC_SERVER_PARAM_FIELD_POLL) ? p->poll
                                                 : RDMX_RPC_POLL_ADAPTIVE;
-    if (s->nworkers > 1024 || s->poll > RDMX_RPC_POLL_SLEEP) {
-        rdmx_status_t st = rdmx__error(RDMX_ERR_INVALID,
-                                       "rpc server: %u workers, poll mode %d",
-                                       s->nworkers, (int)s->poll);
+    s->max_rings =
+        (f & RDMX_RPC_SERVER_PARAM_FIELD_RINGS) ? p->rings : SRV_RINGS_MAX;
+    if (s->nworkers > 1024 || s->poll > RDMX_RPC_POLL_SLEEP ||
+        s->max_rings > SRV_RINGS_MAX) {
+        rdmx_status_t st = rdmx__error(
+            RDMX_ERR_INVALID,
+            "rpc server: %u workers, poll mode %d, %u rings per worker "
+            "(at most %u)",
+            s->nworkers, (int)s->poll, s->max_rings, SRV_RINGS_MAX);
         free(s);
         return st;
     }

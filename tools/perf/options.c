@@ -40,7 +40,8 @@ static void usage(FILE *f)
         "| -a]\n"
         "                 [-n ITERS] [-w WARMUP] [-W WINDOW] "
         "[--flush window|end]\n"
-        "                 [--batch] [-T THREADS] [--server-workers N] [--poll "
+        "                 [--batch] [--no-rings] [-T THREADS] "
+        "[--server-workers N] [--poll "
         "MODE] "
         "[--rpc-only]\n"
         "                 [--transport T] [--json] [--timeout S] "
@@ -72,6 +73,9 @@ static void usage(FILE *f)
         "  --batch      rpc_rate: each call of a burst but its last with "
         "RDMX_RPC_MORE\n"
         "               (the burst leaves as one message)\n"
+        "  --no-rings   rpc_*: every call as messages, none written into the "
+        "server's\n"
+        "               request ring over shared memory (docs/RPC_RINGS.md)\n"
         "  -T THREADS   rpc_*: client threads, each with its own worker and "
         "channel (1)\n"
         "  --server-workers N  RPC server worker threads (server's default, "
@@ -182,6 +186,7 @@ enum {
     OPT_TIMEOUT,
     OPT_FLUSH,
     OPT_BATCH,
+    OPT_NO_RINGS,
     OPT_SERVER_WORKERS,
     OPT_POLL,
     OPT_RPC_ONLY,
@@ -272,6 +277,9 @@ static int parse_option(int c, const char *arg, opts_t *o)
     case OPT_BATCH:
         o->batch = true;
         return 0;
+    case OPT_NO_RINGS:
+        o->no_rings = true;
+        return 0;
     case OPT_TIMEOUT: /* whole seconds for alarm(), rounded up */
         if (opt_duration(arg, OPT_S, &v) < 0) {
             return bad("--timeout", arg);
@@ -344,6 +352,7 @@ int perf_parse_args(int argc, char **argv, opts_t *o)
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
         {"flush", required_argument, NULL, OPT_FLUSH},
         {"batch", no_argument, NULL, OPT_BATCH},
+        {"no-rings", no_argument, NULL, OPT_NO_RINGS},
         {"server-workers", required_argument, NULL, OPT_SERVER_WORKERS},
         {"poll", required_argument, NULL, OPT_POLL},
         {"rpc-only", no_argument, NULL, OPT_RPC_ONLY},

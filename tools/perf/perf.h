@@ -96,6 +96,7 @@ typedef struct {
     bool once;
     bool flush_windows; /* put_bw/get_bw: flush per window (else at end) */
     bool batch;         /* rpc_rate: calls of a burst with RDMX_RPC_MORE */
+    bool no_rings;      /* rpc_*: no request rings (channel param) */
     unsigned timeout_s;
     bool sizes_set;          /* -s or -a given: RPC tests use them too */
     bool window_set;         /* -W given */

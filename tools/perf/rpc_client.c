@@ -222,6 +222,10 @@ static int rpc_thread_setup(rpc_thread_t *t)
         cp.heartbeat_ms = 250;
         cp.heartbeat_timeout_ms = 30000;
     }
+    if (run->o->no_rings) {
+        cp.field_mask |= RDMX_CHANNEL_PARAM_FIELD_RINGS;
+        cp.rings = 0;
+    }
 
     /* every non-blocking call of this thread completes in rpc_cb */
     t->params.field_mask = RDMX_CALL_PARAM_FIELD_CB;
