@@ -144,6 +144,7 @@ struct rdmx_channel {
     int handshaking;      /* HELLO sent, waiting for WELCOME */
     uint64_t handshake_deadline;
     unsigned credits;
+    int rings_wanted; /* ask for the server's rings (rpc.h) */
     uint64_t max_message;
     uint32_t nhandlers;
     uint32_t *h_ids, *h_flags;
@@ -172,7 +173,6 @@ struct rdmx_channel {
     rdmx_status_t last_error;
     char last_message[256];
     int wait_for_ready;         /* calls wait through DOWN (rpc.h) */
-    int rings_wanted;           /* ask for the server's rings (rpc.h) */
     rdmx_status_t conn_error;   /* why the last connection ended or failed */
     char conn_message[384];
     rdmx_hook_t hook;
