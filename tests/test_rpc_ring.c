@@ -21,12 +21,13 @@
  *  - answers to ring requests come by the channel's ring when they fit a
  *    slot (ring_responses grows by 200 with the 200 small calls above), as
  *    messages when not (rdmx.stats: its text to an empty request).
- *  - a client that sleeps is woken: 10 calls of a 20 ms handler, each
- *    answered by the ring within 40 ms (x4 sanitized).
+ *  - a client that sleeps is woken: 10 calls of a 20 ms handler, answered
+ *    by the ring in under 30 ms (median; each under 80 ms; x4 sanitized).
  *  - a server that sleeps is woken: against a server with sleeping
- *    workers (--poll 2), 20 calls, each after 20 ms of silence, all
- *    answered within 20 ms (x4 sanitized; its sleep lasts 100 ms when
- *    nothing wakes it), every one by the ring over shm.
+ *    workers (--poll 2), 20 calls, each after 20 ms of silence, answered
+ *    in under 5 ms (median; each under 60 ms; x4 sanitized; its sleep
+ *    lasts 80-100 ms when nothing wakes it), every one by the ring over
+ *    shm.
  *  - a deadline and cancel still end ring calls: a 300 ms "spin" with a
  *    50 ms deadline ends with RDMX_ERR_TIMEOUT in under 250 ms, and its
  *    slot, held until the server's late answer, comes back: 64 more calls
@@ -212,11 +213,25 @@ static void test_held(rdmx_worker_t *w, rdmx_channel_t *ch)
            "the ring is not used again after its slots came back");
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* The median of @n times (sorts them). */
+static double median(double *t, unsigned n)
+{
+    qsort(t, n, sizeof(*t), cmp_double);
+    return t[n / 2];
+}
+
 static void test_sleeper(rdmx_worker_t *w, const th_proc_t *srv)
 {
     rdmx_channel_t *ch = open_channel(w, srv);
     uint64_t c0 = ring_calls(ch);
-    double worst = 0;
+    double times[20], worst = 0, mid;
 
     echo(ch, 8, 1);
     for (unsigned i = 0; i < 20; i++) {
@@ -225,12 +240,18 @@ static void test_sleeper(rdmx_worker_t *w, const th_proc_t *srv)
         usleep(20000);
         t = th_now_ms();
         echo(ch, 16, i);
-        t = th_now_ms() - t;
-        if (t > worst)
-            worst = t;
+        times[i] = th_now_ms() - t;
+        if (times[i] > worst)
+            worst = times[i];
     }
-    th_log("20 calls to a sleeping server: slowest %.2f ms", worst);
-    CHECKF(worst < 20.0 * TH_SLOW,
+    mid = median(times, 20);
+    th_log("20 calls to a sleeping server: median %.2f ms, slowest %.2f ms",
+           mid, worst);
+    /* (a server left asleep answers after 80-100 ms, every time; the
+     * slowest only bounds a machine that is busy with other tests) */
+    CHECKF(mid < 5.0 * TH_SLOW,
+           "calls to a sleeping server took %.1f ms (median; not woken?)", mid);
+    CHECKF(worst < 60.0 * TH_SLOW,
            "a call to a sleeping server took %.1f ms (not woken?)", worst);
     CHECKF(ring_calls(ch) - c0 == (ring_expected ? 21u : 0u),
            "%llu of 21 calls by the ring",
@@ -310,19 +331,25 @@ static void test_sleeping_client(rdmx_channel_t *ch)
     uint32_t ms = 20;
     unsigned char out[16];
     uint64_t a0 = ring_answers(ch);
-    double worst = 0;
+    double times[10], worst = 0, mid;
 
     for (unsigned i = 0; i < 10; i++) {
         double t = th_now_ms();
 
         CHECK_OK(rdmx_call(ch, "spin", &ms, sizeof(ms), out, sizeof(out), NULL,
                            NULL));
-        t = th_now_ms() - t;
-        if (t > worst)
-            worst = t;
+        times[i] = th_now_ms() - t;
+        if (times[i] > worst)
+            worst = times[i];
     }
-    th_log("10 calls of 20 ms with a sleeping client: slowest %.1f ms", worst);
-    CHECKF(worst < 40.0 * TH_SLOW, "a 20 ms call took %.1f ms (not woken?)",
+    mid = median(times, 10);
+    th_log("10 calls of 20 ms with a sleeping client: median %.1f ms, "
+           "slowest %.1f ms",
+           mid, worst);
+    /* (a client left asleep wakes for its next timer, 100 ms on) */
+    CHECKF(mid < 30.0 * TH_SLOW,
+           "20 ms calls took %.1f ms (median; not woken?)", mid);
+    CHECKF(worst < 80.0 * TH_SLOW, "a 20 ms call took %.1f ms (not woken?)",
            worst);
     CHECKF(ring_answers(ch) - a0 == (ring_expected ? 10u : 0u),
            "%llu of 10 answers by the ring",
