@@ -480,8 +480,14 @@ int main(int argc, char **argv)
         test_rings(ep);
         rdmx_rmem_destroy(rm);
     }
+    rdmx_ep_close(ep);
+    rdmx_worker_destroy(rw);
+    th_sleep_ms(100);
+    CHECKF(th_alive(&srv), "the server died");
     honest_echo(4);
     rdmx_channel_destroy(honest);
+    rdmx_worker_destroy(hw);
+    rdmx_context_destroy(ctx);
     th_kill(&srv, SIGTERM);
     th_check_exit_ok("server", th_wait_exit(&srv, 20000));
     th_log("ok");
