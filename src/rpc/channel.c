@@ -46,9 +46,9 @@
 #define CH_SPARE_MAX 64   /* ended call records kept for the next calls */
 #define CH_SLOTS_MIN   32   /* first size of the call slot table */
 #define CH_SLOT_NONE   UINT32_MAX
-#define CH_RING_DEPTH                                                          \
-    2 /* unanswered calls past which calls batch as                            \
-         messages instead of taking the ring */
+/* Unanswered calls past which calls batch as messages instead of taking
+ * the ring (docs/RPC_RINGS.md, "Rings or batches"). */
+#define CH_RING_DEPTH 2
 /* How long a call that lent a buffer waits, after it ended, for the
  * server's answer before the connection is closed under it; and one whose
  * request is still being sent from the caller's memory, for the send's
