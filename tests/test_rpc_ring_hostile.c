@@ -5,7 +5,7 @@
  * every bad record, and serves everyone else.
  *
  * The test speaks the RPC protocol itself on a core endpoint (its own
- * handler for AM 16 on the worker's UCX handle, as rpc_malformed does),
+ * handlers for RPC messages, tests/raw_rpc.c, as rpc_malformed),
  * asks for rings in HELLO, maps the region the RING message describes and
  * writes records byte by byte. An honest channel on another worker checks
  * the server between steps. Over shared memory, proven:
@@ -34,8 +34,8 @@
 #include "harness.h"
 #include "rpc_server.h"
 
-#include "core/internal.h" /* a raw peer: rdmx__msg_send, tokens */
-#include "core/ucx/ucx.h"  /* its own handler for RPC messages */
+#include "core/internal.h" /* a raw peer: rdmx__msg_send */
+#include "raw_rpc.h"       /* its own handlers for RPC messages */
 #include "rpc/ring.h"
 #include "rpc/wire.h"
 #include "util/endian.h"
@@ -45,7 +45,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucp/api/ucp.h>
 
 #define MAX_MSGS 4096
 
@@ -74,67 +73,13 @@ static void take(const void *header, size_t hlen, const void *data, size_t len)
     memcpy(m->data, data, len < sizeof(m->data) ? len : sizeof(m->data));
 }
 
-/* (a message sent at once names this side's connection before its
- * header: docs/CORE.md, "Who sent a message") */
-static void unname(const void **header, size_t *hlen,
-                   const ucp_am_recv_param_t *param)
+/* What the server sent (raw_rpc.h): never by rendezvous here. */
+static ucs_status_t take_msg(const void *header, size_t hlen, void *data,
+                             size_t len, int rndv)
 {
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-        return;
-    CHECK(*hlen >= 8 && rdmx__tp_token(rw, rdmx_get_le64(*header)) != NULL);
-    *header = (const unsigned char *)*header + 8;
-    *hlen -= 8;
-}
-
-static ucs_status_t raw_am(void *arg, const void *header, size_t hlen,
-                           void *data, size_t len,
-                           const ucp_am_recv_param_t *param)
-{
-    (void)arg;
-    unname(&header, &hlen, param);
-    CHECK(!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV));
+    CHECK(!rndv);
     take(header, hlen, data, len);
     return UCS_OK;
-}
-
-/* A batch: records of id, header length, 0, 0, LE u32 data length,
- * header, data, padding to 8 (docs/PROTOCOL.md, "Batched messages"). */
-static ucs_status_t raw_batch(void *arg, const void *header, size_t hlen,
-                              void *data, size_t len,
-                              const ucp_am_recv_param_t *param)
-{
-    const unsigned char *p = data, *end = p + len;
-
-    (void)arg;
-    unname(&header, &hlen, param);
-    while (p < end) {
-        size_t rh, rl;
-
-        CHECK(end - p >= 8 && p[0] == RDMX_AM_RPC);
-        rh = p[1];
-        rl = rdmx_get_le32(p + 4);
-        CHECK(rh + rl <= (size_t)(end - p) - 8);
-        take(p + 8, rh, p + 8 + rh, rl);
-        p += (8 + rh + rl + 7) & ~(size_t)7;
-    }
-    return UCS_OK;
-}
-
-static void install_raw_handlers(rdmx_worker_t *w)
-{
-    ucp_am_handler_param_t p;
-
-    memset(&p, 0, sizeof(p));
-    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                   UCP_AM_HANDLER_PARAM_FIELD_CB |
-                   UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    p.id = RDMX_AM_RPC;
-    p.cb = raw_am;
-    p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    CHECK(ucp_worker_set_am_recv_handler(rdmx__ucx_worker(w), &p) == UCS_OK);
-    p.id = RDMX_AM_BATCH;
-    p.cb = raw_batch;
-    CHECK(ucp_worker_set_am_recv_handler(rdmx__ucx_worker(w), &p) == UCS_OK);
 }
 
 static void send_done(rdmx_status_t st, size_t length, void *arg)
@@ -454,7 +399,7 @@ int main(int argc, char **argv)
     ctx = th_context();
     rw = th_worker(ctx, 0);
     hw = th_worker(ctx, 0);
-    install_raw_handlers(rw);
+    raw_rpc_install(rw, take_msg, NULL);
     CHECK_OK(rdmx_channel_create(hw, srv.addr, NULL, &honest));
     CHECK_OK(rdmx_channel_wait_ready(honest, 10000 * TH_SLOW));
     ep = th_connect(rw, &srv, NULL);
