@@ -79,13 +79,25 @@ int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
                      size_t blen)
 {
     unsigned char *s = slot_of(o->base, o->next);
+    unsigned char rec[RDMX_RING_STRIDE]; /* (staged: see below) */
     unsigned char *d =
-        s + 8 + rdmx_rpc_ring_record_encode(h, len + blen, after, s + 8);
+        rec + 8 + rdmx_rpc_ring_record_encode(h, len + blen, after, rec + 8);
+    size_t end;
 
     if (len != 0)
         memcpy(d, data, len);
     if (blen != 0)
         memcpy(d + len, body, blen);
+    /* Into the slot its lines after the first, then the rest of the first,
+     * then the sequence: the reader polls the first line, so its stores
+     * come last and together. Written in place in record order, the
+     * header's stores took the first line from the polling reader and the
+     * sequence's took it back, a second transfer between the cores per
+     * record (docs/RPC_RINGS.md, "Cache lines"). */
+    end = (size_t)(d + len + blen - rec);
+    if (end > RDMX_RING_LINE)
+        memcpy(s + RDMX_RING_LINE, rec + RDMX_RING_LINE, end - RDMX_RING_LINE);
+    memcpy(s + 8, rec + 8, (end < RDMX_RING_LINE ? end : RDMX_RING_LINE) - 8);
     /* The record before its sequence (the reader acquires the sequence);
      * the sequence before the look at the sleeping word. Both sides use
      * sequentially consistent operations on the two words (the reader an
@@ -104,7 +116,14 @@ int rdmx__ring_read(rdmx_ring_t *r, unsigned kind, rdmx_rpc_msg_t *m,
     unsigned char *s = slot_of(r->base, r->next);
     size_t off = 0, len = 0, size;
 
-    if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != r->next)
+    uint64_t seq = __atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE);
+
+    /* Each look also reads the slot's second line, which a record of more
+     * than 48 bytes of data reaches and its writer stores before the
+     * first: the record's two lines then come over together, not one after
+     * the other (docs/RPC_RINGS.md, "Cache lines"). */
+    (void)*(volatile const uint64_t *)(s + RDMX_RING_LINE);
+    if (seq != r->next)
         return 0;
     /* Copied out of memory the peer can still write: what is checked is
      * what is used. Only the bytes the record says it has (bounded by the

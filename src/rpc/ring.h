@@ -26,8 +26,9 @@
 
 #define RDMX_RING_SLOTS  64u
 #define RDMX_RING_STRIDE 256u
-#define RDMX_RING_HEAD   64u /* line 0: the reader's sleeping word */
-#define RDMX_RING_REC    16u /* sequence, the record's fixed part */
+#define RDMX_RING_LINE   64u            /* a cache line */
+#define RDMX_RING_HEAD   RDMX_RING_LINE /* line 0: the reader's sleeping word */
+#define RDMX_RING_REC    16u            /* sequence, the record's fixed part */
 #define RDMX_RING_BYTES  (RDMX_RING_HEAD + RDMX_RING_SLOTS * RDMX_RING_STRIDE)
 /* A connection's region: its requests ring, then its answers ring. */
 #define RDMX_RINGS_BYTES (2 * RDMX_RING_BYTES)
