@@ -48,7 +48,7 @@
 #define CH_SLOT_NONE   UINT32_MAX
 /* Unanswered calls past which calls batch as messages instead of taking
  * the ring (docs/RPC_RINGS.md, "Rings or batches"). */
-#define CH_RING_DEPTH 2
+#define CH_RING_DEPTH 16
 /* How long a call that lent a buffer waits, after it ended, for the
  * server's answer before the connection is closed under it; and one whose
  * request is still being sent from the caller's memory, for the send's
