@@ -119,9 +119,11 @@ int rdmx__ring_read(rdmx_ring_t *r, unsigned kind, rdmx_rpc_msg_t *m,
     uint64_t seq = __atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE);
 
     /* Each look also reads the slot's second line, which a record of more
-     * than 48 bytes of data reaches and its writer stores before the
-     * first: the record's two lines then come over together, not one after
-     * the other (docs/RPC_RINGS.md, "Cache lines"). */
+     * than 28 bytes of data reaches (32 in an answer) and its writer
+     * stores before the first: the record's two lines then come over
+     * together, not one after the other. The value is not used: what is
+     * read is read after the acquire above (docs/RPC_RINGS.md, "Cache
+     * lines"). */
     (void)*(volatile const uint64_t *)(s + RDMX_RING_LINE);
     if (seq != r->next)
         return 0;
