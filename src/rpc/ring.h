@@ -10,8 +10,9 @@
  * client's (UCX 1.13 crashes when it unpacks the key of a shared-memory
  * segment that is already gone, which a client that closes at once would
  * make happen). Record k of a ring goes into slot k mod RDMX_RING_SLOTS,
- * its sequence word last with a release store; the reader polls its next
- * slot's sequence word. A ring's first cache line holds its reader's
+ * its later cache lines first and its sequence word last (a sequentially
+ * consistent exchange); the reader polls its next slot's sequence word
+ * and second line. A ring's first cache line holds its reader's
  * `sleeping` word, which a writer reads after its record to learn whether
  * it must wake the reader with a message.
  *
