@@ -348,8 +348,8 @@ rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
 {
     size_t hl, dl;
 
-    memset(h, 0, sizeof(*h));
     if (size < RDMX_RPC_RING_REC_FIXED) {
+        memset(h, 0, sizeof(*h));
         WHY("ring record of %zu bytes", size);
         return RDMX_ERR_PROTO;
     }
@@ -358,13 +358,16 @@ rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
     if (hl < RDMX_RPC_HDR_MIN || hl > RDMX_RPC_HDR_MAX ||
         hl > size - RDMX_RPC_RING_REC_FIXED ||
         dl > size - RDMX_RPC_RING_REC_FIXED - hl) {
+        memset(h, 0, sizeof(*h));
         WHY("ring record of %zu header and %zu data bytes in %zu", hl, dl,
             size);
         return RDMX_ERR_PROTO;
     }
     *after = rdmx_get_le32(rec + 4);
-    if (rdmx_rpc_hdr_decode(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h, why,
-                            why_size) != RDMX_OK)
+    /* (rdmx_rpc_hdr_decode, inline: each sets all of @h) */
+    if (!hdr_decode_common(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h) &&
+        hdr_decode_full(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h, why,
+                        why_size) != RDMX_OK)
         return RDMX_ERR_PROTO;
     if (h->kind != kind) {
         WHY("a ring record of kind %u where kind %u goes", h->kind, kind);
