@@ -161,12 +161,11 @@ static lambda_fn_t *cache_get(rdmx_lambda_engine_t *e, const uint8_t *id)
     return f;
 }
 
-static void cache_put_ref(rdmx_lambda_engine_t *e, lambda_fn_t *f)
+/* Drop a call's reference to @f (NULL: none); e->lock held. */
+static void fn_unref_locked(lambda_fn_t *f)
 {
-    pthread_mutex_lock(&e->lock);
-    if (--f->refs == 0 && !f->linked)
+    if (f != NULL && --f->refs == 0 && !f->linked)
         free(f);
-    pthread_mutex_unlock(&e->lock);
 }
 
 static void cache_insert(rdmx_lambda_engine_t *e, const uint8_t *id,
@@ -542,13 +541,16 @@ static void result_init(rdmx_lambda_result_t *res)
     memset(res, 0, sizeof(*res));
 }
 
-/* Count the outcome, set the detail. @p fresh: 1 the call ran in a state
- * found ready (a pooled state), 0 it built its state, -1 it ran no Lua
- * state. */
+/* Count the outcome, set the detail, and drop the call's reference to
+ * its cached function @fn (NULL: none), under the one lock. @p fresh: 1
+ * the call ran in a state found ready (a pooled state), 0 it built its
+ * state, -1 it ran no Lua state. */
 static rdmx_status_t finish(rdmx_lambda_engine_t *e, rdmx_status_t st,
-                            rdmx_lambda_result_t *res, int syntax, int fresh)
+                            rdmx_lambda_result_t *res, int syntax, int fresh,
+                            lambda_fn_t *fn)
 {
     pthread_mutex_lock(&e->lock);
+    fn_unref_locked(fn);
     e->stats.calls++;
     if (fresh == 1)
         e->stats.states_ready++;
@@ -583,10 +585,12 @@ static rdmx_status_t finish(rdmx_lambda_engine_t *e, rdmx_status_t st,
 
 /* Run a call in a pooled state. With @p held_p, the state stays the
  * caller's (rdmx__lambda_engine_tidy gives it back); without, it goes back
- * to the pool now, and the next call in it restores its image first. */
-static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code, size_t len,
-                         int binary, int want_dump,
-                         const rdmx_lambda_call_params_t *call,
+ * to the pool now, and the next call in it restores its image first. @fn:
+ * the cached function @code is from, whose reference the call gives back
+ * here (NULL: none). */
+static rdmx_status_t run(rdmx_lambda_engine_t *e, lambda_fn_t *fn,
+                         const char *code, size_t len, int binary,
+                         int want_dump, const rdmx_lambda_call_params_t *call,
                          rdmx_lambda_result_t *res,
                          rdmx__lambda_state_t **held_p)
 {
@@ -631,13 +635,13 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code, size_t len,
         snprintf(res->message, sizeof(res->message),
                  "lambda: bad call (nargs %u, max %d; NULL input or args)",
                  r.call->nargs, RDMX_LAMBDA_ARGS_MAX);
-        return finish(e, RDMX_ERR_INVALID, res, 0, -1);
+        return finish(e, RDMX_ERR_INVALID, res, 0, -1, fn);
     }
     state = rdmx__lambda_states_take(e->states, &fresh);
     if (state == NULL) {
         snprintf(res->message, sizeof(res->message),
                  "lambda: out of memory (a sandbox state)");
-        return finish(e, RDMX_ERR_NO_MEMORY, res, 0, -1);
+        return finish(e, RDMX_ERR_NO_MEMORY, res, 0, -1, fn);
     }
     st = rdmx__lambda_run(&r, state);
     if (held_p != NULL)
@@ -652,7 +656,9 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code, size_t len,
     res->instructions = r.units;
     res->memory_peak = r.mem_peak;
     res->elapsed_ns = r.elapsed_ns;
-    if (st == RDMX_OK && res->output == NULL) {
+    /* (a held call is a server's, which sends output_len bytes: no empty
+     * buffer for a function that returned nothing) */
+    if (st == RDMX_OK && res->output == NULL && held_p == NULL) {
         res->output = calloc(1, 1);
         if (res->output == NULL) {
             snprintf(res->message, sizeof(res->message), "out of memory");
@@ -662,7 +668,7 @@ static rdmx_status_t run(rdmx_lambda_engine_t *e, const char *code, size_t len,
     if (want_dump && !r.compile_error && !r.dump_failed && r.dump != NULL)
         cache_insert(e, res->id, r.dump, r.dump_len);
     free(r.dump);
-    return finish(e, st, res, r.compile_error && !binary, fresh);
+    return finish(e, st, res, r.compile_error && !binary, fresh, fn);
 }
 
 rdmx_status_t rdmx__lambda_engine_eval(rdmx_lambda_engine_t *engine,
@@ -673,7 +679,6 @@ rdmx_status_t rdmx__lambda_engine_eval(rdmx_lambda_engine_t *engine,
 {
     rdmx_lambda_engine_t *e = engine;
     lambda_fn_t *f;
-    rdmx_status_t st;
 
     if (held_p != NULL)
         *held_p = NULL;
@@ -691,17 +696,16 @@ rdmx_status_t rdmx__lambda_engine_eval(rdmx_lambda_engine_t *engine,
         snprintf(result->message, sizeof(result->message),
                  "source of %zu bytes exceeds max_source of %zu", length,
                  e->max_source);
-        return finish(e, RDMX_ERR_TOO_BIG, result, 0, -1);
+        return finish(e, RDMX_ERR_TOO_BIG, result, 0, -1, NULL);
     }
     f = cache_get(e, result->id);
     if (f != NULL) {
         result->cached = 1;
-        st = run(e, (const char *)f->code, f->len, 1, 0, call, result, held_p);
-        cache_put_ref(e, f);
-        return st;
+        return run(e, f, (const char *)f->code, f->len, 1, 0, call, result,
+                   held_p);
     }
-    return run(e, source != NULL ? source : "", length, 0, e->cache_entries > 0,
-               call, result, held_p);
+    return run(e, NULL, source != NULL ? source : "", length, 0,
+               e->cache_entries > 0, call, result, held_p);
 }
 
 rdmx_status_t rdmx_lambda_engine_eval(rdmx_lambda_engine_t *engine,
@@ -720,7 +724,6 @@ rdmx_status_t rdmx__lambda_engine_call(rdmx_lambda_engine_t *engine,
 {
     rdmx_lambda_engine_t *e = engine;
     lambda_fn_t *f;
-    rdmx_status_t st;
     char hex[65];
 
     if (held_p != NULL)
@@ -745,9 +748,7 @@ rdmx_status_t rdmx__lambda_engine_call(rdmx_lambda_engine_t *engine,
         return rdmx__error(RDMX_ERR_NOT_FOUND, "%s", result->message);
     }
     result->cached = 1;
-    st = run(e, (const char *)f->code, f->len, 1, 0, call, result, held_p);
-    cache_put_ref(e, f);
-    return st;
+    return run(e, f, (const char *)f->code, f->len, 1, 0, call, result, held_p);
 }
 
 rdmx_status_t rdmx_lambda_engine_call(rdmx_lambda_engine_t *engine,
@@ -829,7 +830,7 @@ rdmx_status_t rdmx_lambda_engine_native(rdmx_lambda_engine_t *engine,
     if (fn == NULL) {
         snprintf(result->message, sizeof(result->message),
                  "no native function \"%.64s\"", name);
-        return finish(e, RDMX_ERR_NOT_FOUND, result, 0, -1);
+        return finish(e, RDMX_ERR_NOT_FOUND, result, 0, -1, NULL);
     }
 
     memset(&o, 0, sizeof(o));
@@ -859,16 +860,16 @@ rdmx_status_t rdmx_lambda_engine_native(rdmx_lambda_engine_t *engine,
             snprintf(result->message, sizeof(result->message),
                      "native \"%.64s\": %s", name, rdmx_strerror(st));
         free(o.buf.data);
-        return finish(e, st, result, 0, -1);
+        return finish(e, st, result, 0, -1, NULL);
     }
     if (o.buf.data == NULL)
         o.buf.data = calloc(1, 1);
     if (o.buf.data == NULL) {
         snprintf(result->message, sizeof(result->message), "out of memory");
-        return finish(e, RDMX_ERR_NO_MEMORY, result, 0, -1);
+        return finish(e, RDMX_ERR_NO_MEMORY, result, 0, -1, NULL);
     }
     result->output = o.buf.data;
     result->output_len = o.buf.len;
     result->type = RDMX_LAMBDA_STRING;
-    return finish(e, RDMX_OK, result, 0, -1);
+    return finish(e, RDMX_OK, result, 0, -1, NULL);
 }

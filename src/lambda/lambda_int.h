@@ -248,7 +248,9 @@ rdmx_status_t rdmx__lambda_eval(rdmx_channel_t *channel, const char *source,
  * the RPC request: tests use it directly). With @p held_p, the sandbox
  * state the call ran in stays the caller's (*@p held_p, NULL when none
  * ran) until it passes it to rdmx__lambda_engine_tidy(), after sending
- * the answer; without, the state goes back to the pool at once. */
+ * the answer, and a call that made no output leaves result->output NULL
+ * (length 0); without, the state goes back to the pool at once and the
+ * output is never NULL on success (rdmx_lambda_result_t). */
 rdmx_status_t
 rdmx__lambda_serve(rdmx_lambda_engine_t *engine, rdmx__lambda_kind_t kind,
                    const rdmx__lambda_req_t *req, uint64_t deadline_ns,
