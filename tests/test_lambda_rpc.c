@@ -31,6 +31,8 @@
  *   with a random id gives RDMX_ERR_NOT_FOUND and "not cached"; on "b"
  *   (cache of 1) a second function evicts the first, whose raw call is then
  *   NOT_FOUND and whose rdmx_lambda_eval resends the source and works.
+ *   A function that returns nothing answers empty, by source and then by
+ *   hash, one that prints and returns nil answers what it printed.
  * - sandbox: io, os.execute (the file it would create does not appear),
  *   require, debug, string.dump fail remotely with their Lua messages; a
  *   genuine Lua 5.4 binary chunk (lua_dump) is refused as the source and
@@ -527,6 +529,21 @@ static void part_cache(void)
         n = enc_call(req, id1, "5");
         EXPECT_OK(raw_call(ch_b, "lambda.call", req, n));
         EXPECT(strcmp(out, "one:5") == 0, "after the resend: '%s'", out);
+    }
+
+    /* No output: empty by source and by hash alike (the server sends no
+     * buffer for it), and print()'s output when the return is nil. */
+    {
+        char empty[96], printed[96];
+        snprintf(empty, sizeof(empty), "local pid = %d return", (int)getpid());
+        snprintf(printed, sizeof(printed),
+                 "local pid = %d print('p') return nil", (int)getpid());
+        for (int k = 0; k < 3; k++) {
+            memset(out, 'x', 8);
+            EXPECT_OUT(ch_a, empty, NULL, "");
+            EXPECT_OUT(ch_a, printed, NULL, "p\n");
+        }
+        EXPECT_OUT(ch_a, src1, "z", "one:z"); /* and output again after */
     }
 }
 
