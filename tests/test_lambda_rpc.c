@@ -539,7 +539,6 @@ static void part_cache(void)
         snprintf(printed, sizeof(printed),
                  "local pid = %d print('p') return nil", (int)getpid());
         for (int k = 0; k < 3; k++) {
-            memset(out, 'x', 8);
             EXPECT_OUT(ch_a, empty, NULL, "");
             EXPECT_OUT(ch_a, printed, NULL, "p\n");
         }

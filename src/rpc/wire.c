@@ -364,10 +364,9 @@ rdmx_status_t rdmx_rpc_ring_record_decode(const unsigned char *rec, size_t size,
         return RDMX_ERR_PROTO;
     }
     *after = rdmx_get_le32(rec + 4);
-    /* (rdmx_rpc_hdr_decode, inline: each sets all of @h) */
-    if (!hdr_decode_common(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h) &&
-        hdr_decode_full(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h, why,
-                        why_size) != RDMX_OK)
+    /* (it sets all of @h, as the early returns above do by clearing it) */
+    if (rdmx_rpc_hdr_decode(rec + RDMX_RPC_RING_REC_FIXED, hl, dl, h, why,
+                            why_size) != RDMX_OK)
         return RDMX_ERR_PROTO;
     if (h->kind != kind) {
         WHY("a ring record of kind %u where kind %u goes", h->kind, kind);
