@@ -273,15 +273,17 @@ rdmx_status_t rdmx__ofi_bell_arm(ofi_worker_t *ow)
 
     while (recv(ow->bell_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
         ow->bell_wakes++;
-    if (ow->bell_state == OFI_BELL_CHECK) {
-        ow->bell_state = OFI_BELL_ASLEEP;
-    } else if (ow->bell_state == OFI_BELL_AWAKE ||
-               __atomic_load_n(&ow->bell->sleeping, __ATOMIC_RELAXED) == 0) {
-        /* (awake, or rung while asleep: raise it again and check) */
+    /* Sleep only with the flag still up: a peer that took it down since
+     * it was raised (its datagram maybe drained just now) posted after
+     * the last pass looked, so look again. */
+    if (ow->bell_state == OFI_BELL_AWAKE ||
+        __atomic_load_n(&ow->bell->sleeping, __ATOMIC_SEQ_CST) == 0) {
+        /* (awake, or rung: raise it again and check) */
         __atomic_store_n(&ow->bell->sleeping, 1, __ATOMIC_SEQ_CST);
         ow->bell_state = OFI_BELL_CHECK;
         return RDMX_ERR_BUSY;
     }
+    ow->bell_state = OFI_BELL_ASLEEP;
     while (read(ow->tfd, &v, sizeof(v)) == (ssize_t)sizeof(v)) {
     }
     ns = ow->inflight != 0 ? OFI_BELL_BUSY_NS : OFI_BELL_IDLE_NS;
