@@ -54,8 +54,6 @@
 #define OFI_BELL_BUSY_NS 1000000ull   /* timer while operations are out */
 #define OFI_BELL_IDLE_NS 100000000ull /* timer with nothing out */
 
-enum { OFI_BELL_AWAKE, OFI_BELL_CHECK, OFI_BELL_ASLEEP };
-
 static void bell_name(char *out, size_t size, long pid, uint64_t instance)
 {
     snprintf(out, size, "/rdmx-bell-%ld-%016llx", pid,
@@ -256,15 +254,16 @@ void rdmx__ofi_bell_ring_all(ofi_worker_t *ow)
     }
 }
 
-/* A pass found work: take our flag down (peers stop ringing). */
+/* A pass found work: take our flag down, if up (peers stop ringing). */
 void rdmx__ofi_bell_awake(ofi_worker_t *ow)
 {
-    __atomic_store_n(&ow->bell->sleeping, 0, __ATOMIC_RELAXED);
-    ow->bell_state = OFI_BELL_AWAKE;
+    if (__atomic_load_n(&ow->bell->sleeping, __ATOMIC_RELAXED) != 0)
+        __atomic_store_n(&ow->bell->sleeping, 0, __ATOMIC_RELAXED);
 }
 
-/* arm() of a worker with a doorbell: the first call raises the flag and
- * asks for one more pass; the next (that pass found nothing) sleeps. */
+/* arm() of a worker with a doorbell: a call that finds the flag down
+ * raises it and asks for one more pass; the next (that pass found
+ * nothing) sleeps if the flag is still up. */
 rdmx_status_t rdmx__ofi_bell_arm(ofi_worker_t *ow)
 {
     struct itimerspec its = {{0, 0}, {0, 0}};
@@ -273,17 +272,14 @@ rdmx_status_t rdmx__ofi_bell_arm(ofi_worker_t *ow)
 
     while (recv(ow->bell_fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
         ow->bell_wakes++;
-    /* Sleep only with the flag still up: a peer that took it down since
-     * it was raised (its datagram maybe drained just now) posted after
-     * the last pass looked, so look again. */
-    if (ow->bell_state == OFI_BELL_AWAKE ||
-        __atomic_load_n(&ow->bell->sleeping, __ATOMIC_SEQ_CST) == 0) {
-        /* (awake, or rung: raise it again and check) */
+    /* Sleep only with the flag still up. Down, it was never raised (or a
+     * pass found work since), or a peer took it down: that peer posted
+     * after the last pass looked (its datagram maybe drained just now).
+     * Either way, raise it and look once more. */
+    if (__atomic_load_n(&ow->bell->sleeping, __ATOMIC_SEQ_CST) == 0) {
         __atomic_store_n(&ow->bell->sleeping, 1, __ATOMIC_SEQ_CST);
-        ow->bell_state = OFI_BELL_CHECK;
         return RDMX_ERR_BUSY;
     }
-    ow->bell_state = OFI_BELL_ASLEEP;
     while (read(ow->tfd, &v, sizeof(v)) == (ssize_t)sizeof(v)) {
     }
     ns = ow->inflight != 0 ? OFI_BELL_BUSY_NS : OFI_BELL_IDLE_NS;

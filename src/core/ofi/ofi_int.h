@@ -395,7 +395,6 @@ struct ofi_worker {
     /* The doorbell (ofi_bell.c): only without a CQ wait fd. */
     struct ofi_bell *bell; /* our page; NULL: none (the timer alone) */
     int bell_fd;           /* our socket, or one to ring peers; or -1 */
-    int bell_state;        /* OFI_BELL_* (ofi_bell.c) */
     char bell_name[64];    /* our page's name */
     unsigned bell_barrier; /* a word to order a post before a flag's load */
     unsigned bell_peers;   /* peers we may ring */

@@ -597,7 +597,7 @@ unsigned rdmx__ofi_poll(ofi_worker_t *ow)
     }
     if (ow->rx_posted < ow->rx_count)
         rdmx__ofi_rx_repost(ow);
-    if (n != 0 && ow->bell_state != 0)
+    if (n != 0 && ow->bell != NULL)
         rdmx__ofi_bell_awake(ow);
     if (ow->bell_peers != 0 && (n != 0 || ow->inflight != 0))
         rdmx__ofi_bell_ring_all(ow);
