@@ -352,8 +352,16 @@ static void *load_thread(void *arg)
 
     CHECK(recs != NULL);
     memset(&p, 0, sizeof(p));
-    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT;
-    p.timeout_ms = 120000 * TH_SLOW; /* correctness, not speed, is tested */
+    /* Correctness, not speed, is tested: a server starved of CPU (a
+     * sanitizer build next to other tests on two cores) may go seconds
+     * without answering a heartbeat or a reconnect, which the default 1 s
+     * and 2 s would take for a dead server. */
+    p.field_mask = RDMX_CHANNEL_PARAM_FIELD_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_CONNECT_TIMEOUT |
+                   RDMX_CHANNEL_PARAM_FIELD_HEARTBEAT_TIMEOUT;
+    p.timeout_ms = 120000 * TH_SLOW;
+    p.connect_timeout_ms = 10000 * TH_SLOW;
+    p.heartbeat_timeout_ms = 10000 * TH_SLOW;
     ch = open_channel(w, L->srv, &p);
 
     t0 = th_now_ms();

@@ -22,6 +22,7 @@
 #include "rpc/internal.h"
 #include "rpc/ring.h"
 #include "util/bufcache.h"
+#include "util/log.h"
 
 #include "util/time.h"
 
@@ -793,6 +794,8 @@ static void conn_lost(rdmx_channel_t *ch, rdmx_status_t status,
     uint64_t now = rdmx_now_ns();
     int was_ready = ch->state == RDMX_CHANNEL_READY;
 
+    rdmx_info("rpc: channel to %s lost its connection (%s): %s", ch->address,
+              rdmx_status_name(status), msg);
     ch->conn_error = status;
     snprintf(ch->conn_message, sizeof(ch->conn_message), "%s", msg);
     close_ep(ch);
