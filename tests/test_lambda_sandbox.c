@@ -1055,8 +1055,12 @@ static void test_fresh_states(void)
 
     /* memory a call used beyond its image goes back to the system when
      * the call ends */
-    p.field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS;
+    p.field_mask = RDMX_LAMBDA_PARAM_FIELD_MAX_INSTRUCTIONS |
+                   RDMX_LAMBDA_PARAM_FIELD_MAX_TIME;
     p.max_instructions = 10000000000ull; /* the memory budget stops first */
+    /* (the 16 MiB string below copies 2 GiB on its way: over a second
+     * under a sanitizer on a loaded host, and time is not tested here) */
+    p.max_time_ms = 30000;
     big = mk_engine(&p);
     EXPECT_OUT(big, "return 'warm'", "warm");
     before = th_rss_kib(getpid());
