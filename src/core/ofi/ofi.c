@@ -13,6 +13,8 @@
  * - rxm connects lazily: sends return -FI_EAGAIN until the connection is
  *   up (ofi_msg.c queues them), and it handles connection requests every
  *   FI_OFI_RXM_CM_PROGRESS_INTERVAL microseconds (1000 unless set).
+ * - rxm over tcp posts FI_OFI_RXM_MSG_RX_SIZE bounce buffers of 16 KiB
+ *   per endpoint, all touched when it is enabled (1024 unless set).
  * - An AV entry removed with FI_AV_REMOVE_CLEANUP=1 closes rxm's
  *   connection and cancels what is queued on it (ofi_ep.c says when
  *   entries go: rarely).
@@ -120,6 +122,13 @@ static void env_defaults(void)
 {
     setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
     setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
+    /* rxm over tcp shares one receive queue per endpoint and posts 4096
+     * bounce buffers of 16 KiB into it, in pools of 1024 that it fills
+     * when the endpoint is enabled: 80 MiB per worker, and 0.2 s of every
+     * process's start. One pool's worth keeps what a worker can have
+     * unread (rdmx posts 64 receives; tcp holds the rest in the socket)
+     * at the same rate (docs/FABRIC.md, "Providers measured here"). */
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "1024", 0);
 }
 
 /* The providers fi_getinfo offers for FI_EP_RDM, for an error message. */
