@@ -15,6 +15,8 @@
  *   the sender reaches it. Once its receive has completed, the sender
  *   alone, the receiver never progressing again, must see its send done.
  * - Frame headers: the decoder refuses every malformed shape.
+ * - A worker over ofi:tcp takes under 48 MiB of resident memory (rxm's
+ *   receive pools at the backend's default).
  * - A UCX client connecting to an ofi server, and an ofi client
  *   connecting to a UCX server, are refused in words that name the
  *   mismatch (UCX never parses an ofi address).
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_parse(void)
 {
@@ -382,9 +385,39 @@ static void test_mismatch(void)
     rdmx_context_destroy(octx);
 }
 
+/* What a worker over ofi:tcp costs in resident memory: rxm fills its
+ * bounce-buffer pools when the endpoint is enabled, 16.3 MiB per pool of
+ * 1024; at its own default of 4096 receive buffers a worker took 5 pools
+ * (83 MiB), with the backend's 1024 it takes 2 (docs/FABRIC.md). Run
+ * first, before freed pools of other contexts could be reused. */
+static void test_worker_memory(void)
+{
+    rdmx_status_t st;
+    rdmx_context_t *ctx = th_context_on("ofi:tcp", &st);
+    rdmx_worker_t *w[2];
+    long before, after, per;
+
+    CHECKF(st == RDMX_OK, "ofi:tcp: %s", rdmx_error_detail());
+    before = th_rss_kib(getpid());
+    for (int i = 0; i < 2; i++)
+        w[i] = th_worker(ctx, 0);
+    after = th_rss_kib(getpid());
+    per = (after - before) / 2;
+    th_log("ofi:tcp: 2 workers took %ld KiB resident (%ld KiB each)",
+           after - before, per);
+    CHECKF(per < 48 * 1024,
+           "a worker over ofi:tcp took %ld KiB resident (rxm's receive "
+           "pools: is FI_OFI_RXM_MSG_RX_SIZE defaulted?)",
+           per);
+    for (int i = 0; i < 2; i++)
+        rdmx_worker_destroy(w[i]);
+    rdmx_context_destroy(ctx);
+}
+
 int main(void)
 {
     th_init("ofi_facts", 60);
+    test_worker_memory();
     test_parse();
     test_frames();
     test_unknown_provider();
