@@ -18,8 +18,8 @@
 #    GETs.
 #
 # In each, client and server make few voluntary context switches (a sleep
-# each): fewer than 0.05 per GET on each side. Also checks that every GET
-# of the run succeeded.
+# each): fewer than 0.05 per GET on each side, in one of at most three
+# runs (run_thrice). Also checks that every GET of every run succeeded.
 # Usage: shm_turns.sh BINDIR
 set -eu
 bin=$1
@@ -75,19 +75,36 @@ run_case() {
         "voluntary context switches: client $nvcsw, server $srv_nvcsw"
     [ "$errors" = 0 ] || die "$what: $errors GETs failed"
     [ "$ops" -gt 1000 ] || die "$what: only $ops GETs in 1 s"
-    awk -v c="$nvcsw" -v n="$ops" 'BEGIN { exit !(c < 0.05 * n) }' ||
-        die "$what: $nvcsw voluntary switches in $ops GETs: waiters sleep"
-    awk -v c="$srv_nvcsw" -v n="$ops" 'BEGIN { exit !(c < 0.05 * n) }' ||
-        die "$what: the server's workers: $srv_nvcsw voluntary switches" \
-            "in $ops GETs"
+    if ! awk -v c="$nvcsw" -v n="$ops" 'BEGIN { exit !(c < 0.05 * n) }'; then
+        slept="$nvcsw voluntary switches in $ops GETs: waiters sleep"
+        return 1
+    fi
+    if ! awk -v c="$srv_nvcsw" -v n="$ops" 'BEGIN { exit !(c < 0.05 * n) }'
+    then
+        slept="the server's workers: $srv_nvcsw voluntary switches in $ops GETs"
+        return 1
+    fi
 }
 
-run_case "4 threads, 1 slot" 1 2000 4
+# run_thrice NAME ARGS...: run_case NAME ARGS until a run does not sleep,
+# at most 3 runs. Sleeping is what a waiter that polls past its turn does
+# (every run: 0.08-0.91 sleeps per GET); a host that takes the CPUs away
+# for a moment makes one run sleep too (seen in CI right after conn_scale:
+# 0.17 per GET once, the next runs under 0.02).
+run_thrice() {
+    for try in 1 2 3; do
+        run_case "$@" && return 0
+        echo "$1: try $try of 3: $slept"
+    done
+    die "$1: $slept, in 3 runs of 3"
+}
+
+run_thrice "4 threads, 1 slot" 1 2000 4
 
 # The first two CPUs this process may use (one if that is all).
 cpus=$(python3 -c 'import os
 print(",".join(map(str, sorted(os.sched_getaffinity(0))[:2])))')
 n=$(echo "$cpus" | tr ',' '\n' | wc -l)
-run_case "2 threads, $n slot(s), pinned to CPUs $cpus" "$n" "" 2 \
+run_thrice "2 threads, $n slot(s), pinned to CPUs $cpus" "$n" "" 2 \
     taskset -c "$cpus"
 echo "ok"
