@@ -146,7 +146,9 @@ static inline int64_t th_check(const void *buf, size_t len, uint64_t seed)
     return th_check_at(buf, len, seed, 0);
 }
 
-/* malloc that fails the test on NULL; th_alloc(0) returns a valid pointer. */
+/* malloc that fails the test on NULL; th_alloc(0) returns a valid pointer.
+ * From 32 MiB on the memory is 2 MiB aligned and asks for huge pages. Free
+ * it with free(). */
 void *th_alloc(size_t size);
 
 /* ------------------------------------------------------------------------ */

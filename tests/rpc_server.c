@@ -23,11 +23,20 @@ static void on_term(int sig)
     trs_stop = 1;
 }
 
+/* FNV-1a over 8-byte words (then the tail's bytes): order-sensitive like
+ * the byte-wise one, and 8 times fewer dependent multiplies over 1 GiB. */
 static uint64_t fnv64(const void *data, size_t len)
 {
     const unsigned char *p = data;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
+    uint64_t h = 0xcbf29ce484222325ull, w;
+    size_t i = 0;
+
+    for (; i + 8 <= len; i += 8) {
+        memcpy(&w, p + i, 8);
+        h ^= w;
+        h *= 0x100000001b3ull;
+    }
+    for (; i < len; i++) {
         h ^= p[i];
         h *= 0x100000001b3ull;
     }
@@ -155,7 +164,7 @@ static void bulk_done(rdmx_status_t st, size_t length, void *arg)
     free(op);
 }
 
-/* bulk_pull: descriptor 0 (READ); answers the FNV-1a 64 of its bytes.
+/* bulk_pull: descriptor 0 (READ); answers trs_checksum of its bytes.
  * bulk_push: payload u64 seed; fills descriptor 0 (WRITE) with the harness
  * pattern of that seed. Both answer after the transfer completed. */
 static void h_bulk(rdmx_rpc_req_t *req, void *arg)
@@ -184,7 +193,7 @@ static void h_bulk(rdmx_rpc_req_t *req, void *arg)
     op->req = req;
     op->push = push;
     op->len = rdmx_rmem_length(rmem);
-    op->buf = malloc(op->len ? op->len : 1);
+    op->buf = th_alloc(op->len);
     if (push) {
         if (plen >= 8)
             memcpy(&seed, p, 8);

@@ -2,8 +2,8 @@
  * rpc_bulk: zero-copy bulk arguments of RPC calls. The client lends the
  * handler registered memory through rdmx_rpc_bulk_t descriptors; the RPC
  * test server's "bulk_pull" reads descriptor 0 with RDMA get and answers
- * the FNV-1a 64 of the bytes (trs_checksum), "bulk_push" writes the harness
- * pattern of a seed into descriptor 0 with RDMA put.
+ * a checksum of the bytes (trs_checksum, FNV-1a over words), "bulk_push" writes
+ * the harness pattern of a seed into descriptor 0 with RDMA put.
  *
  * Proven:
  *  - 1 GiB upload: the server's checksum of what it pulled equals the
