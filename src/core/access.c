@@ -39,6 +39,7 @@
  */
 #include "core/internal.h"
 
+#include "util/bufcache.h"
 #include "util/endian.h"
 #include "util/hash.h"
 
@@ -130,8 +131,7 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
         uint64_t off = (uint64_t)((const char *)buf - (const char *)mr->addr);
         if (rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, NULL, 0, &dlen) ==
                 RDMX_OK &&
-            (op->aux = malloc(dlen)) != NULL &&
-            (op->aux_cap = dlen) != 0 &&
+            (op->aux = rdmx__buf_alloc(dlen)) != NULL &&
             rdmx_mr_pack(mr, off, length, RDMX_ACCESS_READ, op->aux, dlen,
                          &dlen) == RDMX_OK) {
             rdmx_put_le16(op->hdr + 2, (uint16_t)(flags | RDMX_ACC_F_PULL));
@@ -537,7 +537,7 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
         return RDMX_OK;
     }
     if (a->fenced && a->length != 0 &&
-        (op->aux = rdmx__bounce_get(w, a->length, &op->aux_cap)) == NULL) {
+        (op->aux = rdmx__buf_alloc(a->length)) == NULL) {
         rdmx__op_defer(op, RDMX_ERR_NO_MEMORY, 0);
         return RDMX_OK; /* (a descriptor not taken goes back to its sender) */
     }

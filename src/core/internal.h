@@ -238,12 +238,12 @@ struct rdmx_op {
     unsigned amo_wait;    /* atomic: halves left (send, reply) */
     unsigned stage;       /* put-with-notify: 0 flushing, 1 notifying;
                              carried access: its opcode */
-    unsigned char *aux;   /* memory the record owns, freed with it: a
-                             carried PUT's descriptor of its bytes; a
-                             receive's bounce buffer (the bytes land there
-                             and are copied to buf when it completes,
-                             never once it was orphaned) */
-    size_t aux_cap;       /* aux's size (rdmx__bounce_get) */
+    unsigned char *aux;   /* memory the record owns (rdmx__buf_alloc),
+                             freed with it: a carried PUT's descriptor of
+                             its bytes; a receive's bounce buffer (the
+                             bytes land there and are copied to buf when
+                             it completes, never once it was orphaned; a
+                             large one comes warm from the buffer cache) */
     int issuing;          /* inside the backend call that starts it */
     int early;            /* ... which already reported its end: */
     rdmx_status_t early_st;
@@ -486,9 +486,6 @@ struct rdmx_worker {
     rdmx_ep_t *tok_last_ep;   /* ... and its endpoint (NULL: none) */
     rdmx_ptrmap_t amo_ops;    /* access tag -> rdmx_op_t waiting for reply */
     uint64_t amo_seq;         /* last access tag */
-    void *bounce;             /* the largest bounce buffer given back, kept
-                                 for the next (its pages stay mapped) */
-    size_t bounce_cap;
     struct rdmx_grant *grants; /* [RDMX_GRANT_CACHE] verified descriptors
                                   (mem.c), by the MAC's first byte */
     rdmx_list_t eps;          /* live endpoints (any state but CLOSING) */
@@ -763,10 +760,6 @@ rdmx_status_t rdmx__op_issue(rdmx_op_t *op, rdmx_status_t st, void *req,
 /* The error @st of @what ("send") toward @ep, with the detail the backend
  * recorded: "what to peer: detail". */
 rdmx_status_t rdmx__op_error(rdmx_ep_t *ep, rdmx_status_t st, const char *what);
-/* A buffer of at least @len bytes for op->aux (the worker keeps the
- * largest one given back: a fresh large allocation costs a page fault a
- * page); NULL when out of memory. rdmx__op_put gives it back. */
-void *rdmx__bounce_get(rdmx_worker_t *w, size_t len, size_t *cap_p);
 /* Call after the backend call that started @op's request returned @st
  * (and @req), with op->issuing set before it: an end the backend reported
  * inside the call (it may, on a failing endpoint) is taken here; else the

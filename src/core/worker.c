@@ -10,6 +10,7 @@
  * a sleeping one.
  */
 #include "core/internal.h"
+#include "util/bufcache.h"
 
 #include "util/time.h"
 
@@ -51,7 +52,6 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     op->length = 0;
     op->old_p = NULL;
     op->aux = NULL;
-    op->aux_cap = 0;
     op->issuing = 0;
     op->early = 0;
     op->orphaned = 0;
@@ -61,42 +61,12 @@ rdmx_op_t *rdmx__op_get(rdmx_worker_t *w, rdmx_ep_t *ep, rdmx_op_kind_t kind,
     return op;
 }
 
-void *rdmx__bounce_get(rdmx_worker_t *w, size_t len, size_t *cap_p)
-{
-    void *p;
-
-    if (w->bounce != NULL && w->bounce_cap >= len) {
-        p = w->bounce;
-        *cap_p = w->bounce_cap;
-        w->bounce = NULL;
-        w->bounce_cap = 0;
-        return p;
-    }
-    *cap_p = len;
-    return malloc(len ? len : 1);
-}
-
-/* Keep @p (of @cap bytes) if it is the largest the worker has seen. */
-static void bounce_put(rdmx_worker_t *w, void *p, size_t cap)
-{
-    if (p == NULL)
-        return;
-    if (cap > w->bounce_cap) {
-        free(w->bounce);
-        w->bounce = p;
-        w->bounce_cap = cap;
-    } else {
-        free(p);
-    }
-}
-
 void rdmx__op_put(rdmx_worker_t *w, rdmx_op_t *op)
 {
     rdmx_ep_t *ep = op->ep;
 
-    bounce_put(w, op->aux, op->aux_cap);
+    rdmx__buf_free(op->aux);
     op->aux = NULL;
-    op->aux_cap = 0;
     if (w->nfree_ops < RDMX_OP_POOL_MAX) {
         rdmx_list_insert_tail(&w->free_ops, &op->link);
         w->nfree_ops++;
@@ -179,7 +149,7 @@ static void orphan_free(rdmx_op_t *op)
 {
     if (op->cb_at_end && op->cb != NULL)
         op->cb(op->status, 0, op->arg);
-    free(op->aux);
+    rdmx__buf_free(op->aux);
     free(op);
 }
 
@@ -506,7 +476,6 @@ void rdmx_worker_destroy(rdmx_worker_t *w)
     rdmx_ptrmap_cleanup(&w->amo_ops);
     rdmx_ptrmap_cleanup(&w->tokens);
     free(w->grants);
-    free(w->bounce);
     pthread_mutex_destroy(&w->handoff_lock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
