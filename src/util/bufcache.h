@@ -5,10 +5,12 @@
  * on first touch (on a virtual machine ~10 us per 4 KiB page, 60-90 ms for
  * 32 MiB), and glibc unmaps it again on free. The RPC layer needs such a
  * buffer for every large message it cannot place in the caller's memory,
- * so a process-wide cache keeps recently freed large buffers, already
- * faulted in, for the next message of a similar size. Buffers of 2 MiB and
- * more are mapped with MADV_HUGEPAGE (where transparent huge pages are
- * "madvise"), so even a first touch faults once per 2 MiB.
+ * the core for a message joined from fragments and for the bounce buffer
+ * of a fenced write, so a process-wide cache keeps recently freed large
+ * buffers, already faulted in, for the next message of a similar size.
+ * Buffers of 2 MiB and more are mapped with MADV_HUGEPAGE (where
+ * transparent huge pages are "madvise"), so even a first touch faults once
+ * per 2 MiB.
  *
  * Small requests (< RDMX_BUF_LARGE) are plain malloc with a header, so
  * every buffer from rdmx__buf_alloc goes back through rdmx__buf_free.
