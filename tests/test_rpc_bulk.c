@@ -375,6 +375,91 @@ static void test_refusals(void)
 
 /* ------------------------------------------------------------------------ */
 
+/* A lender that lets go of its memory before the server reads it: the
+ * region is freed right after the call is made, so the server finds the
+ * descriptor's memory gone (over shared memory: a segment UCX allocated,
+ * destroyed with the client's last attachment; on UCX before 1.19 its
+ * unpack used to kill the server: src/core/ucx/rkey_guard.c). In half the
+ * rounds a "spin" call of 20 ms goes first on the same connection, so the
+ * server looks only after the free: that pull must fail, with a message.
+ * In the others the two race: a pull that got there first must carry the
+ * lent bytes' checksum. Over ofi:shm a read is the server's
+ * process_vm_readv of the client's address, which no registration guards
+ * (docs/SECURITY.md, "The libfabric backend"): memory freed but still
+ * mapped reads as what it holds then, so there only the server's survival
+ * is judged. The server serves on: the next pull is exact, and it exits 0
+ * at the end. */
+static void test_lender_gone(void)
+{
+    enum { ROUNDS = 16 };
+    const size_t len = TH_MIB;
+    unsigned refused = 0, pulled = 0;
+    char first[400] = "";
+    int unguarded = strcmp(th_transport_env(), "ofi:shm") == 0;
+
+    for (int i = 0; i < ROUNDS; i++) {
+        int late = i % 2 == 0; /* the server looks after the free */
+        uint32_t ms = 20;
+        rdmx_mr_t *mr;
+        rdmx_rpc_bulk_t b;
+        rdmx_call_params_t p, sp;
+        res_t res, spun;
+        uint64_t sum;
+
+        memset(&res, 0, sizeof(res));
+        memset(&spun, 0, sizeof(spun));
+        CHECK_OK(rdmx_mem_alloc(ctx, len, RDMX_ACCESS_READ, &mr));
+        th_fill(rdmx_mr_addr(mr), len, th_seed(5, (uint64_t)i, 0));
+        sum = trs_checksum(rdmx_mr_addr(mr), len);
+        if (late) {
+            memset(&sp, 0, sizeof(sp));
+            CHECK_ST(call_res("spin", &ms, sizeof(ms), &sp, &spun),
+                     RDMX_INPROGRESS);
+        }
+        b = bulk_of(mr, 0, len, RDMX_ACCESS_READ);
+        p = bulk_params(&b, 1, 30000 * TH_SLOW);
+        CHECK_ST(call_res("bulk_pull", NULL, 0, &p, &res), RDMX_INPROGRESS);
+        rdmx_mem_deregister(mr); /* before the server looked */
+        wait_res(&res, 1, 30000);
+        if (late) {
+            wait_res(&spun, 1, 30000);
+            CHECK_OK(spun.status);
+            CHECKF(res.status != RDMX_OK || unguarded,
+                   "round %d: a pull of freed memory succeeded", i);
+        }
+        if (res.status == RDMX_OK && unguarded) {
+            pulled++;
+            continue;
+        }
+        if (res.status == RDMX_OK) {
+            CHECKF(res.sum == sum, "round %d: pulled, but not what was lent",
+                   i);
+            pulled++;
+            continue;
+        }
+        CHECKF(res.msg[0] != '\0', "round %d: %s without a message", i,
+               rdmx_status_name(res.status));
+        if (refused++ == 0)
+            snprintf(first, sizeof(first), "%s (%s)",
+                     rdmx_status_name(res.status), res.msg);
+    }
+    /* The server is alive and exact. */
+    {
+        unsigned char *buf = th_alloc(len);
+        rdmx_mr_t *mr;
+        th_fill(buf, len, th_seed(5, 99, 0));
+        CHECK_OK(rdmx_mem_register(ctx, buf, len, RDMX_ACCESS_READ, &mr));
+        CHECK(pull(mr, 0, len, 30000) == trs_checksum(buf, len));
+        rdmx_mem_deregister(mr);
+        free(buf);
+    }
+    th_log("lender gone: %u of %d pulls refused (first: %s), %u pulled "
+           "before the memory went; the server serves on",
+           refused, ROUNDS, first, pulled);
+}
+
+/* ------------------------------------------------------------------------ */
+
 int main(int argc, char **argv)
 {
     th_proc_t srv;
@@ -409,6 +494,7 @@ int main(int argc, char **argv)
     STEP(test_small());
     STEP(test_concurrent());
     STEP(test_refusals());
+    STEP(test_lender_gone());
     STEP(test_1gib());
 
     rdmx_channel_destroy(ch);

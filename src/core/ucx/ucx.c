@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/ipc.h>
 #include <sys/shm.h>
+#include "core/ucx/rkey_guard.h"
 #include "core/ucx/ucx.h"
 
 /* The tcp send and receive segment of every tcp context: 256 KiB of data
@@ -46,7 +47,8 @@ typedef struct ucx_worker ucx_worker_t;
 typedef struct {
     ucp_context_h ucp;
     int amo; /* UCX's atomics usable under peer error mode (before 1.16) */
-    int lazy_arm; /* tcp alone: see ucx_arm */
+    int lazy_arm;            /* tcp alone: see ucx_arm */
+    rdmx_rkey_guard_t guard; /* peers' keys on UCX before 1.19 */
 } ucx_ctx_t;
 
 typedef struct {
@@ -70,8 +72,9 @@ struct ucx_worker {
     ucp_ep_h last_ucp; /* the sender of the last message found in eps ... */
     ucx_ep_t *last_ep; /* ... and its endpoint; NULL once it is closed */
     ucx_handler_t handlers[RDMX_MSG_ID_MAX];
-    int lazy_arm; /* the context's */
-    int worked;   /* a pass found work since the last ucp_worker_arm */
+    int lazy_arm;                   /* the context's */
+    const rdmx_rkey_guard_t *guard; /* the context's */
+    int worked; /* a pass found work since the last ucp_worker_arm */
 };
 
 /* UCX status codes in rdmx's terms: connection-level failures keep their
@@ -299,6 +302,7 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
         return rdmx__error(RDMX_ERR_IO, "UCX init (transport %s): %s",
                            rdmx_transport_name(t), ucs_status_string(us));
     }
+    rdmx__rkey_guard_init(&uc->guard, uc->ucp);
     *tctx_p = uc;
     return RDMX_OK;
 }
@@ -471,6 +475,7 @@ static rdmx_status_t ucx_worker_create(void *tctx, rdmx_worker_t *w,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
     uw->w = w;
     uw->lazy_arm = ((ucx_ctx_t *)tctx)->lazy_arm;
+    uw->guard = &((ucx_ctx_t *)tctx)->guard;
     if (rdmx_ptrmap_init(&uw->eps) != 0) {
         free(uw);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "worker: out of memory");
@@ -832,6 +837,8 @@ static rdmx_status_t ucx_rkey_unpack(rdmx_tep_t *tep, const void *rkey,
                                      size_t len, void **trkey_p)
 {
     ucx_ep_t *ep = (ucx_ep_t *)tep;
+    rdmx_rkey_pins_t pins;
+    rdmx_status_t st;
     ucp_rkey_h rk;
     ucs_status_t us;
     void *copy = malloc(len);
@@ -839,7 +846,14 @@ static rdmx_status_t ucx_rkey_unpack(rdmx_tep_t *tep, const void *rkey,
     if (copy == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "rmem_unpack: out of memory");
     memcpy(copy, rkey, len); /* aligned, as UCX reads it */
+    /* (UCX before 1.19 dies of a key whose segment is gone: rkey_guard.c) */
+    st = rdmx__rkey_guard_check(ep->worker->guard, copy, len, &pins);
+    if (st != RDMX_OK) {
+        free(copy);
+        return st;
+    }
     us = ucp_ep_rkey_unpack(ep->ucp, copy, &rk);
+    rdmx__rkey_guard_done(&pins);
     free(copy);
     if (us != UCS_OK)
         return rdmx__error(RDMX_ERR_BAD_DESCRIPTOR,
