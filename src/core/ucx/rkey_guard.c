@@ -12,10 +12,10 @@
  *
  * So before ucp_ep_rkey_unpack, for UCX before 1.19:
  *  - the key's parts must lie within its length (UCX reads them unchecked);
- *  - each System V segment it names is attached here first. If that
- *    fails, the segment is gone and the key is refused; if it works, the
- *    segment now lives until this attachment ends, after the unpack, so
- *    UCX's own attach finds it.
+ *  - each System V segment it names is attached here first, as UCX will
+ *    attach it. If that fails, UCX's would, and the key is refused; if it
+ *    works, the segment now lives until this attachment ends, after the
+ *    unpack, so UCX's own attach finds it.
  *  - each POSIX segment is opened the way UCX will open it; if that fails,
  *    the key is refused. This cannot hold it: UCX opens it again by its
  *    name, so an owner that exits in the microseconds between still
@@ -158,19 +158,20 @@ rdmx_status_t rdmx__rkey_guard_check(const rdmx_rkey_guard_t *g,
         if (g->kind[md] == RKG_SYSV && size == SYSV_PART) {
             uint32_t shmid;
             void *a;
+            int id;
             memcpy(&shmid, p, sizeof(shmid));
-            int id = (int)shmid;
-            a = shmat(id, NULL, SHM_RDONLY);
-            if (a == (void *)-1) {
-                if (errno == EINVAL || errno == EIDRM)
-                    return refuse(pins,
-                                  "the lender's shared memory (System V "
-                                  "segment %d) is gone",
-                                  id);
-                /* (not a segment of ours to judge: UCX decides) */
-            } else {
-                pins->addr[pins->n++] = a;
-            }
+            id = (int)shmid;
+            /* (as UCX attaches it: what fails here would fail there) */
+            a = shmat(id, NULL, 0);
+            if (a == (void *)-1)
+                return refuse(pins,
+                              errno == EINVAL || errno == EIDRM
+                                  ? "the lender's shared memory (System V "
+                                    "segment %d) is gone"
+                                  : "the lender's shared memory (System V "
+                                    "segment %d) cannot be attached",
+                              id);
+            pins->addr[pins->n++] = a;
         } else if (g->kind[md] == RKG_POSIX && size >= POSIX_PART_MIN) {
             uint64_t id;
             memcpy(&id, p, sizeof(id));
