@@ -326,6 +326,12 @@ struct rdmx_rmem {
     unsigned access;
     unsigned char mac[RDMX_GRANT_MAC]; /* the issuer's MAC over the grant
                                           (region, range, rights) */
+    /* Where the transport maps the range into this process (a peer's
+     * shared-memory segment: rma.c), looked up at the first access:
+     * map_known 0 not yet, 1 done (map NULL: not mapped). Gone with
+     * trkey. */
+    unsigned char *map;
+    int map_known;
 };
 
 struct rdmx_ep {

@@ -382,6 +382,7 @@ void rdmx__rmem_detach_all(rdmx_ep_t *ep)
         if (rm->trkey != NULL)
             ep->worker->tp->rkey_destroy(rm->trkey);
         rm->trkey = NULL;
+        rm->map = NULL;
         rm->ep = NULL;
     }
 }
