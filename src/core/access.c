@@ -527,8 +527,8 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
-    if (a->pull && a->length != 0 && w->tp->rkey_ptr != NULL &&
-        w->tp->rkey_ptr(src->trkey, raddr, &dst) == RDMX_OK) {
+    if (a->pull && a->length != 0 && rdmx__rmem_here(src) != NULL) {
+        dst = src->map + (raddr - src->addr);
         /* The initiator's memory is mapped here (shared memory): one copy,
          * done before this returns, so a fenced grant needs no bounce
          * buffer: nothing can land once the endpoint closed. */

@@ -334,6 +334,12 @@ struct rdmx_rmem {
     int map_known;
 };
 
+/* The range of @rm mapped into this process (over UCX's shared memory: a
+ * peer's rdmx_mem_alloc segment, attached by its unpack), or NULL; looked
+ * up once (docs/CORE.md, "Mapped one-sided access"). The worker's lock is
+ * held. */
+unsigned char *rdmx__rmem_here(rdmx_rmem_t *rm);
+
 struct rdmx_ep {
     rdmx_list_t link;       /* worker->eps or worker->closing */
     rdmx_worker_t *worker;

@@ -387,19 +387,35 @@ void rdmx__rmem_detach_all(rdmx_ep_t *ep)
     }
 }
 
+unsigned char *rdmx__rmem_here(rdmx_rmem_t *rm)
+{
+    rdmx_worker_t *w = rm->ep != NULL ? rm->ep->worker : NULL;
+    void *p;
+
+    if (!rm->map_known && w != NULL && rm->trkey != NULL) {
+        rm->map_known = 1;
+        if (w->tp->rkey_ptr != NULL &&
+            w->tp->rkey_ptr(rm->trkey, rm->addr, &p) == RDMX_OK)
+            rm->map = p;
+    }
+    return rm->trkey != NULL ? rm->map : NULL;
+}
+
 rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rm, void **ptr_p)
 {
     rdmx_worker_t *w;
-    rdmx_status_t st = RDMX_ERR_UNSUPPORTED;
+    unsigned char *p;
 
     if (rm == NULL || rm->ep == NULL)
         return RDMX_ERR_UNSUPPORTED;
     w = rm->ep->worker;
     rdmx__lock(w);
-    if (rm->trkey != NULL && w->tp->rkey_ptr != NULL)
-        st = w->tp->rkey_ptr(rm->trkey, rm->addr, ptr_p);
+    p = rdmx__rmem_here(rm);
     rdmx__unlock(w);
-    return st;
+    if (p == NULL)
+        return RDMX_ERR_UNSUPPORTED;
+    *ptr_p = p;
+    return RDMX_OK;
 }
 
 int rdmx__rmem_mapped(const rdmx_rmem_t *rm)

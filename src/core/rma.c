@@ -64,27 +64,6 @@ rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
 
 typedef enum { RMA_PUT, RMA_GET } rma_dir_t;
 
-/* The range of @rm as mapped into this process, or NULL. Over UCX's
- * shared memory a peer's rdmx_mem_alloc memory is a segment this process
- * attached when it unpacked the key, and a put or get there is one copy,
- * done before the call returns, whatever the UCX version: UCX 1.22 makes
- * a get of it a request the peer's own worker serves by message ("software
- * emulation"), 2.7x slower for a 64 KiB KV PUT (docs/CORE.md, "Mapped
- * one-sided access"). The attachment lives as long as the key, so a peer
- * that frees its memory leaves it readable here until then. */
-static unsigned char *rmem_here(rdmx_worker_t *w, rdmx_rmem_t *rm)
-{
-    void *p;
-
-    if (!rm->map_known) {
-        rm->map_known = 1;
-        if (w->tp->rkey_ptr != NULL && rm->trkey != NULL &&
-            w->tp->rkey_ptr(rm->trkey, rm->addr, &p) == RDMX_OK)
-            rm->map = p;
-    }
-    return rm->map;
-}
-
 static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
                          size_t length, rdmx_mr_t *mr, rdmx_rmem_t *rm,
                          uint64_t offset, rdmx_cb_t cb, void *arg)
@@ -112,7 +91,14 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
                                 arg);
         goto out;
     }
-    if (length != 0 && rmem_here(w, rm) != NULL) {
+    /* Over UCX's shared memory a peer's rdmx_mem_alloc memory is mapped
+     * here (its unpack attached the segment): one copy, done before this
+     * returns, on every UCX version. UCX 1.22 makes a get of it a request
+     * that the peer's own worker serves by message ("software emulation"):
+     * 2.7x slower for a 64 KiB KV PUT (docs/CORE.md, "Mapped one-sided
+     * access"). The attachment lives as long as the key, so a peer that
+     * frees its memory leaves it readable here until then. */
+    if (length != 0 && rdmx__rmem_here(rm) != NULL) {
         unsigned char *at = rm->map + (raddr - rm->addr);
         if (dir == RMA_PUT)
             memcpy(at, buf, length);
