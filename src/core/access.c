@@ -509,6 +509,7 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     fetch_t *f;
     rdmx_op_t *op;
     rdmx_status_t st;
+    unsigned char *here;
     void *req = NULL, *dst;
 
     if (a->pull &&
@@ -527,8 +528,8 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
     op->buf = a->in;
     op->capacity = a->length;
     op->mr = a->mr;
-    if (a->pull && a->length != 0 && rdmx__rmem_here(src) != NULL) {
-        dst = src->map + (raddr - src->addr);
+    if (a->pull && a->length != 0 && (here = rdmx__rmem_here(src)) != NULL) {
+        dst = here + (raddr - src->addr);
         /* The initiator's memory is mapped here (shared memory): one copy,
          * done before this returns, so a fenced grant needs no bounce
          * buffer: nothing can land once the endpoint closed. */

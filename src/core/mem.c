@@ -389,16 +389,19 @@ void rdmx__rmem_detach_all(rdmx_ep_t *ep)
 
 unsigned char *rdmx__rmem_here(rdmx_rmem_t *rm)
 {
-    rdmx_worker_t *w = rm->ep != NULL ? rm->ep->worker : NULL;
+    const rdmx_tp_ops_t *tp;
     void *p;
 
-    if (!rm->map_known && w != NULL && rm->trkey != NULL) {
+    if (rm->trkey == NULL) /* (carried, or its endpoint is gone) */
+        return NULL;
+    if (!rm->map_known) {
         rm->map_known = 1;
-        if (w->tp->rkey_ptr != NULL &&
-            w->tp->rkey_ptr(rm->trkey, rm->addr, &p) == RDMX_OK)
+        tp = rm->ep->worker->tp;
+        if (tp->rkey_ptr != NULL &&
+            tp->rkey_ptr(rm->trkey, rm->addr, &p) == RDMX_OK)
             rm->map = p;
     }
-    return rm->trkey != NULL ? rm->map : NULL;
+    return rm->map;
 }
 
 rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rm, void **ptr_p)

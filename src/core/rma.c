@@ -73,6 +73,7 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
     uint64_t raddr;
     rdmx_op_t *op;
     rdmx_worker_t *w;
+    unsigned char *here;
     void *req = NULL;
 
     if (ep == NULL || (buf == NULL && length != 0))
@@ -98,8 +99,8 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
      * 2.7x slower for a 64 KiB KV PUT (docs/CORE.md, "Mapped one-sided
      * access"). The attachment lives as long as the key, so a peer that
      * frees its memory leaves it readable here until then. */
-    if (length != 0 && rdmx__rmem_here(rm) != NULL) {
-        unsigned char *at = rm->map + (raddr - rm->addr);
+    if (length != 0 && (here = rdmx__rmem_here(rm)) != NULL) {
+        unsigned char *at = here + (raddr - rm->addr);
         if (dir == RMA_PUT)
             memcpy(at, buf, length);
         else
