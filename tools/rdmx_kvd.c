@@ -48,6 +48,9 @@ static void usage(FILE *f)
         "      --inline-threshold SIZE values up to this size are answered\n"
         "                             inline; larger ones are RDMA-written\n"
         "                             into the caller's buffer (default 16k)\n"
+        "      --no-mapped-gets       never tell a client where a value lies\n"
+        "                             in the store (over shared memory it\n"
+        "                             then copies the value itself)\n"
         "      --eviction lru|none    full memory: evict least recently used\n"
         "                             (default) or refuse writes (NO_MEMORY)\n"
         "      --auth-secret-file F   require clients to prove this secret\n"
@@ -98,6 +101,7 @@ static const struct option kvd_opts[] = {
     {"max-key", required_argument, NULL, 'K'},
     {"max-value", required_argument, NULL, 'V'},
     {"inline-threshold", required_argument, NULL, 'I'},
+    {"no-mapped-gets", no_argument, NULL, 'G'},
     {"eviction", required_argument, NULL, 'E'},
     {"auth-secret-file", required_argument, NULL, 'A'},
     {"transport", required_argument, NULL, 'T'},
@@ -192,6 +196,9 @@ static int kvd_option(kvd_options_t *o, int c, const char *arg)
         }
         break;
     case 'N': o->no_lambda = 1; break;
+    case 'G':
+        cfg->no_mapped_gets = 1;
+        break;
     case 'P':
         lp->field_mask |= RDMX_LAMBDA_PARAM_FIELD_PLUGIN_DIR;
         lp->plugin_dir = arg;

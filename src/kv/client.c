@@ -14,6 +14,7 @@
 #include "lambda/lambda_int.h"
 #include "rpc/internal.h"
 #include "util/bufcache.h"
+#include "util/endian.h"
 #include "util/hash.h"
 
 #include <stddef.h>
@@ -32,6 +33,24 @@
  * buffer"). A GET over tcp is answered inline at any size. */
 #define KV_TCP_INLINE_MAX ((size_t)256 * 1024)
 
+/*
+ * A server's store as this client maps it, for mapped GETs (docs/KV.md,
+ * "Mapped GETs over shared memory"). Asked for once per connection
+ * (kv.map); kept only where the transport maps it. Guarded by the
+ * worker's lock.
+ */
+typedef struct {
+    struct rdmx_kv *kv;
+    unsigned server;
+    rdmx_rmem_t *rm;           /* the store's descriptor; NULL: none */
+    rdmx_ep_t *ep;             /* the connection it came on */
+    const unsigned char *base; /* where the store is mapped here */
+    uint64_t len;
+    uint64_t id;           /* the store's id */
+    int asking;            /* kv.map in flight */
+    rdmx_ep_t *refused_ep; /* no map on this connection */
+} kv_map_t;
+
 struct rdmx_kv {
     rdmx_worker_t *w;
     unsigned n;
@@ -47,6 +66,7 @@ struct rdmx_kv {
      * (get_msg). Read and written without the worker's lock: a lost
      * update only costs a lent buffer that was not needed. */
     size_t get_inline_seen;
+    kv_map_t *map; /* per server */
     rdmx_channel_t **ch;
     char **addr;
 };
@@ -136,7 +156,8 @@ rdmx_status_t rdmx_kv_create(rdmx_worker_t *w, const char *servers,
     kv->inline_max = (f & RDMX_KV_PARAM_FIELD_INLINE_MAX) ? p->inline_max : 8192;
     kv->ch = calloc(KV_MAX_SERVERS, sizeof(*kv->ch));
     kv->addr = calloc(KV_MAX_SERVERS, sizeof(*kv->addr));
-    if (kv->ch == NULL || kv->addr == NULL) {
+    kv->map = calloc(KV_MAX_SERVERS, sizeof(*kv->map));
+    if (kv->ch == NULL || kv->addr == NULL || kv->map == NULL) {
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "kv: out of memory");
         goto err;
     }
@@ -205,7 +226,10 @@ void rdmx_kv_destroy(rdmx_kv_t *kv)
             rdmx_channel_destroy(kv->ch[i]);
         if (kv->addr != NULL)
             free(kv->addr[i]);
+        if (kv->map != NULL && kv->map[i].rm != NULL)
+            rdmx_rmem_destroy(kv->map[i].rm);
     }
+    free(kv->map);
     free(kv->ch);
     free(kv->addr);
     free(kv);
@@ -292,19 +316,109 @@ static void msg_lend(kv_msg_t *m, rdmx_mr_t *mr, const void *p, size_t len,
     m->nbulk = 1;
 }
 
-/* A GET of @key into @buf; lends @buf when it lies in @mr and is larger
- * than a value a server answered inline to a lent buffer (below that the
- * answer comes inline anyway, and the lending costs a descriptor). */
-static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, const void *key,
-                             size_t klen, void *buf, size_t capacity,
-                             rdmx_mr_t *mr, const char *what)
+/* --- the mapped store ---------------------------------------------------- */
+
+/* kv.map answered: keep the store's descriptor if it maps here. */
+static void map_done(const rdmx_call_result_t *r, void *arg)
+{
+    kv_map_t *m = arg;
+    rdmx_ep_t *ep = rdmx_channel_ep(m->kv->ch[m->server]);
+    rdmx_kv_result_t res;
+    rdmx_rmem_t *rm = NULL;
+    void *base = NULL;
+    const unsigned char *p = r->data;
+
+    m->asking = 0;
+    if (ep == NULL)
+        return; /* not connected: asked again on the next connection */
+    if (r->status != RDMX_OK ||
+        rdmx__kv_result_decode(r->data, r->length, &res) != RDMX_OK ||
+        res.status != RDMX_OK || r->length < RDMX_KV_RESULT_SIZE + 8 ||
+        rdmx_rmem_unpack(ep, p + RDMX_KV_RESULT_SIZE + 8,
+                         r->length - RDMX_KV_RESULT_SIZE - 8, &rm) != RDMX_OK ||
+        rdmx__rmem_map(rm, &base) != RDMX_OK) {
+        /* an older server, mapped GETs off, or a transport that does not
+         * map the store (tcp, a NIC): not on this connection */
+        if (rm != NULL)
+            rdmx_rmem_destroy(rm);
+        m->refused_ep = ep;
+        return;
+    }
+    m->rm = rm;
+    m->ep = ep;
+    m->base = base;
+    m->len = rdmx_rmem_length(rm);
+    m->id = rdmx_get_le64(p + RDMX_KV_RESULT_SIZE);
+}
+
+/* Forget server @m's map (its connection changed, or it named another
+ * store). Worker's lock held. */
+static void map_drop(kv_map_t *m)
+{
+    if (m->rm != NULL)
+        rdmx_rmem_destroy(m->rm);
+    m->rm = NULL;
+    m->base = NULL;
+}
+
+/*
+ * Whether a GET to @server may ask for a mapped answer: the store is
+ * mapped on the current connection. If it is not known yet, ask for it
+ * (kv.map, answered while GETs go on as before).
+ */
+static int map_ready(rdmx_kv_t *kv, unsigned server)
+{
+    kv_map_t *m = &kv->map[server];
+    rdmx_ep_t *ep;
+    int ready = 0;
+
+    if (kv->tcp)
+        return 0;
+    rdmx__worker_lock(kv->w);
+    ep = rdmx_channel_ep(kv->ch[server]);
+    if (ep == NULL) {
+        /* not connected */
+    } else if (m->rm != NULL && m->ep == ep && rdmx__rmem_mapped(m->rm)) {
+        ready = 1;
+    } else if (!m->asking && m->refused_ep != ep) {
+        rdmx_call_params_t cp = {
+            .field_mask = RDMX_CALL_PARAM_FIELD_CB, .cb = map_done, .arg = m};
+
+        map_drop(m);
+        m->kv = kv;
+        m->server = server;
+        m->asking = 1;
+        if (rdmx_call_nb(kv->ch[server], RDMX_KV_H_MAP, NULL, 0, &cp, NULL) !=
+            RDMX_INPROGRESS) {
+            m->asking = 0;
+            m->refused_ep = ep;
+        }
+    }
+    rdmx__worker_unlock(kv->w);
+    return ready;
+}
+
+/*
+ * A GET of @key into @buf for @server. Where the store is mapped, asks for
+ * the value's place in it (the client copies the value). Otherwise lends
+ * @buf when it lies in @mr and is larger than a value a server answered
+ * inline to a lent buffer (below that the answer comes inline anyway, and
+ * the lending costs a descriptor).
+ */
+static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, unsigned server,
+                             const void *key, size_t klen, void *buf,
+                             size_t capacity, rdmx_mr_t *mr, const char *what)
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key};
 
     if (kv->tcp)
         mr = NULL; /* a hint: over tcp an inline answer is faster */
-    if (mr != NULL && capacity > 0 &&
-        capacity > __atomic_load_n(&kv->get_inline_seen, __ATOMIC_RELAXED)) {
+    if (capacity > 0 && map_ready(kv, server)) {
+        r.mode = RDMX_KV_GET_MAP;
+        r.vlen = capacity;
+    } else if (mr != NULL && capacity > 0 &&
+               capacity >
+                   __atomic_load_n(&kv->get_inline_seen, __ATOMIC_RELAXED)) {
         r.mode = RDMX_KV_GET_BUF;
         r.vlen = capacity;
         msg_lend(m, mr, buf, capacity, RDMX_ACCESS_WRITE);
@@ -438,7 +552,11 @@ struct kv_op {
     /* where answers go */
     void *buf;                  /* GET: an inline value (capacity bytes) */
     size_t capacity;
-    int lent; /* GET: buf went as a lent buffer */
+    int lent;  /* GET: buf went as a lent buffer */
+    int remap; /* GET: the mapped copy must be asked again without a map */
+    /* A non-blocking GET's request (at the op's end), for asking again */
+    unsigned char *req;
+    size_t req_len;
     /* A blocking GET's answer that comes by rendezvous lands in head (the
      * result) and buf (the value) with no copy (rdmx__call_direct). */
     unsigned char head[RDMX_KV_RESULT_SIZE];
@@ -540,6 +658,56 @@ static void too_big_message(const kv_op_t *op, const char *rpc_msg,
                    : "");
 }
 
+/* What copying a mapped answer found. */
+enum { MAP_COPIED, MAP_AGAIN, MAP_BAD };
+
+/*
+ * Copy the value a GET's answer locates (@loc, @n bytes after the result
+ * @res) out of @server's mapped store into op->buf, then check the item's
+ * stamp: MAP_COPIED; MAP_AGAIN when the map is gone or names another
+ * store, or the stamp changed under the copy (the GET is asked again
+ * without a map); MAP_BAD (@msg says why) for a location outside the store.
+ * Worker's lock held (a completion).
+ */
+static int map_copy(kv_op_t *op, const rdmx_kv_result_t *res,
+                    const unsigned char *loc, size_t n, char *msg, size_t size)
+{
+    kv_map_t *m = &op->kv->map[op->server];
+    rdmx_kv_location_t l;
+    uint64_t stamp;
+
+    if (rdmx__kv_location_decode(loc, n, &l) != RDMX_OK) {
+        snprintf(msg, size, "a mapped answer without its location");
+        return MAP_BAD;
+    }
+    if (m->rm == NULL || !rdmx__rmem_mapped(m->rm))
+        return MAP_AGAIN;
+    if (l.store_id != m->id) {
+        map_drop(m); /* another store: asked for again */
+        return MAP_AGAIN;
+    }
+    if (l.value_offset > m->len || res->length > m->len - l.value_offset ||
+        m->len < 8 || l.stamp_offset > m->len - 8 || l.stamp_offset % 8 != 0 ||
+        res->length > op->capacity) {
+        snprintf(msg, size,
+                 "a value of %llu bytes at %llu (stamp at %llu) outside the "
+                 "store's %llu bytes or the buffer's %zu",
+                 (unsigned long long)res->length,
+                 (unsigned long long)l.value_offset,
+                 (unsigned long long)l.stamp_offset, (unsigned long long)m->len,
+                 op->capacity);
+        return MAP_BAD;
+    }
+    memcpy(op->buf, m->base + l.value_offset, (size_t)res->length);
+    /* the copy, then the stamp: a writer changes the stamp before the
+     * bytes (store.c, stamp_void) */
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    stamp = __atomic_load_n(
+        (const uint64_t *)(const void *)(m->base + l.stamp_offset),
+        __ATOMIC_RELAXED);
+    return stamp == l.stamp ? MAP_COPIED : MAP_AGAIN;
+}
+
 /*
  * What a call's end says: its status, the meta of a kv result, a message
  * for an error (@msg, @size bytes). A GET's inline value is copied into
@@ -590,7 +758,18 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
         msg[n] = '\0';
         return (rdmx_status_t)res.status;
     }
-    if (res.where == RDMX_KV_WHERE_INLINE) {
+    if (res.where == RDMX_KV_WHERE_STORE) {
+        switch (map_copy(op, &res, (const unsigned char *)rest,
+                         r->length - RDMX_KV_RESULT_SIZE, msg, size)) {
+        case MAP_COPIED:
+            break;
+        case MAP_AGAIN:
+            op->remap = 1;
+            break;
+        default:
+            return RDMX_ERR_PROTO;
+        }
+    } else if (res.where == RDMX_KV_WHERE_INLINE) {
         if (res.length > op->capacity) {
             snprintf(msg, size, "value of %llu bytes, buffer of %zu",
                      (unsigned long long)res.length, op->capacity);
@@ -606,6 +785,8 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
     return RDMX_OK;
 }
 
+static void op_again(kv_op_t *op);
+
 static void call_done(const rdmx_call_result_t *r, void *arg)
 {
     kv_call_t *c = arg;
@@ -614,6 +795,10 @@ static void call_done(const rdmx_call_result_t *r, void *arg)
     char msg[256]; /* (written by call_answer on error, read only then) */
     rdmx_status_t st = call_answer(op, r, &meta, msg, sizeof(msg));
 
+    if (op->remap) {
+        op_again(op);
+        return;
+    }
     if (c->first) {
         op->first_status = st;
         op->first_meta = meta;
@@ -685,6 +870,38 @@ static rdmx_status_t op_call(kv_op_t *op)
         op_error(op, st, rdmx_error_detail(), 0, NULL);
     }
     return st;
+}
+
+/*
+ * A mapped GET's copy met a changed stamp (or a map gone): send the GET
+ * again without RDMX_KV_GET_MAP, answered inline or into a lent buffer.
+ * The call that ended counts no more; a blocking op's waiter sends it,
+ * a non-blocking op is sent from its kept request. At most once: the
+ * second request asks for no map.
+ */
+static void op_again(kv_op_t *op)
+{
+    op->remap = 0;
+    op->pending--;
+    op->next--;
+    if (op->cb == NULL) {
+        op->msg->data[0] &= (unsigned char)~RDMX_KV_GET_MAP;
+        op->done = 1; /* op_wait starts the copy again */
+        return;
+    }
+    {
+        kv_msg_t m;
+
+        msg_init(&m);
+        op->req[0] &= (unsigned char)~RDMX_KV_GET_MAP;
+        m.data = op->req;
+        m.len = op->req_len;
+        op->msg = &m;
+        (void)op_call(op); /* (an error is noted in op) */
+        op->msg = NULL;
+    }
+    if (op->pending == 0)
+        op_end(op);
 }
 
 /*
@@ -760,6 +977,7 @@ rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
     kv_args_t a;
     kv_msg_t m;
     kv_op_t op;
+    unsigned server;
     rdmx_status_t st;
 
     if ((st = kv_args(params, 0, "kv get", &a)) != RDMX_OK)
@@ -768,11 +986,12 @@ rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
         return st;
     if (buf == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv get: NULL buffer");
+    server = read_server(kv, key, klen);
     msg_init(&m);
-    if ((st = get_msg(kv, &m, key, klen, buf, capacity, a.mr, "kv get")) !=
-        RDMX_OK)
+    if ((st = get_msg(kv, &m, server, key, klen, buf, capacity, a.mr,
+                      "kv get")) != RDMX_OK)
         return st;
-    op_init(&op, kv, RDMX_KV_H_GET, &m, read_server(kv, key, klen), 1);
+    op_init(&op, kv, RDMX_KV_H_GET, &m, server, 1);
     op_limit(&op, &a);
     op.buf = buf;
     op.capacity = capacity;
@@ -791,6 +1010,8 @@ rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
     kv_args_t a;
     kv_msg_t m;
     kv_op_t *op;
+    unsigned server;
+    int mapped;
     rdmx_status_t st;
 
     if ((st = kv_args(params, 1, "kv get_nb", &a)) != RDMX_OK)
@@ -799,15 +1020,23 @@ rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
         return st;
     if (buf == NULL && capacity != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv get_nb: NULL argument");
+    server = read_server(kv, key, klen);
     msg_init(&m);
-    if ((st = get_msg(kv, &m, key, klen, buf, capacity, a.mr,
+    if ((st = get_msg(kv, &m, server, key, klen, buf, capacity, a.mr,
                       "kv get_nb")) != RDMX_OK)
         return st;
-    if ((op = malloc(sizeof(*op))) == NULL) {
+    /* a mapped GET keeps its request, to ask again without the map */
+    mapped = (m.data[0] & RDMX_KV_GET_MAP) != 0;
+    if ((op = malloc(sizeof(*op) + (mapped ? m.len : 0))) == NULL) {
         msg_free(&m);
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv get_nb: out of memory");
     }
-    op_init(op, kv, RDMX_KV_H_GET, &m, read_server(kv, key, klen), 1);
+    op_init(op, kv, RDMX_KV_H_GET, &m, server, 1);
+    if (mapped) {
+        op->req = (unsigned char *)(op + 1);
+        op->req_len = m.len;
+        memcpy(op->req, m.data, m.len);
+    }
     op_limit(op, &a);
     op->buf = buf;
     op->capacity = capacity;

@@ -32,11 +32,36 @@ rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
     r->offset = rdmx_get_le32(p + 12);
     r->cas = rdmx_get_le64(p + 16);
     r->length = rdmx_get_le64(p + 24);
-    if (r->status > 0 || r->where > RDMX_KV_WHERE_BUFFER)
+    if (r->status > 0 || r->where > RDMX_KV_WHERE_STORE)
         return RDMX_ERR_PROTO;
     if (r->where == RDMX_KV_WHERE_INLINE &&
         r->length > len - RDMX_KV_RESULT_SIZE)
         return RDMX_ERR_PROTO;
+    if (r->where == RDMX_KV_WHERE_STORE &&
+        len - RDMX_KV_RESULT_SIZE < RDMX_KV_LOCATION_SIZE)
+        return RDMX_ERR_PROTO;
+    return RDMX_OK;
+}
+
+void rdmx__kv_location_encode(const rdmx_kv_location_t *l, unsigned char *out)
+{
+    rdmx_put_le64(out + 0, l->store_id);
+    rdmx_put_le64(out + 8, l->stamp_offset);
+    rdmx_put_le64(out + 16, l->value_offset);
+    rdmx_put_le64(out + 24, l->stamp);
+}
+
+rdmx_status_t rdmx__kv_location_decode(const void *buf, size_t len,
+                                       rdmx_kv_location_t *l)
+{
+    const unsigned char *p = buf;
+
+    if (p == NULL || len < RDMX_KV_LOCATION_SIZE)
+        return RDMX_ERR_PROTO;
+    l->store_id = rdmx_get_le64(p + 0);
+    l->stamp_offset = rdmx_get_le64(p + 8);
+    l->value_offset = rdmx_get_le64(p + 16);
+    l->stamp = rdmx_get_le64(p + 24);
     return RDMX_OK;
 }
 

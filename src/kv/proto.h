@@ -27,6 +27,7 @@
 #define RDMX_KV_H_STATS  "kv.stats"
 #define RDMX_KV_H_BGET   "kv.batch_get"
 #define RDMX_KV_H_BPUT   "kv.batch_put"
+#define RDMX_KV_H_MAP    "kv.map"
 
 typedef enum {
     RDMX_KV_SET = 0,     /* store */
@@ -39,8 +40,10 @@ typedef enum {
 enum {
     RDMX_KV_WHERE_NONE = 0,   /* no value (error, or EXISTS-style answer) */
     RDMX_KV_WHERE_INLINE = 1, /* follows the result header */
-    RDMX_KV_WHERE_BUFFER = 2  /* RDMA-written into the caller's buffer at
+    RDMX_KV_WHERE_BUFFER = 2, /* RDMA-written into the caller's buffer at
                                  `offset` (multi-get) or 0 */
+    RDMX_KV_WHERE_STORE = 3   /* in the server's store: a location
+                                 (RDMX_KV_LOCATION_SIZE) follows */
 };
 
 /* Result header, 32 bytes, at the start of every kv.* response (one per
@@ -78,6 +81,9 @@ rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
 #define RDMX_KV_MODE_MASK  0x7fu /* the mode proper (PUT: rdmx_kv_mode_t) */
 #define RDMX_KV_PUT_BULK   0x80u /* PUT: the value is not inline */
 #define RDMX_KV_GET_BUF    0x01u /* GET: the caller lent a buffer */
+#define RDMX_KV_GET_MAP                                                        \
+    0x02u                        /* GET: the caller maps the store; vlen is    \
+                                    its buffer's capacity */
 #define RDMX_KV_INCR_DECR  0x01u /* INCR: subtract the delta */
 typedef struct {
     uint8_t mode;
@@ -172,6 +178,24 @@ void rdmx__kv_zitem_encode(const rdmx_kv_zitem_t *z, unsigned char *out);
 rdmx_status_t rdmx__kv_zitem_decode(const void *buf, size_t len,
                                     rdmx_kv_zitem_t *z, size_t *used_p,
                                     char *why, size_t why_size);
+
+/* Mapped GETs (docs/KV.md, "Mapped GETs over shared memory"). A GET with
+ * RDMX_KV_GET_MAP may be answered RDMX_KV_WHERE_STORE: the result, then
+ * u64 store id, u64 stamp offset, u64 value offset (from the store's
+ * start), u64 stamp. kv.map's answer: a result (status), u64 store id,
+ * then the packed descriptor of the whole store (read access). */
+#define RDMX_KV_LOCATION_SIZE 32
+typedef struct {
+    uint64_t store_id;
+    uint64_t stamp_offset;
+    uint64_t value_offset;
+    uint64_t stamp;
+} rdmx_kv_location_t;
+
+void rdmx__kv_location_encode(const rdmx_kv_location_t *l, unsigned char *out);
+/* RDMX_ERR_PROTO when shorter than RDMX_KV_LOCATION_SIZE. */
+rdmx_status_t rdmx__kv_location_decode(const void *buf, size_t len,
+                                       rdmx_kv_location_t *l);
 
 /* kv.prefix's answer: u32 keys present before the first miss. */
 #define RDMX_KV_PREFIX_SIZE 4

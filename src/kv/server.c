@@ -18,7 +18,9 @@
 
 #include "kv/proto.h"
 #include "rpc/respond.h"
+#include "util/endian.h"
 #include "util/error.h"
+#include "util/hash.h"
 #include "util/time.h"
 
 #include <pthread.h>
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +44,13 @@ struct rdmx_kv_server {
     rdmx_lambda_engine_t *lambda; /* NULL unless cfg.lambda */
     rdmx_lambda_env_t lambda_env; /* the store, for the engine */
     size_t inline_threshold;
+    int mapped_gets;           /* answer GET_MAP GETs with a location */
+    uint64_t store_id;         /* random: which store a location is in */
+    unsigned char *map_answer; /* kv.map's answer: result, id, the
+                                  store's descriptor */
+    size_t map_answer_len;
+    uint64_t store_maps;          /* atomic: kv.map answers */
+    uint64_t get_mapped;          /* atomic: GETs answered with a location */
     uint64_t bad_requests;        /* atomic: any worker */
     uint64_t get_lent;            /* atomic: GETs that lent a buffer */
     uint64_t get_written;         /* atomic: ... whose value went into it */
@@ -256,6 +266,35 @@ static void get_done(rdmx_status_t st, size_t length, void *arg)
     free(x);
 }
 
+/*
+ * A GET of a caller that maps the store: where the value of @it lies and
+ * its stamp, which the caller checks after its copy; or TOO_BIG if its
+ * buffer is smaller. No reference outlives the answer (docs/KV.md,
+ * "Mapped GETs over shared memory").
+ */
+static void reply_location(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
+                           const rdmx_kv_req_t *r, rdmx_kv_item_t *it)
+{
+    unsigned char loc[RDMX_KV_LOCATION_SIZE];
+    size_t len = rdmx__kv_item_length(it);
+    rdmx_kv_location_t l = {.store_id = s->store_id,
+                            .stamp_offset =
+                                rdmx__kv_item_stamp_offset(s->store, it),
+                            .value_offset = rdmx__kv_item_offset(s->store, it),
+                            .stamp = rdmx__kv_item_stamp(it)};
+
+    if (len > r->vlen) {
+        reply(req, RDMX_ERR_TOO_BIG, RDMX_KV_WHERE_NONE,
+              rdmx__kv_item_flags(it), rdmx__kv_item_cas(it), len, NULL, 0);
+    } else {
+        rdmx__kv_location_encode(&l, loc);
+        __atomic_add_fetch(&s->get_mapped, 1, __ATOMIC_RELAXED);
+        reply(req, RDMX_OK, RDMX_KV_WHERE_STORE, rdmx__kv_item_flags(it),
+              rdmx__kv_item_cas(it), len, loc, sizeof(loc));
+    }
+    rdmx__kv_store_release(s->store, it);
+}
+
 static void h_get(rdmx_rpc_req_t *req, void *arg)
 {
     rdmx_kv_server_t *s = arg;
@@ -276,6 +315,13 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
         return;
     }
     len = rdmx__kv_item_length(it);
+    /* (a value small enough to be copied into the answer goes inline:
+     * the client's copy out of the store costs as much as the server's) */
+    if ((r.mode & RDMX_KV_GET_MAP) && s->mapped_gets &&
+        len > RDMX_KV_COPY_MAX) {
+        reply_location(s, req, &r, it);
+        return;
+    }
     if (!(r.mode & RDMX_KV_GET_BUF) || len <= s->inline_threshold) {
         if ((r.mode & RDMX_KV_GET_BUF) && len > r.vlen) {
             reply(req, RDMX_ERR_TOO_BIG, RDMX_KV_WHERE_NONE,
@@ -1127,6 +1173,8 @@ void rdmx__kv_server_stats(rdmx_kv_server_t *s,
     o->rpc_errors = r.errors;
     o->get_buffers_lent = __atomic_load_n(&s->get_lent, __ATOMIC_RELAXED);
     o->get_buffers_written = __atomic_load_n(&s->get_written, __ATOMIC_RELAXED);
+    o->store_maps = __atomic_load_n(&s->store_maps, __ATOMIC_RELAXED);
+    o->get_mapped = __atomic_load_n(&s->get_mapped, __ATOMIC_RELAXED);
     if (s->lambda != NULL) {
         o->lambda_on = 1;
         rdmx_lambda_engine_stats(s->lambda, &o->lambda);
@@ -1152,6 +1200,22 @@ static void text_line(text_t *t, const char *name, uint64_t value)
         t->full = 1;
     else
         t->len += (size_t)n;
+}
+
+/* kv.map: the store's id and descriptor, for mapped GETs; UNSUPPORTED
+ * when they are off. */
+static void h_map(rdmx_rpc_req_t *req, void *arg)
+{
+    rdmx_kv_server_t *s = arg;
+
+    if (!s->mapped_gets) {
+        reply_error(req, RDMX_ERR_UNSUPPORTED,
+                    "kv.map: this server answers GETs without the store's "
+                    "place (rdmx-kvd --no-mapped-gets)");
+        return;
+    }
+    __atomic_add_fetch(&s->store_maps, 1, __ATOMIC_RELAXED);
+    rdmx_rpc_respond(req, s->map_answer, s->map_answer_len);
 }
 
 /* kv.stats: the counters as text, one "name value" line each. */
@@ -1206,6 +1270,30 @@ static void *reclaim_main(void *arg)
     return NULL;
 }
 
+/* kv.map's answer, made once: a result, the store's random id, and a
+ * descriptor of the whole region with read access. */
+static rdmx_status_t map_answer(rdmx_kv_server_t *s, size_t memory)
+{
+    unsigned char head[RDMX_KV_RESULT_SIZE];
+    rdmx_kv_result_t r = {.status = RDMX_OK, .where = RDMX_KV_WHERE_NONE};
+    size_t n = 0;
+    rdmx_status_t st;
+
+    if (getrandom(&s->store_id, sizeof(s->store_id), 0) !=
+        (ssize_t)sizeof(s->store_id))
+        s->store_id = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)s);
+    rdmx_mr_pack(s->mr, 0, memory, RDMX_ACCESS_READ, NULL, 0, &n);
+    s->map_answer_len = RDMX_KV_RESULT_SIZE + 8 + n;
+    if ((s->map_answer = malloc(s->map_answer_len)) == NULL)
+        return rdmx__error(RDMX_ERR_NO_MEMORY, "kv server: out of memory");
+    rdmx__kv_result_encode(&r, head);
+    memcpy(s->map_answer, head, sizeof(head));
+    rdmx_put_le64(s->map_answer + RDMX_KV_RESULT_SIZE, s->store_id);
+    st = rdmx_mr_pack(s->mr, 0, memory, RDMX_ACCESS_READ,
+                      s->map_answer + RDMX_KV_RESULT_SIZE + 8, n, &n);
+    return st;
+}
+
 /* Register the kv.* handlers on the RPC server. */
 static rdmx_status_t register_handlers(rdmx_kv_server_t *s)
 {
@@ -1227,6 +1315,7 @@ static rdmx_status_t register_handlers(rdmx_kv_server_t *s)
         {RDMX_KV_H_BPUT, h_bput, 0},
         {RDMX_KV_H_FLUSH, h_flush, RDMX_RPC_IDEMPOTENT},
         {RDMX_KV_H_STATS, h_stats, RDMX_RPC_IDEMPOTENT},
+        {RDMX_KV_H_MAP, h_map, RDMX_RPC_IDEMPOTENT},
     };
     rdmx_status_t st = RDMX_OK;
 
@@ -1252,6 +1341,7 @@ rdmx_status_t rdmx__kv_server_create(const rdmx_kv_server_config_t *cfg,
     if (s == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv server: out of memory");
     s->inline_threshold = cfg->inline_threshold;
+    s->mapped_gets = !cfg->no_mapped_gets;
     s->started_ms = now_ms();
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_init(&ca);
@@ -1280,10 +1370,11 @@ rdmx_status_t rdmx__kv_server_create(const rdmx_kv_server_config_t *cfg,
     }
     if ((st = rdmx_context_create(&cfg->context, &s->ctx)) != RDMX_OK ||
         (st = rdmx_mem_alloc(s->ctx, cfg->memory,
-                             RDMX_ACCESS_READ | RDMX_ACCESS_WRITE,
-                             &s->mr)) != RDMX_OK ||
+                             RDMX_ACCESS_READ | RDMX_ACCESS_WRITE, &s->mr)) !=
+            RDMX_OK ||
         (st = rdmx__kv_store_create(rdmx_mr_addr(s->mr), cfg->memory, &stp,
                                     &s->store)) != RDMX_OK ||
+        (st = map_answer(s, cfg->memory)) != RDMX_OK ||
         (st = rdmx_rpc_server_create(s->ctx, &sp, &s->rpc)) != RDMX_OK ||
         (st = register_handlers(s)) != RDMX_OK)
         goto err_destroy;
@@ -1345,6 +1436,7 @@ void rdmx__kv_server_destroy(rdmx_kv_server_t *s)
     rdmx_context_destroy(s->ctx);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
+    free(s->map_answer);
     free(s);
 }
 

@@ -48,6 +48,9 @@ typedef struct {
     size_t inline_threshold;        /* GET answers values up to this size
                                        inline, larger ones into a lent
                                        buffer */
+    int no_mapped_gets;             /* non-zero: GETs never answer where a
+                                       value lies in the store (docs/KV.md,
+                                       "Mapped GETs over shared memory") */
     rdmx_kv_eviction_t eviction;    /* memory full: evict or refuse */
     const void *auth_secret;        /* clients must prove it; NULL: none */
     size_t auth_secret_len;
@@ -76,7 +79,11 @@ typedef struct {
     X(get_buffers_lent, "get_buffers_lent") /* GETs that lent a buffer */      \
     X(get_buffers_written, "get_buffers_written") /* ... whose value was       \
                                                      written into it (above    \
-                                                     the inline threshold) */
+                                                     the inline threshold) */  \
+    X(store_maps,                                                              \
+      "store_maps") /* kv.map answers: clients mapping the store */            \
+    X(get_mapped, "get_mapped") /* GETs answered with the value's place in     \
+                                   the store, copied by the client */
 
 /* The lambda engine's lines of the stats answer: X(field of
  * rdmx_lambda_stats_t, name), in order. */

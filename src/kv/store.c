@@ -21,7 +21,7 @@
  * block is freed at once.
  *
  * Every field of the store and of its items is guarded by s->lock, except
- * the ones the accessors read: key, klen, vlen, flags, cas (written only
+ * the ones the accessors read: key, klen, vlen, flags, stamp (written only
  * while nobody else holds the item) and exptime (an atomic: touch changes
  * it under the lock while a holder may read it).
  */
@@ -63,7 +63,7 @@ typedef uint32_t kv_ref_t;
 
 /* 46 bytes in front of the key; the value follows the key. */
 struct rdmx_kv_item {
-    uint64_t cas;             /* version; 0 while RESERVED */
+    uint64_t stamp;           /* version (0 while RESERVED) ^ salt */
     _Atomic uint64_t exptime; /* absolute ms; 0: never */
     kv_ref_t lru_prev;        /* neighbours on s->lru while LINKED, */
     kv_ref_t lru_next;        /* ... else on s->pending */
@@ -79,6 +79,43 @@ struct rdmx_kv_item {
 };
 
 #define ITEM_HDR offsetof(rdmx_kv_item_t, key)
+
+/*
+ * The stamp: an item's version XOR a random salt drawn once per process,
+ * in the header's first 8 bytes. A client that copies a value out of the
+ * mapped store checks the stamp after its copy (docs/KV.md, "Mapped GETs
+ * over shared memory"), so whatever changes bytes a reader may be copying
+ * changes the stamp first: item_free and an in-place incr (stamp_void).
+ * The salt makes stamps random words rather than small numbers a value
+ * could hold.
+ */
+static uint64_t stamp_salt;
+static pthread_once_t stamp_once = PTHREAD_ONCE_INIT;
+
+static void stamp_init(void)
+{
+    if (getrandom(&stamp_salt, sizeof(stamp_salt), GRND_NONBLOCK) !=
+        (ssize_t)sizeof(stamp_salt))
+        stamp_salt = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)&stamp_salt);
+}
+
+static inline uint64_t cas_of(const rdmx_kv_item_t *it)
+{
+    return __atomic_load_n(&it->stamp, __ATOMIC_RELAXED) ^ stamp_salt;
+}
+
+static inline void cas_set(rdmx_kv_item_t *it, uint64_t cas)
+{
+    __atomic_store_n(&it->stamp, cas ^ stamp_salt, __ATOMIC_RELAXED);
+}
+
+/* Before bytes of @it a reader may copy change: its stamp becomes that of
+ * version 0, which no linked item has, and is seen before what follows. */
+static inline void stamp_void(rdmx_kv_item_t *it)
+{
+    cas_set(it, 0);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
 _Static_assert(offsetof(rdmx_kv_item_t, key) == 46, "item header size");
 
 /* A list of items, linked through lru_prev / lru_next. */
@@ -482,7 +519,10 @@ static uint64_t expiry_for(uint64_t ttl_ms, uint64_t now)
 
 static void item_free(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t *hole_p)
 {
-    uint64_t hole = rdmx__kv_free(&s->alloc, item_offset(s, it));
+    uint64_t hole;
+
+    stamp_void(it);
+    hole = rdmx__kv_free(&s->alloc, item_offset(s, it));
     if (hole_p != NULL)
         *hole_p = hole;
 }
@@ -682,7 +722,7 @@ static rdmx_status_t item_new(rdmx_kv_store_t *s, const void *key, size_t klen,
             s->eviction == RDMX_KV_EVICT_NONE ? "eviction off"
                                               : "nothing evictable fits");
     it = item_of_offset(s, off);
-    it->cas = 0;
+    cas_set(it, 0);
     atomic_init(&it->exptime, 0);
     it->hnext = 0;
     it->vlen = (uint32_t)vlen;
@@ -720,6 +760,7 @@ rdmx_status_t rdmx__kv_store_create(void *mem, size_t size,
     size_t buckets;
     unsigned log2;
 
+    (void)pthread_once(&stamp_once, stamp_init);
     s = calloc(1, sizeof(*s));
     if (s == NULL) {
         status = rdmx__error(RDMX_ERR_NO_MEMORY, "kv store: out of memory");
@@ -876,7 +917,18 @@ uint32_t rdmx__kv_item_flags(const rdmx_kv_item_t *it)
 
 uint64_t rdmx__kv_item_cas(const rdmx_kv_item_t *it)
 {
-    return it->cas;
+    return cas_of(it);
+}
+
+uint64_t rdmx__kv_item_stamp(const rdmx_kv_item_t *it)
+{
+    return __atomic_load_n(&it->stamp, __ATOMIC_RELAXED);
+}
+
+uint64_t rdmx__kv_item_stamp_offset(const rdmx_kv_store_t *s,
+                                    const rdmx_kv_item_t *it)
+{
+    return (uint64_t)((const char *)&it->stamp - s->base);
 }
 
 uint64_t rdmx__kv_item_expiry(const rdmx_kv_item_t *it)
@@ -955,7 +1007,7 @@ static rdmx_status_t commit_locked(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
         if (old == NULL) {
             s->st.cas_misses++;
             status = RDMX_ERR_NOT_FOUND;
-        } else if (old->cas != cas_expected) {
+        } else if (cas_of(old) != cas_expected) {
             s->st.cas_badval++;
             status = RDMX_ERR_EXISTS;
         } else {
@@ -976,13 +1028,13 @@ static rdmx_status_t commit_locked(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
     list_del(s, &s->pending, it);
     s->st.reserved_items--;
     it->flags = flags;
-    it->cas = ++s->last_cas;
+    cas_set(it, ++s->last_cas);
     atomic_store_explicit(&it->exptime, exptime, memory_order_relaxed);
     if (old != NULL)
         unlink_item(s, old, hash); /* same key */
     link_item(s, it, hash);
     if (cas_p != NULL)
-        *cas_p = it->cas;
+        *cas_p = cas_of(it);
     return RDMX_OK;
 }
 
@@ -1051,7 +1103,7 @@ rdmx_status_t rdmx__kv_store_delete(rdmx_kv_store_t *s, const void *key,
     if (it == NULL) {
         s->st.delete_misses++;
         status = RDMX_ERR_NOT_FOUND;
-    } else if (cas_expected != 0 && it->cas != cas_expected) {
+    } else if (cas_expected != 0 && cas_of(it) != cas_expected) {
         status = RDMX_ERR_EXISTS;
     } else {
         s->st.delete_hits++;
@@ -1182,11 +1234,13 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
         ITEM_HDR + it->klen + n <=
             rdmx__kv_alloc_usable_size(&s->alloc, item_offset(s, it))) {
         /* nobody reads it: rewrite in place */
+        stamp_void(it); /* a mapped reader may be copying it */
         memcpy(item_value(it), digits, n);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
         s->st.bytes += n;
         s->st.bytes -= it->vlen;
         it->vlen = (uint32_t)n;
-        it->cas = ++s->last_cas;
+        cas_set(it, ++s->last_cas);
         lru_bump(s, it);
     } else {
         /* a reader holds the old value: write a new item. Pin the old one
@@ -1200,7 +1254,7 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
         list_del(s, &s->pending, nit);
         s->st.reserved_items--;
         nit->flags = it->flags;
-        nit->cas = ++s->last_cas;
+        cas_set(nit, ++s->last_cas);
         nit->fetched = 1;
         atomic_store_explicit(&nit->exptime, exp_of(it), memory_order_relaxed);
         unlink_item(s, it, hash); /* its heap slot is reused */

@@ -192,6 +192,13 @@ size_t rdmx__kv_item_length(const rdmx_kv_item_t *it);
 uint32_t rdmx__kv_item_flags(const rdmx_kv_item_t *it);
 uint64_t rdmx__kv_item_cas(const rdmx_kv_item_t *it);    /* 0 while reserved */
 uint64_t rdmx__kv_item_expiry(const rdmx_kv_item_t *it); /* absolute ms, 0 */
+/* The item's stamp as it lies in memory, and its offset from mem: a
+ * reader of the mapped store checks it after copying the value; it
+ * changes before the value's bytes do (docs/KV.md, "Mapped GETs over
+ * shared memory"). */
+uint64_t rdmx__kv_item_stamp(const rdmx_kv_item_t *it);
+uint64_t rdmx__kv_item_stamp_offset(const rdmx_kv_store_t *s,
+                                    const rdmx_kv_item_t *it);
 const void *rdmx__kv_item_key(const rdmx_kv_item_t *it, size_t *klen_p);
 
 /*
