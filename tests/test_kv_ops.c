@@ -14,6 +14,8 @@
  *   4096), each read back into plain memory (inline) and into a registered
  *   region at an unaligned offset (RDMA write above the server's 4 KiB
  *   threshold); flags and CAS come back; bytes past the value untouched.
+ *   Over shm both reads of a value above 512 B are mapped GETs (the
+ *   server's get_mapped counts each; none over tcp).
  *   Plain reads of 1 MiB and more land in the buffer itself over UCX (the
  *   channel's responses_in_place counts each), not over libfabric; plain
  *   writes of 8 KiB and more (here 1 and 64 MiB) are sent from the
@@ -28,7 +30,16 @@
  *   buffer no larger lends nothing (the server's get_buffers_lent stays)
  *   and still gets its value, or TOO_BIG with the size and nothing
  *   written; a larger buffer is lent again and a value above the server's
- *   4 KiB threshold written into it (get_buffers_written). A fresh client.
+ *   4 KiB threshold written into it (get_buffers_written). A fresh client
+ *   of a fourth server, "plain" (--no-mapped-gets: its GETs are never
+ *   mapped).
+ * - mapped: over shm, a GET answered with the value's place whose item is
+ *   rewritten or deleted before the client copies it (the client's worker
+ *   is held back until then) comes back with the new value or NOT_FOUND,
+ *   asked again without the map (the server counts 2 gets, 1 mapped);
+ *   1 s of blocking GETs of 256 KiB while another thread rewrites the key:
+ *   every value whole and of one version, some GETs asked again over shm,
+ *   none mapped over tcp.
  * - ttl: present at once, gone after twice the TTL (200 ms, 800 ms under
  *   sanitizers); touch extends a TTL, touch 0 removes it (version kept);
  *   touch of an absent or expired key is NOT_FOUND. A pass in which the
@@ -106,6 +117,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -128,7 +140,7 @@
 #define REG_OFFSET 77 /* values in the registered regions start here */
 #define CANARY     0xA5
 
-static kvd_t big, lru, none;
+static kvd_t big, lru, none, plain;
 static rdmx_context_t *ctx;
 static rdmx_worker_t *worker;
 static rdmx_kv_t *kv;              /* to "big", inline_max 4096 */
@@ -180,6 +192,20 @@ static void stats_of(rdmx_kv_t *c, char *buf, size_t size)
     EXPECT_OK(rdmx_kv_stats(c, 0, buf, size));
 }
 
+/* Values above this size may be answered with their place in the store
+ * (src/kv/proto.h, RDMX_KV_MAP_ABOVE). */
+#define MAP_ABOVE 512
+
+/* The server's count of GETs answered with the value's place in its
+ * store (docs/KV.md, "Mapped GETs over shared memory"). */
+static uint64_t mapped_gets(rdmx_kv_t *c)
+{
+    char s[4096];
+
+    stats_of(c, s, sizeof(s));
+    return stat_of(s, "get_mapped");
+}
+
 /* Index of the first byte in [from, to) of @p that is not @v, or -1. */
 static long not_byte(const uint8_t *p, size_t from, size_t to, uint8_t v)
 {
@@ -214,7 +240,9 @@ static void part_lend(void)
      * tcp it never does (an inline answer is faster); libfabric's
      * providers either way */
     int must = strcmp(tr, "shm") == 0 ? 1 : strcmp(tr, "tcp") == 0 ? 0 : -1;
-    rdmx_kv_t *c = client(big.addr, 4096, 60000 * TH_SLOW); /* learns anew */
+    /* (a server without mapped GETs: over shm "big" answers a GET of
+     * more than 512 B with the value's place in its store) */
+    rdmx_kv_t *c = client(plain.addr, 4096, 60000 * TH_SLOW);
     char s0[4096];
     uint64_t lent, wr;
     rdmx_kv_meta_t m;
@@ -299,6 +327,10 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
     uint8_t *rbuf = (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET;
     int64_t bad;
     long c;
+    /* Over UCX's shared memory a value above 512 B is copied by the client
+     * out of the server's store, which it maps (mapped GETs) */
+    int mapped = strcmp(th_transport_env(), "shm") == 0 && len > MAP_ABOVE;
+    uint64_t maps0 = mapped_gets(kv);
 
     /* plain memory: the value travels in the response; from 1 MiB (by
      * rendezvous) straight into the buffer where the transport scatters
@@ -310,7 +342,8 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
     EXPECT_OK(rdmx_kv_get(kv, key, klen, dst, cap, NULL, &m));
     rdmx_channel_stats(rdmx_kv_channel(kv, 0), &st1);
     if (len >= TH_MIB) {
-        uint64_t want = strncmp(th_transport_env(), "ofi", 3) == 0 ? 0 : 1;
+        uint64_t want =
+            strncmp(th_transport_env(), "ofi", 3) == 0 || mapped ? 0 : 1;
         EXPECT(st1.responses_in_place - st0.responses_in_place == want,
                "%s: plain get of %zu bytes: %" PRIu64 " answers in place "
                "(want %" PRIu64 ")",
@@ -343,6 +376,11 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
            "%s: registered get of %zu bytes wrote outside the value (byte "
            "%ld)",
            what, len, c);
+    EXPECT(mapped_gets(kv) - maps0 == (mapped ? 2u : 0u),
+           "%s: %" PRIu64 " of 2 gets of %zu bytes over %s were mapped "
+           "(want %d)",
+           what, mapped_gets(kv) - maps0, len, th_transport_env(),
+           mapped ? 2 : 0);
 }
 
 static void part_sizes(void)
@@ -529,6 +567,193 @@ static void part_too_small(void)
     memset(&m, 0xff, sizeof(m));
     EXPECT_OK(rdmx_kv_get(kv, "small:0", 7, NULL, 0, NULL, &m));
     EXPECT(m.length == 0, "0-byte value: meta.length %zu", m.length);
+}
+
+/* ------------------------------------------------------------------------ */
+/* mapped: GETs that copy the value out of the server's store               */
+/* ------------------------------------------------------------------------ */
+
+/* A value of version @v: its first 8 bytes say v, the rest is v's
+ * pattern. */
+static void ver_fill(uint8_t *p, size_t len, uint64_t v)
+{
+    memcpy(p, &v, 8);
+    th_fill(p + 8, len - 8, th_seed(71, v, 0));
+}
+
+/* -1 if @p holds a whole value of one version (into *v_p), else the first
+ * byte that belongs to none. */
+static int64_t ver_check(const uint8_t *p, size_t len, uint64_t *v_p)
+{
+    int64_t bad;
+
+    memcpy(v_p, p, 8);
+    bad = th_check(p + 8, len - 8, th_seed(71, *v_p, 0));
+    return bad < 0 ? -1 : bad + 8;
+}
+
+typedef struct {
+    rdmx_kv_t *c;
+    size_t len;
+    uint8_t *buf;
+    volatile int stop;
+    uint64_t puts;
+    rdmx_status_t st;
+} rewriter_t;
+
+/* Rewrite "map:churn" with new versions until told to stop. */
+static void *rewriter_main(void *arg)
+{
+    rewriter_t *r = arg;
+
+    for (uint64_t v = 1; !r->stop; v++) {
+        ver_fill(r->buf, r->len, v);
+        r->st = rdmx_kv_put(r->c, "map:churn", 9, r->buf, r->len, NULL, NULL);
+        if (r->st != RDMX_OK)
+            break;
+        r->puts++;
+    }
+    return NULL;
+}
+
+static uint64_t stat_now(rdmx_kv_t *c, const char *name)
+{
+    char s[4096];
+
+    stats_of(c, s, sizeof(s));
+    return stat_of(s, name);
+}
+
+/*
+ * A GET answered with the value's place whose item changes before the
+ * client copies it (@variant 0: rewritten, 1: deleted) is asked again
+ * without the map: the new value (or NOT_FOUND), never the freed bytes.
+ * The client's worker is not progressed between the GET and the change,
+ * so its copy comes after the change.
+ */
+static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
+{
+    static const char *names[] = {"rewritten", "deleted"};
+    int tries;
+
+    for (tries = 0; tries < 5; tries++) {
+        nb_seen_t seen;
+        rdmx_kv_op_params_t o = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB,
+                                 .cb = nb_seen_cb,
+                                 .arg = &seen};
+        rdmx_kv_meta_t m;
+        uint64_t v = 0, g0, c0, old = 1000 + (uint64_t)tries, now = old + 1000;
+
+        memset(&seen, 0, sizeof(seen));
+        ver_fill(src, len, old);
+        EXPECT_OK(rdmx_kv_put(c2, "map:race", 8, src, len, NULL, NULL));
+        EXPECT_OK(rdmx_kv_get(kv, "map:race", 8, dst, len, NULL, &m));
+        g0 = stat_now(c2, "get_mapped");
+        c0 = stat_now(c2, "cmd_get");
+        EXPECT_ST(rdmx_kv_get_nb(kv, "map:race", 8, dst, len, &o),
+                  RDMX_INPROGRESS);
+        if (seen.done)
+            continue; /* answered within the call: once more */
+        for (int i = 0; i < 20000 && stat_now(c2, "get_mapped") == g0; i++)
+            usleep(100); /* until the server answered with the place */
+        if (variant == 0) {
+            ver_fill(src, len, now);
+            EXPECT_OK(rdmx_kv_put(c2, "map:race", 8, src, len, NULL, NULL));
+        } else {
+            EXPECT_OK(rdmx_kv_delete(c2, "map:race", 8, 0));
+        }
+        while (!seen.done)
+            rdmx_worker_wait(worker, 10);
+        if (variant == 0)
+            EXPECT(seen.status == RDMX_OK && seen.length == len &&
+                       ver_check(dst, len, &v) < 0 && v == now,
+                   "mapped: a GET whose item was %s under it: %s, %zu bytes, "
+                   "version %" PRIu64 " (want OK, %zu, %" PRIu64 ")",
+                   names[variant], rdmx_status_name(seen.status), seen.length,
+                   v, len, now);
+        else
+            EXPECT(seen.status == RDMX_ERR_NOT_FOUND,
+                   "mapped: a GET whose item was %s under it: %s (want "
+                   "NOT_FOUND)",
+                   names[variant], rdmx_status_name(seen.status));
+        EXPECT(stat_now(c2, "cmd_get") - c0 == 2 &&
+                   stat_now(c2, "get_mapped") - g0 == 1,
+               "mapped: a GET whose item was %s under it made %" PRIu64
+               " gets, %" PRIu64 " mapped (want 2 and 1: asked again "
+               "without the map)",
+               names[variant], stat_now(c2, "cmd_get") - c0,
+               stat_now(c2, "get_mapped") - g0);
+        break;
+    }
+    EXPECT(tries < 5, "mapped: each of 5 GETs was answered within its call");
+}
+
+static void part_mapped(void)
+{
+    enum { LEN = 256 * 1024 };
+    int shm = strcmp(th_transport_env(), "shm") == 0;
+    rdmx_worker_t *w2 = th_worker(ctx, 0);
+    rdmx_kv_params_t p = {.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT,
+                          .timeout_ms = 60000 * TH_SLOW};
+    rewriter_t r = {.len = LEN};
+    rdmx_kv_meta_t m;
+    rdmx_status_t st;
+    uint64_t v = 0, c0, g0, gets = 0, misses = 0, torn = 0, again;
+    pthread_t t;
+    double end;
+
+    CHECK_OK(rdmx_kv_create(w2, big.addr, &p, &r.c));
+    CHECK_OK(rdmx_kv_wait_ready(r.c, 20000 * TH_SLOW));
+    if (shm) {
+        mapped_race(r.c, 0, LEN);
+        mapped_race(r.c, 1, LEN);
+    }
+
+    /* blocking GETs while another thread rewrites the key: every value
+     * is one version, whole; over shm some copies met a rewrite and were
+     * asked again */
+    r.buf = th_alloc(LEN);
+    c0 = stat_now(kv, "cmd_get");
+    g0 = stat_now(kv, "get_mapped");
+    CHECK(pthread_create(&t, NULL, rewriter_main, &r) == 0);
+    end = th_now_ms() + 1000;
+    while (th_now_ms() < end) {
+        st = rdmx_kv_get(kv, "map:churn", 9, dst, LEN, NULL, &m);
+        if (st == RDMX_ERR_NOT_FOUND) {
+            misses++; /* (before the first PUT) */
+            continue;
+        }
+        EXPECT_OK(st);
+        if (st != RDMX_OK)
+            break;
+        gets++;
+        if (m.length != LEN || ver_check(dst, LEN, &v) >= 0)
+            torn++;
+    }
+    r.stop = 1;
+    pthread_join(t, NULL);
+    EXPECT_OK(r.st);
+    again = stat_now(kv, "cmd_get") - c0 - gets - misses;
+    th_log("  mapped: %" PRIu64 " GETs of %d KiB during %" PRIu64
+           " rewrites: %" PRIu64 " mapped, %" PRIu64 " asked again",
+           gets, LEN / 1024, r.puts, stat_now(kv, "get_mapped") - g0, again);
+    EXPECT(torn == 0, "mapped: %" PRIu64 " of %" PRIu64 " GETs torn", torn,
+           gets);
+    EXPECT(gets > 0 && r.puts > 0, "mapped: %" PRIu64 " GETs, %" PRIu64 " PUTs",
+           gets, r.puts);
+    if (shm)
+        EXPECT(again > 0 && again < gets,
+               "mapped: %" PRIu64 " of %" PRIu64 " GETs during rewrites "
+               "were asked again (want some, not all)",
+               again, gets);
+    else
+        EXPECT(again == 0 && stat_now(kv, "get_mapped") == g0,
+               "mapped over %s: %" PRIu64 " asked again, %" PRIu64
+               " mapped (want none)",
+               th_transport_env(), again, stat_now(kv, "get_mapped") - g0);
+    free(r.buf);
+    rdmx_kv_destroy(r.c);
+    rdmx_worker_destroy(w2);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2132,6 +2357,8 @@ int main(void)
     kvd_start(&lru, NULL, "--workers", "1", "--memory", "4m", NULL);
     kvd_start(&none, NULL, "--workers", "1", "--memory", "2m", "--eviction",
               "none", NULL);
+    kvd_start(&plain, NULL, "--workers", "1", "--memory", "16m",
+              "--inline-threshold", "4k", "--no-mapped-gets", NULL);
     th_log("rdmx-kvd big %s, lru %s, none %s (transport %s)", big.addr,
            lru.addr, none.addr, th_transport_env());
 
@@ -2149,6 +2376,7 @@ int main(void)
     run_part("sizes", part_sizes);
     run_part("too_small", part_too_small);
     run_part("lend", part_lend);
+    run_part("mapped", part_mapped);
     run_part("ttl", part_ttl);
     run_part("cas", part_cas);
     run_part("incr", part_incr);
@@ -2184,6 +2412,7 @@ int main(void)
     kvd_stop(&big);
     kvd_stop(&lru);
     kvd_stop(&none);
+    kvd_stop(&plain);
     if (parts_failed()) {
         th_log("FAILED: %d part(s) failed (%.1f s)", parts_failed(),
                (th_now_ms() - t0) / 1000);

@@ -1136,6 +1136,73 @@ static void expect_value(rdmx_kv_store_t *s, const char *key, const char *v,
     rdmx__kv_store_release(s, it);
 }
 
+/*
+ * Stamps (docs/KV.md, "Mapped GETs over shared memory"): a reader of the
+ * mapped store finds an item's stamp at its stamp offset; the stamp is
+ * not the bare version (it is salted), differs between items, and the
+ * word at that offset changes when the item is freed (deleted, replaced,
+ * evicted) or rewritten in place by incr, before the bytes change.
+ */
+static uint64_t word_at(const char *mem, uint64_t off)
+{
+    uint64_t w;
+
+    memcpy(&w, mem + off, sizeof(w));
+    return w;
+}
+
+static void test_stamps(void)
+{
+    size_t size = TH_MIB;
+    char *mem = th_alloc(size);
+    rdmx_kv_store_t *s = store_new(mem, size, 0, RDMX_KV_EVICT_LRU);
+    rdmx_kv_item_t *it;
+    uint64_t cas, st1, st2, off1, off2, v;
+    char val[600];
+
+    memset(val, 'x', sizeof(val));
+    CHECK_OK(rdmx__kv_store_set(s, "a", 1, val, sizeof(val), RDMX_KV_STORE_SET,
+                                0, 0, 0, 1, &cas));
+    CHECK_OK(rdmx__kv_store_get(s, "a", 1, 1, &it));
+    st1 = rdmx__kv_item_stamp(it);
+    off1 = rdmx__kv_item_stamp_offset(s, it);
+    CHECK(off1 % 8 == 0 && off1 + 8 <= rdmx__kv_item_offset(s, it));
+    CHECK_EQ_U64(word_at(mem, off1), st1);
+    CHECK(st1 != cas); /* salted */
+    rdmx__kv_store_release(s, it);
+    /* replaced: the old item's word changes, the new one has its own */
+    CHECK_OK(rdmx__kv_store_set(s, "a", 1, val, sizeof(val), RDMX_KV_STORE_SET,
+                                0, 0, 0, 1, &cas));
+    CHECK(word_at(mem, off1) != st1);
+    CHECK_OK(rdmx__kv_store_get(s, "a", 1, 1, &it));
+    st2 = rdmx__kv_item_stamp(it);
+    off2 = rdmx__kv_item_stamp_offset(s, it);
+    CHECK(st2 != st1 && word_at(mem, off2) == st2);
+    CHECK_EQ_U64(rdmx__kv_item_cas(it), cas);
+    /* deleted while referenced: the stamp stays until the last release */
+    CHECK_OK(rdmx__kv_store_delete(s, "a", 1, 0, 1));
+    CHECK_EQ_U64(word_at(mem, off2), st2);
+    rdmx__kv_store_release(s, it);
+    CHECK(word_at(mem, off2) != st2);
+    /* incr in place (nobody holds it): a new stamp at the same place */
+    CHECK_OK(rdmx__kv_store_set(s, "n", 1, "41", 2, RDMX_KV_STORE_SET, 0, 0, 0,
+                                1, &cas));
+    CHECK_OK(rdmx__kv_store_get(s, "n", 1, 1, &it));
+    st1 = rdmx__kv_item_stamp(it);
+    off1 = rdmx__kv_item_stamp_offset(s, it);
+    rdmx__kv_store_release(s, it);
+    CHECK_OK(rdmx__kv_store_incr(s, "n", 1, 1, 0, 1, &v));
+    CHECK_EQ_U64(v, 42);
+    CHECK_OK(rdmx__kv_store_get(s, "n", 1, 1, &it));
+    CHECK_EQ_U64(rdmx__kv_item_stamp_offset(s, it), off1); /* in place */
+    CHECK(rdmx__kv_item_stamp(it) != st1 &&
+          word_at(mem, off1) == rdmx__kv_item_stamp(it));
+    rdmx__kv_store_release(s, it);
+    rdmx__kv_store_destroy(s);
+    free(mem);
+    th_log("stamps ok");
+}
+
 static void test_incr(void)
 {
     size_t size = TH_MIB;
@@ -1582,6 +1649,7 @@ int main(void)
     test_lru();
     test_references();
     test_incr();
+    test_stamps();
     fill_then_shift(0);
     fill_then_shift(1);
     test_threads();

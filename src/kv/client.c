@@ -35,21 +35,28 @@
 
 /*
  * A server's store as this client maps it, for mapped GETs (docs/KV.md,
- * "Mapped GETs over shared memory"). Asked for once per connection
- * (kv.map); kept only where the transport maps it. Guarded by the
- * worker's lock.
+ * "Mapped GETs over shared memory"). GETs ask for its descriptor until
+ * one answer brought it; kept only where the transport maps it. Guarded
+ * by the worker's lock.
  */
 typedef struct {
-    struct rdmx_kv *kv;
-    unsigned server;
     rdmx_rmem_t *rm;           /* the store's descriptor; NULL: none */
     rdmx_ep_t *ep;             /* the connection it came on */
     const unsigned char *base; /* where the store is mapped here */
     uint64_t len;
     uint64_t id;           /* the store's id */
-    int asking;            /* kv.map in flight */
     rdmx_ep_t *refused_ep; /* no map on this connection */
 } kv_map_t;
+
+/* Forget server @m's map (its connection changed, or it named another
+ * store). Worker's lock held. */
+static void map_drop(kv_map_t *m)
+{
+    if (m->rm != NULL)
+        rdmx_rmem_destroy(m->rm);
+    m->rm = NULL;
+    m->base = NULL;
+}
 
 struct rdmx_kv {
     rdmx_worker_t *w;
@@ -226,8 +233,8 @@ void rdmx_kv_destroy(rdmx_kv_t *kv)
             rdmx_channel_destroy(kv->ch[i]);
         if (kv->addr != NULL)
             free(kv->addr[i]);
-        if (kv->map != NULL && kv->map[i].rm != NULL)
-            rdmx_rmem_destroy(kv->map[i].rm);
+        if (kv->map != NULL)
+            map_drop(&kv->map[i]);
     }
     free(kv->map);
     free(kv->ch);
@@ -318,27 +325,65 @@ static void msg_lend(kv_msg_t *m, rdmx_mr_t *mr, const void *p, size_t len,
 
 /* --- the mapped store ---------------------------------------------------- */
 
-/* kv.map answered: keep the store's descriptor if it maps here. */
-static void map_done(const rdmx_call_result_t *r, void *arg)
+/*
+ * The mode bits a GET to @server sets for a mapped answer: RDMX_KV_GET_MAP
+ * when the store is mapped on the current connection, with
+ * RDMX_KV_GET_MAP_WANT when its descriptor is still to come; 0 over tcp,
+ * when not connected, and on a connection whose answers cannot be
+ * mapped.
+ */
+static uint8_t map_mode(rdmx_kv_t *kv, unsigned server)
 {
-    kv_map_t *m = arg;
-    rdmx_ep_t *ep = rdmx_channel_ep(m->kv->ch[m->server]);
-    rdmx_kv_result_t res;
+    kv_map_t *m = &kv->map[server];
+    rdmx_ep_t *ep;
+    uint8_t mode = 0;
+
+    if (kv->tcp)
+        return 0;
+    rdmx__worker_lock(kv->w);
+    ep = rdmx_channel_ep(kv->ch[server]);
+    if (ep == NULL || m->refused_ep == ep) {
+        /* none */
+    } else if (m->rm != NULL && m->ep == ep && rdmx__rmem_mapped(m->rm)) {
+        mode = RDMX_KV_GET_MAP;
+    } else {
+        map_drop(m); /* (of an earlier connection) */
+        mode = RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT;
+    }
+    rdmx__worker_unlock(kv->w);
+    return mode;
+}
+
+/* Server @server answered a GET that asked for its store with the value
+ * itself: it has no mapped GETs. Not asked again on this connection.
+ * Worker's lock held. */
+static void map_refused(rdmx_kv_t *kv, unsigned server)
+{
+    kv->map[server].refused_ep = rdmx_channel_ep(kv->ch[server]);
+}
+
+/*
+ * Keep the store descriptor @desc (@n bytes) of store @id that an answer
+ * from @server brought, if the transport maps it here; otherwise mapped
+ * GETs stop on this connection. Worker's lock held.
+ */
+static void map_install(rdmx_kv_t *kv, unsigned server, uint64_t id,
+                        const void *desc, size_t n)
+{
+    kv_map_t *m = &kv->map[server];
+    rdmx_ep_t *ep = rdmx_channel_ep(kv->ch[server]);
     rdmx_rmem_t *rm = NULL;
     void *base = NULL;
-    const unsigned char *p = r->data;
 
-    m->asking = 0;
     if (ep == NULL)
-        return; /* not connected: asked again on the next connection */
-    if (r->status != RDMX_OK ||
-        rdmx__kv_result_decode(r->data, r->length, &res) != RDMX_OK ||
-        res.status != RDMX_OK || r->length < RDMX_KV_RESULT_SIZE + 8 ||
-        rdmx_rmem_unpack(ep, p + RDMX_KV_RESULT_SIZE + 8,
-                         r->length - RDMX_KV_RESULT_SIZE - 8, &rm) != RDMX_OK ||
+        return;
+    if (m->rm != NULL && m->ep == ep && rdmx__rmem_mapped(m->rm) && m->id == id)
+        return; /* an answer of a GET sent before the map came */
+    map_drop(m);
+    if (rdmx_rmem_unpack(ep, desc, n, &rm) != RDMX_OK ||
         rdmx__rmem_map(rm, &base) != RDMX_OK) {
-        /* an older server, mapped GETs off, or a transport that does not
-         * map the store (tcp, a NIC): not on this connection */
+        /* a transport that does not map the store (tcp, a NIC, RDMX_RMA=
+         * rdmx): not on this connection */
         if (rm != NULL)
             rdmx_rmem_destroy(rm);
         m->refused_ep = ep;
@@ -348,54 +393,7 @@ static void map_done(const rdmx_call_result_t *r, void *arg)
     m->ep = ep;
     m->base = base;
     m->len = rdmx_rmem_length(rm);
-    m->id = rdmx_get_le64(p + RDMX_KV_RESULT_SIZE);
-}
-
-/* Forget server @m's map (its connection changed, or it named another
- * store). Worker's lock held. */
-static void map_drop(kv_map_t *m)
-{
-    if (m->rm != NULL)
-        rdmx_rmem_destroy(m->rm);
-    m->rm = NULL;
-    m->base = NULL;
-}
-
-/*
- * Whether a GET to @server may ask for a mapped answer: the store is
- * mapped on the current connection. If it is not known yet, ask for it
- * (kv.map, answered while GETs go on as before).
- */
-static int map_ready(rdmx_kv_t *kv, unsigned server)
-{
-    kv_map_t *m = &kv->map[server];
-    rdmx_ep_t *ep;
-    int ready = 0;
-
-    if (kv->tcp)
-        return 0;
-    rdmx__worker_lock(kv->w);
-    ep = rdmx_channel_ep(kv->ch[server]);
-    if (ep == NULL) {
-        /* not connected */
-    } else if (m->rm != NULL && m->ep == ep && rdmx__rmem_mapped(m->rm)) {
-        ready = 1;
-    } else if (!m->asking && m->refused_ep != ep) {
-        rdmx_call_params_t cp = {
-            .field_mask = RDMX_CALL_PARAM_FIELD_CB, .cb = map_done, .arg = m};
-
-        map_drop(m);
-        m->kv = kv;
-        m->server = server;
-        m->asking = 1;
-        if (rdmx_call_nb(kv->ch[server], RDMX_KV_H_MAP, NULL, 0, &cp, NULL) !=
-            RDMX_INPROGRESS) {
-            m->asking = 0;
-            m->refused_ep = ep;
-        }
-    }
-    rdmx__worker_unlock(kv->w);
-    return ready;
+    m->id = id;
 }
 
 /*
@@ -413,16 +411,17 @@ static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, unsigned server,
 
     if (kv->tcp)
         mr = NULL; /* a hint: over tcp an inline answer is faster */
-    if (capacity > 0 && map_ready(kv, server)) {
-        r.mode = RDMX_KV_GET_MAP;
-        r.vlen = capacity;
-    } else if (mr != NULL && capacity > 0 &&
-               capacity >
-                   __atomic_load_n(&kv->get_inline_seen, __ATOMIC_RELAXED)) {
-        r.mode = RDMX_KV_GET_BUF;
-        r.vlen = capacity;
+    if (capacity > RDMX_KV_MAP_ABOVE)
+        r.mode = map_mode(kv, server);
+    /* (a GET that still asks for the map lends its buffer too: a server
+     * without mapped GETs writes into it) */
+    if (r.mode != RDMX_KV_GET_MAP && mr != NULL && capacity > 0 &&
+        capacity > __atomic_load_n(&kv->get_inline_seen, __ATOMIC_RELAXED)) {
+        r.mode |= RDMX_KV_GET_BUF;
         msg_lend(m, mr, buf, capacity, RDMX_ACCESS_WRITE);
     }
+    if (r.mode != 0)
+        r.vlen = capacity;
     return msg_encode(m, &r, 0, what);
 }
 
@@ -552,8 +551,9 @@ struct kv_op {
     /* where answers go */
     void *buf;                  /* GET: an inline value (capacity bytes) */
     size_t capacity;
-    int lent;  /* GET: buf went as a lent buffer */
-    int remap; /* GET: the mapped copy must be asked again without a map */
+    int lent;     /* GET: buf went as a lent buffer */
+    int remap;    /* GET: the mapped copy must be asked again without a map */
+    int want_map; /* GET: asked for the store's descriptor */
     /* A non-blocking GET's request (at the op's end), for asking again */
     unsigned char *req;
     size_t req_len;
@@ -680,6 +680,9 @@ static int map_copy(kv_op_t *op, const rdmx_kv_result_t *res,
         snprintf(msg, size, "a mapped answer without its location");
         return MAP_BAD;
     }
+    if (n > RDMX_KV_LOCATION_SIZE) /* the store's descriptor follows */
+        map_install(op->kv, op->server, l.store_id, loc + RDMX_KV_LOCATION_SIZE,
+                    n - RDMX_KV_LOCATION_SIZE);
     if (m->rm == NULL || !rdmx__rmem_mapped(m->rm))
         return MAP_AGAIN;
     if (l.store_id != m->id) {
@@ -748,6 +751,9 @@ static rdmx_status_t call_answer(kv_op_t *op, const rdmx_call_result_t *r,
     meta->length = (size_t)res.length;
     meta->flags = res.flags;
     meta->cas = res.cas;
+    if (op->want_map && res.status == RDMX_OK &&
+        res.where != RDMX_KV_WHERE_STORE && res.length > RDMX_KV_MAP_ABOVE)
+        map_refused(op->kv, op->server); /* a server without them */
     rest = in_place ? (const char *)op->buf
                     : (const char *)r->data + RDMX_KV_RESULT_SIZE;
     if (res.status != RDMX_OK) {
@@ -882,10 +888,12 @@ static rdmx_status_t op_call(kv_op_t *op)
 static void op_again(kv_op_t *op)
 {
     op->remap = 0;
+    op->want_map = 0;
     op->pending--;
     op->next--;
     if (op->cb == NULL) {
-        op->msg->data[0] &= (unsigned char)~RDMX_KV_GET_MAP;
+        op->msg->data[0] &=
+            (unsigned char)~(RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT);
         op->done = 1; /* op_wait starts the copy again */
         return;
     }
@@ -893,7 +901,7 @@ static void op_again(kv_op_t *op)
         kv_msg_t m;
 
         msg_init(&m);
-        op->req[0] &= (unsigned char)~RDMX_KV_GET_MAP;
+        op->req[0] &= (unsigned char)~(RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT);
         m.data = op->req;
         m.len = op->req_len;
         op->msg = &m;
@@ -992,6 +1000,7 @@ rdmx_status_t rdmx_kv_get(rdmx_kv_t *kv, const void *key, size_t klen,
                       "kv get")) != RDMX_OK)
         return st;
     op_init(&op, kv, RDMX_KV_H_GET, &m, server, 1);
+    op.want_map = (m.data[0] & RDMX_KV_GET_MAP_WANT) != 0;
     op_limit(&op, &a);
     op.buf = buf;
     op.capacity = capacity;
@@ -1032,6 +1041,7 @@ rdmx_status_t rdmx_kv_get_nb(rdmx_kv_t *kv, const void *key, size_t klen,
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv get_nb: out of memory");
     }
     op_init(op, kv, RDMX_KV_H_GET, &m, server, 1);
+    op->want_map = (m.data[0] & RDMX_KV_GET_MAP_WANT) != 0;
     if (mapped) {
         op->req = (unsigned char *)(op + 1);
         op->req_len = m.len;

@@ -27,7 +27,6 @@
 #define RDMX_KV_H_STATS  "kv.stats"
 #define RDMX_KV_H_BGET   "kv.batch_get"
 #define RDMX_KV_H_BPUT   "kv.batch_put"
-#define RDMX_KV_H_MAP    "kv.map"
 
 typedef enum {
     RDMX_KV_SET = 0,     /* store */
@@ -81,9 +80,10 @@ rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
 #define RDMX_KV_MODE_MASK  0x7fu /* the mode proper (PUT: rdmx_kv_mode_t) */
 #define RDMX_KV_PUT_BULK   0x80u /* PUT: the value is not inline */
 #define RDMX_KV_GET_BUF    0x01u /* GET: the caller lent a buffer */
-#define RDMX_KV_GET_MAP                                                        \
-    0x02u                        /* GET: the caller maps the store; vlen is    \
-                                    its buffer's capacity */
+/* GET: the caller maps the store (vlen: its buffer's capacity); with
+ * MAP_WANT it would, and asks for the store's descriptor */
+#define RDMX_KV_GET_MAP      0x02u
+#define RDMX_KV_GET_MAP_WANT 0x04u
 #define RDMX_KV_INCR_DECR  0x01u /* INCR: subtract the delta */
 typedef struct {
     uint8_t mode;
@@ -180,10 +180,13 @@ rdmx_status_t rdmx__kv_zitem_decode(const void *buf, size_t len,
                                     char *why, size_t why_size);
 
 /* Mapped GETs (docs/KV.md, "Mapped GETs over shared memory"). A GET with
- * RDMX_KV_GET_MAP may be answered RDMX_KV_WHERE_STORE: the result, then
- * u64 store id, u64 stamp offset, u64 value offset (from the store's
- * start), u64 stamp. kv.map's answer: a result (status), u64 store id,
- * then the packed descriptor of the whole store (read access). */
+ * RDMX_KV_GET_MAP of a value above RDMX_KV_MAP_ABOVE bytes may be
+ * answered RDMX_KV_WHERE_STORE: the result, then a location (u64 store
+ * id, u64 stamp offset, u64 value offset, both from the store's start, u64
+ * stamp), then, if the GET had RDMX_KV_GET_MAP_WANT, the packed
+ * descriptor of the whole store (read access). Smaller values come
+ * inline. */
+#define RDMX_KV_MAP_ABOVE     512
 #define RDMX_KV_LOCATION_SIZE 32
 typedef struct {
     uint64_t store_id;

@@ -18,7 +18,6 @@
 
 #include "kv/proto.h"
 #include "rpc/respond.h"
-#include "util/endian.h"
 #include "util/error.h"
 #include "util/hash.h"
 #include "util/time.h"
@@ -44,12 +43,12 @@ struct rdmx_kv_server {
     rdmx_lambda_engine_t *lambda; /* NULL unless cfg.lambda */
     rdmx_lambda_env_t lambda_env; /* the store, for the engine */
     size_t inline_threshold;
-    int mapped_gets;           /* answer GET_MAP GETs with a location */
-    uint64_t store_id;         /* random: which store a location is in */
-    unsigned char *map_answer; /* kv.map's answer: result, id, the
-                                  store's descriptor */
-    size_t map_answer_len;
-    uint64_t store_maps;          /* atomic: kv.map answers */
+    int mapped_gets;         /* answer GET_MAP GETs with a location */
+    uint64_t store_id;       /* random: which store a location is in */
+    unsigned char *map_desc; /* the store's descriptor (read), sent
+                                to GETs with RDMX_KV_GET_MAP_WANT */
+    size_t map_desc_len;
+    uint64_t store_maps;          /* atomic: descriptors sent */
     uint64_t get_mapped;          /* atomic: GETs answered with a location */
     uint64_t bad_requests;        /* atomic: any worker */
     uint64_t get_lent;            /* atomic: GETs that lent a buffer */
@@ -268,30 +267,49 @@ static void get_done(rdmx_status_t st, size_t length, void *arg)
 
 /*
  * A GET of a caller that maps the store: where the value of @it lies and
- * its stamp, which the caller checks after its copy; or TOO_BIG if its
- * buffer is smaller. No reference outlives the answer (docs/KV.md,
- * "Mapped GETs over shared memory").
+ * its stamp, which the caller checks after its copy, and the store's
+ * descriptor if the caller asked for it; or TOO_BIG if its buffer is
+ * smaller. No reference outlives the answer (docs/KV.md, "Mapped GETs
+ * over shared memory").
  */
 static void reply_location(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
                            const rdmx_kv_req_t *r, rdmx_kv_item_t *it)
 {
-    unsigned char loc[RDMX_KV_LOCATION_SIZE];
     size_t len = rdmx__kv_item_length(it);
+    int want = (r->mode & RDMX_KV_GET_MAP_WANT) != 0;
+    size_t n = RDMX_KV_RESULT_SIZE + RDMX_KV_LOCATION_SIZE +
+               (want ? s->map_desc_len : 0);
+    rdmx_kv_result_t res = {.status = RDMX_OK,
+                            .where = RDMX_KV_WHERE_STORE,
+                            .flags = rdmx__kv_item_flags(it),
+                            .cas = rdmx__kv_item_cas(it),
+                            .length = len};
     rdmx_kv_location_t l = {.store_id = s->store_id,
                             .stamp_offset =
                                 rdmx__kv_item_stamp_offset(s->store, it),
                             .value_offset = rdmx__kv_item_offset(s->store, it),
                             .stamp = rdmx__kv_item_stamp(it)};
+    unsigned char small[RDMX_KV_RESULT_SIZE + RDMX_KV_LOCATION_SIZE];
+    unsigned char *out = want ? malloc(n) : small;
 
     if (len > r->vlen) {
-        reply(req, RDMX_ERR_TOO_BIG, RDMX_KV_WHERE_NONE,
-              rdmx__kv_item_flags(it), rdmx__kv_item_cas(it), len, NULL, 0);
+        reply(req, RDMX_ERR_TOO_BIG, RDMX_KV_WHERE_NONE, res.flags, res.cas,
+              len, NULL, 0);
+    } else if (out == NULL) {
+        rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
     } else {
-        rdmx__kv_location_encode(&l, loc);
+        rdmx__kv_result_encode(&res, out);
+        rdmx__kv_location_encode(&l, out + RDMX_KV_RESULT_SIZE);
+        if (want) {
+            memcpy(out + RDMX_KV_RESULT_SIZE + RDMX_KV_LOCATION_SIZE,
+                   s->map_desc, s->map_desc_len);
+            __atomic_add_fetch(&s->store_maps, 1, __ATOMIC_RELAXED);
+        }
         __atomic_add_fetch(&s->get_mapped, 1, __ATOMIC_RELAXED);
-        reply(req, RDMX_OK, RDMX_KV_WHERE_STORE, rdmx__kv_item_flags(it),
-              rdmx__kv_item_cas(it), len, loc, sizeof(loc));
+        rdmx_rpc_respond(req, out, n);
     }
+    if (out != small)
+        free(out);
     rdmx__kv_store_release(s->store, it);
 }
 
@@ -315,10 +333,8 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
         return;
     }
     len = rdmx__kv_item_length(it);
-    /* (a value small enough to be copied into the answer goes inline:
-     * the client's copy out of the store costs as much as the server's) */
     if ((r.mode & RDMX_KV_GET_MAP) && s->mapped_gets &&
-        len > RDMX_KV_COPY_MAX) {
+        len > RDMX_KV_MAP_ABOVE) {
         reply_location(s, req, &r, it);
         return;
     }
@@ -1202,22 +1218,6 @@ static void text_line(text_t *t, const char *name, uint64_t value)
         t->len += (size_t)n;
 }
 
-/* kv.map: the store's id and descriptor, for mapped GETs; UNSUPPORTED
- * when they are off. */
-static void h_map(rdmx_rpc_req_t *req, void *arg)
-{
-    rdmx_kv_server_t *s = arg;
-
-    if (!s->mapped_gets) {
-        reply_error(req, RDMX_ERR_UNSUPPORTED,
-                    "kv.map: this server answers GETs without the store's "
-                    "place (rdmx-kvd --no-mapped-gets)");
-        return;
-    }
-    __atomic_add_fetch(&s->store_maps, 1, __ATOMIC_RELAXED);
-    rdmx_rpc_respond(req, s->map_answer, s->map_answer_len);
-}
-
 /* kv.stats: the counters as text, one "name value" line each. */
 static void h_stats(rdmx_rpc_req_t *req, void *arg)
 {
@@ -1270,28 +1270,20 @@ static void *reclaim_main(void *arg)
     return NULL;
 }
 
-/* kv.map's answer, made once: a result, the store's random id, and a
- * descriptor of the whole region with read access. */
-static rdmx_status_t map_answer(rdmx_kv_server_t *s, size_t memory)
+/* The store's random id and its descriptor (the whole region, read
+ * access), for mapped GETs; made once. */
+static rdmx_status_t map_desc(rdmx_kv_server_t *s, size_t memory)
 {
-    unsigned char head[RDMX_KV_RESULT_SIZE];
-    rdmx_kv_result_t r = {.status = RDMX_OK, .where = RDMX_KV_WHERE_NONE};
     size_t n = 0;
-    rdmx_status_t st;
 
     if (getrandom(&s->store_id, sizeof(s->store_id), 0) !=
         (ssize_t)sizeof(s->store_id))
         s->store_id = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)s);
     rdmx_mr_pack(s->mr, 0, memory, RDMX_ACCESS_READ, NULL, 0, &n);
-    s->map_answer_len = RDMX_KV_RESULT_SIZE + 8 + n;
-    if ((s->map_answer = malloc(s->map_answer_len)) == NULL)
+    if ((s->map_desc = malloc(n)) == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv server: out of memory");
-    rdmx__kv_result_encode(&r, head);
-    memcpy(s->map_answer, head, sizeof(head));
-    rdmx_put_le64(s->map_answer + RDMX_KV_RESULT_SIZE, s->store_id);
-    st = rdmx_mr_pack(s->mr, 0, memory, RDMX_ACCESS_READ,
-                      s->map_answer + RDMX_KV_RESULT_SIZE + 8, n, &n);
-    return st;
+    s->map_desc_len = n;
+    return rdmx_mr_pack(s->mr, 0, memory, RDMX_ACCESS_READ, s->map_desc, n, &n);
 }
 
 /* Register the kv.* handlers on the RPC server. */
@@ -1315,7 +1307,6 @@ static rdmx_status_t register_handlers(rdmx_kv_server_t *s)
         {RDMX_KV_H_BPUT, h_bput, 0},
         {RDMX_KV_H_FLUSH, h_flush, RDMX_RPC_IDEMPOTENT},
         {RDMX_KV_H_STATS, h_stats, RDMX_RPC_IDEMPOTENT},
-        {RDMX_KV_H_MAP, h_map, RDMX_RPC_IDEMPOTENT},
     };
     rdmx_status_t st = RDMX_OK;
 
@@ -1374,7 +1365,7 @@ rdmx_status_t rdmx__kv_server_create(const rdmx_kv_server_config_t *cfg,
             RDMX_OK ||
         (st = rdmx__kv_store_create(rdmx_mr_addr(s->mr), cfg->memory, &stp,
                                     &s->store)) != RDMX_OK ||
-        (st = map_answer(s, cfg->memory)) != RDMX_OK ||
+        (st = map_desc(s, cfg->memory)) != RDMX_OK ||
         (st = rdmx_rpc_server_create(s->ctx, &sp, &s->rpc)) != RDMX_OK ||
         (st = register_handlers(s)) != RDMX_OK)
         goto err_destroy;
@@ -1436,7 +1427,7 @@ void rdmx__kv_server_destroy(rdmx_kv_server_t *s)
     rdmx_context_destroy(s->ctx);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
-    free(s->map_answer);
+    free(s->map_desc);
     free(s);
 }
 
