@@ -642,7 +642,8 @@ static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
                                  .cb = nb_seen_cb,
                                  .arg = &seen};
         rdmx_kv_meta_t m;
-        uint64_t v = 0, g0, c0, old = 1000 + (uint64_t)tries, now = old + 1000;
+        uint64_t v = 0, g0, c0, a0, old = 1000 + (uint64_t)tries,
+                 now = old + 1000;
 
         memset(&seen, 0, sizeof(seen));
         ver_fill(src, len, old);
@@ -650,6 +651,7 @@ static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
         EXPECT_OK(rdmx_kv_get(kv, "map:race", 8, dst, len, NULL, &m));
         g0 = stat_now(c2, "get_mapped");
         c0 = stat_now(c2, "cmd_get");
+        a0 = stat_now(c2, "get_again");
         EXPECT_ST(rdmx_kv_get_nb(kv, "map:race", 8, dst, len, &o),
                   RDMX_INPROGRESS);
         if (seen.done)
@@ -677,12 +679,13 @@ static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
                    "NOT_FOUND)",
                    names[variant], rdmx_status_name(seen.status));
         EXPECT(stat_now(c2, "cmd_get") - c0 == 2 &&
-                   stat_now(c2, "get_mapped") - g0 == 1,
+                   stat_now(c2, "get_mapped") - g0 == 1 &&
+                   stat_now(c2, "get_again") - a0 == 1,
                "mapped: a GET whose item was %s under it made %" PRIu64
-               " gets, %" PRIu64 " mapped (want 2 and 1: asked again "
-               "without the map)",
+               " gets, %" PRIu64 " mapped, %" PRIu64 " again (want 2, 1 "
+               "and 1: asked again without the map)",
                names[variant], stat_now(c2, "cmd_get") - c0,
-               stat_now(c2, "get_mapped") - g0);
+               stat_now(c2, "get_mapped") - g0, stat_now(c2, "get_again") - a0);
         break;
     }
     EXPECT(tries < 5, "mapped: each of 5 GETs was answered within its call");
@@ -698,7 +701,7 @@ static void part_mapped(void)
     rewriter_t r = {.len = LEN};
     rdmx_kv_meta_t m;
     rdmx_status_t st;
-    uint64_t v = 0, c0, g0, gets = 0, misses = 0, torn = 0, again;
+    uint64_t v = 0, c0, g0, a0, gets = 0, misses = 0, torn = 0, again;
     pthread_t t;
     double end;
 
@@ -715,6 +718,7 @@ static void part_mapped(void)
     r.buf = th_alloc(LEN);
     c0 = stat_now(kv, "cmd_get");
     g0 = stat_now(kv, "get_mapped");
+    a0 = stat_now(kv, "get_again");
     CHECK(pthread_create(&t, NULL, rewriter_main, &r) == 0);
     end = th_now_ms() + 1000;
     while (th_now_ms() < end) {
@@ -734,6 +738,10 @@ static void part_mapped(void)
     pthread_join(t, NULL);
     EXPECT_OK(r.st);
     again = stat_now(kv, "cmd_get") - c0 - gets - misses;
+    EXPECT(again == stat_now(kv, "get_again") - a0,
+           "mapped: %" PRIu64 " GETs more than asked, %" PRIu64
+           " counted in get_again",
+           again, stat_now(kv, "get_again") - a0);
     th_log("  mapped: %" PRIu64 " GETs of %d KiB during %" PRIu64
            " rewrites: %" PRIu64 " mapped, %" PRIu64 " asked again",
            gets, LEN / 1024, r.puts, stat_now(kv, "get_mapped") - g0, again);

@@ -190,7 +190,12 @@ typedef struct {
 
 /**
  * Read @p key into @p buf (@p capacity bytes). @p meta_p (may be NULL) gets
- * length, flags and version.
+ * length, flags and version. Bytes of @p buf past the value are not
+ * written, with one exception over shared memory: a GET that copied a
+ * value out of the server's store while it was rewritten is sent again,
+ * and what its first copy wrote past the value returned is zeroed
+ * (docs/KV.md, "Mapped GETs over shared memory"). Nothing is ever
+ * written past @p capacity.
  * @return RDMX_OK; RDMX_ERR_NOT_FOUND (miss); RDMX_ERR_TOO_BIG (the value
  *         is longer than @p capacity: meta_p->length says how long);
  *         RDMX_ERR_INVALID (empty or too long key); RDMX_ERR_TIMEOUT;

@@ -426,6 +426,13 @@ int rdmx__rmem_mapped(const rdmx_rmem_t *rm)
     return rm != NULL && rm->ep != NULL && rm->trkey != NULL;
 }
 
+int rdmx__ep_maps_peer(rdmx_ep_t *ep)
+{
+    return ep != NULL && ep->worker->ctx->tp_rma &&
+           ep->worker->tp->rkey_ptr != NULL &&
+           rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM;
+}
+
 void rdmx_rmem_destroy(rdmx_rmem_t *rm)
 {
     if (rm == NULL)

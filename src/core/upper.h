@@ -291,6 +291,10 @@ rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rmem, void **ptr_p);
  * descriptor's endpoint went away (the core then releases the transport's
  * key, and with it the mapping, before the endpoint's owner hears of it). */
 int rdmx__rmem_mapped(const rdmx_rmem_t *rmem);
+/* Whether rdmx__rmem_map may work for the peer of @ep: its transport maps
+ * a peer's rdmx_mem_alloc memory here (UCX's shared memory, with the
+ * transport's own one-sided access). */
+int rdmx__ep_maps_peer(rdmx_ep_t *ep);
 
 /* Connections the listener refused at its limit so far. */
 uint64_t rdmx__listener_refused(const rdmx_listener_t *l);

@@ -346,6 +346,8 @@ static uint8_t map_mode(rdmx_kv_t *kv, unsigned server)
         /* none */
     } else if (m->rm != NULL && m->ep == ep && rdmx__rmem_mapped(m->rm)) {
         mode = RDMX_KV_GET_MAP;
+    } else if (!rdmx__ep_maps_peer(ep)) {
+        m->refused_ep = ep; /* (tcp, libfabric, RDMX_RMA=rdmx) */
     } else {
         map_drop(m); /* (of an earlier connection) */
         mode = RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT;
@@ -554,6 +556,8 @@ struct kv_op {
     int lent;     /* GET: buf went as a lent buffer */
     int remap;    /* GET: the mapped copy must be asked again without a map */
     int want_map; /* GET: asked for the store's descriptor */
+    size_t scrub; /* GET: bytes of buf a mapped copy wrote before it was
+                     asked again */
     /* A non-blocking GET's request (at the op's end), for asking again */
     unsigned char *req;
     size_t req_len;
@@ -674,7 +678,7 @@ static int map_copy(kv_op_t *op, const rdmx_kv_result_t *res,
 {
     kv_map_t *m = &op->kv->map[op->server];
     rdmx_kv_location_t l;
-    uint64_t stamp;
+    const uint64_t *stamp_at;
 
     if (rdmx__kv_location_decode(loc, n, &l) != RDMX_OK) {
         snprintf(msg, size, "a mapped answer without its location");
@@ -701,14 +705,21 @@ static int map_copy(kv_op_t *op, const rdmx_kv_result_t *res,
                  op->capacity);
         return MAP_BAD;
     }
+    stamp_at = (const uint64_t *)(const void *)(m->base + l.stamp_offset);
+    if (__atomic_load_n(stamp_at, __ATOMIC_ACQUIRE) != l.stamp)
+        return MAP_AGAIN; /* changed already: nothing copied */
     memcpy(op->buf, m->base + l.value_offset, (size_t)res->length);
     /* the copy, then the stamp: a writer changes the stamp before the
      * bytes (store.c, stamp_void) */
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    stamp = __atomic_load_n(
-        (const uint64_t *)(const void *)(m->base + l.stamp_offset),
-        __ATOMIC_RELAXED);
-    return stamp == l.stamp ? MAP_COPIED : MAP_AGAIN;
+    if (__atomic_load_n(stamp_at, __ATOMIC_RELAXED) == l.stamp)
+        return MAP_COPIED;
+    /* Changed under the copy: what it wrote past the value the GET asked
+     * again returns is zeroed then (call_done), not left with bytes of
+     * whatever the store held there */
+    if (res->length > op->scrub)
+        op->scrub = (size_t)res->length;
+    return MAP_AGAIN;
 }
 
 /*
@@ -805,6 +816,12 @@ static void call_done(const rdmx_call_result_t *r, void *arg)
         op_again(op);
         return;
     }
+    if (op->scrub > 0) {
+        size_t n = st == RDMX_OK ? meta.length : 0;
+
+        if (n < op->scrub)
+            memset((char *)op->buf + n, 0, op->scrub - n);
+    }
     if (c->first) {
         op->first_status = st;
         op->first_meta = meta;
@@ -885,6 +902,12 @@ static rdmx_status_t op_call(kv_op_t *op)
  * a non-blocking op is sent from its kept request. At most once: the
  * second request asks for no map.
  */
+static unsigned char again_mode(unsigned char mode)
+{
+    return (unsigned char)((mode & ~(RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT)) |
+                           RDMX_KV_GET_AGAIN);
+}
+
 static void op_again(kv_op_t *op)
 {
     op->remap = 0;
@@ -892,8 +915,7 @@ static void op_again(kv_op_t *op)
     op->pending--;
     op->next--;
     if (op->cb == NULL) {
-        op->msg->data[0] &=
-            (unsigned char)~(RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT);
+        op->msg->data[0] = again_mode(op->msg->data[0]);
         op->done = 1; /* op_wait starts the copy again */
         return;
     }
@@ -901,7 +923,7 @@ static void op_again(kv_op_t *op)
         kv_msg_t m;
 
         msg_init(&m);
-        op->req[0] &= (unsigned char)~(RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT);
+        op->req[0] = again_mode(op->req[0]);
         m.data = op->req;
         m.len = op->req_len;
         op->msg = &m;

@@ -84,6 +84,8 @@ rdmx_status_t rdmx__kv_result_decode(const void *buf, size_t len,
  * MAP_WANT it would, and asks for the store's descriptor */
 #define RDMX_KV_GET_MAP      0x02u
 #define RDMX_KV_GET_MAP_WANT 0x04u
+/* GET: asked again after a mapped copy met a change (counted) */
+#define RDMX_KV_GET_AGAIN  0x08u
 #define RDMX_KV_INCR_DECR  0x01u /* INCR: subtract the delta */
 typedef struct {
     uint8_t mode;

@@ -50,6 +50,8 @@ struct rdmx_kv_server {
     size_t map_desc_len;
     uint64_t store_maps;          /* atomic: descriptors sent */
     uint64_t get_mapped;          /* atomic: GETs answered with a location */
+    uint64_t get_again;           /* atomic: GETs asked again after a
+                                     mapped copy met a change */
     uint64_t bad_requests;        /* atomic: any worker */
     uint64_t get_lent;            /* atomic: GETs that lent a buffer */
     uint64_t get_written;         /* atomic: ... whose value went into it */
@@ -327,6 +329,8 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
         return;
     if (r.mode & RDMX_KV_GET_BUF)
         __atomic_add_fetch(&s->get_lent, 1, __ATOMIC_RELAXED);
+    if (r.mode & RDMX_KV_GET_AGAIN)
+        __atomic_add_fetch(&s->get_again, 1, __ATOMIC_RELAXED);
     st = rdmx__kv_store_get(s->store, r.key, r.klen, now_ms(), &it);
     if (st != RDMX_OK) {
         reply_status(req, st);
@@ -1191,6 +1195,7 @@ void rdmx__kv_server_stats(rdmx_kv_server_t *s,
     o->get_buffers_written = __atomic_load_n(&s->get_written, __ATOMIC_RELAXED);
     o->store_maps = __atomic_load_n(&s->store_maps, __ATOMIC_RELAXED);
     o->get_mapped = __atomic_load_n(&s->get_mapped, __ATOMIC_RELAXED);
+    o->get_again = __atomic_load_n(&s->get_again, __ATOMIC_RELAXED);
     if (s->lambda != NULL) {
         o->lambda_on = 1;
         rdmx_lambda_engine_stats(s->lambda, &o->lambda);

@@ -83,7 +83,9 @@ typedef struct {
     X(store_maps,                                                              \
       "store_maps") /* kv.map answers: clients mapping the store */            \
     X(get_mapped, "get_mapped") /* GETs answered with the value's place in     \
-                                   the store, copied by the client */
+                                   the store, copied by the client */          \
+    X(get_again, "get_again")   /* GETs asked again: a mapped copy met a       \
+                                   rewrite, delete or eviction of its item */
 
 /* The lambda engine's lines of the stats answer: X(field of
  * rdmx_lambda_stats_t, name), in order. */
