@@ -24,11 +24,11 @@
 # any up to 64m). Key space: 10,000 keys below 96 KiB, 1,000 from 96 KiB,
 # 100 from 1 MiB, 4 from 16 MiB: at most ~640 MiB of values, so every value
 # fits every server (rdmx-kvd has 1 GiB). rdmx-kv runs with
-# --zero-copy for 4 KiB and 1 MiB (registered client buffers: a 1 MiB GET is
-# RDMA-written into it, a 1 MiB SET RDMA-read from it; 4 KiB is still
-# answered inline, below rdmx-kvd's --inline-threshold of 16k, and after the
-# first answer the client no longer lends a buffer that small: docs/KV.md,
-# "Client library"); --zero-copy on|off changes that.
+# --zero-copy for 4 KiB and 1 MiB (registered client buffers: a 1 MiB SET
+# is RDMA-read from it; a GET over shm copies values above 512 B out of
+# rdmx-kvd's store, which the client maps, into any buffer: docs/KV.md,
+# "Mapped GETs over shared memory"; over tcp GETs are answered inline);
+# --zero-copy on|off changes that.
 #
 # The machine has 2 CPUs: client threads and server threads share them, for
 # every system alike (memcached 2 worker threads, rdmx-kvd 2 workers, Redis
