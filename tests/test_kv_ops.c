@@ -625,15 +625,18 @@ static uint64_t stat_now(rdmx_kv_t *c, const char *name)
 }
 
 /*
- * A GET answered with the value's place whose item changes before the
- * client copies it (@variant 0: rewritten, 1: deleted) is asked again
- * without the map: the new value (or NOT_FOUND), never the freed bytes.
- * The client's worker is not progressed between the GET and the change,
+ * A GET by @c1 answered with the value's place whose item changes before
+ * the client copies it (@variant 0: rewritten, 1: deleted, 2: rewritten,
+ * under the first GET of a fresh client, which also lends its registered
+ * buffer and asks for the store's descriptor) is asked again without the
+ * map: the new value (or NOT_FOUND), never the freed bytes. The client's
+ * worker is not progressed between the GET and the change (made by @c2),
  * so its copy comes after the change.
  */
 static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
 {
-    static const char *names[] = {"rewritten", "deleted"};
+    static const char *names[] = {"rewritten", "deleted",
+                                  "rewritten (first GET)"};
     int tries;
 
     for (tries = 0; tries < 5; tries++) {
@@ -645,20 +648,35 @@ static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
         uint64_t v = 0, g0, c0, a0, old = 1000 + (uint64_t)tries,
                  now = old + 1000;
 
+        rdmx_kv_t *c1 =
+            variant == 2 ? client(big.addr, 4096, 60000 * TH_SLOW) : kv;
+        uint8_t *into =
+            variant == 2 ? (uint8_t *)rdmx_mr_addr(dst_mr) + REG_OFFSET : dst;
+
         memset(&seen, 0, sizeof(seen));
         ver_fill(src, len, old);
         EXPECT_OK(rdmx_kv_put(c2, "map:race", 8, src, len, NULL, NULL));
-        EXPECT_OK(rdmx_kv_get(kv, "map:race", 8, dst, len, NULL, &m));
+        if (variant != 2)
+            EXPECT_OK(rdmx_kv_get(c1, "map:race", 8, dst, len, NULL, &m));
+        else
+            o = (rdmx_kv_op_params_t){.field_mask = RDMX_KV_OP_PARAM_FIELD_CB |
+                                                    RDMX_KV_OP_PARAM_FIELD_MR,
+                                      .cb = nb_seen_cb,
+                                      .arg = &seen,
+                                      .mr = dst_mr};
         g0 = stat_now(c2, "get_mapped");
         c0 = stat_now(c2, "cmd_get");
         a0 = stat_now(c2, "get_again");
-        EXPECT_ST(rdmx_kv_get_nb(kv, "map:race", 8, dst, len, &o),
+        EXPECT_ST(rdmx_kv_get_nb(c1, "map:race", 8, into, len, &o),
                   RDMX_INPROGRESS);
-        if (seen.done)
+        if (seen.done) {
+            if (c1 != kv)
+                rdmx_kv_destroy(c1);
             continue; /* answered within the call: once more */
+        }
         for (int i = 0; i < 20000 && stat_now(c2, "get_mapped") == g0; i++)
             usleep(100); /* until the server answered with the place */
-        if (variant == 0) {
+        if (variant != 1) {
             ver_fill(src, len, now);
             EXPECT_OK(rdmx_kv_put(c2, "map:race", 8, src, len, NULL, NULL));
         } else {
@@ -666,13 +684,15 @@ static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
         }
         while (!seen.done)
             rdmx_worker_wait(worker, 10);
-        if (variant == 0)
+        if (c1 != kv)
+            rdmx_kv_destroy(c1);
+        if (variant != 1)
             EXPECT(seen.status == RDMX_OK && seen.length == len &&
-                       ver_check(dst, len, &v) < 0 && v == now,
+                       ver_check(into, len, &v) < 0 && v == now,
                    "mapped: a GET whose item was %s under it: %s, %zu bytes, "
-                   "version %" PRIu64 " (want OK, %zu, %" PRIu64 ")",
+                   "version %" PRIu64 " (want OK, %zu, %" PRIu64 "): %s",
                    names[variant], rdmx_status_name(seen.status), seen.length,
-                   v, len, now);
+                   v, len, now, seen.message);
         else
             EXPECT(seen.status == RDMX_ERR_NOT_FOUND,
                    "mapped: a GET whose item was %s under it: %s (want "
@@ -710,6 +730,7 @@ static void part_mapped(void)
     if (shm) {
         mapped_race(r.c, 0, LEN);
         mapped_race(r.c, 1, LEN);
+        mapped_race(r.c, 2, LEN);
     }
 
     /* blocking GETs while another thread rewrites the key: every value

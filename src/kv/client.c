@@ -895,27 +895,31 @@ static rdmx_status_t op_call(kv_op_t *op)
     return st;
 }
 
-/*
- * A mapped GET's copy met a changed stamp (or a map gone): send the GET
- * again without RDMX_KV_GET_MAP, answered inline or into a lent buffer.
- * The call that ended counts no more; a blocking op's waiter sends it,
- * a non-blocking op is sent from its kept request. At most once: the
- * second request asks for no map.
- */
+/* A GET's mode sent again: no map, no lent buffer, and saying so. */
 static unsigned char again_mode(unsigned char mode)
 {
-    return (unsigned char)((mode & ~(RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT)) |
+    return (unsigned char)((mode & ~(RDMX_KV_GET_MAP | RDMX_KV_GET_MAP_WANT |
+                                     RDMX_KV_GET_BUF)) |
                            RDMX_KV_GET_AGAIN);
 }
 
+/*
+ * A mapped GET's copy met a changed stamp (or a map gone): send the GET
+ * again with RDMX_KV_GET_AGAIN instead of the map, lending nothing (it is
+ * answered inline). The call that ended counts no more; a blocking op's
+ * waiter sends it, a non-blocking op is sent from its kept request. At
+ * most once: the second request asks for no map.
+ */
 static void op_again(kv_op_t *op)
 {
     op->remap = 0;
     op->want_map = 0;
+    op->lent = 0;
     op->pending--;
     op->next--;
     if (op->cb == NULL) {
         op->msg->data[0] = again_mode(op->msg->data[0]);
+        op->msg->nbulk = 0;
         op->done = 1; /* op_wait starts the copy again */
         return;
     }
