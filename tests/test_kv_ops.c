@@ -596,7 +596,7 @@ typedef struct {
     rdmx_kv_t *c;
     size_t len;
     uint8_t *buf;
-    volatile int stop;
+    int stop; /* atomic */
     uint64_t puts;
     rdmx_status_t st;
 } rewriter_t;
@@ -606,7 +606,7 @@ static void *rewriter_main(void *arg)
 {
     rewriter_t *r = arg;
 
-    for (uint64_t v = 1; !r->stop; v++) {
+    for (uint64_t v = 1; !__atomic_load_n(&r->stop, __ATOMIC_RELAXED); v++) {
         ver_fill(r->buf, r->len, v);
         r->st = rdmx_kv_put(r->c, "map:churn", 9, r->buf, r->len, NULL, NULL);
         if (r->st != RDMX_OK)
@@ -755,7 +755,7 @@ static void part_mapped(void)
         if (m.length != LEN || ver_check(dst, LEN, &v) >= 0)
             torn++;
     }
-    r.stop = 1;
+    __atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
     pthread_join(t, NULL);
     EXPECT_OK(r.st);
     again = stat_now(kv, "cmd_get") - c0 - gets - misses;

@@ -15,6 +15,7 @@
 #include "rpc/internal.h"
 #include "util/bufcache.h"
 #include "util/endian.h"
+#include "util/fence.h"
 #include "util/hash.h"
 
 #include <stddef.h>
@@ -711,7 +712,7 @@ static int map_copy(kv_op_t *op, const rdmx_kv_result_t *res,
     memcpy(op->buf, m->base + l.value_offset, (size_t)res->length);
     /* the copy, then the stamp: a writer changes the stamp before the
      * bytes (store.c, stamp_void) */
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    rdmx_fence_acquire();
     if (__atomic_load_n(stamp_at, __ATOMIC_RELAXED) == l.stamp)
         return MAP_COPIED;
     /* Changed under the copy: what it wrote past the value the GET asked

@@ -29,6 +29,7 @@
 
 #include "core/upper.h"
 #include "kv/alloc.h"
+#include "util/fence.h"
 #include "util/hash.h"
 #include "util/time.h"
 
@@ -114,7 +115,7 @@ static inline void cas_set(rdmx_kv_item_t *it, uint64_t cas)
 static inline void stamp_void(rdmx_kv_item_t *it)
 {
     cas_set(it, 0);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    rdmx_fence_release();
 }
 _Static_assert(offsetof(rdmx_kv_item_t, key) == 46, "item header size");
 
@@ -1236,7 +1237,7 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
         /* nobody reads it: rewrite in place */
         stamp_void(it); /* a mapped reader may be copying it */
         memcpy(item_value(it), digits, n);
-        __atomic_thread_fence(__ATOMIC_RELEASE);
+        rdmx_fence_release();
         s->st.bytes += n;
         s->st.bytes -= it->vlen;
         it->vlen = (uint32_t)n;
