@@ -121,7 +121,6 @@ rdmx_status_t rdmx__hmac(const void *key, size_t key_len,
                          unsigned char out[RDMX_MAC_SIZE]);
 /* Constant-time comparison of two MACs: 1 when equal. */
 int rdmx__mac_equal(const unsigned char *a, const unsigned char *b);
-rdmx_status_t rdmx__random(void *buf, size_t len);
 /* A private copy of a user's secret (NULL/0 stays NULL/0); wiped on free. */
 rdmx_status_t rdmx__secret_copy(const void *secret, size_t len,
                                 unsigned char **out_p, size_t *len_p);

@@ -296,6 +296,9 @@ int rdmx__rmem_mapped(const rdmx_rmem_t *rmem);
  * transport's own one-sided access). */
 int rdmx__ep_maps_peer(rdmx_ep_t *ep);
 
+/* @len bytes from the kernel's random source (getrandom). */
+rdmx_status_t rdmx__random(void *buf, size_t len);
+
 /* Connections the listener refused at its limit so far. */
 uint64_t rdmx__listener_refused(const rdmx_listener_t *l);
 /* Connections it refused for a wrong or missing proof of its secret. */

@@ -16,10 +16,10 @@
 #define _GNU_SOURCE
 #include "kv/server.h"
 
+#include "core/upper.h"
 #include "kv/proto.h"
 #include "rpc/respond.h"
 #include "util/error.h"
-#include "util/hash.h"
 #include "util/time.h"
 
 #include <pthread.h>
@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -292,12 +291,12 @@ static void reply_location(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
                             .value_offset = rdmx__kv_item_offset(s->store, it),
                             .stamp = rdmx__kv_item_stamp(it)};
     unsigned char small[RDMX_KV_RESULT_SIZE + RDMX_KV_LOCATION_SIZE];
-    unsigned char *out = want ? malloc(n) : small;
+    unsigned char *out = small;
 
     if (len > r->vlen) {
         reply(req, RDMX_ERR_TOO_BIG, RDMX_KV_WHERE_NONE, res.flags, res.cas,
               len, NULL, 0);
-    } else if (out == NULL) {
+    } else if (want && (out = malloc(n)) == NULL) {
         rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
     } else {
         rdmx__kv_result_encode(&res, out);
@@ -1280,10 +1279,10 @@ static void *reclaim_main(void *arg)
 static rdmx_status_t map_desc(rdmx_kv_server_t *s, size_t memory)
 {
     size_t n = 0;
+    rdmx_status_t st;
 
-    if (getrandom(&s->store_id, sizeof(s->store_id), 0) !=
-        (ssize_t)sizeof(s->store_id))
-        s->store_id = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)s);
+    if ((st = rdmx__random(&s->store_id, sizeof(s->store_id))) != RDMX_OK)
+        return st;
     rdmx_mr_pack(s->mr, 0, memory, RDMX_ACCESS_READ, NULL, 0, &n);
     if ((s->map_desc = malloc(n)) == NULL)
         return rdmx__error(RDMX_ERR_NO_MEMORY, "kv server: out of memory");

@@ -81,6 +81,8 @@ struct rdmx_kv_item {
 
 #define ITEM_HDR offsetof(rdmx_kv_item_t, key)
 
+_Static_assert(offsetof(rdmx_kv_item_t, key) == 46, "item header size");
+
 /*
  * The stamp: an item's version XOR a random salt drawn once per process,
  * in the header's first 8 bytes. A client that copies a value out of the
@@ -93,11 +95,19 @@ struct rdmx_kv_item {
 static uint64_t stamp_salt;
 static pthread_once_t stamp_once = PTHREAD_ONCE_INIT;
 
+/* @n 64-bit random words into @w: the kernel's, or, if it has none yet,
+ * the clock mixed with @w's address. */
+static void random_words(uint64_t *w, size_t n)
+{
+    if (getrandom(w, n * sizeof(*w), GRND_NONBLOCK) !=
+        (ssize_t)(n * sizeof(*w)))
+        for (size_t i = 0; i < n; i++)
+            w[i] = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)&w[i]);
+}
+
 static void stamp_init(void)
 {
-    if (getrandom(&stamp_salt, sizeof(stamp_salt), GRND_NONBLOCK) !=
-        (ssize_t)sizeof(stamp_salt))
-        stamp_salt = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)&stamp_salt);
+    random_words(&stamp_salt, 1);
 }
 
 static inline uint64_t cas_of(const rdmx_kv_item_t *it)
@@ -117,7 +127,6 @@ static inline void stamp_void(rdmx_kv_item_t *it)
     cas_set(it, 0);
     rdmx_fence_release();
 }
-_Static_assert(offsetof(rdmx_kv_item_t, key) == 46, "item header size");
 
 /* A list of items, linked through lru_prev / lru_next. */
 typedef struct {
@@ -803,11 +812,7 @@ rdmx_status_t rdmx__kv_store_create(void *mem, size_t size,
     }
     s->ht[0].mask = buckets - 1;
     s->rehash = NO_REHASH;
-    if (getrandom(s->seed, sizeof(s->seed), GRND_NONBLOCK) !=
-        (ssize_t)sizeof(s->seed)) {
-        s->seed[0] = rdmx_mix64(rdmx_now_ns() ^ (uintptr_t)s);
-        s->seed[1] = rdmx_mix64(s->seed[0] ^ (uintptr_t)mem);
-    }
+    random_words(s->seed, 2);
     s->st.limit_maxbytes = size;
     if (pthread_mutex_init(&s->lock, NULL) != 0) {
         status = rdmx__error(RDMX_ERR_NO_RESOURCE, "kv store: mutex");
