@@ -4,13 +4,14 @@
  *
  *   kv_peer_driver --system memcached|redis --server HOST:PORT|/unix/socket
  *                  [--op get|set] [--size S] [--keys N] [--threads T]
- *                  [--seconds S | --ops N] [--json]
+ *                  [--seconds S | --ops N] [--warm-up] [--json]
  *
  * The workload is tools/rdmx_kv.c's bench, line for line where it matters:
  * T threads, each with its own connection and ONE request in flight (a
  * blocking call), keys "bench:K" with K uniform over --keys (xorshift,
  * seeded per thread as rdmx-kv seeds it), values of --size bytes of 'x';
- * for get, thread 0 first stores every key, then all threads start together;
+ * for get, thread 0 first stores every key, then (--warm-up) each thread
+ * reads every key once, in order, not timed, then all threads start together;
  * every operation is timed with clock_gettime(CLOCK_MONOTONIC); a run ends
  * after --seconds (checked every 16 operations) or --ops per thread.
  * Output: the same line, or the same JSON object (--json), as
@@ -21,8 +22,9 @@
  * memcached_mget of the one key and memcached_fetch_result into the
  * connection's one result, whose value buffer is reused from GET to GET (as
  * rdmx-kv bench reads into one buffer; memcached_get would malloc and free
- * each value), SET is memcached_set. Redis: hiredis redisCommand "GET %b" / "SET %b %b".
- * A GET must return exactly --size bytes, otherwise it counts as an error.
+ * each value), SET is memcached_set. Redis: hiredis redisCommand "GET %b" /
+ * "SET %b %b". A GET must return exactly --size bytes, otherwise it counts as
+ * an error.
  *
  * Build (after make; -DNO_MEMCACHED / -DNO_HIREDIS to omit a library):
  *   cc -O2 -I tools/common -o kv_peer_driver bench/kv_peer_driver.c \
@@ -66,6 +68,7 @@ typedef struct {
     unsigned threads;
     double seconds;
     uint64_t ops;
+    int warm_up;
     int json;
 } opts_t;
 
@@ -80,6 +83,7 @@ typedef struct {
 } thread_t;
 
 static volatile int go;
+static volatile int loaded; /* thread 0 has stored every key */
 
 static double now_s(void)
 {
@@ -295,6 +299,18 @@ static void *bench_main(void *arg)
                 fatal("bench load: %s%s", t->err, "");
         }
     }
+    if (t->index == 0)
+        __atomic_store_n(&loaded, 1, __ATOMIC_SEQ_CST);
+    /* --warm-up: as rdmx-kv bench --warm-up, every key once */
+    if (o->warm_up && o->op == OP_GET) {
+        while (!__atomic_load_n(&loaded, __ATOMIC_SEQ_CST))
+            usleep(100);
+        for (uint64_t k = 0; k < o->keys; k++) {
+            int n = snprintf(key, sizeof(key), "bench:%" PRIu64, k);
+            if (do_get(o, &c, key, (size_t)n, t->err, sizeof(t->err)) != OP_OK)
+                fatal("bench warm-up: %s%s", t->err, "");
+        }
+    }
     __atomic_add_fetch(&go, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&go, __ATOMIC_SEQ_CST) <= (int)o->threads)
         usleep(100);
@@ -376,12 +392,13 @@ static int run(const opts_t *o)
 #define PCT(q) (nall ? all[(size_t)((double)(nall - 1) * (q))] / 1e3 : 0.0)
     if (o->json)
         printf("{\"system\":\"%s\",\"op\":\"%s\",\"size\":%zu,\"threads\":%u,"
-               "\"ops\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"misses\":%" PRIu64
+               "\"warm_up\":%d,\"ops\":%" PRIu64 ",\"errors\":%" PRIu64
+               ",\"misses\":%" PRIu64
                ",\"seconds\":%.3f,\"ops_per_s\":%.0f,\"mb_per_s\":%.1f,"
                "\"p50_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f}\n",
-               sys, o->op_name, o->size, o->threads, done, errors, misses,
-               secs, done / secs, bytes / secs / 1e6, PCT(0.5), PCT(0.99),
-               PCT(0.999));
+               sys, o->op_name, o->size, o->threads, o->warm_up, done, errors,
+               misses, secs, done / secs, bytes / secs / 1e6, PCT(0.5),
+               PCT(0.99), PCT(0.999));
     else
         printf("%s: %s %zu B x %u threads: %" PRIu64 " ops in %.2f s = %.0f "
                "ops/s, %.1f MB/s; latency p50 %.2f us, p99 %.2f us, "
@@ -406,12 +423,13 @@ static int bad_option(const char *opt, const char *arg)
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: kv_peer_driver --system memcached|redis --server "
-        "HOST:PORT|/unix/socket\n"
-        "       [--op get|set] [--size S] [--keys N] [--threads T]\n"
-        "       [--seconds S | --ops N] [--json]\n"
-        "The loop of `rdmx-kv bench`: T threads, one connection and one\n"
-        "request in flight each; get preloads every key first.\n");
+            "usage: kv_peer_driver --system memcached|redis --server "
+            "HOST:PORT|/unix/socket\n"
+            "       [--op get|set] [--size S] [--keys N] [--threads T]\n"
+            "       [--seconds S | --ops N] [--warm-up] [--json]\n"
+            "The loop of `rdmx-kv bench`: T threads, one connection and one\n"
+            "request in flight each; get preloads every key first;\n"
+            "--warm-up: each thread then reads every key once, not timed.\n");
 }
 
 int main(int argc, char **argv)
@@ -425,6 +443,7 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, 'n'},
         {"seconds", required_argument, NULL, 'd'},
         {"ops", required_argument, NULL, 'N'},
+        {"warm-up", no_argument, NULL, 'U'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
@@ -479,6 +498,9 @@ int main(int argc, char **argv)
         case 'N':
             if (opt_uint(optarg, 0, UINT64_MAX, &o.ops) < 0)
                 return bad_option("--ops", optarg);
+            break;
+        case 'U':
+            o.warm_up = 1;
             break;
         case 'j': o.json = 1; break;
         case 'h': usage(stdout); return 0;

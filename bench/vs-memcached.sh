@@ -17,7 +17,11 @@
 # for memcached and Redis, which is rdmx-kv bench's loop: N client threads,
 # each with its own connection and ONE request in flight (blocking calls),
 # keys "bench:K" uniform over the key space, values of SIZE bytes; for GET
-# one thread first stores every key (not timed), then all threads run for
+# one thread first stores every key (not timed), then every thread reads
+# every key once (not timed; --warm-up of both drivers: a client measured
+# after it has run a while; over shm that gives rdmx's client its mapping
+# of the store's pages, which it otherwise faults in on first use, docs/KV.md;
+# --cold: no such pass), then all threads run for
 # --seconds; every operation is timed (clock_gettime). Reported: ops/s, MB/s
 # (10^6 B/s of values) and p50/p99 latency over all operations.
 # Cells: GET and SET x 100 B, 4 KiB, 1 MiB x 1 and 8 clients (--sizes takes
@@ -58,8 +62,9 @@
 # Usage: bench/vs-memcached.sh [--quick] [--rounds N] [--seconds S]
 #          [--peers memcached,redis] [--transport shm|tcp|all]
 #          [--ops get,set] [--sizes 100,4k,1m] [--clients 1,8]
-#          [--zero-copy auto|on|off] [--keep] [--no-install]
+#          [--zero-copy auto|on|off] [--cold] [--keep] [--no-install]
 #   --quick: 1 round of 1 s runs (default: 3 rounds of 3 s)
+#   --cold: GET cells without the warm-up pass
 #   bench/vs-redis.sh is this script with --peers redis (Redis only).
 # Environment: RDMX_KV, RDMX_KVD (default build/bin/), CC, MEMCACHED,
 #   REDIS_SERVER.
@@ -78,6 +83,7 @@ OPS="get,set"
 SIZES="100,4k,1m"
 CLIENTS="1,8"
 ZC=auto
+WARM=1
 KEEP=0
 INSTALL=1
 
@@ -95,6 +101,7 @@ while [ $# -gt 0 ]; do
         case "${2:-}" in auto | on | off) ZC="$2" ;;
         *) bad_arg "--zero-copy auto|on|off" ;; esac
         shift ;;
+    --cold) WARM=0 ;;
     --keep) KEEP=1 ;;
     --no-install) INSTALL=0 ;;
     -h | --help) usage; exit 0 ;;
@@ -216,8 +223,9 @@ check_line() { # system line err-file
 
 run_one() { # system op bytes clients
     local sys=$1 op=$2 bytes=$3 n=$4 keys line tmo
-    local -a zc=()
+    local -a zc=() warm=()
     keys=$(keys_for "$bytes")
+    [ "$WARM" = 1 ] && [ "$op" = get ] && warm=(--warm-up)
     tmo=$(awk -v s="$SECONDS_RUN" 'BEGIN { printf "%d", s + 120 }')
     case "$sys" in
     memcached | redis)
@@ -226,7 +234,7 @@ run_one() { # system op bytes clients
         else srv=127.0.0.1:$REDIS_PORT; fi
         timeout "$tmo" "$WORK/kv_peer_driver" --system "$sys" --server "$srv" \
             --op "$op" --size "$bytes" --keys "$keys" --threads "$n" \
-            --seconds "$SECONDS_RUN" --json \
+            --seconds "$SECONDS_RUN" "${warm[@]}" --json \
             >"$WORK/run.out" 2>"$WORK/run.err" ||
             die "$sys $op $bytes x $n failed: $(tail -5 "$WORK/run.err")"
         ;;
@@ -239,7 +247,7 @@ run_one() { # system op bytes clients
         RDMX_TRANSPORT=$sys timeout "$tmo" "$RDMX_KV" \
             --servers "127.0.0.1:${!port_var}" --timeout 30000 bench \
             --op "$op" --size "$bytes" --keys "$keys" --threads "$n" \
-            --seconds "$SECONDS_RUN" "${zc[@]}" --json \
+            --seconds "$SECONDS_RUN" "${zc[@]}" "${warm[@]}" --json \
             >"$WORK/run.out" 2>"$WORK/run.err" ||
             die "rdmx $sys $op $bytes x $n failed: $(tail -5 "$WORK/run.err")"
         ;;
@@ -315,6 +323,9 @@ echo "# clients: rdmx-kv bench ($( [ "$ZC" = auto ] &&
     echo "--zero-copy for >= 4 KiB" || echo "--zero-copy $ZC"));" \
     "bench/kv_peer_driver.c (libmemcached text protocol / hiredis) for the" \
     "peers; 1 request in flight per client thread"
+echo "# GET cells: $( [ "$WARM" = 1 ] &&
+    echo "every client thread first reads every key once, not timed (--warm-up)" ||
+    echo "timed from each client's first request (--cold)")"
 echo "# extra environment: ${extra_env:-none}"
 load_note before
 start=$(date +%s)

@@ -7,6 +7,8 @@
  *   keys: JSON says 400 operations, no error or miss; the server's
  *   cmd_get + cmd_set grew by 400 + the 50 loaded keys; every get hit.
  * - get 4 KiB --zero-copy, one blocking call at a time: 300 gets counted.
+ * - get --warm-up from 2 threads: each read the 20 keys first (the server
+ *   counted 2 x 20 more gets than the 2 x 50 the JSON reports), no miss.
  * - set with --window 8 from 3 processes: 3 x 64 sets counted, no gets.
  * - --window 0, --procs 0, --procs 300: exit 2 before connecting.
  * - a server that is gone: exit 2 within the timeout (with --procs 2 too).
@@ -137,6 +139,18 @@ int main(void)
           field(out, "misses", 1) == 0);
     CHECK(field(out, "mb_per_s", 1) > 0);
     CHECK_EQ_U64((uint64_t)(kvd_stat("cmd_get") - before), 300);
+
+    /* --warm-up: every thread reads every key once, not in the figures */
+    before = kvd_stat("cmd_get");
+    ws = kv(&out, 60000, "-s", kvd.addr, "bench", "--op", "get", "--keys", "20",
+            "--size", "4k", "--ops", "50", "--threads", "2", "--zero-copy",
+            "--warm-up", "--json", NULL);
+    th_log("get --warm-up: %s", out);
+    CHECKF(ws == 0, "bench get --warm-up: wait status 0x%x", ws);
+    CHECK(field(out, "ops", 1) == 100 && field(out, "errors", 1) == 0 &&
+          field(out, "misses", 1) == 0 && field(out, "warm_up", 1) == 1);
+    CHECK_EQ_U64((uint64_t)(kvd_stat("cmd_get") - before), 2 * 20 + 100);
+    CHECK(kvd_stat("get_misses") == 0);
 
     /* set from 3 processes, 8 in flight: no load, no gets */
     before = kvd_stat("cmd_get");

@@ -51,7 +51,8 @@ typedef struct {
     uint64_t ops;
     int json;
     int zero_copy;
-    int batch; /* bench --batch: a window's operations with "more" */
+    int batch;   /* bench --batch: a window's operations with "more" */
+    int warm_up; /* bench --warm-up: each thread reads every key first */
     /* after "--" (eval: ARGV; other commands: more arguments) */
     char **tail;
     int ntail;
@@ -280,14 +281,17 @@ static void usage(FILE *f)
         "  repl                    commands from stdin, one per line\n"
         "  bench [--op get|set|mix] [--size S] [--keys N] [--read-ratio R]\n"
         "        [--procs P] [--threads T] [--window W]\n"
-        "        [--seconds S | --ops N] [--zero-copy] [--batch] [--json]\n"
+        "        [--seconds S | --ops N] [--zero-copy] [--batch]\n"
+        "        [--warm-up] [--json]\n"
         "                          P processes x T threads, each its own\n"
         "                          client with W operations in flight\n"
         "                          (--ops: per thread); ops/s, MB/s and\n"
         "                          p50/p99/p99.9 from issue to completion;\n"
         "                          --batch: the operations that refill the\n"
         "                          window leave together (all but the last\n"
-        "                          with RDMX_KV_OP_PARAM_FIELD_MORE)\n"
+        "                          with RDMX_KV_OP_PARAM_FIELD_MORE);\n"
+        "                          --warm-up: each thread first reads every\n"
+        "                          key once, not timed\n"
         "options:\n"
         "  -s, --servers A:P,B:P   servers (default " KV_DEFAULT_SERVERS ")\n"
         "  -r, --replicas R        copies of each key (default 1)\n"
@@ -452,6 +456,31 @@ static int bench_issue(bench_thread_t *t, client_t *c, bench_slot_t *s,
     return 1;
 }
 
+/*
+ * --warm-up: this thread reads every key once, in order, before the clock
+ * starts, so that the timed part measures a client that has run a while: its
+ * connection's one-time work is done (over shared memory, the client's
+ * mapping of the server's store has its pages; docs/KV.md, "Mapped GETs
+ * over shared memory"). bench/kv_peer_driver.c does the same for the peers.
+ */
+static void bench_warm_up(const opts_t *o, client_t *c, char *buf,
+                          rdmx_mr_t *mr)
+{
+    rdmx_kv_op_params_t kp = {.field_mask = RDMX_KV_OP_PARAM_FIELD_MR,
+                              .mr = mr};
+    rdmx_kv_meta_t m;
+    rdmx_status_t st;
+    char key[64];
+    size_t klen;
+
+    for (uint64_t k = 0; k < o->keys; k++) {
+        bench_key(o, k, key, &klen);
+        st = rdmx_kv_get(c->kv, key, klen, buf, o->size, &kp, &m);
+        if (st != RDMX_OK && st != RDMX_ERR_NOT_FOUND) /* mix: not loaded */
+            die("bench warm-up", st);
+    }
+}
+
 static void *bench_main(void *arg)
 {
     bench_thread_t *t = arg;
@@ -481,6 +510,8 @@ static void *bench_main(void *arg)
         slots[i].t = t;
         slots[i].buf = mem + slot_size * i;
     }
+    if (o->warm_up)
+        bench_warm_up(o, &c, slots[0].buf, t->mr);
     __atomic_add_fetch(&bench_go, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&bench_go, __ATOMIC_SEQ_CST) <= (int)o->threads)
         usleep(100);
@@ -753,13 +784,14 @@ static int cmd_bench(const opts_t *o)
 #define PCT(q) (nall ? all[(size_t)((double)(nall - 1) * (q))] / 1e3 : 0.0)
     if (o->json)
         printf("{\"op\":\"%s\",\"size\":%zu,\"procs\":%u,\"threads\":%u,"
-               "\"window\":%u,\"ops\":%" PRIu64 ",\"errors\":%" PRIu64
-               ",\"misses\":%" PRIu64 ",\"seconds\":%.3f,\"ops_per_s\":%.0f,"
+               "\"window\":%u,\"warm_up\":%d,\"ops\":%" PRIu64
+               ",\"errors\":%" PRIu64 ",\"misses\":%" PRIu64
+               ",\"seconds\":%.3f,\"ops_per_s\":%.0f,"
                "\"mb_per_s\":%.1f,\"p50_us\":%.2f,\"p99_us\":%.2f,"
                "\"p999_us\":%.2f}\n",
-               o->op, o->size, o->procs, o->threads, o->window, sum.done,
-               sum.errors, sum.misses, sum.secs, sum.rate, mbps, PCT(0.5),
-               PCT(0.99), PCT(0.999));
+               o->op, o->size, o->procs, o->threads, o->window, o->warm_up,
+               sum.done, sum.errors, sum.misses, sum.secs, sum.rate, mbps,
+               PCT(0.5), PCT(0.99), PCT(0.999));
     else
         printf("%s %zu B x %u procs x %u threads x %u in flight: %" PRIu64
                " ops in %.2f s = %.0f ops/s, %.1f MB/s; latency p50 %.2f "
@@ -928,6 +960,7 @@ int main(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"zero-copy", no_argument, NULL, 'Z'},
         {"batch", no_argument, NULL, 'B'},
+        {"warm-up", no_argument, NULL, 'U'},
         {"auth-secret-file", required_argument, NULL, 'A'},
         {"transport", required_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},
@@ -1031,6 +1064,9 @@ int main(int argc, char **argv)
         case 'Z': o.zero_copy = 1; break;
         case 'B':
             o.batch = 1;
+            break;
+        case 'U':
+            o.warm_up = 1;
             break;
         case 'A': {
             FILE *f = fopen(optarg, "r");
