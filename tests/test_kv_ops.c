@@ -7,12 +7,12 @@
  * (--memory 4m) and "none" (--memory 2m --eviction none). The client
  * (include/rdmx/kv.h) checks, part by part:
  *
- * - sizes: values of 0, 1, 100, 4 KiB, 4 KiB+1, 1 MiB and 64 MiB round-trip
- *   exactly under binary keys (one holding all 256 byte values, one of the
- *   maximum length 512, one single NUL byte), put from plain memory (inline)
- *   and from a registered region (RDMA read by the server above inline_max
- *   4096), each read back into plain memory (inline) and into a registered
- *   region at an unaligned offset (RDMA write above the server's 4 KiB
+ * - sizes: values of 0, 1, 100, 4 KiB, 4 KiB+1, 16 KiB+13, 1 MiB and 64 MiB
+ *   round-trip exactly under binary keys (one holding all 256 byte values, one
+ * of the maximum length 512, one single NUL byte), put from plain memory
+ * (inline) and from a registered region (RDMA read by the server above
+ * inline_max 4096), each read back into plain memory (inline) and into a
+ * registered region at an unaligned offset (RDMA write above the server's 4 KiB
  *   threshold); flags and CAS come back; bytes past the value untouched.
  *   Over shm both reads of a value above 512 B are mapped GETs (the
  *   server's get_mapped counts each; none over tcp).
@@ -385,8 +385,10 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
 
 static void part_sizes(void)
 {
-    static const size_t sizes[] = {0,    1,          100,      4096,
-                                   4097, 1 * TH_MIB, BIG_VALUE};
+    /* 16 KiB + 13: just above RDMX_KV_STREAM_MIN, written into the store
+     * around the cache (store.h) whether inline or pulled */
+    static const size_t sizes[] = {0,    1,     100,        4096,
+                                   4097, 16397, 1 * TH_MIB, BIG_VALUE};
     const struct {
         const uint8_t *key;
         size_t klen;

@@ -10,7 +10,9 @@
  * the right immediate, offset and length). Local buffers are unregistered,
  * rdmx_mem_register'ed or rdmx_mem_alloc'ed; remote regions are
  * rdmx_mem_alloc'ed (one-sided over shm) or malloc'ed and registered
- * (emulated RMA); remote offsets are aligned and unaligned. Each operation
+ * (emulated RMA); remote offsets are aligned and unaligned. Put and get
+ * also run with RDMX_OP_FLAG_STREAM (streamed stores where rdmx copies into
+ * mapped memory), and an unknown flag is RDMX_ERR_INVALID. Each operation
  * runs through the blocking wrapper and as several non-blocking operations
  * in flight at once, which also proves message ordering. Guard bytes around
  * every target range prove nothing outside it is touched.
@@ -67,6 +69,11 @@ static uint64_t n_notifies;
                          .mr = (mr_)})
 #define OP_MR(mr_)                                                             \
     (&(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_MR, .mr = (mr_)})
+#define OP_STREAM(mr_)                                                         \
+    (&(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_MR |                \
+                                       RDMX_OP_PARAM_FIELD_FLAGS,              \
+                         .mr = (mr_),                                          \
+                         .flags = RDMX_OP_FLAG_STREAM})
 #define OP_RECV(mr_, ms)                                                       \
     (&(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_MR |                \
                                        RDMX_OP_PARAM_FIELD_TIMEOUT,            \
@@ -191,6 +198,26 @@ static void blocking_ops(size_t size, const variant_t *v, int vi)
     CHECK_PATTERN(v->dst, size, seed, 0);
     for (len = size; len < size + 8; len++)
         CHECKF(v->dst[len] == 0xee, "get wrote past its buffer");
+
+    /* put and get around the cache (RDMX_OP_FLAG_STREAM: over shm into
+     * and out of mapped memory with streamed stores): the same bytes */
+    off = v->roff + 3;
+    seed = th_seed(6, size, vi);
+    th_fill(v->src, size, seed);
+    remote_guards_set(v, off, size, gseed);
+    CHECK_OK(
+        rdmx_put(ep, v->remote->rmem, off, v->src, size, OP_STREAM(v->smr)));
+    CHECK_OK(rdmx_ep_flush(ep, NULL));
+    TS_VERIFY_REMOTE(ep, v->remote, off, size, seed);
+    remote_guards_check(v, off, size, gseed);
+    seed = th_seed(7, size, vi);
+    ts_fill(ep, v->remote, off, size, seed);
+    memset(v->dst, 0xee, size + 8);
+    CHECK_OK(
+        rdmx_get(ep, v->remote->rmem, off, v->dst, size, OP_STREAM(v->dmr)));
+    CHECK_PATTERN(v->dst, size, seed, 0);
+    for (len = size; len < size + 8; len++)
+        CHECKF(v->dst[len] == 0xee, "streamed get wrote past its buffer");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -672,6 +699,13 @@ int main(int argc, char **argv)
                               8,
                               0,
                               0};
+
+    /* a flag rdmx does not know is refused before anything moves */
+    CHECK_ST(
+        rdmx_get(ep, ra.rmem, 0, dst, 1,
+                 &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_FLAGS,
+                                     .flags = 1u << 7}),
+        RDMX_ERR_INVALID);
 
     for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         t0 = th_now_ms();

@@ -559,6 +559,22 @@ enum {
     RDMX_OP_PARAM_FIELD_CB = 1u << 0, /**< cb and arg */
     RDMX_OP_PARAM_FIELD_MR = 1u << 1,
     RDMX_OP_PARAM_FIELD_TIMEOUT = 1u << 2,
+    RDMX_OP_PARAM_FIELD_FLAGS = 1u << 3,
+};
+
+/** rdmx_op_params_t.flags */
+enum {
+    /** rdmx_put, rdmx_get and their _nb forms: the bytes written (the
+     *  peer's memory for a put, the local buffer for a get) are not read
+     *  again soon by this thread. Where rdmx copies them itself (over
+     *  shared memory, a peer's rdmx_mem_alloc memory that the transport
+     *  maps here), it writes them around the CPU caches (non-temporal
+     *  stores), which saves reading each destination line first: a cold
+     *  destination is written up to twice as fast, and the copy does not
+     *  push out what this core uses. A hint: elsewhere, and on other
+     *  operations, it changes nothing. Do not set it for a buffer read
+     *  right after: those reads then come from memory. */
+    RDMX_OP_FLAG_STREAM = 1u << 0,
 };
 
 /** Optional arguments of an operation (as UCX's ucp_request_param_t). */
@@ -578,6 +594,8 @@ typedef struct {
      *  call returns once the buffer is the caller's again; a receive is
      *  withdrawn. _nb forms: must not be set (RDMX_ERR_INVALID). */
     int timeout_ms;
+    /** RDMX_OP_FLAG_* (default 0); an unknown bit is RDMX_ERR_INVALID. */
+    unsigned flags;
 } rdmx_op_params_t;
 
 /*

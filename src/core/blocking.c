@@ -17,6 +17,10 @@ rdmx_status_t rdmx__op_args(const rdmx_op_params_t *p, int nb,
     a->arg = NULL;
     a->mr = (mask & RDMX_OP_PARAM_FIELD_MR) ? p->mr : NULL;
     a->timeout_ms = RDMX_TIMEOUT_INFINITE;
+    a->flags = (mask & RDMX_OP_PARAM_FIELD_FLAGS) ? p->flags : 0;
+    if (a->flags & ~(unsigned)RDMX_OP_FLAG_STREAM)
+        return rdmx__error(RDMX_ERR_INVALID, "%s: unknown flags 0x%x", what,
+                           a->flags & ~(unsigned)RDMX_OP_FLAG_STREAM);
     if (nb) {
         if (!(mask & RDMX_OP_PARAM_FIELD_CB) || p->cb == NULL)
             return rdmx__error(RDMX_ERR_INVALID,
@@ -135,7 +139,8 @@ rdmx_status_t rdmx_put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
                        const rdmx_op_params_t *params)
 {
     BLOCKING_ARGS("put");
-    st = rdmx__put(ep, rmem, offset, buf, length, a.mr, waiter_cb, &wt);
+    st =
+        rdmx__put(ep, rmem, offset, buf, length, a.mr, a.flags, waiter_cb, &wt);
     return wait_op(ep, &wt, st, a.timeout_ms, "put");
 }
 
@@ -154,7 +159,8 @@ rdmx_status_t rdmx_get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
                        const rdmx_op_params_t *params)
 {
     BLOCKING_ARGS("get");
-    st = rdmx__get(ep, rmem, offset, buf, length, a.mr, waiter_cb, &wt);
+    st =
+        rdmx__get(ep, rmem, offset, buf, length, a.mr, a.flags, waiter_cb, &wt);
     return wait_op(ep, &wt, st, a.timeout_ms, "get");
 }
 

@@ -659,6 +659,7 @@ typedef struct {
     void *arg;
     rdmx_mr_t *mr;
     int timeout_ms; /* RDMX_TIMEOUT_INFINITE unless set */
+    unsigned flags; /* RDMX_OP_FLAG_* */
 } rdmx__op_args_t;
 
 /* Check @p for a _nb form (@nb: cb required, no timeout) or a blocking
@@ -674,7 +675,8 @@ static inline rdmx_status_t rdmx__op_nb_args(const rdmx_op_params_t *p,
 {
     if (__builtin_expect(p != NULL &&
                              (p->field_mask & (RDMX_OP_PARAM_FIELD_CB |
-                                               RDMX_OP_PARAM_FIELD_TIMEOUT)) ==
+                                               RDMX_OP_PARAM_FIELD_TIMEOUT |
+                                               RDMX_OP_PARAM_FIELD_FLAGS)) ==
                                  RDMX_OP_PARAM_FIELD_CB &&
                              p->cb != NULL,
                          1)) {
@@ -682,6 +684,7 @@ static inline rdmx_status_t rdmx__op_nb_args(const rdmx_op_params_t *p,
         a->arg = p->arg;
         a->mr = (p->field_mask & RDMX_OP_PARAM_FIELD_MR) ? p->mr : NULL;
         a->timeout_ms = RDMX_TIMEOUT_INFINITE;
+        a->flags = 0;
         return RDMX_OK;
     }
     return rdmx__op_args(p, 1, what, a);
@@ -689,11 +692,12 @@ static inline rdmx_status_t rdmx__op_nb_args(const rdmx_op_params_t *p,
 
 rdmx_status_t rdmx__send(rdmx_ep_t *ep, const void *buf, size_t length,
                          rdmx_mr_t *mr, rdmx_cb_t cb, void *arg);
+/* @flags: RDMX_OP_FLAG_* */
 rdmx_status_t rdmx__put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
                         const void *buf, size_t length, rdmx_mr_t *mr,
-                        rdmx_cb_t cb, void *arg);
+                        unsigned flags, rdmx_cb_t cb, void *arg);
 rdmx_status_t rdmx__get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
-                        void *buf, size_t length, rdmx_mr_t *mr,
+                        void *buf, size_t length, rdmx_mr_t *mr, unsigned flags,
                         rdmx_cb_t cb, void *arg);
 rdmx_status_t rdmx__put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rmem,
                                uint64_t offset, const void *buf, size_t length,

@@ -23,6 +23,7 @@
  */
 #include "core/internal.h"
 
+#include "util/copy.h"
 #include "util/endian.h"
 
 #include <inttypes.h>
@@ -64,9 +65,9 @@ rdmx_status_t rdmx__rma_check(rdmx_ep_t *ep, rdmx_rmem_t *rm, uint64_t offset,
 
 typedef enum { RMA_PUT, RMA_GET } rma_dir_t;
 
-static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
-                         size_t length, rdmx_mr_t *mr, rdmx_rmem_t *rm,
-                         uint64_t offset, rdmx_cb_t cb, void *arg)
+static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf, size_t length,
+                         rdmx_mr_t *mr, rdmx_rmem_t *rm, uint64_t offset,
+                         unsigned flags, rdmx_cb_t cb, void *arg)
 {
     const char *what = dir == RMA_PUT ? "put" : "get";
     rdmx_status_t st;
@@ -101,10 +102,13 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf,
      * frees its memory leaves it readable here until then. */
     if (length != 0 && (here = rdmx__rmem_here(rm)) != NULL) {
         unsigned char *at = here + (raddr - rm->addr);
-        if (dir == RMA_PUT)
-            memcpy(at, buf, length);
+        void *to = dir == RMA_PUT ? (void *)at : buf;
+        const void *from = dir == RMA_PUT ? (const void *)buf : at;
+
+        if (flags & RDMX_OP_FLAG_STREAM)
+            rdmx__copy_stream(to, from, length); /* (util/copy.h) */
         else
-            memcpy(buf, at, length);
+            memcpy(to, from, length);
         st = RDMX_OK; /* (done: the callback does not run) */
         goto out;
     }
@@ -128,16 +132,17 @@ out:
 
 rdmx_status_t rdmx__put(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
                         const void *buf, size_t length, rdmx_mr_t *mr,
-                        rdmx_cb_t cb, void *arg)
+                        unsigned flags, rdmx_cb_t cb, void *arg)
 {
-    return rma(ep, RMA_PUT, (void *)buf, length, mr, rmem, offset, cb, arg);
+    return rma(ep, RMA_PUT, (void *)buf, length, mr, rmem, offset, flags, cb,
+               arg);
 }
 
 rdmx_status_t rdmx__get(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
-                        void *buf, size_t length, rdmx_mr_t *mr,
+                        void *buf, size_t length, rdmx_mr_t *mr, unsigned flags,
                         rdmx_cb_t cb, void *arg)
 {
-    return rma(ep, RMA_GET, buf, length, mr, rmem, offset, cb, arg);
+    return rma(ep, RMA_GET, buf, length, mr, rmem, offset, flags, cb, arg);
 }
 
 rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
@@ -148,8 +153,8 @@ rdmx_status_t rdmx_put_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
     rdmx_status_t st = rdmx__op_nb_args(params, "put_nb", &a);
 
     return st != RDMX_OK ? st
-                         : rdmx__put(ep, rmem, offset, buf, length, a.mr, a.cb,
-                                     a.arg);
+                         : rdmx__put(ep, rmem, offset, buf, length, a.mr,
+                                     a.flags, a.cb, a.arg);
 }
 
 rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
@@ -160,8 +165,8 @@ rdmx_status_t rdmx_get_nb(rdmx_ep_t *ep, rdmx_rmem_t *rmem, uint64_t offset,
     rdmx_status_t st = rdmx__op_nb_args(params, "get_nb", &a);
 
     return st != RDMX_OK ? st
-                         : rdmx__get(ep, rmem, offset, buf, length, a.mr, a.cb,
-                                     a.arg);
+                         : rdmx__get(ep, rmem, offset, buf, length, a.mr,
+                                     a.flags, a.cb, a.arg);
 }
 
 /* --- put with notify ---------------------------------------------------- */

@@ -403,6 +403,14 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
 
 /* --- PUT ---------------------------------------------------------------- */
 
+/* The flags of the pull of a lent value of @vlen bytes into a reserved
+ * item: a large one is written around the cache (store.h,
+ * RDMX_KV_STREAM_MIN). */
+static unsigned pull_flags(uint64_t vlen)
+{
+    return vlen >= RDMX_KV_STREAM_MIN ? RDMX_OP_FLAG_STREAM : 0;
+}
+
 /* Answer a PUT whose commit returned @st (and the new version @cas). */
 static void put_reply(rdmx_rpc_req_t *req, const rdmx_kv_req_t *r,
                       rdmx_status_t st, uint64_t cas)
@@ -497,13 +505,16 @@ static void h_put(rdmx_rpc_req_t *req, void *arg)
     x->item = it;
     x->r = r;
     __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
-    st = rdmx_get_nb(rdmx_rpc_req_ep(req), rmem, 0,
-                     rdmx__kv_item_value(s->store, it), (size_t)r.vlen,
-                     &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
-                                                       RDMX_OP_PARAM_FIELD_MR,
-                                         .cb = put_done,
-                                         .arg = x,
-                                         .mr = s->mr});
+    st =
+        rdmx_get_nb(rdmx_rpc_req_ep(req), rmem, 0,
+                    rdmx__kv_item_value(s->store, it), (size_t)r.vlen,
+                    &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
+                                                      RDMX_OP_PARAM_FIELD_MR |
+                                                      RDMX_OP_PARAM_FIELD_FLAGS,
+                                        .cb = put_done,
+                                        .arg = x,
+                                        .mr = s->mr,
+                                        .flags = pull_flags(r.vlen)});
     if (st != RDMX_INPROGRESS)
         put_done(st, (size_t)r.vlen, x);
 }
@@ -949,13 +960,16 @@ static void zput_start(zbatch_t *b, uint32_t i)
     x->i = i;
     x->item = it;
     b->inflight++;
-    st = rdmx_get_nb(rdmx_rpc_req_ep(b->req), b->rmem[z->bulk], z->offset,
-                     rdmx__kv_item_value(s->store, it), (size_t)z->r.vlen,
-                     &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
-                                                       RDMX_OP_PARAM_FIELD_MR,
-                                         .cb = zput_done,
-                                         .arg = x,
-                                         .mr = s->mr});
+    st =
+        rdmx_get_nb(rdmx_rpc_req_ep(b->req), b->rmem[z->bulk], z->offset,
+                    rdmx__kv_item_value(s->store, it), (size_t)z->r.vlen,
+                    &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
+                                                      RDMX_OP_PARAM_FIELD_MR |
+                                                      RDMX_OP_PARAM_FIELD_FLAGS,
+                                        .cb = zput_done,
+                                        .arg = x,
+                                        .mr = s->mr,
+                                        .flags = pull_flags(z->r.vlen)});
     if (st != RDMX_INPROGRESS)
         zput_done(st, (size_t)z->r.vlen, x);
 }

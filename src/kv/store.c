@@ -29,6 +29,7 @@
 
 #include "core/upper.h"
 #include "kv/alloc.h"
+#include "util/copy.h"
 #include "util/fence.h"
 #include "util/hash.h"
 #include "util/time.h"
@@ -1084,7 +1085,9 @@ rdmx_status_t rdmx__kv_store_set(rdmx_kv_store_t *s, const void *key,
     pthread_mutex_lock(&s->lock);
     status = reserve_locked(s, key, klen, vlen, now_ms, &it);
     if (status == RDMX_OK) {
-        if (vlen != 0)
+        if (vlen >= RDMX_KV_STREAM_MIN)
+            rdmx__copy_stream(item_value(it), value, vlen);
+        else if (vlen != 0)
             memcpy(item_value(it), value, vlen);
         status = commit_locked(s, it, mode, cas_expected, flags, ttl_ms, now_ms,
                                cas_p);

@@ -183,6 +183,17 @@ rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
  * meanwhile is freed here, at its last release. */
 void rdmx__kv_store_release(rdmx_kv_store_t *s, rdmx_kv_item_t *item);
 
+/*
+ * Values of this many bytes and more are written into the store around the
+ * CPU caches (util/copy.h): by rdmx__kv_store_set, and by the server's pull
+ * of a lent value into a reserved item (RDMX_OP_FLAG_STREAM). The server
+ * does not read a value it stored; clients read it later, on other cores.
+ * Below it, a value read right after it was written (a small hot set)
+ * would come from memory instead of the cache, which cost 4 KiB values 6 %
+ * (docs/KV.md, "Values written around the cache").
+ */
+#define RDMX_KV_STREAM_MIN ((size_t)16384)
+
 /* Accessors of a referenced or reserved item (no lock taken). */
 void *rdmx__kv_item_value(const rdmx_kv_store_t *s, const rdmx_kv_item_t *it);
 /* the value's offset from mem */
