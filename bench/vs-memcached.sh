@@ -423,28 +423,42 @@ done
 # --- targets -----------------------------------------------------------------
 if [ "$HAVE_MC" = 1 ]; then
     # What a value that crosses shared memory in one memcpy can reach: the
-    # machine's memcpy bandwidth at that size (bench/memcpy_bw.c; hot,
-    # pre-touched buffers, so an upper bound) over memcached's MB/s.
-    LARGE=""
-    for b in $SIZE_LIST; do [ "$b" -ge 65536 ] && LARGE="$LARGE $b"; done
-    if [[ " $TRANSPORTS " == *" shm "* ]] && [ -n "$LARGE" ]; then
-        bench_cc memcpy_bw -std=c11 ||
-            die "cannot compile bench/memcpy_bw.c: $(cat "$WORK/memcpy_bw.cc")"
-        # shellcheck disable=SC2086
-        "$WORK/memcpy_bw" $LARGE >"$WORK/memcpy.txt"
+    # machine's memcpy bandwidth for the cell's copies (bench/memcpy_bw.c:
+    # as many threads as the cell's clients, taking turns when they
+    # outnumber the CPUs, each copy from a random value of a source as
+    # large as the cell's key space) over memcached's MB/s.
+    have_bounds=0
+    if [[ " $TRANSPORTS " == *" shm "* ]]; then
+        for b in $SIZE_LIST; do [ "$b" -ge 65536 ] && have_bounds=1; done
     fi
-    memcpy_bound() { # bytes memcached-file -> memcpy MB/s / memcached MB/s
+    if [ "$have_bounds" = 1 ]; then
+        bench_cc memcpy_bw -std=c11 -pthread ||
+            die "cannot compile bench/memcpy_bw.c: $(cat "$WORK/memcpy_bw.cc")"
+        for b in $SIZE_LIST; do
+            [ "$b" -ge 65536 ] || continue
+            for n in ${CLIENTS//,/ }; do
+                turns=()
+                [ "$n" -gt "$(nproc)" ] && turns=(--turns)
+                "$WORK/memcpy_bw" --threads "$n" \
+                    --span "$(($(keys_for "$b") * b))" "${turns[@]}" "$b" \
+                    >"$WORK/memcpy.$b.$n"
+            done
+        done
+    fi
+    memcpy_bound() { # bytes clients memcached-file -> memcpy / memcached
         local m p
-        m=$(sed -n "s/^bytes=$1 median_mb_s=\([0-9.]*\).*/\1/p" \
-            "$WORK/memcpy.txt" 2>/dev/null)
-        p=$(awk '{print $3}' "$2" | median)
+        m=$(sed -n "s/^bytes=$1 .*median_mb_s=\([0-9.]*\).*/\1/p" \
+            "$WORK/memcpy.$1.$2" 2>/dev/null)
+        p=$(awk '{print $3}' "$3" | median)
         [ -n "$m" ] && awk -v m="$m" -v p="$p" \
             'BEGIN { if (p > 0) printf "%.2f", m / p }'
     }
     echo
     echo "Targets (against memcached, same run, same client count; for shm"
-    echo "MB/s, bound: the machine's memcpy MB/s at that size over"
-    echo "memcached's, the most a one-copy transfer can reach):"
+    echo "MB/s, bound: the machine's memcpy MB/s for the cell's copies (as"
+    echo "many threads as clients, taking turns beyond the CPUs, from random"
+    echo "values of the key space) over memcached's, the most a one-copy"
+    echo "transfer can reach):"
     target() { # op bytes clients tr column(2 thr, 3 MB/s, 5 p99) bound what
         local op=$1 b=$2 n=$3 tr=$4 c=$5 bound=$6 what=$7 fr fp q ok cmp mb
         local extra=""
@@ -454,7 +468,7 @@ if [ "$HAVE_MC" = 1 ]; then
         [ -f "$fr" ] && [ -f "$fp" ] || return 0
         q=$(ratio "$fr" "$fp" "$c")
         if [ "$tr" = shm ] && [ "$c" = 3 ]; then
-            mb=$(memcpy_bound "$b" "$fp")
+            mb=$(memcpy_bound "$b" "$n" "$fp")
             [ -n "$mb" ] && extra=" bound $mb"
         fi
         if [ "$c" = 5 ]; then # p99: lower is better
