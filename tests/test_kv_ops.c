@@ -315,6 +315,82 @@ out:
 }
 
 /* ------------------------------------------------------------------------ */
+/* put_lend: which PUTs lend their value                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The server's count of PUT values it read from a lent buffer. */
+static uint64_t pulled(rdmx_kv_t *c)
+{
+    char s[4096];
+
+    stats_of(c, s, sizeof(s));
+    return stat_of(s, "put_pulled");
+}
+
+/* PUT @len bytes of registered memory with @c and say whether the server
+ * pulled the value; it must read back whole. */
+static int put_lent(rdmx_kv_t *c, size_t len, const char *what)
+{
+    uint8_t *rsrc = (uint8_t *)rdmx_mr_addr(src_mr) + REG_OFFSET;
+    uint64_t seed = th_seed(47, len, 0), p0 = pulled(c);
+    rdmx_kv_meta_t m;
+    int lent;
+
+    th_fill(rsrc, len, seed);
+    EXPECT_OK(rdmx_kv_put(c, "put_lend", 8, rsrc, len, KV_MR(src_mr), NULL));
+    lent = (int)(pulled(c) - p0);
+    memset(dst, CANARY, len + 1);
+    EXPECT_OK(rdmx_kv_get(c, "put_lend", 8, dst, len + 1, NULL, &m));
+    EXPECT(m.length == len && th_check(dst, len, seed) < 0,
+           "put_lend: %s, %zu bytes: read back %zu bytes, or wrong ones", what,
+           len, m.length);
+    return lent;
+}
+
+/*
+ * With the default params, over UCX's shared memory, a registered
+ * (rdmx_mem_alloc) value of more than 128 bytes is lent: the server's pull
+ * is its own copy out of the client's buffer, and the request fits a ring
+ * record. Up to 128 bytes, over tcp (up to 256 KiB), and with an
+ * inline_max the caller set, values go inline.
+ */
+static void part_put_lend(void)
+{
+    const char *tr = th_transport_env();
+    int shm = strcmp(tr, "shm") == 0, tcp = strcmp(tr, "tcp") == 0;
+    rdmx_kv_params_t p = {.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT,
+                          .timeout_ms = 60000 * TH_SLOW};
+    rdmx_kv_t *dflt = NULL, *set = client(big.addr, 8192, 60000 * TH_SLOW);
+    int lent;
+
+    CHECK_OK(rdmx_kv_create(worker, big.addr, &p, &dflt));
+    CHECK_OK(rdmx_kv_wait_ready(dflt, 20000 * TH_SLOW));
+    EXPECT(put_lent(dflt, 128, "default params") == 0,
+           "put_lend: a 128-byte value was lent over %s (want inline)", tr);
+    lent = put_lent(dflt, 129, "default params");
+    EXPECT((shm && lent == 1) || (tcp && lent == 0) || (!shm && !tcp),
+           "put_lend: a 129-byte value with the default params over %s: "
+           "%d pulls (want %d)",
+           tr, lent, shm);
+    lent = put_lent(dflt, 4096, "default params");
+    EXPECT((shm && lent == 1) || (tcp && lent == 0) || (!shm && !tcp),
+           "put_lend: a 4 KiB value with the default params over %s: %d "
+           "pulls (want %d)",
+           tr, lent, shm);
+    /* the caller's inline_max stands */
+    EXPECT(put_lent(set, 4096, "inline_max 8192") == 0,
+           "put_lend: a 4 KiB value lent over %s with inline_max 8192", tr);
+    lent = put_lent(set, 8193, "inline_max 8192");
+    EXPECT(lent == (tcp ? 0 : 1) || (!shm && !tcp),
+           "put_lend: an 8193-byte value with inline_max 8192 over %s: %d "
+           "pulls (want %d)",
+           tr, lent, tcp ? 0 : 1);
+    EXPECT_OK(rdmx_kv_delete(dflt, "put_lend", 8, 0));
+    rdmx_kv_destroy(set);
+    rdmx_kv_destroy(dflt);
+}
+
+/* ------------------------------------------------------------------------ */
 /* sizes                                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -2407,6 +2483,7 @@ int main(void)
     run_part("sizes", part_sizes);
     run_part("too_small", part_too_small);
     run_part("lend", part_lend);
+    run_part("put_lend", part_put_lend);
     run_part("mapped", part_mapped);
     run_part("ttl", part_ttl);
     run_part("cas", part_cas);

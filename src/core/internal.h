@@ -311,6 +311,7 @@ struct rdmx_mr {
     uint64_t id;      /* context-unique, carried in descriptors */
     void *rkey_buf;   /* packed UCX rkey, made once at registration */
     size_t rkey_size;
+    int allocated; /* rdmx_mem_alloc'd: a peer over shared memory maps it */
 };
 
 struct rdmx_rmem {
@@ -349,6 +350,8 @@ struct rdmx_ep {
                                "Pairing") */
     rdmx_ep_state_t state;
     rdmx_status_t status;   /* RDMX_OK while healthy */
+    int maps_peer;          /* rdmx__ep_maps_peer once connected: 0 not
+                               known yet, 1 no, 2 yes */
     rdmx_ep_params_t params;
     int user_closed;        /* rdmx_ep_close was called */
     unsigned events;        /* RDMX_EPEV_* waiting in worker->ep_events */

@@ -65,6 +65,7 @@ static rdmx_status_t mr_create(rdmx_context_t *ctx, void *addr, size_t length,
     mr->ctx = ctx;
     mr->length = length;
     mr->access = access;
+    mr->allocated = allocate;
     if (allocate)
         memset(mr->addr, 0, length);
     if (mr->rkey_size > RDMX_RKEY_MAX) {
@@ -426,11 +427,26 @@ int rdmx__rmem_mapped(const rdmx_rmem_t *rm)
     return rm != NULL && rm->ep != NULL && rm->trkey != NULL;
 }
 
+int rdmx__mr_allocated(const rdmx_mr_t *mr)
+{
+    return mr != NULL && mr->allocated;
+}
+
 int rdmx__ep_maps_peer(rdmx_ep_t *ep)
 {
-    return ep != NULL && ep->worker->ctx->tp_rma &&
-           ep->worker->tp->rkey_ptr != NULL &&
-           rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM;
+    int yes;
+
+    if (ep == NULL)
+        return 0;
+    if (ep->maps_peer != 0)
+        return ep->maps_peer == 2;
+    /* Asking the transport which lanes the endpoint has is slow (UCX
+     * prints them): once, when connected, and kept. */
+    yes = ep->worker->ctx->tp_rma && ep->worker->tp->rkey_ptr != NULL &&
+          rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM;
+    if (ep->state == RDMX_EP_CONNECTED)
+        ep->maps_peer = yes ? 2 : 1;
+    return yes;
 }
 
 void rdmx_rmem_destroy(rdmx_rmem_t *rm)

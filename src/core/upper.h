@@ -295,6 +295,9 @@ int rdmx__rmem_mapped(const rdmx_rmem_t *rmem);
  * a peer's rdmx_mem_alloc memory here (UCX's shared memory, with the
  * transport's own one-sided access). */
 int rdmx__ep_maps_peer(rdmx_ep_t *ep);
+/* Whether @mr is rdmx_mem_alloc memory (which such a peer maps; memory of
+ * rdmx_mem_register it reads with a system call). */
+int rdmx__mr_allocated(const rdmx_mr_t *mr);
 
 /* @len bytes from the kernel's random source (getrandom). */
 rdmx_status_t rdmx__random(void *buf, size_t len);

@@ -51,6 +51,8 @@ struct rdmx_kv_server {
     uint64_t get_mapped;          /* atomic: GETs answered with a location */
     uint64_t get_again;           /* atomic: GETs asked again after a
                                      mapped copy met a change */
+    uint64_t put_pulled;          /* atomic: PUT values read from a lent
+                                     buffer */
     uint64_t bad_requests;        /* atomic: any worker */
     uint64_t get_lent;            /* atomic: GETs that lent a buffer */
     uint64_t get_written;         /* atomic: ... whose value went into it */
@@ -505,6 +507,7 @@ static void h_put(rdmx_rpc_req_t *req, void *arg)
     x->item = it;
     x->r = r;
     __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->put_pulled, 1, __ATOMIC_RELAXED);
     st =
         rdmx_get_nb(rdmx_rpc_req_ep(req), rmem, 0,
                     rdmx__kv_item_value(s->store, it), (size_t)r.vlen,
@@ -922,6 +925,7 @@ static void zget_start(zbatch_t *b, uint32_t i)
     x->i = i;
     x->item = it;
     b->inflight++;
+    __atomic_add_fetch(&s->put_pulled, 1, __ATOMIC_RELAXED);
     st = rdmx_put_nb(rdmx_rpc_req_ep(b->req), b->rmem[z->bulk], z->offset,
                      rdmx__kv_item_value(s->store, it), len,
                      &(rdmx_op_params_t){.field_mask = RDMX_OP_PARAM_FIELD_CB |
@@ -1209,6 +1213,7 @@ void rdmx__kv_server_stats(rdmx_kv_server_t *s,
     o->store_maps = __atomic_load_n(&s->store_maps, __ATOMIC_RELAXED);
     o->get_mapped = __atomic_load_n(&s->get_mapped, __ATOMIC_RELAXED);
     o->get_again = __atomic_load_n(&s->get_again, __ATOMIC_RELAXED);
+    o->put_pulled = __atomic_load_n(&s->put_pulled, __ATOMIC_RELAXED);
     if (s->lambda != NULL) {
         o->lambda_on = 1;
         rdmx_lambda_engine_stats(s->lambda, &o->lambda);

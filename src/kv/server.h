@@ -80,12 +80,14 @@ typedef struct {
     X(get_buffers_written, "get_buffers_written") /* ... whose value was       \
                                                      written into it (above    \
                                                      the inline threshold) */  \
-    X(store_maps,                                                              \
-      "store_maps") /* kv.map answers: clients mapping the store */            \
+    X(store_maps, "store_maps") /* answers that carried the store's            \
+                                   descriptor: clients mapping it */           \
     X(get_mapped, "get_mapped") /* GETs answered with the value's place in     \
                                    the store, copied by the client */          \
     X(get_again, "get_again")   /* GETs asked again: a mapped copy met a       \
-                                   rewrite, delete or eviction of its item */
+                                   rewrite, delete or eviction of its item */  \
+    X(put_pulled, "put_pulled") /* PUT values (kv.put, kv.batch_put) read      \
+                                   from the client's lent buffer */
 
 /* The lambda engine's lines of the stats answer: X(field of
  * rdmx_lambda_stats_t, name), in order. */
