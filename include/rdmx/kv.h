@@ -81,7 +81,10 @@ typedef struct {
      *  operation. */
     int timeout_ms;
     /** PUT values up to this size travel inline; larger ones from a
-     *  registered buffer are pulled by the server. Default 8192. */
+     *  registered buffer are pulled by the server. Default 8192; unset,
+     *  over UCX's shared memory, 128 for rdmx_mem_alloc memory (which the
+     *  server maps: its pull is its own copy, with no round trip). Over
+     *  tcp values up to 256 KiB travel inline whatever this says. */
     size_t inline_max;
     const void *auth_secret; /**< the servers' shared secret, if any */
     size_t auth_secret_len;
