@@ -327,17 +327,41 @@ static uint64_t pulled(rdmx_kv_t *c)
     return stat_of(s, "put_pulled");
 }
 
-/* PUT @len bytes of registered memory with @c and say whether the server
- * pulled the value; it must read back whole. */
-static int put_lent(rdmx_kv_t *c, size_t len, const char *what)
+static void put_nb_done(rdmx_status_t st, const rdmx_kv_meta_t *meta, void *arg)
 {
-    uint8_t *rsrc = (uint8_t *)rdmx_mr_addr(src_mr) + REG_OFFSET;
-    uint64_t seed = th_seed(47, len, 0), p0 = pulled(c);
+    (void)meta;
+    *(volatile int *)arg = st == RDMX_OK ? 1 : -1;
+}
+
+/* PUT @len bytes with @c, of registered memory (@reg) or plain memory
+ * (blocking, or non-blocking with @nb), and say how many times the server
+ * pulled the value; it must read back whole. */
+static int put_from(rdmx_kv_t *c, size_t len, int reg, int nb, const char *what)
+{
+    uint8_t *buf = reg ? (uint8_t *)rdmx_mr_addr(src_mr) + REG_OFFSET : src;
+    uint64_t seed = th_seed(47, len, (uint64_t)reg), p0 = pulled(c);
     rdmx_kv_meta_t m;
     int lent;
 
-    th_fill(rsrc, len, seed);
-    EXPECT_OK(rdmx_kv_put(c, "put_lend", 8, rsrc, len, KV_MR(src_mr), NULL));
+    th_fill(buf, len, seed);
+    if (nb) {
+        volatile int done = 0;
+        rdmx_kv_op_params_t o = {.field_mask = RDMX_KV_OP_PARAM_FIELD_CB,
+                                 .cb = put_nb_done,
+                                 .arg = (void *)&done};
+        double t0 = th_now_ms();
+
+        EXPECT(rdmx_kv_put_nb(c, "put_lend", 8, buf, len, &o) ==
+                   RDMX_INPROGRESS,
+               "put_lend: %s: put_nb did not start", what);
+        while (done == 0 && th_now_ms() - t0 < 60000.0 * TH_SLOW)
+            rdmx_worker_wait(worker, 10);
+        EXPECT(done == 1, "put_lend: %s: put_nb %s", what,
+               done == 0 ? "did not end" : "failed");
+    } else {
+        EXPECT_OK(rdmx_kv_put(c, "put_lend", 8, buf, len,
+                              reg ? KV_MR(src_mr) : NULL, NULL));
+    }
     lent = (int)(pulled(c) - p0);
     memset(dst, CANARY, len + 1);
     EXPECT_OK(rdmx_kv_get(c, "put_lend", 8, dst, len + 1, NULL, &m));
@@ -347,12 +371,18 @@ static int put_lent(rdmx_kv_t *c, size_t len, const char *what)
     return lent;
 }
 
+static int put_lent(rdmx_kv_t *c, size_t len, const char *what)
+{
+    return put_from(c, len, 1, 0, what);
+}
+
 /*
  * With the default params, over UCX's shared memory, a registered
  * (rdmx_mem_alloc) value of more than 128 bytes is lent: the server's pull
  * is its own copy out of the client's buffer, and the request fits a ring
  * record. Up to 128 bytes, over tcp (up to 256 KiB), and with an
- * inline_max the caller set, values go inline.
+ * inline_max the caller set, values go inline. A blocking PUT of plain
+ * memory of 64 KiB to 16 MiB is lent from the client's own copy.
  */
 static void part_put_lend(void)
 {
@@ -377,6 +407,28 @@ static void part_put_lend(void)
            "put_lend: a 4 KiB value with the default params over %s: %d "
            "pulls (want %d)",
            tr, lent, shm);
+    /* A blocking PUT of plain memory from 64 KiB is copied into the
+     * client's own registered buffer and lent from there over shm (one
+     * copy by each side: faster than the value inline through UCX's
+     * rendezvous); smaller and non-blocking ones go inline */
+    lent = put_from(dflt, 64 * 1024, 0, 0, "plain, blocking");
+    EXPECT((shm && lent == 1) || (tcp && lent == 0) || (!shm && !tcp),
+           "put_lend: a blocking 64 KiB PUT of plain memory over %s: %d "
+           "pulls (want %d)",
+           tr, lent, shm);
+    lent = put_from(dflt, 3 * 1024 * 1024 + 5, 0, 0, "plain, blocking");
+    EXPECT((shm && lent == 1) || (tcp && lent == 0) || (!shm && !tcp),
+           "put_lend: a blocking 3 MiB PUT of plain memory over %s: %d "
+           "pulls (want %d)",
+           tr, lent, shm);
+    EXPECT(put_from(dflt, 64 * 1024 - 1, 0, 0, "plain, blocking") == 0,
+           "put_lend: a blocking PUT of 64 KiB - 1 of plain memory was lent "
+           "over %s",
+           tr);
+    EXPECT(put_from(dflt, 64 * 1024, 0, 1, "plain, non-blocking") == 0,
+           "put_lend: a non-blocking 64 KiB PUT of plain memory was lent "
+           "over %s",
+           tr);
     /* the caller's inline_max stands */
     EXPECT(put_lent(set, 4096, "inline_max 8192") == 0,
            "put_lend: a 4 KiB value lent over %s with inline_max 8192", tr);

@@ -43,6 +43,17 @@
  * (docs/PERFORMANCE.md, "SETs lent over shared memory"). */
 #define KV_MAPPED_INLINE_MAX ((size_t)128)
 
+/* A blocking PUT over shared memory of a value from plain memory, of this
+ * size up to KV_BOUNCE_MAX, is copied by the client into a registered
+ * buffer of its own and lent from there: the client's copy and the
+ * server's pull (its own copy, written around the cache) cost less than
+ * the value going inline through UCX's rendezvous (docs/PERFORMANCE.md,
+ * "Plain-buffer SETs over shared memory"). The buffer is kept for the
+ * next PUT: one per client, the size of the largest value so far (at
+ * least KV_BOUNCE_MIN, a power of two). */
+#define KV_BOUNCE_MIN ((size_t)64 * 1024)
+#define KV_BOUNCE_MAX ((size_t)16 * 1024 * 1024)
+
 /*
  * A server's store as this client maps it, for mapped GETs (docs/KV.md,
  * "Mapped GETs over shared memory"). GETs ask for its descriptor until
@@ -75,6 +86,9 @@ struct rdmx_kv {
     int timeout_ms;
     size_t inline_max;
     int inline_max_set; /* by the caller: kept over shared memory too */
+    rdmx_mr_t *bounce;  /* a blocking PUT's copy of a plain value, lent
+                           (KV_BOUNCE_MIN); NULL until the first */
+    int bounce_busy;    /* (atomic) a PUT is using it */
     int tcp;            /* tcp: one-sided access is carried over
                            messages (docs/SECURITY.md), so lending pays
                            only for large PUTs (below) */
@@ -248,6 +262,8 @@ void rdmx_kv_destroy(rdmx_kv_t *kv)
         if (kv->map != NULL)
             map_drop(&kv->map[i]);
     }
+    if (kv->bounce != NULL)
+        rdmx_mem_deregister(kv->bounce);
     free(kv->map);
     free(kv->ch);
     free(kv->addr);
@@ -509,6 +525,51 @@ static size_t put_inline_max(rdmx_kv_t *kv, unsigned server,
         rdmx__worker_unlock(kv->w);
     }
     return max;
+}
+
+/* The client's bounce buffer with room for @vlen bytes, taken for one
+ * blocking PUT to @server, or NULL (not over shared memory to that
+ * server, the caller set inline_max, another PUT has it, out of memory:
+ * the value goes inline). */
+static rdmx_mr_t *bounce_take(rdmx_kv_t *kv, unsigned server, size_t vlen)
+{
+    size_t size = KV_BOUNCE_MIN;
+    int maps;
+
+    if (kv->tcp || kv->inline_max_set || vlen < KV_BOUNCE_MIN ||
+        vlen > KV_BOUNCE_MAX)
+        return NULL;
+    rdmx__worker_lock(kv->w);
+    maps = rdmx__ep_maps_peer(rdmx_channel_ep(kv->ch[server]));
+    rdmx__worker_unlock(kv->w);
+    if (!maps || __atomic_exchange_n(&kv->bounce_busy, 1, __ATOMIC_ACQUIRE))
+        return NULL;
+    if (kv->bounce != NULL && rdmx_mr_length(kv->bounce) >= vlen)
+        return kv->bounce;
+    if (kv->bounce != NULL)
+        rdmx_mem_deregister(kv->bounce);
+    kv->bounce = NULL;
+    while (size < vlen)
+        size *= 2;
+    if (rdmx_mem_alloc(rdmx__worker_context(kv->w), size, RDMX_ACCESS_READ,
+                       &kv->bounce) != RDMX_OK) {
+        kv->bounce = NULL;
+        __atomic_store_n(&kv->bounce_busy, 0, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    return kv->bounce;
+}
+
+/* The PUT that took the bounce buffer ended with @st. After a failure a
+ * server may still read it (a lent read is not fenced): dropped rather
+ * than written again. */
+static void bounce_give(rdmx_kv_t *kv, rdmx_status_t st)
+{
+    if (st != RDMX_OK && kv->bounce != NULL) {
+        rdmx_mem_deregister(kv->bounce);
+        kv->bounce = NULL;
+    }
+    __atomic_store_n(&kv->bounce_busy, 0, __ATOMIC_RELEASE);
 }
 
 /* A PUT of @value under @key with @opts' mode, flags, TTL and version, for
@@ -1123,6 +1184,7 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
     kv_msg_t m;
     kv_op_t op;
     unsigned server;
+    rdmx_mr_t *bounce = NULL;
     rdmx_status_t st;
 
     if ((st = kv_args(params, 0, "kv put", &a)) != RDMX_OK)
@@ -1133,9 +1195,18 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
         return rdmx__error(RDMX_ERR_INVALID, "kv put: NULL value");
     msg_init(&m);
     server = rdmx_kv_server_of(kv, key, klen);
+    if (a.mr == NULL && value != NULL &&
+        (bounce = bounce_take(kv, server, vlen)) != NULL) {
+        memcpy(rdmx_mr_addr(bounce), value, vlen);
+        value = rdmx_mr_addr(bounce);
+        a.mr = bounce;
+    }
     if ((st = put_msg(kv, &m, server, key, klen, value, vlen, a.mr, &a, 1, &r,
-                      "kv put")) != RDMX_OK)
+                      "kv put")) != RDMX_OK) {
+        if (bounce != NULL)
+            bounce_give(kv, RDMX_OK); /* (nothing was sent) */
         return st;
+    }
     /* Every replica gets the write; the first error is reported. Each
      * server has its own versions: the first copy decides a conditional
      * write (ADD, REPLACE, CAS), the others then store unconditionally. */
@@ -1148,6 +1219,8 @@ rdmx_status_t rdmx_kv_put(rdmx_kv_t *kv, const void *key, size_t klen,
     }
     st = op_wait(&op);
     msg_free(&m);
+    if (bounce != NULL)
+        bounce_give(kv, st);
     if (cas_p != NULL && op.first_status == RDMX_OK)
         *cas_p = op.first_meta.cas;
     return st;
