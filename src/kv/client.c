@@ -39,7 +39,7 @@
  * trip. The request then fits a ring record (docs/RPC_RINGS.md), where an
  * inline value of more than this goes by message. So, unless the caller
  * set inline_max, such a value above this is lent: 4 KiB SETs with one
- * client 1.6x as fast, with 8 clients 1.15x; 256 B 1.2x and even
+ * client 1.14-1.38x as fast, with 8 clients even; 1 KiB 1.07-1.10x
  * (docs/PERFORMANCE.md, "SETs lent over shared memory"). */
 #define KV_MAPPED_INLINE_MAX ((size_t)128)
 
@@ -510,21 +510,27 @@ static rdmx_status_t kv_args(const rdmx_kv_op_params_t *p, int nb,
     return RDMX_OK;
 }
 
+/* Whether @server's connection maps this client's rdmx_mem_alloc memory
+ * (UCX's shared memory): its pull of a lent value is then its own copy. */
+static int server_maps(rdmx_kv_t *kv, unsigned server)
+{
+    int maps;
+
+    rdmx__worker_lock(kv->w);
+    maps = rdmx__ep_maps_peer(rdmx_channel_ep(kv->ch[server]));
+    rdmx__worker_unlock(kv->w);
+    return maps;
+}
+
 /* The largest value in @mr a PUT to @server sends inline (larger ones are
  * lent): inline_max, or KV_MAPPED_INLINE_MAX where the server maps @mr. */
 static size_t put_inline_max(rdmx_kv_t *kv, unsigned server,
                              const rdmx_mr_t *mr)
 {
-    size_t max = kv->inline_max;
-
     if (!kv->inline_max_set && !kv->tcp && rdmx__mr_allocated(mr) &&
-        max > KV_MAPPED_INLINE_MAX) {
-        rdmx__worker_lock(kv->w);
-        if (rdmx__ep_maps_peer(rdmx_channel_ep(kv->ch[server])))
-            max = KV_MAPPED_INLINE_MAX;
-        rdmx__worker_unlock(kv->w);
-    }
-    return max;
+        kv->inline_max > KV_MAPPED_INLINE_MAX && server_maps(kv, server))
+        return KV_MAPPED_INLINE_MAX;
+    return kv->inline_max;
 }
 
 /* The client's bounce buffer with room for @vlen bytes, taken for one
@@ -534,15 +540,10 @@ static size_t put_inline_max(rdmx_kv_t *kv, unsigned server,
 static rdmx_mr_t *bounce_take(rdmx_kv_t *kv, unsigned server, size_t vlen)
 {
     size_t size = KV_BOUNCE_MIN;
-    int maps;
 
     if (kv->tcp || kv->inline_max_set || vlen < KV_BOUNCE_MIN ||
-        vlen > KV_BOUNCE_MAX)
-        return NULL;
-    rdmx__worker_lock(kv->w);
-    maps = rdmx__ep_maps_peer(rdmx_channel_ep(kv->ch[server]));
-    rdmx__worker_unlock(kv->w);
-    if (!maps || __atomic_exchange_n(&kv->bounce_busy, 1, __ATOMIC_ACQUIRE))
+        vlen > KV_BOUNCE_MAX || !server_maps(kv, server) ||
+        __atomic_exchange_n(&kv->bounce_busy, 1, __ATOMIC_ACQUIRE))
         return NULL;
     if (kv->bounce != NULL && rdmx_mr_length(kv->bounce) >= vlen)
         return kv->bounce;
