@@ -24,7 +24,8 @@
  *   Every value is verified whole: header, length == meta.length, checksum,
  *   body pattern, flags; the bytes after it untouched, but for zeros where
  *   a mapped GET (over shm) copied a value that changed under the copy and
- *   was asked again (counted "zeroed tails").
+ *   was asked again (counted "zeroed tails"); a miss or a TOO_BIG answer
+ *   leaves nothing but such zeros.
  *
  * Afterwards: each version a reader saw was written by a writer with exactly
  * that seed and length (metadata and value belong together); the versions
@@ -370,6 +371,14 @@ static void *reader_main(void *arg)
         st = rdmx_kv_get(t->kv, KEY, KLEN, p, cap, mode == 0 ? &in_reg : NULL,
                          &m);
         if (st == RDMX_ERR_NOT_FOUND) {
+            /* a mapped copy of a value deleted under it is zeroed whole */
+            if ((i = tail_end(p, 0, cap)) > cap) {
+                tfail(t, "miss wrote a byte other than a zero of a raced "
+                         "mapped copy");
+                break;
+            }
+            t->scrubbed += i > 0;
+            dirty[mode] = off + i + 1;
             t->misses++;
             continue;
         }
