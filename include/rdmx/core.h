@@ -378,7 +378,9 @@ RDMX_API rdmx_status_t rdmx_connect(rdmx_worker_t *worker, const char *address,
 /**
  * The transport a connection's messages use: RDMX_TRANSPORT_SHM,
  * RDMX_TRANSPORT_TCP or RDMX_TRANSPORT_RDMA (what UCX chose for it);
- * RDMX_TRANSPORT_AUTO while it is not connected.
+ * RDMX_TRANSPORT_AUTO while it is not connected. The backend is asked
+ * once per connection (UCX's answer takes microseconds); later calls
+ * return what it said.
  */
 RDMX_API rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep);
 

@@ -191,6 +191,8 @@ static void ep_take_tep(rdmx_ep_t *ep, rdmx_tep_t *tep)
         ep->tep->tx_token = 0;
     }
     ep->tep = tep;
+    ep->transport = RDMX_TRANSPORT_AUTO; /* (the new lanes asked anew) */
+    ep->maps_peer = 0;
     if (tep != NULL) {
         tep->owner = ep;
         tep->tx_token = ep->bound ? peer_token(ep) : 0;
@@ -1189,9 +1191,14 @@ rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep)
     if (ep == NULL)
         return t;
     rdmx__lock(ep->worker);
-    if (ep->state == RDMX_EP_CONNECTED && ep->tep != NULL &&
-        ep->worker->tp->ep_transport != NULL)
+    if (ep->state == RDMX_EP_CONNECTED && ep->transport != RDMX_TRANSPORT_AUTO)
+        t = ep->transport;
+    else if (ep->state == RDMX_EP_CONNECTED && ep->tep != NULL &&
+             ep->worker->tp->ep_transport != NULL) {
         t = ep->worker->tp->ep_transport(ep->tep);
+        /* a connected endpoint keeps its lanes: asked once */
+        ((rdmx_ep_t *)ep)->transport = t;
+    }
     rdmx__unlock(ep->worker);
     return t;
 }

@@ -352,6 +352,9 @@ struct rdmx_ep {
     rdmx_status_t status;   /* RDMX_OK while healthy */
     int maps_peer;          /* rdmx__ep_maps_peer once connected: 0 not
                                known yet, 1 no, 2 yes */
+    rdmx_transport_t transport; /* rdmx_ep_transport once connected (the
+                                   backend's answer is slow: UCX prints
+                                   the endpoint's lanes); AUTO until then */
     rdmx_ep_params_t params;
     int user_closed;        /* rdmx_ep_close was called */
     unsigned events;        /* RDMX_EPEV_* waiting in worker->ep_events */

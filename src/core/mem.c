@@ -440,8 +440,6 @@ int rdmx__ep_maps_peer(rdmx_ep_t *ep)
         return 0;
     if (ep->maps_peer != 0)
         return ep->maps_peer == 2;
-    /* Asking the transport which lanes the endpoint has is slow (UCX
-     * prints them): once, when connected, and kept. */
     yes = ep->worker->ctx->tp_rma && ep->worker->tp->rkey_ptr != NULL &&
           rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM;
     if (ep->state == RDMX_EP_CONNECTED)
