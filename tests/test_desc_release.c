@@ -123,7 +123,7 @@ static void h_push(rdmx_rpc_req_t *req, void *arg)
 
     (void)arg;
     if ((st = rdmx_rpc_req_bulk(req, 0, &rmem)) != RDMX_OK) {
-        rdmx_rpc_respond_error(req, st, "descriptor: %s", rdmx_error_detail());
+        rdmx_rpc_respond_error(req, st, "%s", rdmx_error_detail());
         return;
     }
     if (plen >= 8)
