@@ -73,7 +73,7 @@ static const uint64_t seed_local = 0x10ca1;
 
 static void refresh_fnv(uint8_t *d, size_t len)
 {
-    rdmx_put_le64(d + len - 8, rdmx_fnv1a64(d, len - 8));
+    rdmx_put_le64(d + len - 8, rdmx_sum64(d, len - 8));
 }
 
 /* Run one non-blocking operation to completion; its status. */

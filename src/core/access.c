@@ -469,13 +469,13 @@ static rdmx_rmem_t *pull_key(rdmx_ep_t *ep, const unsigned char *desc,
         return NULL;
     rkl = rdmx_get_le32(desc + 40);
     if (dlen != 48 + rkl + RDMX_GRANT_MAC + 8 ||
-        rdmx_get_le64(desc + dlen - 8) != rdmx_fnv1a64(desc, dlen - 8) ||
+        rdmx_get_le64(desc + dlen - 8) != rdmx_sum64(desc, dlen - 8) ||
         rdmx_get_le64(desc + 24) != length ||
         !(rdmx_get_le16(desc + 6) & RDMX_ACCESS_READ) ||
         rdmx_get_le64(desc + 16) + length < rdmx_get_le64(desc + 16))
         return NULL;
     region = rdmx_get_le64(desc + 8);
-    hash = rdmx_fnv1a64(desc + 48, rkl);
+    hash = rdmx_sum64(desc + 48, rkl);
     *raddr_p = rdmx_get_le64(desc + 16);
     for (i = 0; i < 4; i++)
         if (ep->pull_keys[i].rm != NULL && ep->pull_keys[i].region == region &&

@@ -51,7 +51,7 @@ enum {
 #define RDMX_OP_HDR_MAX   96 /* largest AM header an op carries (access) */
 #define RDMX_GRANT_MAC    16 /* bytes of a descriptor's MAC (mem.c) */
 #define RDMX_DESC_MAGIC   0x444d4452u /* "RDMD": a descriptor (mem.c) */
-#define RDMX_DESC_VERSION 3           /* its version (mem.c) */
+#define RDMX_DESC_VERSION 4           /* its version (mem.c) */
 #define RDMX_GRANT_CACHE  256
 
 /* Batched messages (batch.c): bytes of one batch (room for two 4 KiB KV

@@ -259,7 +259,7 @@ rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
     memcpy(p + RDMX_DESC_FIXED, mr->rkey_buf, mr->rkey_size);
     grant_mac(mr->ctx, mr->id, offset, length, access,
               p + RDMX_DESC_FIXED + mr->rkey_size);
-    rdmx_put_le64(p + need - 8, rdmx_fnv1a64(p, need - 8));
+    rdmx_put_le64(p + need - 8, rdmx_sum64(p, need - 8));
     *size_p = need;
     return RDMX_OK;
 }
@@ -309,7 +309,7 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
         st = bad_descriptor(w, "length does not match its rkey length");
         goto out;
     }
-    if (rdmx_get_le64(p + size - 8) != rdmx_fnv1a64(p, size - 8)) {
+    if (rdmx_get_le64(p + size - 8) != rdmx_sum64(p, size - 8)) {
         st = bad_descriptor(w, "checksum mismatch (corrupt)");
         goto out;
     }
