@@ -116,6 +116,14 @@ const char *th_transport_env(void)
     return (t && *t) ? t : "auto";
 }
 
+int th_maps_local(void)
+{
+    const char *t = th_transport_env(), *rma = getenv("RDMX_RMA");
+
+    return (strcmp(t, "shm") == 0 || strcmp(t, "auto") == 0) &&
+           !(rma != NULL && strcmp(rma, "rdmx") == 0);
+}
+
 rdmx_context_t *th_context(void)
 {
     rdmx_context_params_t params;

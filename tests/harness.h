@@ -114,6 +114,10 @@ void th_sleep_ms(unsigned ms);
 
 /* "tcp", "shm", ... from RDMX_TRANSPORT, or "auto". */
 const char *th_transport_env(void);
+/* Whether this run's endpoints to a peer on this host go over UCX's shared
+ * memory and map its rdmx_mem_alloc memory: RDMX_TRANSPORT shm or auto
+ * (unset), unless RDMX_RMA=rdmx carries every access. */
+int th_maps_local(void);
 
 /* Create a context for the tests: transport from RDMX_TRANSPORT (the
  * library's default), net_devices "lo" unless UCX_NET_DEVICES is set. After

@@ -239,7 +239,7 @@ static void part_lend(void)
     /* Over UCX's shared memory a registered GET lends its buffer; over
      * tcp it never does (an inline answer is faster); libfabric's
      * providers either way */
-    int must = strcmp(tr, "shm") == 0 ? 1 : strcmp(tr, "tcp") == 0 ? 0 : -1;
+    int must = th_maps_local() ? 1 : strcmp(tr, "tcp") == 0 ? 0 : -1;
     /* (a server without mapped GETs: over shm "big" answers a GET of
      * more than 512 B with the value's place in its store) */
     rdmx_kv_t *c = client(plain.addr, 4096, 60000 * TH_SLOW);
@@ -387,7 +387,7 @@ static int put_lent(rdmx_kv_t *c, size_t len, const char *what)
 static void part_put_lend(void)
 {
     const char *tr = th_transport_env();
-    int shm = strcmp(tr, "shm") == 0, tcp = strcmp(tr, "tcp") == 0;
+    int shm = th_maps_local(), tcp = strcmp(tr, "tcp") == 0;
     rdmx_kv_params_t p = {.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT,
                           .timeout_ms = 60000 * TH_SLOW};
     rdmx_kv_t *dflt = NULL, *set = client(big.addr, 8192, 60000 * TH_SLOW);
@@ -457,7 +457,7 @@ static void read_back(const void *key, size_t klen, size_t len, uint64_t seed,
     long c;
     /* Over UCX's shared memory a value above 512 B is copied by the client
      * out of the server's store, which it maps (mapped GETs) */
-    int mapped = strcmp(th_transport_env(), "shm") == 0 && len > MAP_ABOVE;
+    int mapped = th_maps_local() && len > MAP_ABOVE;
     uint64_t maps0 = mapped_gets(kv);
 
     /* plain memory: the value travels in the response; from 1 MiB (by
@@ -844,7 +844,7 @@ static void mapped_race(rdmx_kv_t *c2, int variant, size_t len)
 static void part_mapped(void)
 {
     enum { LEN = 256 * 1024 };
-    int shm = strcmp(th_transport_env(), "shm") == 0;
+    int shm = th_maps_local();
     rdmx_worker_t *w2 = th_worker(ctx, 0);
     rdmx_kv_params_t p = {.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT,
                           .timeout_ms = 60000 * TH_SLOW};
@@ -1700,7 +1700,7 @@ static void part_more(void)
     /* (over UCX's shared memory the GETs and the PUTs of values up to
      * ~200 bytes, the first 5, go by the server's ring instead:
      * docs/RPC_RINGS.md) */
-    want = strcmp(th_transport_env(), "shm") == 0 ? N - 8 : N;
+    want = th_maps_local() ? N - 8 : N;
     EXPECT(w1.batches_sent > w0.batches_sent &&
                w1.msgs_batched - w0.msgs_batched >= want,
            "operations with more: %llu batches, %llu messages in them",

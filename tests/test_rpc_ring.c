@@ -445,7 +445,7 @@ int main(int argc, char **argv)
         return trs_main(argc - 2, argv + 2);
 
     th_init("rpc_ring", 110);
-    ring_expected = strcmp(th_transport_env(), "shm") == 0;
+    ring_expected = th_maps_local();
     th_spawn_self(&s1, "rpc-server", 30000, "--workers", "1", NULL);
     th_spawn_self(&s2, "rpc-server", 30000, "--workers", "1", "--poll", "2",
                   NULL);

@@ -50,9 +50,11 @@ int main(void)
 
     /* tcp: RMA emulated, and only that unless rdma was asked for. */
     n = warnings(A, T, 0, unlimited);
-    CHECK(n == 1 && has(n, "RMA emulated"));
+    CHECK(n == 1 && has(n, "RMA emulated toward other hosts") &&
+          has(n, "this host reached over shared memory are mapped"));
     n = warnings(T, T, GB, 0);
-    CHECK(n == 1 && has(n, "RMA emulated"));
+    CHECK(n == 1 && has(n, "RMA emulated") &&
+          !has(n, "RMA emulated toward other hosts"));
 
     /* rdma asked for, tcp chosen: both. */
     n = warnings(R, T, 0, unlimited);

@@ -1184,21 +1184,25 @@ rdmx_worker_t *rdmx_ep_worker(const rdmx_ep_t *ep)
     return ep->worker;
 }
 
+rdmx_transport_t rdmx__ep_transport(rdmx_ep_t *ep)
+{
+    if (ep->state != RDMX_EP_CONNECTED)
+        return RDMX_TRANSPORT_AUTO;
+    if (ep->transport == RDMX_TRANSPORT_AUTO && ep->tep != NULL &&
+        ep->worker->tp->ep_transport != NULL)
+        ep->transport = ep->worker->tp->ep_transport(ep->tep); /* (kept:
+                                     a connected endpoint keeps its lanes) */
+    return ep->transport;
+}
+
 rdmx_transport_t rdmx_ep_transport(const rdmx_ep_t *ep)
 {
-    rdmx_transport_t t = RDMX_TRANSPORT_AUTO;
+    rdmx_transport_t t;
 
     if (ep == NULL)
-        return t;
+        return RDMX_TRANSPORT_AUTO;
     rdmx__lock(ep->worker);
-    if (ep->state == RDMX_EP_CONNECTED && ep->transport != RDMX_TRANSPORT_AUTO)
-        t = ep->transport;
-    else if (ep->state == RDMX_EP_CONNECTED && ep->tep != NULL &&
-             ep->worker->tp->ep_transport != NULL) {
-        t = ep->worker->tp->ep_transport(ep->tep);
-        /* a connected endpoint keeps its lanes: asked once */
-        ((rdmx_ep_t *)ep)->transport = t;
-    }
+    t = rdmx__ep_transport((rdmx_ep_t *)ep);
     rdmx__unlock(ep->worker);
     return t;
 }

@@ -286,6 +286,11 @@ struct rdmx_context {
     int tp_rma;              /* put/get by the transport (hardware that
                                 enforces registrations); 0: carried by
                                 rdmx and checked by the target (access.c) */
+    int map_peers;           /* a same-host peer's rdmx_mem_alloc memory
+                                is mapped where the endpoint runs over
+                                UCX's shared memory, whatever tp_rma says
+                                (put/get are then copies: mem.c, rma.c);
+                                0 with RDMX_RMA=rdmx and on libfabric */
     int rndv_safe;           /* the transport moves a large message only
                                 by messages the receiver copies (tcp): a
                                 carried access may go by rendezvous */
@@ -352,7 +357,7 @@ struct rdmx_ep {
     rdmx_status_t status;   /* RDMX_OK while healthy */
     int maps_peer;          /* rdmx__ep_maps_peer once connected: 0 not
                                known yet, 1 no, 2 yes */
-    rdmx_transport_t transport; /* rdmx_ep_transport once connected (the
+    rdmx_transport_t transport; /* rdmx__ep_transport once connected (the
                                    backend's answer is slow: UCX prints
                                    the endpoint's lanes); AUTO until then */
     rdmx_ep_params_t params;
@@ -871,6 +876,9 @@ rdmx_core_handler_t rdmx__am_batch;
 
 /* May operations start on @ep? An error (with its detail) if not. What its
  * batch holds leaves first: nothing started now overtakes it. */
+/* rdmx_ep_transport with the worker's lock held. */
+rdmx_transport_t rdmx__ep_transport(rdmx_ep_t *ep);
+
 static inline rdmx_status_t rdmx__ep_usable(rdmx_ep_t *ep)
 {
     if (__builtin_expect(ep->batch_n != 0, 0))

@@ -348,8 +348,10 @@ rdmx_status_t rdmx_rmem_unpack(rdmx_ep_t *ep, const void *buf, size_t size,
         st = rdmx__error(RDMX_ERR_NO_MEMORY, "rmem_unpack: out of memory");
         goto out;
     }
-    /* (Carried access needs no transport key: the grant is all.) */
-    if (w->ctx->tp_rma && !(access & RDMX_ACCESS_FENCED) &&
+    /* (Carried access needs no transport key: the grant is all; but a
+     * peer's memory that is mapped here is copied, carried or not.) */
+    if ((w->ctx->tp_rma || rdmx__ep_maps_peer(ep)) &&
+        !(access & RDMX_ACCESS_FENCED) &&
         w->tp->rkey_unpack(ep->tep, p + RDMX_DESC_FIXED, rkey_len,
                            &rm->trkey) != RDMX_OK) {
         char why[240];
@@ -440,8 +442,8 @@ int rdmx__ep_maps_peer(rdmx_ep_t *ep)
         return 0;
     if (ep->maps_peer != 0)
         return ep->maps_peer == 2;
-    yes = ep->worker->ctx->tp_rma && ep->worker->tp->rkey_ptr != NULL &&
-          rdmx_ep_transport(ep) == RDMX_TRANSPORT_SHM;
+    yes = ep->worker->ctx->map_peers && ep->worker->tp->rkey_ptr != NULL &&
+          rdmx__ep_transport(ep) == RDMX_TRANSPORT_SHM;
     if (ep->state == RDMX_EP_CONNECTED)
         ep->maps_peer = yes ? 2 : 1;
     return yes;

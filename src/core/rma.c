@@ -86,20 +86,15 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf, size_t length,
                          what, &raddr);
     if (st != RDMX_OK)
         goto out;
-    if (!w->ctx->tp_rma || (rm->access & RDMX_ACCESS_FENCED)) {
-        st = rdmx__access_issue(ep, rm,
-                                dir == RMA_PUT ? RDMX_ACC_PUT : RDMX_ACC_GET,
-                                0, offset, buf, length, mr, 0, 0, NULL, cb,
-                                arg);
-        goto out;
-    }
     /* Over UCX's shared memory a peer's rdmx_mem_alloc memory is mapped
      * here (its unpack attached the segment): one copy, done before this
-     * returns, on every UCX version. UCX 1.22 makes a get of it a request
-     * that the peer's own worker serves by message ("software emulation"):
-     * 2.7x slower for a 64 KiB KV PUT (docs/CORE.md, "Mapped one-sided
-     * access"). The attachment lives as long as the key, so a peer that
-     * frees its memory leaves it readable here until then. */
+     * returns, on every UCX version, and in a context that carries its
+     * other accesses (auto: rdmx__ep_maps_peer). UCX 1.22 makes a get of
+     * it a request that the peer's own worker serves by message ("software
+     * emulation"): 2.7x slower for a 64 KiB KV PUT (docs/CORE.md, "Mapped
+     * one-sided access"). The attachment lives as long as the key, so a
+     * peer that frees its memory leaves it readable here until then. (A
+     * fenced grant has no transport key: never mapped.) */
     if (length != 0 && (here = rdmx__rmem_here(rm)) != NULL) {
         unsigned char *at = here + (raddr - rm->addr);
         void *to = dir == RMA_PUT ? (void *)at : buf;
@@ -110,6 +105,13 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf, size_t length,
         else
             memcpy(to, from, length);
         st = RDMX_OK; /* (done: the callback does not run) */
+        goto out;
+    }
+    if (!w->ctx->tp_rma || (rm->access & RDMX_ACCESS_FENCED)) {
+        st = rdmx__access_issue(ep, rm,
+                                dir == RMA_PUT ? RDMX_ACC_PUT : RDMX_ACC_GET,
+                                0, offset, buf, length, mr, 0, 0, NULL, cb,
+                                arg);
         goto out;
     }
     op = rdmx__op_get(w, ep, RDMX_OP_RMA, cb, arg);

@@ -292,8 +292,8 @@ rdmx_status_t rdmx__rmem_map(rdmx_rmem_t *rmem, void **ptr_p);
  * key, and with it the mapping, before the endpoint's owner hears of it). */
 int rdmx__rmem_mapped(const rdmx_rmem_t *rmem);
 /* Whether rdmx__rmem_map may work for the peer of @ep: its transport maps
- * a peer's rdmx_mem_alloc memory here (UCX's shared memory, with the
- * transport's own one-sided access). */
+ * a peer's rdmx_mem_alloc memory here (UCX's shared memory, in a context
+ * of any transport setting but RDMX_RMA=rdmx). Worker's lock held. */
 int rdmx__ep_maps_peer(rdmx_ep_t *ep);
 /* Whether @mr is rdmx_mem_alloc memory (which such a peer maps; memory of
  * rdmx_mem_register it reads with a system call). */

@@ -29,7 +29,13 @@ unsigned rdmx__health_warnings(const rdmx_health_facts_t *f,
 
     if (f->requested == RDMX_TRANSPORT_RDMA && f->chosen == RDMX_TRANSPORT_TCP)
         warn(out, max, &n, "rdma was asked for and tcp was chosen");
-    if (f->chosen == RDMX_TRANSPORT_TCP)
+    if (f->chosen == RDMX_TRANSPORT_TCP && f->requested == RDMX_TRANSPORT_AUTO)
+        warn(out, max, &n,
+             "RMA emulated toward other hosts: on tcp, rdmx carries put, "
+             "get and atomics as messages to the target's worker (peers on "
+             "this host reached over shared memory are mapped: "
+             "rdmx_mem_alloc memory is copied directly)");
+    else if (f->chosen == RDMX_TRANSPORT_TCP)
         warn(out, max, &n,
              "RMA emulated: on tcp, rdmx carries put, get and atomics as "
              "messages to the target's worker (no one-sided access)");
