@@ -40,6 +40,12 @@
  *   1 s of blocking GETs of 256 KiB while another thread rewrites the key:
  *   every value whole and of one version, some GETs asked again over shm,
  *   none mapped over tcp.
+ * - auto_tcp (transport auto only): a client of transport auto whose
+ *   server was started with --transport tcp reaches it over tcp and uses
+ *   the tcp rules there, while its connection to a server of this run goes
+ *   over shared memory: a registered GET lends nothing and is not mapped, a
+ *   registered PUT of 5000 B (above inline_max) goes inline (the server
+ *   pulls nothing), both values whole.
  * - ttl: present at once, gone after twice the TTL (200 ms, 800 ms under
  *   sanitizers); touch extends a TTL, touch 0 removes it (version kept);
  *   touch of an absent or expired key is NOT_FOUND. A pass in which the
@@ -2401,6 +2407,65 @@ static void churn_step(const char *addr)
     rdmx_worker_progress(churn_w);
 }
 
+static void part_auto_tcp(void)
+{
+    enum { LEN = 5000 };
+    kvd_t t = {0};
+    rdmx_kv_t *c, *local;
+    rdmx_kv_meta_t m;
+    char s0[4096], s1[4096];
+    uint8_t *sbuf = rdmx_mr_addr(src_mr), *rbuf = rdmx_mr_addr(dst_mr);
+
+    if (strcmp(th_transport_env(), "auto") != 0)
+        return;
+    kvd_start(&t, NULL, "--workers", "1", "--memory", "16m", "--transport",
+              "tcp", "--no-lambda", NULL);
+    c = client(t.addr, 4096, 60000 * TH_SLOW);
+    local = client(big.addr, 4096, 60000 * TH_SLOW);
+    EXPECT(rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(c, 0))) ==
+               RDMX_TRANSPORT_TCP,
+           "auto_tcp: the tcp server's connection runs over %s",
+           rdmx_transport_name(
+               rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(c, 0)))));
+    EXPECT(rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(local, 0))) ==
+               RDMX_TRANSPORT_SHM,
+           "auto_tcp: the local server's connection runs over %s",
+           rdmx_transport_name(
+               rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(local, 0)))));
+    th_fill(sbuf, LEN, th_seed(47, 0, 0));
+    stats_of(c, s0, sizeof(s0));
+    EXPECT_OK(rdmx_kv_put(c, "auto:tcp", 8, sbuf, LEN, KV_MR(src_mr), NULL));
+    memset(rbuf, CANARY, LEN + 1);
+    memset(&m, 0, sizeof(m));
+    EXPECT_OK(rdmx_kv_get(c, "auto:tcp", 8, rbuf, LEN, KV_MR(dst_mr), &m));
+    EXPECT(m.length == LEN && th_check(rbuf, LEN, th_seed(47, 0, 0)) < 0 &&
+               rbuf[LEN] == CANARY,
+           "auto_tcp: got %zu bytes, or wrong ones", m.length);
+    stats_of(c, s1, sizeof(s1));
+    EXPECT(stat_of(s1, "put_pulled") == stat_of(s0, "put_pulled") &&
+               stat_of(s1, "get_buffers_lent") ==
+                   stat_of(s0, "get_buffers_lent") &&
+               stat_of(s1, "get_mapped") == stat_of(s0, "get_mapped"),
+           "auto_tcp: over tcp the server pulled %" PRIu64
+           " values, was lent %" PRIu64 " buffers, mapped %" PRIu64
+           " GETs (want none)",
+           stat_of(s1, "put_pulled") - stat_of(s0, "put_pulled"),
+           stat_of(s1, "get_buffers_lent") - stat_of(s0, "get_buffers_lent"),
+           stat_of(s1, "get_mapped") - stat_of(s0, "get_mapped"));
+    /* the same client code over shared memory lends the PUT's value */
+    stats_of(local, s0, sizeof(s0));
+    EXPECT_OK(
+        rdmx_kv_put(local, "auto:tcp", 8, sbuf, LEN, KV_MR(src_mr), NULL));
+    stats_of(local, s1, sizeof(s1));
+    EXPECT(stat_of(s1, "put_pulled") == stat_of(s0, "put_pulled") + 1,
+           "auto_tcp: over shared memory the server pulled %" PRIu64
+           " values (want 1)",
+           stat_of(s1, "put_pulled") - stat_of(s0, "put_pulled"));
+    rdmx_kv_destroy(c);
+    rdmx_kv_destroy(local);
+    kvd_stop(&t);
+}
+
 static void churn_round(int round)
 {
     char out[2048];
@@ -2537,6 +2602,7 @@ int main(void)
     run_part("lend", part_lend);
     run_part("put_lend", part_put_lend);
     run_part("mapped", part_mapped);
+    run_part("auto_tcp", part_auto_tcp);
     run_part("ttl", part_ttl);
     run_part("cas", part_cas);
     run_part("incr", part_incr);

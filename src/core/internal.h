@@ -876,9 +876,6 @@ rdmx_core_handler_t rdmx__am_batch;
 
 /* May operations start on @ep? An error (with its detail) if not. What its
  * batch holds leaves first: nothing started now overtakes it. */
-/* rdmx_ep_transport with the worker's lock held. */
-rdmx_transport_t rdmx__ep_transport(rdmx_ep_t *ep);
-
 static inline rdmx_status_t rdmx__ep_usable(rdmx_ep_t *ep)
 {
     if (__builtin_expect(ep->batch_n != 0, 0))

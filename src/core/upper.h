@@ -295,6 +295,8 @@ int rdmx__rmem_mapped(const rdmx_rmem_t *rmem);
  * a peer's rdmx_mem_alloc memory here (UCX's shared memory, in a context
  * of any transport setting but RDMX_RMA=rdmx). Worker's lock held. */
 int rdmx__ep_maps_peer(rdmx_ep_t *ep);
+/* rdmx_ep_transport with the worker's lock held. */
+rdmx_transport_t rdmx__ep_transport(rdmx_ep_t *ep);
 /* Whether @mr is rdmx_mem_alloc memory (which such a peer maps; memory of
  * rdmx_mem_register it reads with a system call). */
 int rdmx__mr_allocated(const rdmx_mr_t *mr);

@@ -426,6 +426,23 @@ static void map_install(rdmx_kv_t *kv, unsigned server, uint64_t id,
     m->id = id;
 }
 
+/* Whether @server is reached over tcp: the transport asked for, or, with
+ * auto, the one its connection got (another host's server; one on this
+ * host goes over shared memory). Over tcp an inline value is faster. */
+static int server_tcp(rdmx_kv_t *kv, unsigned server)
+{
+    rdmx_ep_t *ep;
+    int tcp;
+
+    if (kv->tcp)
+        return 1;
+    rdmx__worker_lock(kv->w);
+    ep = rdmx_channel_ep(kv->ch[server]);
+    tcp = ep != NULL && rdmx__ep_transport(ep) == RDMX_TRANSPORT_TCP;
+    rdmx__worker_unlock(kv->w);
+    return tcp;
+}
+
 /*
  * A GET of @key into @buf for @server. Where the store is mapped, asks for
  * the value's place in it (the client copies the value). Otherwise lends
@@ -439,7 +456,7 @@ static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, unsigned server,
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key};
 
-    if (kv->tcp)
+    if (mr != NULL && server_tcp(kv, server))
         mr = NULL; /* a hint: over tcp an inline answer is faster */
     if (capacity > RDMX_KV_MAP_ABOVE)
         r.mode = map_mode(kv, server);
@@ -585,7 +602,7 @@ static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, unsigned server,
 {
     int bulk;
 
-    if (kv->tcp && vlen <= KV_TCP_INLINE_MAX)
+    if (mr != NULL && vlen <= KV_TCP_INLINE_MAX && server_tcp(kv, server))
         mr = NULL; /* a hint: over tcp inline is faster up to there */
     bulk = mr != NULL && vlen > put_inline_max(kv, server, mr);
     *r_p = (rdmx_kv_req_t){
