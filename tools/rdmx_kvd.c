@@ -564,9 +564,14 @@ int main(int argc, char **argv)
                  (unsigned long long)stats.lambda.natives);
     rdmx_addr_parse(cfg.listen, host, sizeof(host), &port);
     printf("rdmx-kvd: listening on %s:%u (memory %zu MiB, %u workers, "
-           "transport %s, backend %s, lambda %s)\n",
+           "transport %s%s, backend %s, lambda %s)\n",
            host, info.port, cfg.memory >> 20, info.workers,
            rdmx_transport_name(info.transport),
+           rdmx__context_requested(rdmx__rpc_server_context(info.rpc)) ==
+                       RDMX_TRANSPORT_AUTO &&
+                   info.transport == RDMX_TRANSPORT_TCP
+               ? " (auto: shared memory to clients on this host)"
+               : "",
            rdmx_context_backend(rdmx__rpc_server_context(info.rpc)), lam);
     fflush(stdout);
     print_warnings(&cfg, &info);
