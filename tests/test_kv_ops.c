@@ -45,7 +45,10 @@
  *   the tcp rules there, while its connection to a server of this run goes
  *   over shared memory: a registered GET lends nothing and is not mapped, a
  *   registered PUT of 5000 B (above inline_max) goes inline (the server
- *   pulls nothing), both values whole.
+ *   pulls nothing), both values whole. Values of 200 KiB go both ways
+ *   between that client and the tcp server, and between a client of a
+ *   tcp context and this run's (auto) server: one 260 KiB tcp segment
+ *   each, which both sides' UCX must take (it aborted an auto process).
  * - ttl: present at once, gone after twice the TTL (200 ms, 800 ms under
  *   sanitizers); touch extends a TTL, touch 0 removes it (version kept);
  *   touch of an absent or expired key is NOT_FOUND. A pass in which the
@@ -2461,6 +2464,45 @@ static void part_auto_tcp(void)
            "auto_tcp: over shared memory the server pulled %" PRIu64
            " values (want 1)",
            stat_of(s1, "put_pulled") - stat_of(s0, "put_pulled"));
+    /* 200 KiB each way: auto <-> tcp server, tcp client <-> auto server */
+    {
+        enum { BIG = 200 * 1024 };
+        rdmx_context_params_t tp = {.field_mask =
+                                        RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                                        RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES,
+                                    .transport = RDMX_TRANSPORT_TCP,
+                                    .net_devices = "lo"};
+        rdmx_kv_params_t kp = {.field_mask = RDMX_KV_PARAM_FIELD_TIMEOUT,
+                               .timeout_ms = 60000 * TH_SLOW};
+        rdmx_context_t *tctx = NULL;
+        rdmx_worker_t *tw = NULL;
+        rdmx_kv_t *tc = NULL, *pair[2];
+
+        CHECK_OK(rdmx_context_create(&tp, &tctx));
+        CHECK_OK(rdmx_worker_create(tctx, NULL, &tw));
+        CHECK_OK(rdmx_kv_create(tw, big.addr, &kp, &tc));
+        CHECK_OK(rdmx_kv_wait_ready(tc, 20000 * TH_SLOW));
+        pair[0] = c;
+        pair[1] = tc;
+        for (int i = 0; i < 2; i++) {
+            const char *who =
+                i == 0 ? "auto client, tcp server" : "tcp client, auto server";
+            th_fill(src, BIG, th_seed(48, (uint64_t)i, 0));
+            EXPECT_OK(
+                rdmx_kv_put(pair[i], "auto:big", 8, src, BIG, NULL, NULL));
+            memset(dst, CANARY, BIG + 1);
+            memset(&m, 0, sizeof(m));
+            EXPECT_OK(
+                rdmx_kv_get(pair[i], "auto:big", 8, dst, BIG + 1, NULL, &m));
+            EXPECT(m.length == BIG &&
+                       th_check(dst, BIG, th_seed(48, (uint64_t)i, 0)) < 0,
+                   "auto_tcp (%s): got %zu bytes, or wrong ones", who,
+                   m.length);
+        }
+        rdmx_kv_destroy(tc);
+        rdmx_worker_destroy(tw);
+        rdmx_context_destroy(tctx);
+    }
     rdmx_kv_destroy(c);
     rdmx_kv_destroy(local);
     kvd_stop(&t);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The settings a tcp context gives UCX reach UCX's tcp transport
+# The settings a tcp (or auto) context gives UCX reach UCX's tcp transport
 # (src/core/ucx/ucx.c, docs/CORE.md "UCX versions"): messages are sent and
 # received in 260 KiB segments (TCP_TX_SEG_SIZE and TCP_RX_SEG_SIZE, passed
 # under the names the running UCX version takes), UCX says it applied both,
@@ -37,6 +37,14 @@ if grep -Eq "UCX  WARN  invalid configuration|unused env" "$tmp/default"; then
     grep -E "UCX  WARN" "$tmp/default" >&2
     die "UCX warned about a setting rdmx made"
 fi
+
+# auto reaches tcp peers as well: the same segments
+env UCX_LOG_LEVEL=debug timeout -s TERM 2 "$bin/rdmx-perf" \
+    --listen 127.0.0.1:0 --transport auto >"$tmp/auto" 2>&1 || true
+for dir in TX RX; do
+    grep -Eq "apply UCT configuration (TCP_)?${dir}_SEG_SIZE=260k" \
+        "$tmp/auto" || die "UCX did not apply the 260 KiB $dir segment (auto)"
+done
 
 for user in UCX_TCP_TX_SEG_SIZE=16k UCX_TCP_RX_SEG_SIZE=128k; do
     serve "$tmp/user" "$user"

@@ -238,7 +238,13 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
      * transport by its name in the transport's table before UCX 1.17
      * ("TX_SEG_SIZE") and by its full name from 1.17 on
      * ("TCP_TX_SEG_SIZE"). */
-    if (t == RDMX_TRANSPORT_TCP && getenv("UCX_TCP_TX_SEG_SIZE") == NULL &&
+    /* An auto context reaches tcp peers too, tcp contexts among them: the
+     * same segments (with UCX's 64 KiB receive segment, the first 260 KiB
+     * answer a tcp peer sent it aborted the process in UCX's assertion
+     * "hdr->length <= rx_seg_size - sizeof(*hdr)", and an auto server the
+     * same from a tcp client). */
+    if ((t == RDMX_TRANSPORT_TCP || t == RDMX_TRANSPORT_AUTO) &&
+        getenv("UCX_TCP_TX_SEG_SIZE") == NULL &&
         getenv("UCX_TCP_RX_SEG_SIZE") == NULL) {
         unsigned major, minor, release;
         int old = 0;
