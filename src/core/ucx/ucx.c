@@ -216,9 +216,15 @@ static rdmx_status_t ucx_ctx_create(rdmx_context_t *ctx, rdmx_transport_t t,
      * UCX already finished when the peer dies with such sends in flight
      * ("uct_iface.h:884 Assertion `comp->count > 0'": the process aborts;
      * seen in 1 of 7 runs of tests/test_kill_server.c). Over tcp a copy
-     * costs little beside the socket's own: copy always there. A value the
-     * user set wins. */
-    if (t == RDMX_TRANSPORT_TCP && getenv("UCX_ZCOPY_THRESH") == NULL &&
+     * costs little beside the socket's own: copy always there, also in an
+     * auto context without an RDMA device (it reaches other hosts over
+     * tcp; its shared-memory lanes have no zero-copy eager sends, and 1 MiB
+     * send_bw, put_bw, rpc_bulk and KV GETs over them did not move with
+     * it). A value the user set wins. */
+    if ((t == RDMX_TRANSPORT_TCP ||
+         (t == RDMX_TRANSPORT_AUTO &&
+          ctx->transport_used == RDMX_TRANSPORT_TCP)) &&
+        getenv("UCX_ZCOPY_THRESH") == NULL &&
         ucp_config_modify(config, "ZCOPY_THRESH", "inf") != UCS_OK)
         rdmx_debug("UCX: cannot set ZCOPY_THRESH=inf");
     /* Those copies go out in send segments of TCP_TX_SEG_SIZE, 8 KiB by
