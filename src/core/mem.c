@@ -144,23 +144,31 @@ rdmx_mr_t *rdmx__mr_find(rdmx_context_t *ctx, uint64_t id)
     return mr;
 }
 
-/* A thread's last grants and their MACs: a caller lends the same buffer
- * call after call (a GET into one buffer packs the same descriptor each
- * time), and an HMAC costs ~7,000 instructions. @key: the first bytes of
+/* A thread's last grants, their MACs and their descriptors' checksums: a
+ * caller lends the same buffer call after call (a GET into one buffer
+ * packs the same descriptor each time), an HMAC costs ~7,000 instructions
+ * and a shared-memory descriptor's checksum ~120. @key: the first bytes of
  * the context's random grant key, so that another context's grants (or a
  * later one's at the same address) never match. */
 #define GRANT_MEMO 4
-static __thread struct {
+typedef struct {
     uint64_t key, region_id, offset, length;
     unsigned access;
+    int has_sum; /* sum is known: the checksum of the whole descriptor
+                    rdmx_mr_pack makes of this grant (its other bytes, the
+                    region's address and transport key, never change) */
+    uint64_t sum;
     unsigned char mac[RDMX_GRANT_MAC];
-} grant_memo[GRANT_MEMO];
+} grant_memo_t;
+static __thread grant_memo_t grant_memo[GRANT_MEMO];
 static __thread unsigned grant_memo_next;
 
-/* The MAC of a grant (the first RDMX_GRANT_MAC bytes of the HMAC). */
-static void grant_mac(const rdmx_context_t *ctx, uint64_t region_id,
-                      uint64_t offset, uint64_t length, unsigned access,
-                      unsigned char out[RDMX_GRANT_MAC])
+/* The MAC of a grant (the first RDMX_GRANT_MAC bytes of the HMAC), and its
+ * memo entry (NULL when the HMAC failed). */
+static grant_memo_t *grant_mac(const rdmx_context_t *ctx, uint64_t region_id,
+                               uint64_t offset, uint64_t length,
+                               unsigned access,
+                               unsigned char out[RDMX_GRANT_MAC])
 {
     unsigned char f[28], full[RDMX_MAC_SIZE];
     rdmx_iov_t parts[2] = {{"rdmx-grant", 10}, {f, sizeof(f)}};
@@ -173,7 +181,7 @@ static void grant_mac(const rdmx_context_t *ctx, uint64_t region_id,
             grant_memo[i].offset == offset && grant_memo[i].length == length &&
             grant_memo[i].access == access && key != 0) {
             memcpy(out, grant_memo[i].mac, RDMX_GRANT_MAC);
-            return;
+            return &grant_memo[i];
         }
     rdmx_put_le64(f, region_id);
     rdmx_put_le64(f + 8, offset);
@@ -182,7 +190,7 @@ static void grant_mac(const rdmx_context_t *ctx, uint64_t region_id,
     if (rdmx__hmac(ctx->grant_key, sizeof(ctx->grant_key), parts, 2, full) !=
         RDMX_OK) {
         memset(out, 0, RDMX_GRANT_MAC); /* (never matches a fresh one) */
-        return;
+        return NULL;
     }
     memcpy(out, full, RDMX_GRANT_MAC);
     i = grant_memo_next++ % GRANT_MEMO;
@@ -191,7 +199,9 @@ static void grant_mac(const rdmx_context_t *ctx, uint64_t region_id,
     grant_memo[i].offset = offset;
     grant_memo[i].length = length;
     grant_memo[i].access = access;
+    grant_memo[i].has_sum = 0;
     memcpy(grant_memo[i].mac, full, RDMX_GRANT_MAC);
+    return &grant_memo[i];
 }
 
 int rdmx__grant_valid(rdmx_worker_t *w, uint64_t region_id, uint64_t offset,
@@ -223,6 +233,8 @@ rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
 {
     size_t need;
     unsigned char *p = buf;
+    grant_memo_t *memo;
+    uint64_t sum;
 
     if (mr == NULL || size_p == NULL)
         return rdmx__error(RDMX_ERR_INVALID, "mr_pack: NULL argument");
@@ -257,9 +269,18 @@ rdmx_status_t rdmx_mr_pack(const rdmx_mr_t *mr, uint64_t offset,
     rdmx_put_le32(p + 40, (uint32_t)mr->rkey_size);
     rdmx_put_le32(p + 44, mr->ctx->tp->key_kind);
     memcpy(p + RDMX_DESC_FIXED, mr->rkey_buf, mr->rkey_size);
-    grant_mac(mr->ctx, mr->id, offset, length, access,
-              p + RDMX_DESC_FIXED + mr->rkey_size);
-    rdmx_put_le64(p + need - 8, rdmx_sum64(p, need - 8));
+    memo = grant_mac(mr->ctx, mr->id, offset, length, access,
+                     p + RDMX_DESC_FIXED + mr->rkey_size);
+    if (memo == NULL || !memo->has_sum) {
+        sum = rdmx_sum64(p, need - 8);
+        if (memo != NULL) {
+            memo->sum = sum;
+            memo->has_sum = 1;
+        }
+    } else {
+        sum = memo->sum; /* (a buffer lent again: the same bytes) */
+    }
+    rdmx_put_le64(p + need - 8, sum);
     *size_p = need;
     return RDMX_OK;
 }
