@@ -40,7 +40,7 @@
  *   1 s of blocking GETs of 256 KiB while another thread rewrites the key:
  *   every value whole and of one version, some GETs asked again over shm,
  *   none mapped over tcp.
- * - auto_tcp (transport auto only): a client of transport auto whose
+ * - auto_mixed (transport auto only): a client of transport auto whose
  *   server was started with --transport tcp reaches it over tcp and uses
  *   the tcp rules there, while its connection to a server of this run goes
  *   over shared memory: a registered GET lends nothing and is not mapped, a
@@ -49,6 +49,9 @@
  *   between that client and the tcp server, and between a client of a
  *   tcp context and this run's (auto) server: one 260 KiB tcp segment
  *   each, which both sides' UCX must take (it aborted an auto process).
+ *   And a server of transport shm without mapped GETs writes a 64 KiB
+ *   value into the auto client's lent buffer (the client's worker pulls
+ *   it from the server's memory it maps; it refused that as PROTO).
  * - ttl: present at once, gone after twice the TTL (200 ms, 800 ms under
  *   sanitizers); touch extends a TTL, touch 0 removes it (version kept);
  *   touch of an absent or expired key is NOT_FOUND. A pass in which the
@@ -2410,7 +2413,7 @@ static void churn_step(const char *addr)
     rdmx_worker_progress(churn_w);
 }
 
-static void part_auto_tcp(void)
+static void part_auto_mixed(void)
 {
     enum { LEN = 5000 };
     kvd_t t = {0};
@@ -2427,12 +2430,12 @@ static void part_auto_tcp(void)
     local = client(big.addr, 4096, 60000 * TH_SLOW);
     EXPECT(rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(c, 0))) ==
                RDMX_TRANSPORT_TCP,
-           "auto_tcp: the tcp server's connection runs over %s",
+           "auto_mixed: the tcp server's connection runs over %s",
            rdmx_transport_name(
                rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(c, 0)))));
     EXPECT(rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(local, 0))) ==
                RDMX_TRANSPORT_SHM,
-           "auto_tcp: the local server's connection runs over %s",
+           "auto_mixed: the local server's connection runs over %s",
            rdmx_transport_name(
                rdmx_ep_transport(rdmx_channel_ep(rdmx_kv_channel(local, 0)))));
     th_fill(sbuf, LEN, th_seed(47, 0, 0));
@@ -2443,13 +2446,13 @@ static void part_auto_tcp(void)
     EXPECT_OK(rdmx_kv_get(c, "auto:tcp", 8, rbuf, LEN, KV_MR(dst_mr), &m));
     EXPECT(m.length == LEN && th_check(rbuf, LEN, th_seed(47, 0, 0)) < 0 &&
                rbuf[LEN] == CANARY,
-           "auto_tcp: got %zu bytes, or wrong ones", m.length);
+           "auto_mixed: got %zu bytes, or wrong ones", m.length);
     stats_of(c, s1, sizeof(s1));
     EXPECT(stat_of(s1, "put_pulled") == stat_of(s0, "put_pulled") &&
                stat_of(s1, "get_buffers_lent") ==
                    stat_of(s0, "get_buffers_lent") &&
                stat_of(s1, "get_mapped") == stat_of(s0, "get_mapped"),
-           "auto_tcp: over tcp the server pulled %" PRIu64
+           "auto_mixed: over tcp the server pulled %" PRIu64
            " values, was lent %" PRIu64 " buffers, mapped %" PRIu64
            " GETs (want none)",
            stat_of(s1, "put_pulled") - stat_of(s0, "put_pulled"),
@@ -2461,7 +2464,7 @@ static void part_auto_tcp(void)
         rdmx_kv_put(local, "auto:tcp", 8, sbuf, LEN, KV_MR(src_mr), NULL));
     stats_of(local, s1, sizeof(s1));
     EXPECT(stat_of(s1, "put_pulled") == stat_of(s0, "put_pulled") + 1,
-           "auto_tcp: over shared memory the server pulled %" PRIu64
+           "auto_mixed: over shared memory the server pulled %" PRIu64
            " values (want 1)",
            stat_of(s1, "put_pulled") - stat_of(s0, "put_pulled"));
     /* 200 KiB each way: auto <-> tcp server, tcp client <-> auto server */
@@ -2496,12 +2499,43 @@ static void part_auto_tcp(void)
                 rdmx_kv_get(pair[i], "auto:big", 8, dst, BIG + 1, NULL, &m));
             EXPECT(m.length == BIG &&
                        th_check(dst, BIG, th_seed(48, (uint64_t)i, 0)) < 0,
-                   "auto_tcp (%s): got %zu bytes, or wrong ones", who,
+                   "auto_mixed (%s): got %zu bytes, or wrong ones", who,
                    m.length);
         }
         rdmx_kv_destroy(tc);
         rdmx_worker_destroy(tw);
         rdmx_context_destroy(tctx);
+    }
+    /* an shm server writes into this auto client's lent buffer */
+    {
+        enum { MID = 64 * 1024 };
+        kvd_t sh = {0};
+        rdmx_kv_t *sc;
+
+        kvd_start(&sh, NULL, "--workers", "1", "--memory", "16m", "--transport",
+                  "shm", "--no-mapped-gets", "--no-lambda", NULL);
+        sc = client(sh.addr, 4096, 60000 * TH_SLOW);
+        th_fill(sbuf, MID, th_seed(49, 0, 0));
+        EXPECT_OK(
+            rdmx_kv_put(sc, "auto:shm", 8, sbuf, MID, KV_MR(src_mr), NULL));
+        stats_of(sc, s0, sizeof(s0));
+        memset(rbuf, CANARY, MID + 1);
+        memset(&m, 0, sizeof(m));
+        EXPECT_OK(
+            rdmx_kv_get(sc, "auto:shm", 8, rbuf, MID + 1, KV_MR(dst_mr), &m));
+        stats_of(sc, s1, sizeof(s1));
+        EXPECT(m.length == MID && th_check(rbuf, MID, th_seed(49, 0, 0)) < 0 &&
+                   rbuf[MID] == CANARY,
+               "auto_mixed (shm server): got %zu bytes, or wrong ones",
+               m.length);
+        EXPECT(stat_of(s1, "get_buffers_written") ==
+                   stat_of(s0, "get_buffers_written") + 1,
+               "auto_mixed (shm server): %" PRIu64
+               " values written into the lent buffer (want 1)",
+               stat_of(s1, "get_buffers_written") -
+                   stat_of(s0, "get_buffers_written"));
+        rdmx_kv_destroy(sc);
+        kvd_stop(&sh);
     }
     rdmx_kv_destroy(c);
     rdmx_kv_destroy(local);
@@ -2644,7 +2678,7 @@ int main(void)
     run_part("lend", part_lend);
     run_part("put_lend", part_put_lend);
     run_part("mapped", part_mapped);
-    run_part("auto_tcp", part_auto_tcp);
+    run_part("auto_mixed", part_auto_mixed);
     run_part("ttl", part_ttl);
     run_part("cas", part_cas);
     run_part("incr", part_incr);

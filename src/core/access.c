@@ -290,8 +290,9 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
         (aflags && opcode != RDMX_ACC_PUT) ||
         ((flags & RDMX_MSG_RNDV) &&
          (opcode != RDMX_ACC_PUT || pull || !w->ctx->rndv_safe)) ||
-        (pull ? len == 0 || !w->ctx->tp_rma
-              : opcode == RDMX_ACC_PUT ? len != n : len != 0))
+        (pull ? len == 0 || !(w->ctx->tp_rma || rdmx__ep_maps_peer(ep))
+         : opcode == RDMX_ACC_PUT ? len != n
+                                  : len != 0))
         return RDMX_ERR_PROTO;
     if (opcode == RDMX_ACC_FLUSH)
         return RDMX_OK;
@@ -535,6 +536,12 @@ static rdmx_status_t put_fetch(rdmx_worker_t *w, rdmx_ep_t *ep,
          * buffer: nothing can land once the endpoint closed. */
         memcpy(a->in, dst, a->length);
         rdmx__op_defer(op, RDMX_OK, a->length);
+        return RDMX_OK;
+    }
+    if (a->pull && !w->ctx->tp_rma) {
+        /* a context that maps its peers but has no one-sided reads of
+         * its own (auto): the initiator's memory had to be mapped */
+        rdmx__op_defer(op, RDMX_ERR_UNSUPPORTED, 0);
         return RDMX_OK;
     }
     if (a->fenced && a->length != 0 &&
