@@ -2,7 +2,8 @@
 # rdmx-info (docs/OPERATIONS.md) against a real rdmx-kvd over the
 # transport RDMX_TRANSPORT names: the path lines, the WARNING lines and the
 # exit status agree (tcp and ofi:tcp: RMA emulated, warning, exit 1; shm:
-# one-sided RMA, no warning, exit 0) and the backend line names the server
+# one-sided RMA, no warning, exit 0; auto on one host: messages over shm,
+# RMA mapped, no warning, exit 0) and the backend line names the server
 # connection's backend; a UCX client of an ofi server is refused with the
 # reason; the local report names this build, its backends
 # and its transports; --version prints the version; an unreachable server
@@ -66,6 +67,13 @@ shm)
         die "rma not one-sided on shm"
     if grep -q "^WARNING" "$tmp/srv"; then die "a warning on shm"; fi
     [ $rc -eq 0 ] || die "shm: exit $rc, not 0"
+    ;;
+auto)
+    # one host: shared memory, the peer's allocated memory mapped
+    [ "$msg" = shm ] || die "messages over $msg, not shm (auto, one host)"
+    grep -q "^path: rma  *mapped" "$tmp/srv" || die "rma not mapped on auto"
+    if grep -q "^WARNING" "$tmp/srv"; then die "a warning on auto"; fi
+    [ $rc -eq 0 ] || die "auto: exit $rc, not 0"
     ;;
 esac
 # A client of the other backend is refused, and told why.

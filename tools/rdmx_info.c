@@ -167,8 +167,10 @@ static void list_transports(const char *net_devices)
 }
 
 /* The path put/get take on a connection over @t from a context whose
- * one-sided access goes by the transport (@one_sided) or not. */
-static const char *rma_path(rdmx_transport_t t, int one_sided, int ofi)
+ * one-sided access goes by the transport (@one_sided) or not, and that
+ * maps the peer's rdmx_mem_alloc memory (@maps: auto on one host). */
+static const char *rma_path(rdmx_transport_t t, int one_sided, int maps,
+                            int ofi)
 {
     const char *env = getenv("RDMX_RMA");
 
@@ -176,6 +178,9 @@ static const char *rma_path(rdmx_transport_t t, int one_sided, int ofi)
         return ofi ? "one-sided (the libfabric provider's RMA)"
                : t == RDMX_TRANSPORT_SHM ? "one-sided (shared memory)"
                                          : "one-sided (RDMA)";
+    if (maps)
+        return "mapped (copies into and out of the peer's rdmx_mem_alloc "
+               "memory over shared memory; other memory carried by rdmx)";
     if (t == RDMX_TRANSPORT_TCP)
         return "emulated (carried by rdmx over messages to the target's "
                "worker)";
@@ -235,7 +240,7 @@ static int probe_server(const char *server, const rdmx_context_params_t *cp,
     rdmx_status_t st;
     struct timespec t0, t1;
     const char *backend;
-    int rma, atomics, ofi;
+    int rma, atomics, ofi, maps;
     char resp[64];
     size_t len;
     int ret = INFO_ERROR;
@@ -261,6 +266,9 @@ static int probe_server(const char *server, const rdmx_context_params_t *cp,
         goto fail;
     }
     *chosen_p = rdmx_ep_transport(ep);
+    rdmx__worker_lock(w);
+    maps = rdmx__ep_maps_peer(ep);
+    rdmx__worker_unlock(w);
     backend = rdmx_context_backend(ctx);
     ofi = strncmp(backend, "ofi", 3) == 0;
     rdmx__context_one_sided(ctx, &rma, &atomics);
@@ -269,7 +277,7 @@ static int probe_server(const char *server, const rdmx_context_params_t *cp,
                (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     printf("backend: %s\n", backend);
     printf("path: messages  %s\n", rdmx_transport_name(*chosen_p));
-    printf("path: rma       %s\n", rma_path(*chosen_p, rma, ofi));
+    printf("path: rma       %s\n", rma_path(*chosen_p, rma, maps, ofi));
     printf("path: atomics   %s\n", atomics_path(*chosen_p, atomics, rma, ofi));
     ret = INFO_FAST;
     goto out;
