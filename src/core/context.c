@@ -215,12 +215,10 @@ rdmx_status_t rdmx_context_create_v(unsigned api_version,
      * on any transport setting, auto included: its rdmx_mem_alloc memory
      * is mapped and copied (rdmx__ep_maps_peer), without UCX's one-sided
      * features, whose software handlers tcp peers would reach. */
-    ctx->map_peers = !(env != NULL && !strcmp(env, "rdmx"));
+    ctx->map_peers = spec == NULL && !(env != NULL && !strcmp(env, "rdmx"));
     /* ofi (docs/FABRIC.md, "One-sided access"): the provider's own on
      * shared memory and RDMA providers, carried on tcp and unknown ones;
      * RDMX_RMA=transport takes the provider's there too. */
-    if (spec != NULL)
-        ctx->map_peers = 0;
     if (spec != NULL)
         ctx->tp_rma = (p.transport == RDMX_TRANSPORT_SHM ||
                        p.transport == RDMX_TRANSPORT_RDMA ||

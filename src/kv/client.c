@@ -426,21 +426,31 @@ static void map_install(rdmx_kv_t *kv, unsigned server, uint64_t id,
     m->id = id;
 }
 
-/* Whether @server is reached over tcp: the transport asked for, or, with
- * auto, the one its connection got (another host's server; one on this
- * host goes over shared memory). Over tcp an inline value is faster. */
-static int server_tcp(rdmx_kv_t *kv, unsigned server)
+/* How @server's connection runs, for the rules that depend on it. */
+typedef enum {
+    PATH_TCP,    /* tcp (asked for, or auto's to another host): an inline
+                    value is faster */
+    PATH_MAPPED, /* UCX's shared memory: the server maps this client's
+                    rdmx_mem_alloc memory, its pull of a lent value is its
+                    own copy */
+    PATH_OTHER   /* anything else, or not connected */
+} kv_path_t;
+
+static kv_path_t server_path(rdmx_kv_t *kv, unsigned server)
 {
     rdmx_ep_t *ep;
-    int tcp;
+    kv_path_t path = PATH_OTHER;
 
     if (kv->tcp)
-        return 1;
+        return PATH_TCP;
     rdmx__worker_lock(kv->w);
     ep = rdmx_channel_ep(kv->ch[server]);
-    tcp = ep != NULL && rdmx__ep_transport(ep) == RDMX_TRANSPORT_TCP;
+    if (ep != NULL && rdmx__ep_transport(ep) == RDMX_TRANSPORT_TCP)
+        path = PATH_TCP;
+    else if (rdmx__ep_maps_peer(ep))
+        path = PATH_MAPPED;
     rdmx__worker_unlock(kv->w);
-    return tcp;
+    return path;
 }
 
 /*
@@ -456,7 +466,7 @@ static rdmx_status_t get_msg(rdmx_kv_t *kv, kv_msg_t *m, unsigned server,
 {
     rdmx_kv_req_t r = {.klen = (uint16_t)klen, .key = key};
 
-    if (mr != NULL && server_tcp(kv, server))
+    if (mr != NULL && server_path(kv, server) == PATH_TCP)
         mr = NULL; /* a hint: over tcp an inline answer is faster */
     if (capacity > RDMX_KV_MAP_ABOVE)
         r.mode = map_mode(kv, server);
@@ -527,25 +537,13 @@ static rdmx_status_t kv_args(const rdmx_kv_op_params_t *p, int nb,
     return RDMX_OK;
 }
 
-/* Whether @server's connection maps this client's rdmx_mem_alloc memory
- * (UCX's shared memory): its pull of a lent value is then its own copy. */
-static int server_maps(rdmx_kv_t *kv, unsigned server)
-{
-    int maps;
-
-    rdmx__worker_lock(kv->w);
-    maps = rdmx__ep_maps_peer(rdmx_channel_ep(kv->ch[server]));
-    rdmx__worker_unlock(kv->w);
-    return maps;
-}
-
-/* The largest value in @mr a PUT to @server sends inline (larger ones are
+/* The largest value in @mr a PUT over @path sends inline (larger ones are
  * lent): inline_max, or KV_MAPPED_INLINE_MAX where the server maps @mr. */
-static size_t put_inline_max(rdmx_kv_t *kv, unsigned server,
+static size_t put_inline_max(const rdmx_kv_t *kv, kv_path_t path,
                              const rdmx_mr_t *mr)
 {
-    if (!kv->inline_max_set && !kv->tcp && rdmx__mr_allocated(mr) &&
-        kv->inline_max > KV_MAPPED_INLINE_MAX && server_maps(kv, server))
+    if (!kv->inline_max_set && path == PATH_MAPPED && rdmx__mr_allocated(mr) &&
+        kv->inline_max > KV_MAPPED_INLINE_MAX)
         return KV_MAPPED_INLINE_MAX;
     return kv->inline_max;
 }
@@ -558,8 +556,8 @@ static rdmx_mr_t *bounce_take(rdmx_kv_t *kv, unsigned server, size_t vlen)
 {
     size_t size = KV_BOUNCE_MIN;
 
-    if (kv->tcp || kv->inline_max_set || vlen < KV_BOUNCE_MIN ||
-        vlen > KV_BOUNCE_MAX || !server_maps(kv, server) ||
+    if (kv->inline_max_set || vlen < KV_BOUNCE_MIN || vlen > KV_BOUNCE_MAX ||
+        server_path(kv, server) != PATH_MAPPED ||
         __atomic_exchange_n(&kv->bounce_busy, 1, __ATOMIC_ACQUIRE))
         return NULL;
     if (kv->bounce != NULL && rdmx_mr_length(kv->bounce) >= vlen)
@@ -600,11 +598,12 @@ static rdmx_status_t put_msg(rdmx_kv_t *kv, kv_msg_t *m, unsigned server,
                              size_t vlen, rdmx_mr_t *mr, const kv_args_t *opts,
                              int direct, rdmx_kv_req_t *r_p, const char *what)
 {
+    kv_path_t path = mr != NULL ? server_path(kv, server) : PATH_OTHER;
     int bulk;
 
-    if (mr != NULL && vlen <= KV_TCP_INLINE_MAX && server_tcp(kv, server))
+    if (path == PATH_TCP && vlen <= KV_TCP_INLINE_MAX)
         mr = NULL; /* a hint: over tcp inline is faster up to there */
-    bulk = mr != NULL && vlen > put_inline_max(kv, server, mr);
+    bulk = mr != NULL && vlen > put_inline_max(kv, path, mr);
     *r_p = (rdmx_kv_req_t){
         .mode = (uint8_t)opts->mode,
         .klen = (uint16_t)klen,
