@@ -24,6 +24,13 @@
  *    reach the handler, which says so; a descriptor over a range outside
  *    its region fails locally with RDMX_ERR_OUT_OF_RANGE. The channel keeps
  *    working after each.
+ *  - transports of two kinds (tcp runs only): a client context of transport
+ *    auto reaches the tcp server over tcp; the server pushes 64 KiB, 1 MiB
+ *    and 5 MiB into its registered and its rdmx_mem_alloc'ed memory and
+ *    pulls the same sizes from it, every byte checked. From ~260 KiB
+ *    tcp sends such bytes by rendezvous, which the auto client refused as
+ *    PROTO (its context is not tcp); its own replies to the pulls now go
+ *    by rendezvous too, as a tcp context's do.
  *  - a lender that frees its memory: 8 pulls behind a busy server fail
  *    with a message (over ofi:shm they may read what is still mapped), 8
  *    that race the free fail so or carry the lent bytes, and the server
@@ -99,6 +106,64 @@ static void push(rdmx_mr_t *mr, uint64_t off, uint64_t len, uint64_t seed,
 }
 
 /* ------------------------------------------------------------------------ */
+
+/* A client context of transport auto against the tcp server (tcp runs). */
+static void test_auto_client(const char *addr)
+{
+    static const size_t sizes[] = {64 * 1024, TH_MIB, 5 * TH_MIB};
+    rdmx_context_params_t cp = {.field_mask =
+                                    RDMX_CONTEXT_PARAM_FIELD_TRANSPORT |
+                                    RDMX_CONTEXT_PARAM_FIELD_NET_DEVICES,
+                                .transport = RDMX_TRANSPORT_AUTO,
+                                .net_devices = "lo"};
+    rdmx_context_t *actx = NULL;
+    rdmx_worker_t *aw = NULL;
+    rdmx_channel_t *ach = NULL, *keep = ch;
+    rdmx_worker_stats_t s0, s1;
+    rdmx_mr_t *mrs[2];
+    unsigned char *reg;
+
+    if (strcmp(th_transport_env(), "tcp") != 0)
+        return;
+    CHECK_OK(rdmx_context_create(&cp, &actx));
+    CHECK_OK(rdmx_worker_create(actx, NULL, &aw));
+    CHECK_OK(rdmx_channel_create(aw, addr, NULL, &ach));
+    CHECK_OK(rdmx_channel_wait_ready(ach, 10000 * TH_SLOW));
+    CHECKF(rdmx_ep_transport(rdmx_channel_ep(ach)) == RDMX_TRANSPORT_TCP,
+           "auto client: the tcp server's connection runs over %s",
+           rdmx_transport_name(rdmx_ep_transport(rdmx_channel_ep(ach))));
+    reg = th_alloc(5 * TH_MIB);
+    CHECK_OK(
+        rdmx_mem_register(actx, reg, 5 * TH_MIB, RDMX_ACCESS_ALL, &mrs[0]));
+    CHECK_OK(rdmx_mem_alloc(actx, 5 * TH_MIB, RDMX_ACCESS_ALL, &mrs[1]));
+    rdmx_worker_stats(aw, &s0);
+    ch = ach; /* (push and pull call on ch) */
+    for (unsigned m = 0; m < 2; m++) {
+        unsigned char *buf = rdmx_mr_addr(mrs[m]);
+        for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+            uint64_t seed = th_seed(9, m, i);
+            memset(buf, 0, sizes[i]);
+            push(mrs[m], 0, sizes[i], seed, 60000);
+            CHECK_PATTERN(buf, sizes[i], seed, 0);
+            th_fill(buf, sizes[i], seed + 1);
+            CHECKF(pull(mrs[m], 0, sizes[i], 60000) ==
+                       trs_checksum(buf, sizes[i]),
+                   "auto client: the server pulled other bytes than %zu "
+                   "of %s memory",
+                   sizes[i], m == 0 ? "registered" : "allocated");
+        }
+    }
+    ch = keep;
+    rdmx_worker_stats(aw, &s1);
+    CHECK_EQ_U64(s1.proto_errors, s0.proto_errors);
+    CHECK_EQ_U64(s1.rma_refused, s0.rma_refused);
+    rdmx_channel_destroy(ach);
+    rdmx_mem_deregister(mrs[0]);
+    rdmx_mem_deregister(mrs[1]);
+    free(reg);
+    rdmx_worker_destroy(aw);
+    rdmx_context_destroy(actx);
+}
 
 static void test_1gib(void)
 {
@@ -508,6 +573,7 @@ int main(int argc, char **argv)
     STEP(test_concurrent());
     STEP(test_refusals());
     STEP(test_lender_gone());
+    STEP(test_auto_client(srv.addr));
     STEP(test_1gib());
 
     rdmx_channel_destroy(ch);

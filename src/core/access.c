@@ -21,7 +21,8 @@
  *      range length u64, rights u32, 0 u32, MAC u8[16]   (FLUSH: zeros)
  *   64 offset of the access in the region u64, length u64
  *   80 operand u64 (add value, compare value, or a notify's imm), swap u64
- *   data: PUT's bytes (always sent eagerly: the handler sees all of them)
+ *   data: PUT's bytes (eagerly: the handler sees all of them; by
+ *   rendezvous only where the receiver copies them in: rndv_safe)
  * Reply (AM RDMX_AM_ACCESS_REPLY, 24 bytes): tag u64, old value u64,
  *   status i32, 0 u32; data: GET's bytes.
  *
@@ -53,6 +54,21 @@
 #define ACC_PULL_MIN   8192 /* smaller fenced PUTs travel eagerly */
 
 /* Both halves done: complete the operation. */
+/* Whether a carried access's large bytes may go by rendezvous on @ep's
+ * connection: only where the transport then moves them as messages the
+ * receiver copies in (tcp; libfabric's rendezvous is rdmx's own). Elsewhere
+ * a rendezvous could write from the sender's side into the target's
+ * memory, past the target's checks. A context of transport auto decides
+ * per connection: its connections to other hosts run over tcp. Worker's
+ * lock held. */
+static int rndv_safe(rdmx_ep_t *ep)
+{
+    const rdmx_context_t *ctx = ep->worker->ctx;
+
+    return ctx->rndv_safe || (ctx->transport == RDMX_TRANSPORT_AUTO &&
+                              rdmx__ep_transport(ep) == RDMX_TRANSPORT_TCP);
+}
+
 static void amo_finish(rdmx_op_t *op)
 {
     rdmx_list_del(&op->link);
@@ -122,7 +138,7 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     rdmx_put_le64(op->hdr + 72, length);
     rdmx_put_le64(op->hdr + 80, operand);
     rdmx_put_le64(op->hdr + 88, swap);
-    if (put && !w->ctx->rndv_safe && w->ctx->tp_rma && mr != NULL &&
+    if (put && w->ctx->tp_rma && !rndv_safe(ep) && mr != NULL &&
         length > ACC_PULL_MIN) {
         /* A large fenced PUT where the transport has one-sided reads: the
          * target pulls the bytes itself, so that nothing but its own
@@ -147,8 +163,7 @@ rdmx_status_t rdmx__access_issue(rdmx_ep_t *ep, rdmx_rmem_t *rm,
     st = w->tp->send(ep->tep, RDMX_AM_ACCESS, op->hdr, ACC_REQ_SIZE,
                      put ? buf : NULL, put ? length : 0,
                      put && mr != NULL ? mr->tmr : NULL,
-                     put && w->ctx->rndv_safe ? 0 : RDMX_TP_SEND_EAGER, op,
-                     &req);
+                     put && rndv_safe(ep) ? 0 : RDMX_TP_SEND_EAGER, op, &req);
 sent:
     if (st != RDMX_OK && st != RDMX_INPROGRESS) {
         char why[200];
@@ -289,7 +304,7 @@ static rdmx_status_t access_apply(rdmx_worker_t *w, rdmx_ep_t *ep,
         (aflags & ~(RDMX_ACC_F_NOTIFY | RDMX_ACC_F_PULL)) ||
         (aflags && opcode != RDMX_ACC_PUT) ||
         ((flags & RDMX_MSG_RNDV) &&
-         (opcode != RDMX_ACC_PUT || pull || !w->ctx->rndv_safe)) ||
+         (opcode != RDMX_ACC_PUT || pull || !rndv_safe(ep))) ||
         (pull ? len == 0 || !(w->ctx->tp_rma || rdmx__ep_maps_peer(ep))
          : opcode == RDMX_ACC_PUT ? len != n
                                   : len != 0))
@@ -378,11 +393,9 @@ static void send_reply(rdmx_worker_t *w, rdmx_ep_t *ep, const void *tag,
     rdmx_put_le32(holder->hdr + 16, (uint32_t)st);
     rdmx_put_le32(holder->hdr + 20, 0);
     rdmx__batch_send(ep); /* (messages sent before it stay before it) */
-    if (w->tp->send(ep->tep, RDMX_AM_ACCESS_REPLY, holder->hdr,
-                    ACC_REPLY_SIZE, a->out, a->out_len,
-                    a->out != NULL ? a->mr->tmr : NULL,
-                    a->out != NULL && w->ctx->rndv_safe ? 0
-                                                        : RDMX_TP_SEND_EAGER,
+    if (w->tp->send(ep->tep, RDMX_AM_ACCESS_REPLY, holder->hdr, ACC_REPLY_SIZE,
+                    a->out, a->out_len, a->out != NULL ? a->mr->tmr : NULL,
+                    a->out != NULL && rndv_safe(ep) ? 0 : RDMX_TP_SEND_EAGER,
                     holder, &req) != RDMX_INPROGRESS)
         rdmx__op_put(w, holder);
 }

@@ -293,7 +293,8 @@ struct rdmx_context {
                                 0 with RDMX_RMA=rdmx and on libfabric */
     int rndv_safe;           /* the transport moves a large message only
                                 by messages the receiver copies (tcp): a
-                                carried access may go by rendezvous */
+                                carried access may go by rendezvous (auto:
+                                per connection, access.c rndv_safe) */
     unsigned char grant_key[32]; /* keys descriptors' MACs (mem.c) */
     rdmx_transport_t transport;      /* as requested (AUTO stays AUTO) */
     rdmx_transport_t transport_used; /* AUTO resolved: rdmx_context_transport */
