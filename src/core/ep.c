@@ -360,6 +360,17 @@ static void tp_close(rdmx_ep_t *ep, int force)
     }
 }
 
+/* Stop waiting for @ep's transport close: the request finishes on its
+ * own, without the endpoint. */
+static void closer_forget(rdmx_ep_t *ep)
+{
+    rdmx_closer_t *closer = ep->closer;
+
+    closer->ep = NULL;
+    ep->worker->tp->req_forget(closer->req);
+    ep->closer = NULL;
+}
+
 /* Tear down a failed endpoint's transport side, once. */
 static void tear_down(rdmx_ep_t *ep)
 {
@@ -503,10 +514,7 @@ unsigned rdmx__ep_progress(rdmx_worker_t *w)
                  * the request finishes on its own, without the endpoint. */
                 rdmx_debug("ep %p (%s): close timed out", (void *)ep,
                            ep->peer);
-                rdmx_closer_t *closer = ep->closer;
-                closer->ep = NULL;
-                w->tp->req_forget(closer->req);
-                ep->closer = NULL;
+                closer_forget(ep);
             }
             if (ep->closer != NULL)
                 continue;
@@ -1142,14 +1150,23 @@ void rdmx__ep_abort(rdmx_ep_t *ep)
 
 void rdmx__ep_destroy_all(rdmx_worker_t *w)
 {
-    uint64_t deadline = rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS;
+    uint64_t deadline;
 
     while (!rdmx_list_empty(&w->eps))
         rdmx_ep_close(rdmx_container_of(w->eps.next, rdmx_ep_t, link));
+    /* (after the closes: a BYE's own deadline is as long) */
+    deadline = rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS;
     while (!rdmx_list_empty(&w->closing) && rdmx_now_ns() < deadline)
         rdmx_worker_progress(w);
     while (!rdmx_list_empty(&w->closing)) {
         rdmx_ep_t *ep = rdmx_container_of(w->closing.next, rdmx_ep_t, link);
+        /* A peer that never acknowledged the BYE still holds the
+         * transport endpoint: closed by force here (a spare is dropped
+         * with the others), not leaked with the record. */
+        if (ep->tep != NULL)
+            tp_close(ep, 1);
+        if (ep->closer != NULL)
+            closer_forget(ep);
         rdmx_warn("ep %p (%s): freed with %u operations outstanding",
                   (void *)ep, ep->peer, ep->ops);
         ep_free(ep);
