@@ -53,7 +53,6 @@
 #define ACC_REPLY_SIZE 24
 #define ACC_PULL_MIN   8192 /* smaller fenced PUTs travel eagerly */
 
-/* Both halves done: complete the operation. */
 /* Whether a carried access's large bytes may go by rendezvous on @ep's
  * connection: only where the transport then moves them as messages the
  * receiver copies in (tcp; libfabric's rendezvous is rdmx's own). Elsewhere
@@ -69,6 +68,7 @@ static int rndv_safe(rdmx_ep_t *ep)
                               rdmx__ep_transport(ep) == RDMX_TRANSPORT_TCP);
 }
 
+/* Both halves done: complete the operation. */
 static void amo_finish(rdmx_op_t *op)
 {
     rdmx_list_del(&op->link);
