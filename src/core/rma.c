@@ -71,7 +71,7 @@ static rdmx_status_t rma(rdmx_ep_t *ep, rma_dir_t dir, void *buf, size_t length,
 {
     const char *what = dir == RMA_PUT ? "put" : "get";
     rdmx_status_t st;
-    uint64_t raddr;
+    uint64_t raddr = 0; /* (set by rdmx__rma_check; GCC -O3 cannot see it) */
     rdmx_op_t *op;
     rdmx_worker_t *w;
     unsigned char *here;
@@ -234,7 +234,7 @@ rdmx_status_t rdmx__put_notify(rdmx_ep_t *ep, rdmx_rmem_t *rm,
                                void *arg)
 {
     rdmx_status_t st;
-    uint64_t raddr;
+    uint64_t raddr = 0; /* (as above) */
     rdmx_op_t *op;
     rdmx_worker_t *w;
     void *req = NULL;

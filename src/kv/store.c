@@ -1076,7 +1076,7 @@ rdmx_status_t rdmx__kv_store_set(rdmx_kv_store_t *s, const void *key,
                                  uint64_t *cas_p)
 {
     rdmx_status_t status = check_key(s, key, klen, "set");
-    rdmx_kv_item_t *it;
+    rdmx_kv_item_t *it = NULL; /* (set on RDMX_OK; GCC -O3 cannot see it) */
 
     if (status != RDMX_OK)
         return status;
