@@ -21,7 +21,8 @@
  *   what is due, bounded per call), touch extending and clearing a TTL.
  * - LRU: the least recently used are evicted, recently read ones stay;
  *   eviction NONE fails with NO_MEMORY and keeps everything; a referenced
- *   item is never evicted.
+ *   item is never evicted. Used items get a second chance at the LRU end,
+ *   at most 1024 per allocation.
  * - References: an item replaced, deleted, flushed or expired while held
  *   keeps its bytes and its memory (more writes wrap memory several times)
  *   until released; then everything is freed.
@@ -1056,6 +1057,62 @@ static void test_lru(void)
            "kept; eviction off: NO_MEMORY: ok");
 }
 
+/*
+ * Items used since they last reached the LRU end (get, touch, incr, failed
+ * ADD) get a second chance there instead of moving at each use; one
+ * allocation gives at most 1024 of them before it evicts the end anyway.
+ */
+static void test_lru_second_chance(void)
+{
+    size_t size = TH_MIB, vlen = 640;
+    char *mem = th_alloc(size), key[32];
+    rdmx_kv_store_t *s = store_new(mem, size, 0, RDMX_KV_EVICT_LRU);
+    rdmx_kv_store_stats_t st;
+    unsigned n = 0, i;
+    uint64_t now = 1;
+
+    /* fill until the first eviction (k0000 goes), every item one span */
+    for (;;) {
+        snprintf(key, sizeof(key), "k%04u", n);
+        put_pattern(s, key, vlen, th_seed(n, 0, 0), now);
+        n++;
+        stats(s, &st);
+        if (st.evictions > 0)
+            break;
+    }
+    /* more items than one allocation's chances, fewer than two's */
+    CHECKF(n > 1100 && n < 2000, "%u items", n);
+    /* every item is used: k0001 touched, the others read */
+    CHECK_OK(rdmx__kv_store_touch(s, "k0001", 5, 0, now));
+    for (i = 2; i < n; i++) {
+        snprintf(key, sizeof(key), "k%04u", i);
+        expect_pattern(s, key, vlen, th_seed(i, 0, 0), now);
+    }
+    /* the next SET moves k0001..k1024 to the recent end, unmarked, then
+     * evicts k1025, used or not: no NO_MEMORY however many were used */
+    put_pattern(s, "n0000", vlen, th_seed(0, 1, 0), now);
+    stats(s, &st);
+    CHECK_EQ_U64(st.evictions, 2);
+    /* ten more: each moves what is left of k1026.. (still marked) behind
+     * them, and the victims are k0001..k0010, in order */
+    for (i = 1; i <= 10; i++) {
+        snprintf(key, sizeof(key), "n%04u", i);
+        put_pattern(s, key, vlen, th_seed(i, 1, 0), now);
+    }
+    stats(s, &st);
+    CHECK_EQ_U64(st.evictions, 12);
+    for (i = 1; i < n; i++) {
+        snprintf(key, sizeof(key), "k%04u", i);
+        CHECKF(present(s, key, now) == (i > 10 && i != 1025), "%s present %d",
+               key, present(s, key, now));
+    }
+    store_ok(s);
+    rdmx__kv_store_destroy(s);
+    free(mem);
+    th_log("lru second chance: used items skipped at the LRU end, at most "
+           "1024 per allocation: ok");
+}
+
 /* Every way an item can leave the index while a reader holds it. */
 static void test_references(void)
 {
@@ -1647,6 +1704,7 @@ int main(void)
     test_model();
     test_ttl();
     test_lru();
+    test_lru_second_chance();
     test_references();
     test_incr();
     test_stamps();

@@ -56,7 +56,8 @@ enum {
 #define REHASH_RECLAIM   256  /* ... per rdmx__kv_store_reclaim call */
 #define EVICT_VICTIMS    64   /* LRU victims tried per allocation */
 #define EVICT_BUSY_SKIPS 1024 /* referenced tail items moved aside */
-#define ITEM_REFS_MAX    ((1u << 29) - 1)
+#define EVICT_CHANCES    1024 /* used tail items given a second chance */
+#define ITEM_REFS_MAX    ((1u << 28) - 1)
 #define ITEM_MAX_VALUE   UINT32_MAX
 
 /* An item: 1 + the start of its block in granules from the allocator's
@@ -73,9 +74,10 @@ struct rdmx_kv_item {
     uint32_t vlen;            /* value length */
     uint32_t flags;           /* client flags */
     uint32_t heap_idx;        /* position in s->heap, or NO_HEAP */
-    unsigned refs : 29;       /* references from rdmx__kv_store_get / pins */
+    unsigned refs : 28;       /* references from rdmx__kv_store_get / pins */
     unsigned state : 2;       /* ITEM_* */
     unsigned fetched : 1;     /* read by a get or incr since linked */
+    unsigned used : 1;        /* used since it last reached the LRU end */
     uint16_t klen;
     unsigned char key[]; /* klen bytes, then the value */
 };
@@ -626,6 +628,15 @@ static inline void lru_bump(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
     list_insert_tail(s, &s->lru, it);
 }
 
+/* A get, touch, incr or failed ADD used @it: mark it, and let eviction
+ * move it to the recent end when it reaches the LRU end (a second chance,
+ * docs/KV.md "LRU and eviction"). Moving it now would write its two LRU
+ * neighbours, two random items: two cache misses per GET. */
+static inline void lru_use(rdmx_kv_item_t *it)
+{
+    it->used = 1;
+}
+
 /*
  * Grow the free block at @hole forwards, evicting the unreferenced items
  * that physically follow it, until it holds @size bytes; allocate them
@@ -666,7 +677,7 @@ static uint64_t grow_hole(rdmx_kv_store_t *s, uint64_t hole, size_t size,
 static uint64_t block_alloc(rdmx_kv_store_t *s, size_t size, uint64_t now)
 {
     uint64_t off = rdmx__kv_alloc(&s->alloc, size), hole;
-    unsigned victims = 0, skips = 0;
+    unsigned victims = 0, skips = 0, chances = 0;
 
     if (off != RDMX_KV_ALLOC_NONE)
         return off;
@@ -691,6 +702,12 @@ static uint64_t block_alloc(rdmx_kv_store_t *s, size_t size, uint64_t now)
         if (it->refs > 0) {
             if (++skips > EVICT_BUSY_SKIPS)
                 break;
+            lru_bump(s, it);
+            continue;
+        }
+        if (it->used && chances < EVICT_CHANCES) {
+            it->used = 0; /* (used since it was last here: not a victim) */
+            chances++;
             lru_bump(s, it);
             continue;
         }
@@ -742,6 +759,7 @@ static rdmx_status_t item_new(rdmx_kv_store_t *s, const void *key, size_t klen,
     it->refs = 0;
     it->state = ITEM_RESERVED;
     it->fetched = 0;
+    it->used = 0;
     it->klen = (uint16_t)klen;
     memcpy(it->key, key, klen);
     list_insert_tail(s, &s->pending, it);
@@ -876,7 +894,7 @@ rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
     s->st.get_hits++;
     it->refs++;
     it->fetched = 1;
-    lru_bump(s, it);
+    lru_use(it);
     pthread_mutex_unlock(&s->lock);
     *item_p = it;
     return RDMX_OK;
@@ -1002,7 +1020,7 @@ static rdmx_status_t commit_locked(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
         break;
     case RDMX_KV_STORE_ADD:
         if (old != NULL) {
-            lru_bump(s, old); /* as memcached: a failed add bumps */
+            lru_use(old); /* as memcached: a failed add bumps */
             status = RDMX_ERR_EXISTS;
         }
         break;
@@ -1147,7 +1165,7 @@ rdmx_status_t rdmx__kv_store_touch(rdmx_kv_store_t *s, const void *key,
     } else {
         s->st.touch_hits++;
         set_expiry(s, it, exptime);
-        lru_bump(s, it);
+        lru_use(it);
     }
     pthread_mutex_unlock(&s->lock);
     return status;
@@ -1250,7 +1268,7 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
         s->st.bytes -= it->vlen;
         it->vlen = (uint32_t)n;
         cas_set(it, ++s->last_cas);
-        lru_bump(s, it);
+        lru_use(it);
     } else {
         /* a reader holds the old value: write a new item. Pin the old one
          * so that making room cannot evict it. */
