@@ -325,6 +325,22 @@ static rdmx_kv_item_t *ht_find(const rdmx_kv_store_t *s, uint64_t hash,
     return NULL;
 }
 
+/* Start loading the first item of @hash's buckets, which the commit of a
+ * SET will look up and unlink: the miss then overlaps the value's copy
+ * instead of following it. */
+static void ht_prefetch(const rdmx_kv_store_t *s, uint64_t hash)
+{
+    for (int t = 0; t < 2; t++) {
+        const kv_table_t *ht = &s->ht[t];
+        kv_ref_t r;
+        if (ht->b == NULL)
+            break;
+        r = ht->b[hash & ht->mask];
+        if (r != 0)
+            __builtin_prefetch(item_at(s, r), 1);
+    }
+}
+
 static void ht_insert(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t hash)
 {
     kv_table_t *ht = &s->ht[s->rehash == NO_REHASH ? 0 : 1];
@@ -788,6 +804,7 @@ rdmx_status_t rdmx__kv_store_create(void *mem, size_t size,
     rdmx_status_t status;
     size_t buckets;
     unsigned log2;
+    int rc;
 
     (void)pthread_once(&stamp_once, stamp_init);
     s = calloc(1, sizeof(*s));
@@ -833,7 +850,16 @@ rdmx_status_t rdmx__kv_store_create(void *mem, size_t size,
     s->rehash = NO_REHASH;
     random_words(s->seed, 2);
     s->st.limit_maxbytes = size;
-    if (pthread_mutex_init(&s->lock, NULL) != 0) {
+    /* Adaptive: the lock is held for a lookup and a few list updates
+     * (well under a microsecond), so a worker that finds it taken spins a
+     * little before it sleeps; a plain mutex slept at once, and the holder
+     * then woke it with a system call (docs/KV.md, "Locking"). */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    rc = pthread_mutex_init(&s->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    if (rc != 0) {
         status = rdmx__error(RDMX_ERR_NO_RESOURCE, "kv store: mutex");
         goto err_free_index;
     }
@@ -997,6 +1023,8 @@ rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,
         return status;
     pthread_mutex_lock(&s->lock);
     status = reserve_locked(s, key, klen, vlen, now_ms, item_p);
+    if (status == RDMX_OK)
+        ht_prefetch(s, item_hash(s, *item_p));
     pthread_mutex_unlock(&s->lock);
     return status;
 }
