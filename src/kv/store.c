@@ -56,9 +56,11 @@ enum {
 #define REHASH_RECLAIM   256  /* ... per rdmx__kv_store_reclaim call */
 #define EVICT_VICTIMS    64   /* LRU victims tried per allocation */
 #define EVICT_BUSY_SKIPS 1024 /* referenced tail items moved aside */
-#define EVICT_CHANCES    1024 /* used tail items given a second chance */
-#define ITEM_REFS_MAX    ((1u << 28) - 1)
-#define ITEM_MAX_VALUE   UINT32_MAX
+/* An item moves to the LRU's recent end at most once per epoch of
+ * 2^LRU_EPOCH_SHIFT ms (~1 s); its header keeps the epoch's low 8 bits. */
+#define LRU_EPOCH_SHIFT 10
+#define ITEM_REFS_MAX   ((1u << 21) - 1)
+#define ITEM_MAX_VALUE  UINT32_MAX
 
 /* An item: 1 + the start of its block in granules from the allocator's
  * first block (rdmx_kv_alloc_t.shift); 0: none. */
@@ -74,10 +76,10 @@ struct rdmx_kv_item {
     uint32_t vlen;            /* value length */
     uint32_t flags;           /* client flags */
     uint32_t heap_idx;        /* position in s->heap, or NO_HEAP */
-    unsigned refs : 28;       /* references from rdmx__kv_store_get / pins */
+    unsigned refs : 21;       /* references from rdmx__kv_store_get / pins */
     unsigned state : 2;       /* ITEM_* */
     unsigned fetched : 1;     /* read by a get or incr since linked */
-    unsigned used : 1;        /* used since it last reached the LRU end */
+    unsigned moved : 8;       /* LRU epoch of its last move (LRU_EPOCH_SHIFT) */
     uint16_t klen;
     unsigned char key[]; /* klen bytes, then the value */
 };
@@ -644,13 +646,23 @@ static inline void lru_bump(rdmx_kv_store_t *s, rdmx_kv_item_t *it)
     list_insert_tail(s, &s->lru, it);
 }
 
-/* A get, touch, incr or failed ADD used @it: mark it, and let eviction
- * move it to the recent end when it reaches the LRU end (a second chance,
- * docs/KV.md "LRU and eviction"). Moving it now would write its two LRU
- * neighbours, two random items: two cache misses per GET. */
-static inline void lru_use(rdmx_kv_item_t *it)
+static inline unsigned lru_epoch(uint64_t now)
 {
-    it->used = 1;
+    return (unsigned)(now >> LRU_EPOCH_SHIFT) & 0xffu;
+}
+
+/* A get, touch, incr or failed ADD used @it at @now: move it to the recent
+ * end, unless it moved there in this epoch already (docs/KV.md, "LRU and
+ * eviction"). A move writes its two LRU neighbours, two random items: two
+ * cache misses, which a key read many times a second now pays once. */
+static inline void lru_use(rdmx_kv_store_t *s, rdmx_kv_item_t *it, uint64_t now)
+{
+    unsigned e = lru_epoch(now);
+
+    if (it->moved != e) {
+        it->moved = e;
+        lru_bump(s, it);
+    }
 }
 
 /*
@@ -693,7 +705,7 @@ static uint64_t grow_hole(rdmx_kv_store_t *s, uint64_t hole, size_t size,
 static uint64_t block_alloc(rdmx_kv_store_t *s, size_t size, uint64_t now)
 {
     uint64_t off = rdmx__kv_alloc(&s->alloc, size), hole;
-    unsigned victims = 0, skips = 0, chances = 0;
+    unsigned victims = 0, skips = 0;
 
     if (off != RDMX_KV_ALLOC_NONE)
         return off;
@@ -718,12 +730,6 @@ static uint64_t block_alloc(rdmx_kv_store_t *s, size_t size, uint64_t now)
         if (it->refs > 0) {
             if (++skips > EVICT_BUSY_SKIPS)
                 break;
-            lru_bump(s, it);
-            continue;
-        }
-        if (it->used && chances < EVICT_CHANCES) {
-            it->used = 0; /* (used since it was last here: not a victim) */
-            chances++;
             lru_bump(s, it);
             continue;
         }
@@ -775,7 +781,7 @@ static rdmx_status_t item_new(rdmx_kv_store_t *s, const void *key, size_t klen,
     it->refs = 0;
     it->state = ITEM_RESERVED;
     it->fetched = 0;
-    it->used = 0;
+    it->moved = lru_epoch(now); /* (linked at the recent end) */
     it->klen = (uint16_t)klen;
     memcpy(it->key, key, klen);
     list_insert_tail(s, &s->pending, it);
@@ -920,7 +926,7 @@ rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
     s->st.get_hits++;
     it->refs++;
     it->fetched = 1;
-    lru_use(it);
+    lru_use(s, it, now_ms);
     pthread_mutex_unlock(&s->lock);
     *item_p = it;
     return RDMX_OK;
@@ -1048,7 +1054,7 @@ static rdmx_status_t commit_locked(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
         break;
     case RDMX_KV_STORE_ADD:
         if (old != NULL) {
-            lru_use(old); /* as memcached: a failed add bumps */
+            lru_use(s, old, now); /* as memcached: a failed add bumps */
             status = RDMX_ERR_EXISTS;
         }
         break;
@@ -1193,7 +1199,7 @@ rdmx_status_t rdmx__kv_store_touch(rdmx_kv_store_t *s, const void *key,
     } else {
         s->st.touch_hits++;
         set_expiry(s, it, exptime);
-        lru_use(it);
+        lru_use(s, it, now_ms);
     }
     pthread_mutex_unlock(&s->lock);
     return status;
@@ -1296,7 +1302,7 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
         s->st.bytes -= it->vlen;
         it->vlen = (uint32_t)n;
         cas_set(it, ++s->last_cas);
-        lru_use(it);
+        lru_use(s, it, now_ms);
     } else {
         /* a reader holds the old value: write a new item. Pin the old one
          * so that making room cannot evict it. */

@@ -173,7 +173,7 @@ void rdmx__kv_store_destroy(rdmx_kv_store_t *s);
  * rdmx__kv_store_release), the item moves to the most-recently-used end,
  * get_hits counts it. RDMX_ERR_NOT_FOUND: absent, or expired (removed now,
  * counted in get_expired). Either way cmd_get counts it.
- * RDMX_ERR_NO_RESOURCE: the item already holds 2^28 - 1 references.
+ * RDMX_ERR_NO_RESOURCE: the item already holds 2^21 - 1 references.
  */
 rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
                                  size_t klen, uint64_t now_ms,
@@ -262,7 +262,7 @@ rdmx_status_t rdmx__kv_store_delete(rdmx_kv_store_t *s, const void *key,
                                     size_t klen, uint64_t cas_expected,
                                     uint64_t now_ms);
 
-/* Give @key a new time to live (0: never expires) and mark it used in the LRU;
+/* Give @key a new time to live (0: never expires) and move it in the LRU;
  * the CAS version stays. RDMX_ERR_NOT_FOUND when absent. */
 rdmx_status_t rdmx__kv_store_touch(rdmx_kv_store_t *s, const void *key,
                                    size_t klen, uint64_t ttl_ms,
