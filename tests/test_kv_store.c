@@ -962,6 +962,24 @@ static void test_ttl(void)
 /* LRU, eviction off, references                                            */
 /* ------------------------------------------------------------------------ */
 
+/* Put k0000, k0001, ... (values of @vlen bytes, th_seed(i, 0, 0)) until
+ * the first eviction; returns how many were put. */
+static unsigned fill_until_eviction(rdmx_kv_store_t *s, size_t vlen,
+                                    uint64_t now)
+{
+    rdmx_kv_store_stats_t st;
+    char key[32];
+    unsigned n = 0;
+
+    do {
+        snprintf(key, sizeof(key), "k%04u", n);
+        put_pattern(s, key, vlen, th_seed(n, 0, 0), now);
+        n++;
+        stats(s, &st);
+    } while (st.evictions == 0);
+    return n;
+}
+
 static void test_lru(void)
 {
     size_t size = TH_MIB, vlen = 1000;
@@ -969,20 +987,14 @@ static void test_lru(void)
     rdmx_kv_store_t *s = store_new(mem, size, 0, RDMX_KV_EVICT_LRU);
     rdmx_kv_store_stats_t st;
     rdmx_kv_item_t *it;
-    unsigned n = 0, i;
+    unsigned n, i;
     uint64_t now = 1;
 
     /* keys of one length: every item spans the same block, so each
      * victim's hole fits the next item exactly (pure LRU order).
      * Fill until the first eviction: the first key goes */
-    for (;;) {
-        snprintf(key, sizeof(key), "k%04u", n);
-        put_pattern(s, key, vlen, th_seed(n, 0, 0), now);
-        n++;
-        stats(s, &st);
-        if (st.evictions > 0)
-            break;
-    }
+    n = fill_until_eviction(s, vlen, now);
+    stats(s, &st);
     CHECK_EQ_U64(st.evictions, 1);
     CHECK(!present(s, "k0000", now));
     CHECK(n > 900);
@@ -1070,17 +1082,10 @@ static void test_lru_epochs(void)
     char *mem = th_alloc(size), key[32];
     rdmx_kv_store_t *s = store_new(mem, size, 0, RDMX_KV_EVICT_LRU);
     rdmx_kv_store_stats_t st;
-    unsigned n = 0, i;
+    unsigned n, i;
     uint64_t now = 4096; /* epoch 4: 4096-5119 ms */
 
-    for (;;) {
-        snprintf(key, sizeof(key), "k%04u", n);
-        put_pattern(s, key, vlen, th_seed(n, 0, 0), now);
-        n++;
-        stats(s, &st);
-        if (st.evictions > 0)
-            break;
-    }
+    n = fill_until_eviction(s, vlen, now);
     CHECK(n > 900);
     /* the same epoch: reading k1..k5 does not move them */
     for (i = 1; i <= 5; i++) {
