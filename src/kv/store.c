@@ -329,7 +329,8 @@ static rdmx_kv_item_t *ht_find(const rdmx_kv_store_t *s, uint64_t hash,
 
 /* Start loading the first item of @hash's buckets, which the commit of a
  * SET will look up and unlink: the miss then overlaps the value's copy
- * instead of following it. */
+ * instead of following it. (The key is hashed here and again at the
+ * commit, ~20 ns: items keep no hash, to stay small.) */
 static void ht_prefetch(const rdmx_kv_store_t *s, uint64_t hash)
 {
     for (int t = 0; t < 2; t++) {

@@ -170,8 +170,8 @@ void rdmx__kv_store_destroy(rdmx_kv_store_t *s);
 
 /*
  * Look @key up. RDMX_OK: *item_p holds a reference (release it with
- * rdmx__kv_store_release), the item moves to the most-recently-used end,
- * get_hits counts it. RDMX_ERR_NOT_FOUND: absent, or expired (removed now,
+ * rdmx__kv_store_release), the item moves to the most-recently-used end
+ * unless it moved there in this ~1 s epoch already, get_hits counts it. RDMX_ERR_NOT_FOUND: absent, or expired (removed now,
  * counted in get_expired). Either way cmd_get counts it.
  * RDMX_ERR_NO_RESOURCE: the item already holds 2^21 - 1 references.
  */
