@@ -171,9 +171,10 @@ void rdmx__kv_store_destroy(rdmx_kv_store_t *s);
 /*
  * Look @key up. RDMX_OK: *item_p holds a reference (release it with
  * rdmx__kv_store_release), the item moves to the most-recently-used end
- * unless it moved there in this ~1 s epoch already, get_hits counts it. RDMX_ERR_NOT_FOUND: absent, or expired (removed now,
- * counted in get_expired). Either way cmd_get counts it.
- * RDMX_ERR_NO_RESOURCE: the item already holds 2^21 - 1 references.
+ * unless it moved there in this ~1 s epoch already, get_hits counts it.
+ * RDMX_ERR_NOT_FOUND: absent, or expired (removed now, counted in get_expired).
+ * Either way cmd_get counts it. RDMX_ERR_NO_RESOURCE: the item already holds
+ * 2^21 - 1 references.
  */
 rdmx_status_t rdmx__kv_store_get(rdmx_kv_store_t *s, const void *key,
                                  size_t klen, uint64_t now_ms,
