@@ -19,10 +19,12 @@
  * rdmx_ep_status reports the failure; new operations on the dead endpoint
  * fail at once; and the same client process then connects to server B and
  * moves data correctly (send, put, get, verified). Last, it destroys its
- * worker with a connection to server C open while C is stopped: C never
- * acknowledges the BYE, and the destroy returns within 10 s (under ASan
- * with nothing leaked: the connection's transport endpoint was freed with
- * it only once it was closed by force).
+ * worker with a connection to server C open while C is stopped, and two
+ * 16 MiB sends and a flush in flight to it: C never acknowledges the BYE,
+ * the destroy returns within 10 s, and every operation still pending then
+ * has completed exactly once, with RDMX_ERR_CANCELED (under ASan with
+ * nothing leaked or touched after its free: the connection's transport
+ * endpoint was freed with it only once it was closed by force).
  */
 #define _GNU_SOURCE
 #include "harness.h"
@@ -314,26 +316,59 @@ int main(int argc, char **argv)
     use_server_b(worker, &b, src, dst);
     th_check_exit_ok("server B", th_wait_exit(&b, 20000));
 
-    free(src);
-    free(dst);
     free(rbuf);
     {
-        /* A stopped peer never acknowledges the worker's BYE. */
+        /* A stopped peer never acknowledges the worker's BYE, nor lets
+         * the operations still in flight to it finish: the destroy frees
+         * their endpoint by force and must complete them first, once
+         * each, with an error (core.h), never touch them after. */
         rdmx_ep_t *ep_c = th_connect(worker, &c, NULL);
+        th_req_t late[3];
+        int was_pending[3];
         double t0;
 
         CHECK(rdmx_ep_status(ep_c) == RDMX_OK);
         th_kill(&c, SIGSTOP);
+        for (i = 0; i < 3; i++)
+            th_req_init(&late[i]);
+        /* (16 MiB: no eager send, the peer's part is needed) */
+        for (i = 0; i < 2; i++)
+            th_req_start(&late[i],
+                         rdmx_send_nb(ep_c, src + i * SEND_SIZE, SEND_SIZE,
+                                      REQ_OP(&late[i])),
+                         SEND_SIZE);
+        th_req_start(&late[2], rdmx_ep_flush_nb(ep_c, REQ_OP(&late[2])), 0);
+        th_progress_for(worker, 5);
+        pending = 0;
+        for (i = 0; i < 3; i++) {
+            was_pending[i] = !atomic_load(&late[i].done);
+            pending += was_pending[i];
+        }
+        /* (the sends at least: the stopped peer takes none of their data) */
+        CHECKF(was_pending[0] && was_pending[1],
+               "a 16 MiB send to a stopped peer completed");
         t0 = th_now_ms();
         rdmx_worker_destroy(worker);
         CHECKF(th_now_ms() - t0 < 10000.0, "destroying the worker took %.0f ms",
                th_now_ms() - t0);
-        th_log("worker destroyed with a stopped peer's connection open in "
-               "%.0f ms",
-               th_now_ms() - t0);
+        for (i = 0; i < 3; i++) {
+            CHECKF(atomic_load(&late[i].done) &&
+                       atomic_load(&late[i].cb_calls) <= 1,
+                   "operation %zu on the stopped peer: done %d, %d callbacks",
+                   i, atomic_load(&late[i].done),
+                   atomic_load(&late[i].cb_calls));
+            CHECKF(!was_pending[i] || late[i].status == RDMX_ERR_CANCELED,
+                   "operation %zu, pending at the destroy, completed with %s",
+                   i, rdmx_status_name(late[i].status));
+        }
+        th_log("worker destroyed with a stopped peer's connection open and "
+               "%zu operations in flight to it in %.0f ms",
+               pending, th_now_ms() - t0);
         th_kill(&c, SIGKILL);
         (void)th_wait_exit(&c, 20000);
     }
+    free(src);
+    free(dst);
     rdmx_context_destroy(ctx);
     th_log("ok");
     return 0;

@@ -1150,6 +1150,7 @@ void rdmx__ep_abort(rdmx_ep_t *ep)
 
 void rdmx__ep_destroy_all(rdmx_worker_t *w)
 {
+    rdmx_list_t *pos;
     uint64_t deadline;
 
     while (!rdmx_list_empty(&w->eps))
@@ -1158,16 +1159,32 @@ void rdmx__ep_destroy_all(rdmx_worker_t *w)
     deadline = rdmx_now_ns() + RDMX_CLOSE_TIMEOUT_NS;
     while (!rdmx_list_empty(&w->closing) && rdmx_now_ns() < deadline)
         rdmx_worker_progress(w);
-    while (!rdmx_list_empty(&w->closing)) {
-        rdmx_ep_t *ep = rdmx_container_of(w->closing.next, rdmx_ep_t, link);
-        /* A peer that never acknowledged the BYE still holds the
-         * transport endpoint: closed by force here (a spare is dropped
-         * with the others), not leaked with the record. */
+    if (rdmx_list_empty(&w->closing))
+        return;
+    /* A peer that never acknowledged the BYE (stopped, or gone without a
+     * word) still holds the transport endpoint: closed by force here (a
+     * spare is dropped with the others), not leaked with the record. The
+     * operations still in flight to it complete now, with the close's
+     * error (core.h): orphaned as for a failed endpoint, so that the
+     * transport's late completions find no endpoint, and their stand-ins'
+     * callbacks run in the passes below, which then free the endpoints. */
+    rdmx_list_for_each(pos, &w->closing)
+    {
+        rdmx_ep_t *ep = rdmx_container_of(pos, rdmx_ep_t, link);
         if (ep->tep != NULL)
             tp_close(ep, 1);
         if (ep->closer != NULL)
             closer_forget(ep);
-        rdmx_warn("ep %p (%s): freed with %u operations outstanding",
+        if (ep->status == RDMX_OK)
+            ep->status = RDMX_ERR_CANCELED;
+        rdmx__op_orphan_all(ep);
+        rdmx__amo_fail_all(ep);
+    }
+    for (int pass = 0; pass < 8 && !rdmx_list_empty(&w->closing); pass++)
+        rdmx_worker_progress(w);
+    while (!rdmx_list_empty(&w->closing)) {
+        rdmx_ep_t *ep = rdmx_container_of(w->closing.next, rdmx_ep_t, link);
+        rdmx_warn("ep %p (%s): freed with %u references outstanding",
                   (void *)ep, ep->peer, ep->ops);
         ep_free(ep);
     }
