@@ -3,7 +3,8 @@
 # options from the file apply, the command line wins over them, bad files
 # are refused with FILE:LINE and exit 2; with NOTIFY_SOCKET set, READY=1
 # arrives once the server answers and STOPPING=1 on SIGTERM, then a clean
-# exit; the installed units pass `systemd-analyze verify`.
+# exit; the installed units pass `systemd-analyze verify`; its threads
+# carry names.
 # Usage: kvd_config.sh SRCDIR BUILDDIR
 set -eu
 src=$1
@@ -37,6 +38,17 @@ rc=0
 "$bin/rdmx-kv" -s "$addr" put "$long" v >/dev/null 2>&1 || rc=$?
 [ $rc -eq 2 ] || die "max-key 100 from the file: a 150-byte key gave $rc"
 "$bin/rdmx-kv" -s "$addr" put shortkey v >/dev/null || die "put"
+# its threads carry names (docs/OPERATIONS.md, "Threads")
+names=$(cat /proc/"$srv"/task/*/comm | sort | tr '\n' ' ')
+for want in rdmx-rpc-0 rdmx-kv-reclaim; do
+    case " $names" in
+    *" $want "*) ;;
+    *) die "no thread named $want among: $names" ;;
+    esac
+done
+case " $names" in
+*" rdmx-rpc-1 "*) die "workers=1, but a thread is named rdmx-rpc-1" ;;
+esac
 stop_server
 [ $server_rc -eq 0 ] || die "rdmx-kvd did not stop cleanly: $server_rc"
 echo "ok: config applied, command line wins"

@@ -11,6 +11,7 @@
  */
 #include "core/internal.h"
 #include "util/bufcache.h"
+#include "util/thread.h"
 
 #include "util/time.h"
 
@@ -275,6 +276,7 @@ static void *progress_thread(void *arg)
     rdmx_worker_t *w = arg;
     struct pollfd pfd = {.fd = w->epfd, .events = POLLIN};
 
+    rdmx__thread_name("rdmx-progress", -1);
     while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
         unsigned n;
         rdmx_status_t st = RDMX_ERR_BUSY;

@@ -20,6 +20,7 @@
 #include "kv/proto.h"
 #include "rpc/respond.h"
 #include "util/error.h"
+#include "util/thread.h"
 #include "util/time.h"
 
 #include <pthread.h>
@@ -1272,6 +1273,7 @@ static void *reclaim_main(void *arg)
     rdmx_kv_server_t *s = arg;
     struct timespec ts;
 
+    rdmx__thread_name("rdmx-kv-reclaim", -1);
     pthread_mutex_lock(&s->lock);
     while (!s->stopping) {
         clock_gettime(CLOCK_MONOTONIC, &ts);

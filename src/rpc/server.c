@@ -14,6 +14,7 @@
 #include "rpc/ring.h"
 #include "util/bufcache.h"
 #include "util/endian.h"
+#include "util/thread.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -1462,6 +1463,7 @@ static void *worker_main(void *arg)
     int asked = 0, polls = 0, turned = 0, worked = 0;
     int yields = rdmx__context_poll_yields(s->ctx); /* (tcp) */
 
+    rdmx__thread_name("rdmx-rpc", (int)sw->index);
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
         if (rdmx_worker_progress(sw->w) > 0) {
             spins = 0;
