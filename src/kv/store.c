@@ -30,6 +30,7 @@
 #include "core/upper.h"
 #include "kv/alloc.h"
 #include "util/copy.h"
+#include "util/endian.h"
 #include "util/fence.h"
 #include "util/hash.h"
 #include "util/time.h"
@@ -50,7 +51,7 @@ enum {
 #define NO_HEAP          UINT32_MAX
 #define NO_REHASH        ((size_t)-1)
 #define HT_MIN_LOG2      10
-#define HT_MAX_LOG2      32
+#define HT_MAX_LOG2      32   /* (a reserved item keeps 32 bits of its hash) */
 #define HT_MAX_LOAD      2    /* items per bucket before the index grows */
 #define REHASH_STEP      4    /* non-empty buckets moved per operation */
 #define REHASH_RECLAIM   256  /* ... per rdmx__kv_store_reclaim call */
@@ -72,7 +73,8 @@ struct rdmx_kv_item {
     _Atomic uint64_t exptime; /* absolute ms; 0: never */
     kv_ref_t lru_prev;        /* neighbours on s->lru while LINKED, */
     kv_ref_t lru_next;        /* ... else on s->pending */
-    kv_ref_t hnext;           /* next in the index bucket, while LINKED */
+    kv_ref_t hnext;           /* next in the index bucket, while LINKED;
+                                 the key's hash while RESERVED (item_new) */
     uint32_t vlen;            /* value length */
     uint32_t flags;           /* client flags */
     uint32_t heap_idx;        /* position in s->heap, or NO_HEAP */
@@ -190,11 +192,36 @@ struct rdmx_kv_store {
         v2 = ROTL64(v2, 32);                                                   \
     } while (0)
 
+/* (one load: GCC 12 at -O2 compiled the byte loop this was as a loop) */
 static inline uint64_t load_le64(const unsigned char *p)
 {
+    return rdmx_get_le64(p);
+}
+
+/* The last len % 8 bytes of a message of @len bytes, which begin at @p,
+ * as a little-endian value: SipHash's last block without a loop over
+ * its bytes (most of a short key is that block). A message of 8 bytes or
+ * more loads the 8 that end where it ends and shifts out those before
+ * @p; a shorter one loads 4, 2 and 1. */
+static inline uint64_t load_tail(const unsigned char *p, size_t len)
+{
+    size_t t = len & 7, off = 0;
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
+
+    if (t == 0)
+        return 0;
+    if (len >= 8)
+        return load_le64(p + t - 8) >> (64 - 8 * t);
+    if (t & 4) {
+        v = rdmx_get_le32(p);
+        off = 4;
+    }
+    if (t & 2) {
+        v |= (uint64_t)rdmx_get_le16(p + off) << (8 * off);
+        off += 2;
+    }
+    if (t & 1)
+        v |= (uint64_t)p[off] << (8 * off);
     return v;
 }
 
@@ -214,8 +241,7 @@ uint64_t rdmx__kv_siphash(const uint64_t k[2], const void *data, size_t len)
         SIPROUND;
         v0 ^= m;
     }
-    for (size_t i = 0; i < (len & 7); i++)
-        b |= (uint64_t)p[i] << (8 * i);
+    b |= load_tail(p, len);
     v3 ^= b;
     SIPROUND;
     SIPROUND;
@@ -329,9 +355,12 @@ static rdmx_kv_item_t *ht_find(const rdmx_kv_store_t *s, uint64_t hash,
 
 /* Start loading the first item of @hash's buckets, which the commit of a
  * SET will look up and unlink: the miss then overlaps the value's copy
- * instead of following it. (The key is hashed here and again at the
- * commit, ~20 ns: items keep no hash, to stay small.) */
-static void ht_prefetch(const rdmx_kv_store_t *s, uint64_t hash)
+ * instead of following it. (The commit finds the hash in the reserved
+ * item: see item_new.) Always inlined: as a function of its own GCC 12
+ * counts it as free of side effects (a prefetch is not one to GCC) and
+ * drops the call, prefetch and all, as it did until this was found. */
+static inline __attribute__((always_inline)) void
+ht_prefetch(const rdmx_kv_store_t *s, uint64_t hash)
 {
     for (int t = 0; t < 2; t++) {
         const kv_table_t *ht = &s->ht[t];
@@ -339,8 +368,12 @@ static void ht_prefetch(const rdmx_kv_store_t *s, uint64_t hash)
         if (ht->b == NULL)
             break;
         r = ht->b[hash & ht->mask];
+        /* (a read prefetch: for a write one, GCC emits nothing at all on
+         * x86-64 without PREFETCHW in its -march, as this build's
+         * baseline; the line then comes unshared, and the commit's writes
+         * need no second trip) */
         if (r != 0)
-            __builtin_prefetch(item_at(s, r), 1);
+            __builtin_prefetch(item_at(s, r), 0);
     }
 }
 
@@ -759,9 +792,10 @@ static rdmx_status_t check_key(const rdmx_kv_store_t *s, const void *key,
     return RDMX_OK;
 }
 
-/* A new RESERVED item on s->pending with @vlen bytes of value space. */
+/* A new RESERVED item on s->pending with @vlen bytes of value space, for
+ * @key, whose hash is @hash. */
 static rdmx_status_t item_new(rdmx_kv_store_t *s, const void *key, size_t klen,
-                              size_t vlen, uint64_t now,
+                              uint64_t hash, size_t vlen, uint64_t now,
                               rdmx_kv_item_t **item_p)
 {
     uint64_t off = block_alloc(s, ITEM_HDR + klen + vlen, now);
@@ -775,7 +809,12 @@ static rdmx_status_t item_new(rdmx_kv_store_t *s, const void *key, size_t klen,
     it = item_of_offset(s, off);
     cas_set(it, 0);
     atomic_init(&it->exptime, 0);
-    it->hnext = 0;
+    /* Until it is linked (which sets hnext), the field keeps what the
+     * commit needs first: the key's hash, so that a SET hashes its key once
+     * (SipHash, ~100 ns on a short key). Its low 32 bits are enough: every
+     * use masks the hash with an index's mask, and an index has at most
+     * 2^HT_MAX_LOG2 buckets. */
+    it->hnext = (kv_ref_t)hash;
     it->vlen = (uint32_t)vlen;
     it->flags = 0;
     it->heap_idx = NO_HEAP;
@@ -1001,8 +1040,8 @@ const void *rdmx__kv_item_key(const rdmx_kv_item_t *it, size_t *klen_p)
 }
 
 static rdmx_status_t reserve_locked(rdmx_kv_store_t *s, const void *key,
-                                    size_t klen, size_t vlen, uint64_t now,
-                                    rdmx_kv_item_t **item_p)
+                                    size_t klen, uint64_t hash, size_t vlen,
+                                    uint64_t now, rdmx_kv_item_t **item_p)
 {
     s->st.cmd_set++;
     rehash_step(s, REHASH_STEP);
@@ -1017,7 +1056,7 @@ static rdmx_status_t reserve_locked(rdmx_kv_store_t *s, const void *key,
                            "kv reserve: value of %zu bytes exceeds the "
                            "memory (%zu bytes)",
                            vlen, s->size);
-    return item_new(s, key, klen, vlen, now, item_p);
+    return item_new(s, key, klen, hash, vlen, now, item_p);
 }
 
 rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,
@@ -1025,13 +1064,15 @@ rdmx_status_t rdmx__kv_store_reserve(rdmx_kv_store_t *s, const void *key,
                                      rdmx_kv_item_t **item_p)
 {
     rdmx_status_t status = check_key(s, key, klen, "reserve");
+    uint64_t hash;
 
     if (status != RDMX_OK)
         return status;
+    hash = rdmx__kv_siphash(s->seed, key, klen);
     pthread_mutex_lock(&s->lock);
-    status = reserve_locked(s, key, klen, vlen, now_ms, item_p);
+    status = reserve_locked(s, key, klen, hash, vlen, now_ms, item_p);
     if (status == RDMX_OK)
-        ht_prefetch(s, item_hash(s, *item_p));
+        ht_prefetch(s, hash);
     pthread_mutex_unlock(&s->lock);
     return status;
 }
@@ -1048,7 +1089,7 @@ static rdmx_status_t commit_locked(rdmx_kv_store_t *s, rdmx_kv_item_t *it,
 
     if (it == NULL || it->state != ITEM_RESERVED)
         return rdmx__error(RDMX_ERR_INVALID, "kv commit: not a reserved item");
-    hash = item_hash(s, it);
+    hash = it->hnext; /* (its key's, since item_new) */
     old = lookup(s, hash, it->key, it->klen, now);
     switch (mode) {
     case RDMX_KV_STORE_SET:
@@ -1130,13 +1171,15 @@ rdmx_status_t rdmx__kv_store_set(rdmx_kv_store_t *s, const void *key,
 {
     rdmx_status_t status = check_key(s, key, klen, "set");
     rdmx_kv_item_t *it = NULL; /* (set on RDMX_OK; GCC -O3 cannot see it) */
+    uint64_t hash;
 
     if (status != RDMX_OK)
         return status;
     if (value == NULL && vlen != 0)
         return rdmx__error(RDMX_ERR_INVALID, "kv set: no value");
+    hash = rdmx__kv_siphash(s->seed, key, klen);
     pthread_mutex_lock(&s->lock);
-    status = reserve_locked(s, key, klen, vlen, now_ms, &it);
+    status = reserve_locked(s, key, klen, hash, vlen, now_ms, &it);
     if (status == RDMX_OK) {
         if (vlen >= RDMX_KV_STREAM_MIN)
             rdmx__copy_stream(item_value(it), value, vlen);
@@ -1308,7 +1351,7 @@ rdmx_status_t rdmx__kv_store_incr(rdmx_kv_store_t *s, const void *key,
         /* a reader holds the old value: write a new item. Pin the old one
          * so that making room cannot evict it. */
         it->refs++;
-        status = item_new(s, key, klen, n, now_ms, &nit);
+        status = item_new(s, key, klen, hash, n, now_ms, &nit);
         it->refs--;
         if (status != RDMX_OK)
             goto out_unlock;
