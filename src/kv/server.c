@@ -231,7 +231,11 @@ static int decode(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
 
 /* --- GET ---------------------------------------------------------------- */
 
-/* An RDMA transfer of a GET or PUT in flight. */
+/* An RDMA transfer of a GET or PUT in flight. Allocated with malloc, not
+ * calloc: calloc (glibc 2.36, Debian 12's) never takes from the thread's
+ * cache of freed blocks, so with it every record cost a trip through the
+ * allocator's bins both ways (~300 instructions of a 4 KiB SET's ~3,000
+ * on the server); xfer_new makes it whole. */
 typedef struct {
     rdmx_kv_server_t *s;
     rdmx_rpc_req_t *req;
@@ -239,6 +243,16 @@ typedef struct {
     rdmx_kv_req_t r;      /* PUT: the request (its key points into req) */
     int flushed;          /* GET: the endpoint flush was started */
 } xfer_t;
+
+static xfer_t *xfer_new(rdmx_kv_server_t *s, rdmx_rpc_req_t *req,
+                        rdmx_kv_item_t *it)
+{
+    xfer_t *x = malloc(sizeof(*x));
+
+    if (x != NULL)
+        *x = (xfer_t){.s = s, .req = req, .item = it};
+    return x;
+}
 
 static void get_done(rdmx_status_t st, size_t length, void *arg)
 {
@@ -371,7 +385,7 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
         rdmx__kv_store_release(s->store, it);
         return;
     }
-    x = calloc(1, sizeof(*x));
+    x = xfer_new(s, req, it);
     if (x == NULL) {
         rdmx__kv_store_release(s->store, it);
         rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
@@ -388,9 +402,6 @@ static void h_get(rdmx_rpc_req_t *req, void *arg)
                                "was written; nothing was written");
         return;
     }
-    x->s = s;
-    x->req = req;
-    x->item = it;
     __atomic_add_fetch(&s->get_written, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
     st = rdmx_put_nb(rdmx_rpc_req_ep(req), rmem, 0,
@@ -497,15 +508,12 @@ static void h_put(rdmx_rpc_req_t *req, void *arg)
         reply_status(req, st);
         return;
     }
-    x = calloc(1, sizeof(*x));
+    x = xfer_new(s, req, it);
     if (x == NULL) {
         rdmx__kv_store_abort(s->store, it);
         rdmx_rpc_respond_error(req, RDMX_ERR_NO_MEMORY, "out of memory");
         return;
     }
-    x->s = s;
-    x->req = req;
-    x->item = it;
     x->r = r;
     __atomic_add_fetch(&s->xfers, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->put_pulled, 1, __ATOMIC_RELAXED);
