@@ -127,6 +127,8 @@ static uint64_t key_hash(const void *key, size_t klen)
 
 unsigned rdmx_kv_server_of(const rdmx_kv_t *kv, const void *key, size_t klen)
 {
+    if (kv->n == 1) /* (what jump_hash gives for one: no key to hash) */
+        return 0;
     return jump_hash(key_hash(key, klen), kv->n);
 }
 
