@@ -368,12 +368,9 @@ ht_prefetch(const rdmx_kv_store_t *s, uint64_t hash)
         if (ht->b == NULL)
             break;
         r = ht->b[hash & ht->mask];
-        /* (a read prefetch: for a write one, GCC emits nothing at all on
-         * x86-64 without PREFETCHW in its -march, as this build's
-         * baseline; the line then comes unshared, and the commit's writes
-         * need no second trip) */
+        /* (for writing: prefetchw where -march has it, else prefetcht0) */
         if (r != 0)
-            __builtin_prefetch(item_at(s, r), 0);
+            __builtin_prefetch(item_at(s, r), 1);
     }
 }
 
