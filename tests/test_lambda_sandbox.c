@@ -322,9 +322,11 @@ static void test_budgets(void)
                t);
         th_log("  max_time 100 ms: stopped after %.1f ms", t);
 
+        /* (the clock read first: a thread preempted between the two
+         * reads would otherwise see less than the 30 ms pass) */
+        t = th_now_ms();
         call.field_mask = RDMX_LAMBDA_CALL_PARAM_FIELD_DEADLINE;
         call.deadline_ns = rdmx_now_ns() + 30 * 1000000ull;
-        t = th_now_ms();
         r = expect_err_(__FILE__, __LINE__, te, "while true do end", &call,
                         RDMX_ERR_TIMEOUT, "deadline passed");
         t = th_now_ms() - t;
