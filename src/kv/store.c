@@ -192,12 +192,6 @@ struct rdmx_kv_store {
         v2 = ROTL64(v2, 32);                                                   \
     } while (0)
 
-/* (one load: GCC 12 at -O2 compiled the byte loop this was as a loop) */
-static inline uint64_t load_le64(const unsigned char *p)
-{
-    return rdmx_get_le64(p);
-}
-
 /* The last len % 8 bytes of a message of @len bytes, which begin at @p,
  * as a little-endian value: SipHash's last block without a loop over
  * its bytes (most of a short key is that block). A message of 8 bytes or
@@ -211,7 +205,7 @@ static inline uint64_t load_tail(const unsigned char *p, size_t len)
     if (t == 0)
         return 0;
     if (len >= 8)
-        return load_le64(p + t - 8) >> (64 - 8 * t);
+        return rdmx_get_le64(p + t - 8) >> (64 - 8 * t);
     if (t & 4) {
         v = rdmx_get_le32(p);
         off = 4;
@@ -235,7 +229,7 @@ uint64_t rdmx__kv_siphash(const uint64_t k[2], const void *data, size_t len)
     uint64_t m, b = (uint64_t)len << 56;
 
     for (; p != end; p += 8) {
-        m = load_le64(p);
+        m = rdmx_get_le64(p);
         v3 ^= m;
         SIPROUND;
         SIPROUND;
@@ -358,7 +352,7 @@ static rdmx_kv_item_t *ht_find(const rdmx_kv_store_t *s, uint64_t hash,
  * instead of following it. (The commit finds the hash in the reserved
  * item: see item_new.) Always inlined: as a function of its own GCC 12
  * counts it as free of side effects (a prefetch is not one to GCC) and
- * drops the call, prefetch and all, as it did until this was found. */
+ * drops the call, prefetch and all. */
 static inline __attribute__((always_inline)) void
 ht_prefetch(const rdmx_kv_store_t *s, uint64_t hash)
 {
@@ -808,8 +802,8 @@ static rdmx_status_t item_new(rdmx_kv_store_t *s, const void *key, size_t klen,
     atomic_init(&it->exptime, 0);
     /* Until it is linked (which sets hnext), the field keeps what the
      * commit needs first: the key's hash, so that a SET hashes its key once
-     * (SipHash, ~100 ns on a short key). Its low 32 bits are enough: every
-     * use masks the hash with an index's mask, and an index has at most
+     * (SipHash: ~165 instructions for a short key). Its low 32 bits are enough:
+     * every use masks the hash with an index's mask, and an index has at most
      * 2^HT_MAX_LOG2 buckets. */
     it->hnext = (kv_ref_t)hash;
     it->vlen = (uint32_t)vlen;
