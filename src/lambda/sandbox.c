@@ -129,6 +129,17 @@ static int hook_interval(const rdmx__lambda_run_t *r)
     return per < 32 ? 32 : (int)per;
 }
 
+/* The state grew enough that the hook's interval should be at most half
+ * what it is: set the shorter one now rather than at the next hook, which
+ * may be up to the old interval of long-string instructions away. The
+ * instructions already run in this interval go uncounted (Lua restarts the
+ * count); the growth that brought us here was charged many times more. */
+static void shorten_hook(rdmx__lambda_run_t *r)
+{
+    r->hook_count = hook_interval(r);
+    lua_sethook(r->current, hook, LUA_MASKCOUNT, r->hook_count);
+}
+
 static void hook(lua_State *L, lua_Debug *ar)
 {
     rdmx__lambda_run_t *r = run_of(L);
@@ -227,6 +238,9 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
     r->mem = r->mem - old + nsize;
     if (r->mem > r->mem_peak)
         r->mem_peak = r->mem;
+    if (r->armed && !r->closing && !r->stop && r->current != NULL &&
+        2 * hook_interval(r) <= r->hook_count)
+        shorten_hook(r);
     return p;
 }
 
