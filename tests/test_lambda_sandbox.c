@@ -358,6 +358,24 @@ static void test_budgets(void)
         th_log("  long-string compares, 40 MB heap: stopped after %.1f ms",
                t);
         CHECKF(t < 100 + 400.0 * TH_SLOW, "stopped after %.1f ms", t);
+        /* the same from coroutines made while the state was small: each
+         * kept a 1000-instruction interval, and the main thread's hook
+         * (short by then) came only every few resumes */
+        t = th_now_ms();
+        r = EXPECT_ERR(te,
+                       "local a, b local cos = {} "
+                       "for i = 1, 20 do cos[i] = coroutine.wrap(function() "
+                       "while true do for _ = 1, 100 do if a == b then end "
+                       "end coroutine.yield() end end) end "
+                       "local m = string.rep('a', 1 << 20) "
+                       "a = m:rep(20) b = m:rep(20) "
+                       "while true do for i = 1, 20 do cos[i]() end end",
+                       RDMX_ERR_TIMEOUT, "time budget");
+        t = th_now_ms() - t;
+        th_log("  the same in 20 coroutines made before: stopped after "
+               "%.1f ms",
+               t);
+        CHECKF(t < 100 + 400.0 * TH_SLOW, "stopped after %.1f ms", t);
         still_works(te);
         rdmx_lambda_engine_destroy(te);
     }

@@ -147,15 +147,16 @@ static void hook(lua_State *L, lua_Debug *ar)
     (void)ar;
     r->current = L;
     if (!r->stop && !r->closing) {
-        r->units += (uint64_t)r->hook_count;
+        /* this thread's interval: a coroutine's may differ from the last
+         * one set on another thread */
+        r->units += (uint64_t)lua_gethookcount(L);
         if (r->units > r->max_units)
             r->stop = RDMX_LAMBDA_LIMIT_INSTRUCTIONS;
         else if (!deadline_passed(r)) {
             n = hook_interval(r);
-            if (n != r->hook_count) {
-                r->hook_count = n;
+            r->hook_count = n;
+            if (n != lua_gethookcount(L))
                 lua_sethook(L, hook, LUA_MASKCOUNT, n);
-            }
             return;
         }
     }
@@ -503,6 +504,10 @@ static int co_switch(lua_State *L, lua_State *co)
         return raise_stop(L, r);
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
+    /* a coroutine made while the state was small keeps its long interval
+     * until its own hook: shorten it as the running thread's was */
+    if (lua_gethookcount(co) > r->hook_count)
+        lua_sethook(co, hook, LUA_MASKCOUNT, r->hook_count);
     r->current = co;
     st = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
     r->current = L;
