@@ -81,6 +81,7 @@ typedef struct rdmx__lambda_run {
     uint64_t deadline_ns;          /* effective: min(caller's, max_time) */
     int deadline_is_callers;
     int hook_count;                /* current hook interval */
+    size_t shorten_at;             /* mem from which it should halve */
     size_t mem;                    /* bytes the state holds */
     size_t mem_base;               /* ... when the call began */
     size_t mem_limit;              /* mem_base + max_memory (saturated) */

@@ -129,6 +129,16 @@ static int hook_interval(const rdmx__lambda_run_t *r)
     return per < 32 ? 32 : (int)per;
 }
 
+/* Take @n as the interval, and note from which size of the state it
+ * should be halved (hook_interval(r) <= n / 2 from there): the allocator
+ * then compares instead of dividing. */
+static void set_interval(rdmx__lambda_run_t *r, int n)
+{
+    r->hook_count = n;
+    r->shorten_at =
+        n / 2 >= 32 ? ((size_t)1 << 30) / (size_t)(n / 2 + 1) + 1 : SIZE_MAX;
+}
+
 /* The state grew enough that the hook's interval should be at most half
  * what it is: set the shorter one now rather than at the next hook, which
  * may be up to the old interval of long-string instructions away. The
@@ -136,7 +146,7 @@ static int hook_interval(const rdmx__lambda_run_t *r)
  * count); the growth that brought us here was charged many times more. */
 static void shorten_hook(rdmx__lambda_run_t *r)
 {
-    r->hook_count = hook_interval(r);
+    set_interval(r, hook_interval(r));
     lua_sethook(r->current, hook, LUA_MASKCOUNT, r->hook_count);
 }
 
@@ -154,7 +164,7 @@ static void hook(lua_State *L, lua_Debug *ar)
             r->stop = RDMX_LAMBDA_LIMIT_INSTRUCTIONS;
         else if (!deadline_passed(r)) {
             n = hook_interval(r);
-            r->hook_count = n;
+            set_interval(r, n);
             if (n != lua_gethookcount(L))
                 lua_sethook(L, hook, LUA_MASKCOUNT, n);
             return;
@@ -239,8 +249,8 @@ static void *lalloc(void *ud, void *ptr, size_t osize, size_t nsize)
     r->mem = r->mem - old + nsize;
     if (r->mem > r->mem_peak)
         r->mem_peak = r->mem;
-    if (r->armed && !r->closing && !r->stop && r->current != NULL &&
-        2 * hook_interval(r) <= r->hook_count)
+    if (r->mem >= r->shorten_at && r->armed && !r->closing && !r->stop &&
+        r->current != NULL)
         shorten_hook(r);
     return p;
 }
@@ -1217,7 +1227,7 @@ static int pmain(lua_State *L)
     r->clock_at = CLOCK_EVERY;
     r->armed = 1;
     r->current = L;
-    r->hook_count = hook_interval(r);
+    set_interval(r, hook_interval(r));
     if (deadline_passed(r))
         return raise_stop(L, r);
     lua_sethook(L, hook, LUA_MASKCOUNT, r->hook_count);
