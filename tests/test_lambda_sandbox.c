@@ -346,7 +346,7 @@ static void test_budgets(void)
         /* the time limit also stops work the instruction count misses: two
          * long equal strings compared in a loop. The hook's interval must
          * shrink as the strings are made, not at the next hook: 1000
-         * instructions of 20 MB compares overran the 100 ms by 1.1-1.7 s */
+         * instructions of 20 MB compares overran the 100 ms by 1.0-1.6 s */
         t = th_now_ms();
         r = EXPECT_ERR(te,
                        "local m = string.rep('a', 1 << 20) "
