@@ -164,7 +164,8 @@ static void hook(lua_State *L, lua_Debug *ar)
             r->stop = RDMX_LAMBDA_LIMIT_INSTRUCTIONS;
         else if (!deadline_passed(r)) {
             n = hook_interval(r);
-            set_interval(r, n);
+            if (n != r->hook_count)
+                set_interval(r, n);
             if (n != lua_gethookcount(L))
                 lua_sethook(L, hook, LUA_MASKCOUNT, n);
             return;
