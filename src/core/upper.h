@@ -266,15 +266,18 @@ void rdmx__hook_del(rdmx_hook_t *hook);
 /* Memory that a layer above core polls, written by a peer instead of sent
  * (RPC request rings: docs/RPC_RINGS.md). @poll runs in every progress
  * pass, inside it (what it sends batches as the pass's messages do), and
- * returns how much it found. @doze(p, 1) runs when the worker is armed to
- * sleep: it marks the memory so that writers wake the worker with a
- * message, then returns nonzero when something was written meanwhile
- * (the arm then fails with RDMX_ERR_BUSY, as for a pending event, and the
- * next pass takes it); @doze(p, 0) at the next pass after. */
+ * returns how much it found. When the worker is armed to sleep, every
+ * poller's @doze(p, 1) marks its memory so that writers wake the worker
+ * with a message; then the worker makes the heavy peer fence once
+ * (util/peer_fence.h), then every poller's @waiting(p) says whether
+ * something was written meanwhile (nonzero: the arm fails with
+ * RDMX_ERR_BUSY, as for a pending event, and the next pass takes it).
+ * @doze(p, 0) at the next pass after. */
 typedef struct rdmx_poller {
     rdmx_list_t link; /* worker->pollers */
     unsigned (*poll)(struct rdmx_poller *p);
-    int (*doze)(struct rdmx_poller *p, int on);
+    void (*doze)(struct rdmx_poller *p, int on);
+    int (*waiting)(struct rdmx_poller *p);
 } rdmx_poller_t;
 
 void rdmx__poller_add(rdmx_worker_t *w, rdmx_poller_t *p);

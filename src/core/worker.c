@@ -11,6 +11,7 @@
  */
 #include "core/internal.h"
 #include "util/bufcache.h"
+#include "util/peer_fence.h"
 #include "util/thread.h"
 
 #include "util/time.h"
@@ -878,8 +879,11 @@ static unsigned pollers_poll(rdmx_worker_t *w)
     return n;
 }
 
-/* Before a sleep: every poller marks its memory; nonzero when one already
- * holds something. */
+/* Before a sleep: every poller marks its memory, the heavy fence that
+ * lets writers publish without one of their own (docs/RPC_RINGS.md,
+ * "Sleeping"), then every poller looks once more; nonzero when one
+ * already holds something, or when the fence failed (stay awake: a
+ * writer that skipped its own fence might not see the mark). */
 static int pollers_doze(rdmx_worker_t *w)
 {
     rdmx_list_t *pos;
@@ -889,7 +893,14 @@ static int pollers_doze(rdmx_worker_t *w)
     rdmx_list_for_each(pos, &w->pollers)
     {
         rdmx_poller_t *p = rdmx_container_of(pos, rdmx_poller_t, link);
-        busy |= p->doze(p, 1);
+        p->doze(p, 1);
+    }
+    if (rdmx__peer_fence_heavy() != 0)
+        return 1;
+    rdmx_list_for_each(pos, &w->pollers)
+    {
+        rdmx_poller_t *p = rdmx_container_of(pos, rdmx_poller_t, link);
+        busy |= p->waiting(p);
     }
     return busy;
 }

@@ -590,16 +590,22 @@ static unsigned ans_poll(rdmx_poller_t *p)
 }
 
 /* The worker is about to sleep (@on) or polls again: the ring's sleeping
- * word (a server that writes an answer then wakes it); 1 when an answer
- * already waits. */
-static int ans_doze(rdmx_poller_t *p, int on)
+ * word (a server that writes an answer then wakes it). */
+static void ans_doze(rdmx_poller_t *p, int on)
 {
     rdmx_channel_t *ch = rdmx_container_of(p, rdmx_channel_t, poller);
 
-    if (!rdmx__rmem_mapped(ch->ring_rmem))
-        return 0; /* (the endpoint is going: its error wakes the worker) */
-    rdmx__ring_sleeping(&ch->ans, on);
-    return on && rdmx__ring_pending(&ch->ans, 0);
+    if (rdmx__rmem_mapped(ch->ring_rmem)) /* (else the endpoint is going:
+                                           * its error wakes the worker) */
+        rdmx__ring_sleeping(&ch->ans, on);
+}
+
+/* After the mark and the heavy fence: 1 when an answer already waits. */
+static int ans_waiting(rdmx_poller_t *p)
+{
+    rdmx_channel_t *ch = rdmx_container_of(p, rdmx_channel_t, poller);
+
+    return rdmx__rmem_mapped(ch->ring_rmem) && rdmx__ring_pending(&ch->ans, 0);
 }
 
 /* RING: the server's rings for this connection. Mapped where the
@@ -628,6 +634,7 @@ static void on_ring(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
     ch->msgs_out = 0; /* (RING comes before WELCOME: no call sent yet) */
     ch->poller.poll = ans_poll;
     ch->poller.doze = ans_doze;
+    ch->poller.waiting = ans_waiting;
     rdmx__poller_add(ch->w, &ch->poller);
 }
 

@@ -6,16 +6,27 @@
 #include "rpc/ring.h"
 
 #include "util/endian.h"
+#include "util/peer_fence.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static void rings_set(unsigned char *base, rdmx_ring_t *req, rdmx_ring_t *ans)
+/* @base's two rings as one side sees them; @reads: the ring this side
+ * reads, whose `fences` word it sets when it makes the heavy fence before
+ * it sleeps (docs/RPC_RINGS.md, "Sleeping"). Before the ring is used:
+ * the server before it sends RING, the client before its first call. */
+static void rings_set(unsigned char *base, rdmx_ring_t *req, rdmx_ring_t *ans,
+                      rdmx_ring_t *reads)
 {
+    int ready = rdmx__peer_fence_ready();
+
     req->base = base;
     req->next = 1;
     ans->base = base + RDMX_RING_BYTES;
     ans->next = 1;
+    req->lean = ans->lean = ready;
+    __atomic_store_n((uint32_t *)(reads->base + RDMX_RING_FENCES),
+                     (uint32_t)ready, __ATOMIC_RELAXED);
 }
 
 rdmx_status_t rdmx__rings_create(rdmx_context_t *ctx, rdmx_mr_t **mr_p,
@@ -37,7 +48,7 @@ rdmx_status_t rdmx__rings_create(rdmx_context_t *ctx, rdmx_mr_t **mr_p,
         return st;
     }
     /* (zeroed: no sequence written, nobody asleep) */
-    rings_set(rdmx_mr_addr(*mr_p), req, ans);
+    rings_set(rdmx_mr_addr(*mr_p), req, ans, req);
     return RDMX_OK;
 }
 
@@ -65,7 +76,7 @@ rdmx_status_t rdmx__rings_attach(rdmx_ep_t *ep, const void *desc, size_t len,
         *rmem_p = NULL;
         return RDMX_ERR_UNSUPPORTED;
     }
-    rings_set(base, req, ans);
+    rings_set(base, req, ans, ans);
     return RDMX_OK;
 }
 
@@ -99,11 +110,23 @@ int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
         memcpy(s + RDMX_RING_LINE, rec + RDMX_RING_LINE, end - RDMX_RING_LINE);
     memcpy(s + 8, rec + 8, (end < RDMX_RING_LINE ? end : RDMX_RING_LINE) - 8);
     /* The record before its sequence (the reader acquires the sequence);
-     * the sequence before the look at the sleeping word. Both sides use
-     * sequentially consistent operations on the two words (the reader an
-     * exchange on `sleeping`, then a load of the sequence): in their one
-     * total order, either the reader sees this record or this writer sees
-     * the reader asleep. */
+     * the sequence before the look at the sleeping word: either the reader
+     * sees this record or this writer sees the reader asleep
+     * (docs/RPC_RINGS.md, "Sleeping"). Where the reader makes the heavy
+     * fence before its last look and this process is registered for it, a
+     * release store and a plain load, kept in this order by the compiler
+     * (the reader's fence orders them in the CPU); elsewhere sequentially
+     * consistent operations on both sides, in whose one total order the
+     * same holds. */
+    if (o->lean &&
+        __atomic_load_n((const uint32_t *)(o->base + RDMX_RING_FENCES),
+                        __ATOMIC_RELAXED) != 0) {
+        __atomic_store_n((uint64_t *)s, o->next, __ATOMIC_RELEASE);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        o->next++;
+        return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) !=
+               0;
+    }
     __atomic_exchange_n((uint64_t *)s, o->next, __ATOMIC_SEQ_CST);
     o->next++;
     return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_SEQ_CST) != 0;

@@ -10,15 +10,19 @@
  * client's (UCX 1.13 crashes when it unpacks the key of a shared-memory
  * segment that is already gone, which a client that closes at once would
  * make happen). Record k of a ring goes into slot k mod RDMX_RING_SLOTS,
- * its later cache lines first and its sequence word last (a sequentially
- * consistent exchange); the reader polls its next slot's sequence word
- * and second line. A ring's first cache line holds its reader's
- * `sleeping` word, which a writer reads after its record to learn whether
- * it must wake the reader with a message.
+ * its later cache lines first and its sequence word last; the reader
+ * polls its next slot's sequence word and second line. A ring's first
+ * cache line holds its reader's `sleeping` word, which a writer reads
+ * after its record to learn whether it must wake the reader with a
+ * message, and its `fences` word: 1 when the reader makes the heavy
+ * fence before it looks a last time (util/peer_fence.h), so that a writer
+ * whose process is registered may publish with a plain release store
+ * instead of a sequentially consistent exchange.
  *
- * A ring: line 0 {sleeping u32, 0...}; then the slots, RDMX_RING_STRIDE
- * bytes each: {sequence u64, the record (wire.h: lengths, `after`, header,
- * data)}. Little-endian as the wire (the peer is on the same host).
+ * A ring: line 0 {sleeping u32, fences u32, 0...}; then the slots,
+ * RDMX_RING_STRIDE bytes each: {sequence u64, the record (wire.h: lengths,
+ * `after`, header, data)}. Little-endian as the wire (the peer is on the same
+ * host).
  */
 #ifndef RDMX_RPC_RING_H
 #define RDMX_RPC_RING_H
@@ -28,7 +32,8 @@
 #define RDMX_RING_SLOTS  64u
 #define RDMX_RING_STRIDE 256u
 #define RDMX_RING_LINE   64u            /* a cache line */
-#define RDMX_RING_HEAD   RDMX_RING_LINE /* line 0: the reader's sleeping word */
+#define RDMX_RING_HEAD   RDMX_RING_LINE /* line 0: the reader's words */
+#define RDMX_RING_FENCES 4u             /* line 0: the `fences` word's offset */
 #define RDMX_RING_REC    16u            /* sequence, the record's fixed part */
 #define RDMX_RING_BYTES  (RDMX_RING_HEAD + RDMX_RING_SLOTS * RDMX_RING_STRIDE)
 /* A connection's region: its requests ring, then its answers ring. */
@@ -43,6 +48,8 @@
 typedef struct {
     unsigned char *base;
     uint64_t next;
+    int lean; /* writer: this process may skip its fence where the ring's
+               * reader says it fences (rdmx__peer_fence_ready) */
 } rdmx_ring_t;
 
 /* Server: allocate a connection's region on @ctx, set its two rings, and
@@ -92,9 +99,11 @@ static inline void rdmx__ring_consume(rdmx_ring_t *r)
 int rdmx__ring_pending(const rdmx_ring_t *r, uint32_t done);
 
 /* The reader is about to sleep (@on 1) or polls again (0). After setting
- * it, the reader must look at its ring once more before it sleeps
- * (rdmx__ring_pending): a writer that wrote before it saw the word does not
- * wake it. */
+ * the words of all its rings, the reader makes the heavy fence once
+ * (rdmx__peer_fence_heavy; nothing where its process is not ready, and
+ * then its rings do not say `fences`) and must look at each ring once
+ * more before it sleeps (rdmx__ring_pending): a writer that wrote before
+ * it saw the word does not wake it. */
 static inline void rdmx__ring_sleeping(rdmx_ring_t *r, int on)
 {
     if (on) /* (sequentially consistent: see rdmx__ring_write) */

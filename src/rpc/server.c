@@ -1109,16 +1109,23 @@ static unsigned ring_take(conn_t *c, unsigned max)
 }
 
 /* The worker is about to sleep (@on), or polls again: every ring's
- * sleeping word; 1 when a record already waits. */
-static int rings_doze(rdmx_poller_t *p, int on)
+ * sleeping word. */
+static void rings_doze(rdmx_poller_t *p, int on)
+{
+    server_worker_t *sw = rdmx_container_of(p, server_worker_t, poller);
+
+    for (unsigned i = 0; i < sw->nrings; i++)
+        if (sw->rings[i] != NULL)
+            rdmx__ring_sleeping(&sw->rings[i]->ring, on);
+}
+
+/* After the marks and the heavy fence: 1 when a record already waits. */
+static int rings_waiting(rdmx_poller_t *p)
 {
     server_worker_t *sw = rdmx_container_of(p, server_worker_t, poller);
     int waiting = 0;
 
     for (unsigned i = 0; i < sw->nrings; i++)
-        if (sw->rings[i] != NULL)
-            rdmx__ring_sleeping(&sw->rings[i]->ring, on);
-    for (unsigned i = 0; on && i < sw->nrings; i++)
         if (sw->rings[i] != NULL)
             waiting |=
                 rdmx__ring_pending(&sw->rings[i]->ring, sw->rings[i]->msgs_in);
@@ -1618,6 +1625,7 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
         sw->index = i;
         sw->poller.poll = rings_poll;
         sw->poller.doze = rings_doze;
+        sw->poller.waiting = rings_waiting;
         rdmx_list_init(&sw->conns);
         rdmx_list_init(&sw->pool);
         sw->counters = calloc(s->nhandlers, sizeof(*sw->counters));
