@@ -268,8 +268,9 @@ void rdmx__hook_del(rdmx_hook_t *hook);
  * pass, inside it (what it sends batches as the pass's messages do), and
  * returns how much it found. When the worker is armed to sleep, every
  * poller's @doze(p, 1) marks its memory so that writers wake the worker
- * with a message; then the worker makes the heavy peer fence once
- * (util/peer_fence.h), then every poller's @waiting(p) says whether
+ * with a message; then, if a poller's writers may publish without a fence
+ * of their own (@fenced), the worker makes the heavy peer fence once
+ * (util/peer_fence.h); then every poller's @waiting(p) says whether
  * something was written meanwhile (nonzero: the arm fails with
  * RDMX_ERR_BUSY, as for a pending event, and the next pass takes it).
  * @doze(p, 0) at the next pass after. */
@@ -278,6 +279,7 @@ typedef struct rdmx_poller {
     unsigned (*poll)(struct rdmx_poller *p);
     void (*doze)(struct rdmx_poller *p, int on);
     int (*waiting)(struct rdmx_poller *p);
+    int fenced; /* its writers rely on the heavy fence before a sleep */
 } rdmx_poller_t;
 
 void rdmx__poller_add(rdmx_worker_t *w, rdmx_poller_t *p);

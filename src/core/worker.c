@@ -879,23 +879,24 @@ static unsigned pollers_poll(rdmx_worker_t *w)
     return n;
 }
 
-/* Before a sleep: every poller marks its memory, the heavy fence that
- * lets writers publish without one of their own (docs/RPC_RINGS.md,
+/* Before a sleep: every poller marks its memory, the heavy fence where a
+ * poller's writers publish without one of their own (docs/RPC_RINGS.md,
  * "Sleeping"), then every poller looks once more; nonzero when one
- * already holds something, or when the fence failed (stay awake: a
- * writer that skipped its own fence might not see the mark). */
+ * already holds something, or when the fence failed (stay awake: such a
+ * writer might not see the mark). */
 static int pollers_doze(rdmx_worker_t *w)
 {
     rdmx_list_t *pos;
-    int busy = 0;
+    int busy = 0, heavy = 0;
 
     w->dozing = 1;
     rdmx_list_for_each(pos, &w->pollers)
     {
         rdmx_poller_t *p = rdmx_container_of(pos, rdmx_poller_t, link);
         p->doze(p, 1);
+        heavy |= p->fenced;
     }
-    if (rdmx__peer_fence_heavy() != 0)
+    if (heavy && rdmx__peer_fence_heavy() != 0)
         return 1;
     rdmx_list_for_each(pos, &w->pollers)
     {

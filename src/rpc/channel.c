@@ -47,9 +47,6 @@
 #define CH_SPARE_MAX 64   /* ended call records kept for the next calls */
 #define CH_SLOTS_MIN   32   /* first size of the call slot table */
 #define CH_SLOT_NONE   UINT32_MAX
-/* Unanswered calls past which calls batch as messages instead of taking
- * the ring (docs/RPC_RINGS.md, "Rings or batches"). */
-#define CH_RING_DEPTH 16
 /* How long a call that lent a buffer waits, after it ended, for the
  * server's answer before the connection is closed under it; and one whose
  * request is still being sent from the caller's memory, for the send's
@@ -635,13 +632,15 @@ static void on_ring(rdmx_channel_t *ch, rdmx_rpc_msg_t *m)
     ch->poller.poll = ans_poll;
     ch->poller.doze = ans_doze;
     ch->poller.waiting = ans_waiting;
+    ch->poller.fenced = 0; /* (the server fences its answers: ring.c) */
     rdmx__poller_add(ch->w, &ch->poller);
 }
 
 /* Write @c's request (header @h) into the server's ring if it has one, the
- * request fits a slot, the slot is free, and fewer than CH_RING_DEPTH
- * calls are unanswered: deeper, calls go as messages, which batch
- * (docs/RPC_RINGS.md, "Rings or batches"); 1 if it did. */
+ * request fits a slot and the slot is free (the call written there a
+ * ring's length before was answered): else it goes as a message, and
+ * messages made in one pass batch (docs/RPC_RINGS.md, "Rings or
+ * batches"); 1 if it did. */
 static int ring_send(rdmx_channel_t *ch, call_t *c, const rdmx_rpc_hdr_t *h)
 {
     uint32_t s = (uint32_t)(ch->ring.next % RDMX_RING_SLOTS);
@@ -649,7 +648,7 @@ static int ring_send(rdmx_channel_t *ch, call_t *c, const rdmx_rpc_hdr_t *h)
 
     if (ch->ring.base == NULL || ch->ring_owner[s] != 0 ||
         !rdmx__ring_fits((size_t)c->aux_len + c->len) ||
-        ch->inflight >= CH_RING_DEPTH || !rdmx__rmem_mapped(ch->ring_rmem))
+        !rdmx__rmem_mapped(ch->ring_rmem))
         return 0;
     if (rdmx__ring_write(&ch->ring, h, ch->msgs_out, c->buf, head, c->body,
                          c->body_len))

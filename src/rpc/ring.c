@@ -11,22 +11,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* @base's two rings as one side sees them; @reads: the ring this side
- * reads, whose `fences` word it sets when it makes the heavy fence before
- * it sleeps (docs/RPC_RINGS.md, "Sleeping"). Before the ring is used:
- * the server before it sends RING, the client before its first call. */
-static void rings_set(unsigned char *base, rdmx_ring_t *req, rdmx_ring_t *ans,
-                      rdmx_ring_t *reads)
+/* @base's two rings as one side sees them. */
+static void rings_set(unsigned char *base, rdmx_ring_t *req, rdmx_ring_t *ans)
 {
-    int ready = rdmx__peer_fence_ready();
-
     req->base = base;
     req->next = 1;
     ans->base = base + RDMX_RING_BYTES;
     ans->next = 1;
-    req->lean = ans->lean = ready;
-    __atomic_store_n((uint32_t *)(reads->base + RDMX_RING_FENCES),
-                     (uint32_t)ready, __ATOMIC_RELAXED);
+    req->lean = ans->lean = rdmx__peer_fence_ready();
 }
 
 rdmx_status_t rdmx__rings_create(rdmx_context_t *ctx, rdmx_mr_t **mr_p,
@@ -47,8 +39,14 @@ rdmx_status_t rdmx__rings_create(rdmx_context_t *ctx, rdmx_mr_t **mr_p,
         *mr_p = NULL;
         return st;
     }
-    /* (zeroed: no sequence written, nobody asleep) */
-    rings_set(rdmx_mr_addr(*mr_p), req, ans, req);
+    /* (zeroed: no sequence written, nobody asleep, both sides fence) */
+    rings_set(rdmx_mr_addr(*mr_p), req, ans);
+    /* The server, the requests ring's reader, makes the heavy fence before
+     * it sleeps where it can, so its clients need not fence each request.
+     * The answers ring keeps fences on both sides: its reader, a client,
+     * goes to sleep far more often (docs/RPC_RINGS.md, "Sleeping"). */
+    __atomic_store_n((uint32_t *)(req->base + RDMX_RING_FENCES),
+                     (uint32_t)rdmx__peer_fence_ready(), __ATOMIC_RELAXED);
     return RDMX_OK;
 }
 
@@ -76,7 +74,7 @@ rdmx_status_t rdmx__rings_attach(rdmx_ep_t *ep, const void *desc, size_t len,
         *rmem_p = NULL;
         return RDMX_ERR_UNSUPPORTED;
     }
-    rings_set(base, req, ans, ans);
+    rings_set(base, req, ans);
     return RDMX_OK;
 }
 

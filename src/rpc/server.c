@@ -14,6 +14,7 @@
 #include "rpc/ring.h"
 #include "util/bufcache.h"
 #include "util/endian.h"
+#include "util/peer_fence.h"
 #include "util/thread.h"
 
 #include <pthread.h>
@@ -1626,6 +1627,7 @@ rdmx_status_t rdmx_rpc_server_start(rdmx_rpc_server_t *s)
         sw->poller.poll = rings_poll;
         sw->poller.doze = rings_doze;
         sw->poller.waiting = rings_waiting;
+        sw->poller.fenced = rdmx__peer_fence_ready(); /* (ring.c) */
         rdmx_list_init(&sw->conns);
         rdmx_list_init(&sw->pool);
         sw->counters = calloc(s->nhandlers, sizeof(*sw->counters));
