@@ -122,10 +122,10 @@ tidy: build
 # The tests that run threads of their own next to the test's main thread
 # (not lambda_sandbox: TSan's slowdown makes its memory-budget cases hit
 # their 1 s time budget first; docs/DEVELOPMENT.md).
-TSAN_TESTS ?= ^(progress_thread|worker_tasks|rpc_calls|kv_ops|unit_bufcache|unit_hmac)($$|\.)
+TSAN_TESTS ?= ^(progress_thread|worker_tasks|rpc_calls|kv_ops|unit_bufcache|unit_hmac|unit_ring)($$|\.)
 # What they run (kv_ops starts rdmx-kvd and rdmx-kv): only these are built.
 TSAN_TARGETS ?= test_progress_thread test_worker_tasks test_rpc_calls \
-  test_kv_ops test_unit_bufcache test_unit_hmac rdmx-kvd rdmx-kv
+  test_kv_ops test_unit_bufcache test_unit_hmac test_unit_ring rdmx-kvd rdmx-kv
 TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
 tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
