@@ -14,7 +14,7 @@
  * rdmx__peer_fence_ready() registers this process, once; it says whether
  * both halves work here: this process's light side is then covered by
  * any peer's heavy fence, and its heavy fence can be made. Where it is 0
- * (an old kernel, a seccomp filter, valgrind), both sides must fence as
+ * (a kernel before 4.16, a seccomp filter), both sides must fence as
  * usual, and the peer has to be told (the rings' `fences` word).
  */
 #ifndef RDMX_UTIL_PEER_FENCE_H
