@@ -883,8 +883,16 @@ static void part_mapped(void)
     g0 = stat_now(kv, "get_mapped");
     a0 = stat_now(kv, "get_again");
     CHECK(pthread_create(&t, NULL, rewriter_main, &r) == 0);
+    /* a second at least; over shm until a copy met a rewrite, for at
+     * most 20 s (under TSan a second can pass with the copies and the
+     * rewrites taking turns) */
     end = th_now_ms() + 1000;
-    while (th_now_ms() < end) {
+    for (double cap = end + 19000;;) {
+        if (th_now_ms() >= end) {
+            if (!shm || end >= cap || stat_now(kv, "get_again") != a0)
+                break;
+            end += 1000;
+        }
         st = rdmx_kv_get(kv, "map:churn", 9, dst, LEN, NULL, &m);
         if (st == RDMX_ERR_NOT_FOUND) {
             misses++; /* (before the first PUT) */
