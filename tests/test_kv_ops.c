@@ -865,7 +865,7 @@ static void part_mapped(void)
     rdmx_status_t st;
     uint64_t v = 0, c0, g0, a0, gets = 0, misses = 0, torn = 0, again;
     pthread_t t;
-    double end;
+    double end, cap;
 
     CHECK_OK(rdmx_kv_create(w2, big.addr, &p, &r.c));
     CHECK_OK(rdmx_kv_wait_ready(r.c, 20000 * TH_SLOW));
@@ -887,7 +887,8 @@ static void part_mapped(void)
      * most 20 s (under TSan a second can pass with the copies and the
      * rewrites taking turns) */
     end = th_now_ms() + 1000;
-    for (double cap = end + 19000;;) {
+    cap = end + 19000;
+    for (;;) {
         if (th_now_ms() >= end) {
             if (!shm || end >= cap || stat_now(kv, "get_again") != a0)
                 break;
