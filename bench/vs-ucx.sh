@@ -57,7 +57,12 @@
 #
 # The machine's speed drifts (see the UCX notes), so each round runs every
 # variant of a pair back to back, rotating which goes first, and the ratio
-# reported is the median over rounds of the per-round ratio rdmx/ucx.
+# reported is the median over rounds of the per-round ratio rdmx/ucx. On a
+# virtual machine whose host moves its CPUs (docs/PERFORMANCE.md, "The
+# host's regimes") two runs seconds apart can differ 3x over shared memory,
+# so the report also gives each side's best round and their ratio, and the
+# round trip of a cache line between the two CPUs at each round's start
+# (bench/line_rtt.c).
 # Latency: lower is better (ratio < 1: rdmx faster). Bandwidth and rates:
 # higher is better (ratio > 1: rdmx faster). memcpy bandwidth (bench/memcpy_bw.c) is
 # printed beside the shared-memory figures as the physical limit. Other
@@ -243,6 +248,13 @@ run_amrpc() { # transport size iters warmup window kind mode
 # --- run ---------------------------------------------------------------------
 bench_cc memcpy_bw -std=c11 ||
     die "cannot compile bench/memcpy_bw.c: $(cat "$WORK/memcpy_bw.cc")"
+bench_cc line_rtt -pthread ||
+    die "cannot compile bench/line_rtt.c: $(cat "$WORK/line_rtt.cc")"
+# The host's regime now: the round trip of a cache line between the two
+# CPUs (docs/PERFORMANCE.md, "The host's regimes"), in ns.
+line_rtt_now() {
+    "$WORK/line_rtt" 2>/dev/null | sed -n 's/^line_rtt_ns=\([0-9]*\).*/\1/p'
+}
 AMRPC=0
 if bench_cc ucx_am_rpc -lucp -lucs; then
     AMRPC=1
@@ -264,6 +276,7 @@ start=$(date +%s)
 
 for ((r = 0; r < ROUNDS; r++)); do
     for tr in $TRANSPORTS; do
+        echo "$(line_rtt_now)" >>"$WORK/line.$tr"
         while IFS=: read -r test size utest outst kind; do
             selected "$test" || continue
             read -r n w < <(iters_for "$tr" "$kind")
@@ -306,6 +319,13 @@ memcpy_of() { # bytes -> "before/after" median MB/s
     a=$(sed -n "s/^bytes=$1 median_mb_s=\([0-9.]*\).*/\1/p" \
         "$WORK/memcpy.after")
     echo "$b/$a"
+}
+best_of() { # kind file -> the best value over rounds: the lowest latency,
+    # the highest rate or bandwidth
+    case "$1" in
+    lat | rtt) awk '{print $2}' "$2" | sort -g | head -1 ;;
+    *) awk '{print $2}' "$2" | sort -g | tail -1 ;;
+    esac
 }
 ratio_median() { # tr test variant -> median over rounds of rdmx/variant
     join "$WORK/$1.$2.0" "$WORK/$1.$2.$3" |
@@ -400,6 +420,21 @@ for tr in $TRANSPORTS; do
         printf "put-rpc %-13s %s %s: %s, %.3f x ucx -e\n" "$test" "$size" \
             "$(metric_of "$kind")" "$m4" "$q4"
     done <<<"$PAIRS"
+    # Best of the rounds on each side: both at the host's fastest regime
+    # that the rounds met (docs/PERFORMANCE.md, "The host's regimes").
+    echo "best of $ROUNDS rounds (lowest latency, highest rate), rdmx against ucx -e:"
+    while IFS=: read -r test size utest outst kind; do
+        selected "$test" || continue
+        [ -f "$WORK/$tr.$test.0" ] || continue
+        b0=$(best_of "$kind" "$WORK/$tr.$test.0")
+        b1=$(best_of "$kind" "$WORK/$tr.$test.1")
+        qb=$(awk -v a="$b0" -v b="$b1" 'BEGIN {printf "%.3f", a / b}')
+        printf "  %-13s %8s %-7s %s / %s = %s  %s\n" "$test" "$size" \
+            "$(metric_of "$kind")" "$b0" "$b1" "$qb" \
+            "$(verdict "$tr" "$test" "$qb")"
+    done <<<"$PAIRS"
+    echo "cache-line round trip between the CPUs at each round's start (ns):" \
+        "$(tr '\n' ' ' <"$WORK/line.$tr")"
     echo "per round (rdmx/ucx -e/ucx[/am-rpc/put-rpc]):"
     while IFS=: read -r test size utest outst kind; do
         selected "$test" || continue
