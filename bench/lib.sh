@@ -16,6 +16,8 @@
 #                           RDMX_BUILD, default build/), the C compiler
 #   bench_cc SRC FLAG...    compile bench/SRC.c with the tools' option
 #                           parsers (build/lib/librdmx_tools_common.a)
+#   line_rtt_build, line_rtt_now   the round trip of a cache line between
+#                           the two CPUs now (bench/line_rtt.c), in ns
 #   install_missing PKG...  Debian packages, with apt-get (INSTALL=0: only
 #                           check)
 #   make_work_dir           WORK, and the exit trap that stops every
@@ -127,6 +129,21 @@ bench_cc() { # src flag...
     "$CC" -O2 -I "$ROOT/include" -I "$RDMX_BUILD/include" \
         -I "$ROOT/tools/common" -o "$WORK/$src" \
         "$ROOT/bench/$src.c" "$lib" "$@" 2>"$WORK/$src.cc"
+}
+
+# The host's regime: the round trip of a cache line between the two CPUs
+# (bench/line_rtt.c; docs/PERFORMANCE.md, "The host's regimes").
+# line_rtt_build once, then line_rtt_now prints it in ns ("?" if it could
+# not be measured).
+line_rtt_build() {
+    bench_cc line_rtt -pthread ||
+        die "cannot compile bench/line_rtt.c: $(cat "$WORK/line_rtt.cc")"
+}
+line_rtt_now() {
+    local v
+    v=$("$WORK/line_rtt" 2>/dev/null |
+        sed -n 's/^line_rtt_ns=\([0-9]*\).*/\1/p')
+    echo "${v:-?}"
 }
 
 # --- Debian packages -------------------------------------------------------------

@@ -327,11 +327,13 @@ echo "# GET cells: $( [ "$WARM" = 1 ] &&
     echo "every client thread first reads every key once, not timed (--warm-up)" ||
     echo "timed from each client's first request (--cold)")"
 echo "# extra environment: ${extra_env:-none}"
+line_rtt_build
 load_note before
 start=$(date +%s)
 nsys=${#SYSTEMS[@]}
 ncell=${#CELLS[@]}
 for ((r = 0; r < ROUNDS; r++)); do
+    line_rtt_now >>"$WORK/line"
     t0=$(cpu_ticks)
     for ((c = 0; c < ncell; c++)); do
         IFS=: read -r op b n <<<"${CELLS[$c]}"
@@ -349,6 +351,9 @@ done
 load_note after
 echo "# CPU used by other processes during each round: $(tr '\n' ' ' \
     <"$WORK/others" | sed 's/ $//; s/ /%, /g')%"
+echo "# cache-line round trip between the CPUs at each round's start:" \
+    "$(tr '\n' ' ' <"$WORK/line" | sed 's/ $//; s/ /, /g') ns" \
+    "(docs/PERFORMANCE.md, \"The host's regimes\")"
 
 # --- report ------------------------------------------------------------------
 col() { # file column(2=ops 3=MB/s 4=p50 5=p99) -> median

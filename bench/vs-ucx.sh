@@ -248,13 +248,7 @@ run_amrpc() { # transport size iters warmup window kind mode
 # --- run ---------------------------------------------------------------------
 bench_cc memcpy_bw -std=c11 ||
     die "cannot compile bench/memcpy_bw.c: $(cat "$WORK/memcpy_bw.cc")"
-bench_cc line_rtt -pthread ||
-    die "cannot compile bench/line_rtt.c: $(cat "$WORK/line_rtt.cc")"
-# The host's regime now: the round trip of a cache line between the two
-# CPUs (docs/PERFORMANCE.md, "The host's regimes"), in ns.
-line_rtt_now() {
-    "$WORK/line_rtt" 2>/dev/null | sed -n 's/^line_rtt_ns=\([0-9]*\).*/\1/p'
-}
+line_rtt_build
 AMRPC=0
 if bench_cc ucx_am_rpc -lucp -lucs; then
     AMRPC=1
@@ -276,7 +270,7 @@ start=$(date +%s)
 
 for ((r = 0; r < ROUNDS; r++)); do
     for tr in $TRANSPORTS; do
-        echo "$(line_rtt_now)" >>"$WORK/line.$tr"
+        line_rtt_now >>"$WORK/line.$tr"
         while IFS=: read -r test size utest outst kind; do
             selected "$test" || continue
             read -r n w < <(iters_for "$tr" "$kind")
