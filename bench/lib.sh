@@ -415,7 +415,13 @@ json_field() { # name json-line -> value
 
 # --- the report's header ---------------------------------------------------------
 ucx_version() { # "UCX x.y.z", or nothing
-    ucx_info -v 2>/dev/null | sed -n 's/^# Version /UCX /p' | head -1 || true
+    # (the ucx_info beside UCX_PERFTEST when that names a UCX of its own)
+    local info=ucx_info
+    if [[ "${UCX_PERFTEST:-}" == */* && -x "${UCX_PERFTEST%/*}/ucx_info" ]]; then
+        info=${UCX_PERFTEST%/*}/ucx_info
+    fi
+    "$info" -v 2>/dev/null |
+        sed -n 's/^# Version /UCX /p; s/^# Library version: /UCX /p' | head -1 || true
 }
 
 # The UCX_* and RDMX_* variables of the environment but the loopback ones,
