@@ -14,12 +14,12 @@
  *
  * On a virtual machine the host decides where its virtual CPUs run, and can
  * move them at any time: on the machine docs/PERFORMANCE.md was measured on
- * the figure is ~75, ~150 or ~600 ns by the minute ("The host's regimes"
- * there), and every shared-memory rate follows it. bench/vs-ucx.sh prints
- * it with each round.
+ * the figure is ~150 or ~600 ns, now and then ~65, and changes within
+ * seconds ("The host's regimes" there); every shared-memory rate follows
+ * it. bench/vs-ucx.sh and bench/vs-memcached.sh print it with each round.
  *
  * Usage: line_rtt [ROUNDS [CPU_A CPU_B]]
- * Build (bench/vs-ucx.sh does this): cc -O2 -pthread -o line_rtt
+ * Build (the scripts do this): cc -O2 -pthread -o line_rtt
  *   bench/line_rtt.c
  */
 #define _GNU_SOURCE

@@ -422,36 +422,37 @@ for tr in $TRANSPORTS; do
     # 0.6 of their own best (the slow regime is 2.5-4x slower).
     # (shared memory only: over tcp a round trip moves ~1.4x with the
     # regime, within that margin, and the median over all rounds stands)
-    [ "$tr" = shm ] &&
-    echo "fast regime, rdmx against ucx -e: best of $ROUNDS rounds each" \
-        "(lowest latency, highest rate); median ratio of the rounds where" \
-        "both were within 0.6 of their best:"
-    while [ "$tr" = shm ] && IFS=: read -r test size utest outst kind; do
-        selected "$test" || continue
-        [ -f "$WORK/$tr.$test.0" ] || continue
-        b0=$(best_of "$kind" "$WORK/$tr.$test.0")
-        b1=$(best_of "$kind" "$WORK/$tr.$test.1")
-        qb=$(awk -v a="$b0" -v b="$b1" 'BEGIN {printf "%.3f", a / b}')
-        both=$(join "$WORK/$tr.$test.0" "$WORK/$tr.$test.1" |
-            awk -v b0="$b0" -v b1="$b1" -v k="$kind" '{
-                if (k == "lat" || k == "rtt")
-                    fast = $2 * 0.6 <= b0 && $3 * 0.6 <= b1;
-                else
-                    fast = $2 >= 0.6 * b0 && $3 >= 0.6 * b1;
-                if (fast) printf "%.6g\n", $2 / $3 }')
-        nf=$(grep -c . <<<"$both" || true)
-        if [ "$nf" -gt 0 ]; then
-            qf=$(median <<<"$both")
-            qf=$(printf "%.3f" "$qf")
-            fv=$(verdict "$tr" "$test" "$qf")
-        else
-            qf=- fv="(no round fast on both sides)"
-        fi
-        printf "  %-13s %8s %-7s best %s / %s = %s  %s; both fast in %s" \
-            "$test" "$size" "$(metric_of "$kind")" "$b0" "$b1" "$qb" \
-            "$(verdict "$tr" "$test" "$qb")" "$nf"
-        printf " rounds: %s  %s\n" "$qf" "$fv"
-    done <<<"$PAIRS"
+    if [ "$tr" = shm ]; then
+        echo "fast regime, rdmx against ucx -e: best of $ROUNDS rounds each" \
+            "(lowest latency, highest rate); median ratio of the rounds where" \
+            "both were within 0.6 of their best:"
+        while IFS=: read -r test size utest outst kind; do
+            selected "$test" || continue
+            [ -f "$WORK/$tr.$test.0" ] || continue
+            b0=$(best_of "$kind" "$WORK/$tr.$test.0")
+            b1=$(best_of "$kind" "$WORK/$tr.$test.1")
+            qb=$(awk -v a="$b0" -v b="$b1" 'BEGIN {printf "%.3f", a / b}')
+            both=$(join "$WORK/$tr.$test.0" "$WORK/$tr.$test.1" |
+                awk -v b0="$b0" -v b1="$b1" -v k="$kind" '{
+                    if (k == "lat" || k == "rtt")
+                        fast = $2 * 0.6 <= b0 && $3 * 0.6 <= b1;
+                    else
+                        fast = $2 >= 0.6 * b0 && $3 >= 0.6 * b1;
+                    if (fast) printf "%.6g\n", $2 / $3 }')
+            nf=$(grep -c . <<<"$both" || true)
+            if [ "$nf" -gt 0 ]; then
+                qf=$(median <<<"$both")
+                qf=$(printf "%.3f" "$qf")
+                fv=$(verdict "$tr" "$test" "$qf")
+            else
+                qf=- fv="(no round fast on both sides)"
+            fi
+            printf "  %-13s %8s %-7s best %s / %s = %s  %s; both fast in %s" \
+                "$test" "$size" "$(metric_of "$kind")" "$b0" "$b1" "$qb" \
+                "$(verdict "$tr" "$test" "$qb")" "$nf"
+            printf " rounds: %s  %s\n" "$qf" "$fv"
+        done <<<"$PAIRS"
+    fi
     echo "cache-line round trip between the CPUs at each round's start (ns):" \
         "$(tr '\n' ' ' <"$WORK/line.$tr")"
     echo "per round (rdmx/ucx -e/ucx[/am-rpc/put-rpc]):"
