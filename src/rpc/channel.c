@@ -560,6 +560,7 @@ static unsigned ans_poll(rdmx_poller_t *p)
 {
     rdmx_channel_t *ch = rdmx_container_of(p, rdmx_channel_t, poller);
     unsigned n = 0;
+    uint64_t now = 0;
     char why[160];
 
     /* (the mapping goes with the endpoint, maybe before we hear of it) */
@@ -579,7 +580,11 @@ static unsigned ans_poll(rdmx_poller_t *p)
                       ch->address, why);
             continue;
         }
-        m.at_ns = rdmx__worker_enter(ch->w);
+        /* one clock read per pass: the answers it finds arrived together
+         * (a read costs ~10 ns here, a tenth of a call) */
+        if (now == 0)
+            now = rdmx__worker_enter(ch->w);
+        m.at_ns = now;
         ch->stats.ring_responses++;
         rdmx__channel_on_msg(&ch->link, ch->ep, &m);
     }

@@ -1084,6 +1084,7 @@ static unsigned ring_take(conn_t *c, unsigned max)
 {
     server_worker_t *sw = c->sw;
     unsigned n = 0;
+    uint64_t now = 0;
     char why[160];
 
     while (n < max) {
@@ -1100,7 +1101,10 @@ static unsigned ring_take(conn_t *c, unsigned max)
             rdmx__server_on_bad(&c->link, c->ep, &m.h, why);
         } else {
             STAT_INC(sw, ring_requests);
-            m.at_ns = rdmx__worker_enter(sw->w);
+            /* one clock read per pass, as for a client's answers */
+            if (now == 0)
+                now = rdmx__worker_enter(sw->w);
+            m.at_ns = now;
             on_request(c, &m);
         }
         if (c->ep == NULL || c->ring_mr == NULL)
