@@ -228,8 +228,11 @@ void rdmx__worker_unlock(rdmx_worker_t *w);
 uint64_t rdmx__worker_deliver_ns(const rdmx_worker_t *w);
 /* A poller (below) is about to hand something it found to upper-layer code,
  * as the worker does before each message: batches held too long leave
- * first. Returns the clock read for it (the arrival time). */
-uint64_t rdmx__worker_enter(rdmx_worker_t *w);
+ * first. Returns the arrival time: @pass_ns, the time an earlier record
+ * of the same pass got (0: the first), unless sends wait in the worker's
+ * batch (their bound needs the time now); else a clock read (~10 ns here,
+ * a tenth of a shared-memory call, so one per pass). */
+uint64_t rdmx__worker_enter(rdmx_worker_t *w, uint64_t pass_ns);
 /* Sleep on the worker once, after a progress pass that found nothing: arm
  * it, then wait for an event on its fd, its next timer or @deadline
  * (monotonic ns). Its own sockets' events are handled before it returns;

@@ -942,9 +942,13 @@ uint64_t rdmx__worker_deliver_ns(const rdmx_worker_t *w)
     return w->deliver_ns;
 }
 
-uint64_t rdmx__worker_enter(rdmx_worker_t *w)
+uint64_t rdmx__worker_enter(rdmx_worker_t *w, uint64_t pass_ns)
 {
-    uint64_t now = rdmx_now_ns();
+    uint64_t now;
+
+    if (pass_ns != 0 && rdmx_list_empty(&w->batched))
+        return pass_ns;
+    now = rdmx_now_ns();
 
     upper_entry(w, now);
     return now;

@@ -580,11 +580,7 @@ static unsigned ans_poll(rdmx_poller_t *p)
                       ch->address, why);
             continue;
         }
-        /* one clock read per pass: the answers it finds arrived together
-         * (a read costs ~10 ns here, a tenth of a call) */
-        if (now == 0)
-            now = rdmx__worker_enter(ch->w);
-        m.at_ns = now;
+        m.at_ns = now = rdmx__worker_enter(ch->w, now);
         ch->stats.ring_responses++;
         rdmx__channel_on_msg(&ch->link, ch->ep, &m);
     }

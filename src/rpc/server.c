@@ -1101,10 +1101,7 @@ static unsigned ring_take(conn_t *c, unsigned max)
             rdmx__server_on_bad(&c->link, c->ep, &m.h, why);
         } else {
             STAT_INC(sw, ring_requests);
-            /* one clock read per pass, as for a client's answers */
-            if (now == 0)
-                now = rdmx__worker_enter(sw->w);
-            m.at_ns = now;
+            m.at_ns = now = rdmx__worker_enter(sw->w, now);
             on_request(c, &m);
         }
         if (c->ep == NULL || c->ring_mr == NULL)
