@@ -19,6 +19,7 @@ static void rings_set(unsigned char *base, rdmx_ring_t *req, rdmx_ring_t *ans)
     ans->base = base + RDMX_RING_BYTES;
     ans->next = 1;
     req->lean = ans->lean = rdmx__peer_fence_ready();
+    req->defer = ans->defer = req->owed = ans->owed = 0;
 }
 
 rdmx_status_t rdmx__rings_create(rdmx_context_t *ctx, rdmx_mr_t **mr_p,
@@ -124,6 +125,18 @@ int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
         o->next++;
         return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) !=
                0;
+    }
+    if (o->defer) {
+        /* One fence for the burst (rdmx__ring_settle): a sequentially
+         * consistent exchange per record waited each time for the slot's
+         * lines to come back from the polling reader. A reader already
+         * asleep is seen now, without the fence. */
+        __atomic_store_n((uint64_t *)s, o->next, __ATOMIC_RELEASE);
+        o->next++;
+        if (__atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0)
+            return 1;
+        o->owed = 1;
+        return 0;
     }
     __atomic_exchange_n((uint64_t *)s, o->next, __ATOMIC_SEQ_CST);
     o->next++;

@@ -48,8 +48,11 @@
 typedef struct {
     unsigned char *base;
     uint64_t next;
-    int lean; /* writer: this process may skip its fence where the ring's
-               * reader says it fences (rdmx__peer_fence_ready) */
+    int lean;  /* writer: this process may skip its fence where the ring's
+                * reader says it fences (rdmx__peer_fence_ready) */
+    int defer; /* writer, set by the caller for a burst of records: their
+                * fence waits for rdmx__ring_settle at the burst's end */
+    int owed;  /* writer: a record of the burst still owes that fence */
 } rdmx_ring_t;
 
 /* Server: allocate a connection's region on @ctx, set its two rings, and
@@ -75,10 +78,29 @@ static inline int rdmx__ring_fits(size_t len)
 /* Write the next record (header @h, `after` @after, data @data then
  * @body) into @o's slot for o->next, which the caller knows to be free,
  * and advance. Returns 1 when the reader may be asleep (the caller wakes
- * it with a message). */
+ * it with a message). With @o->defer set the record's fence waits for
+ * rdmx__ring_settle. */
 int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
                      const void *data, size_t len, const void *body,
                      size_t blen);
+
+/* The end of a burst of records written with @o->defer set: 1 when the
+ * reader may be asleep (the caller wakes it with a message). Within the
+ * burst each record was published by a release store and the reader's
+ * `sleeping` word read without a fence: a reader seen asleep was woken at
+ * once, and one that fell asleep as a record was written is seen here,
+ * after the fence, at the latest (docs/RPC_RINGS.md, "Sleeping"). */
+static inline int rdmx__ring_settle(rdmx_ring_t *o)
+{
+    if (!o->owed || o->base == NULL)
+        return 0;
+    o->owed = 0;
+    /* (orders every store of the burst before the load: with the reader's
+     * sequentially consistent exchange of `sleeping` and load of the
+     * sequence, one of the two sides sees the other) */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0;
+}
 
 /* The next record of @r if it was written, copied into @rec (what is
  * checked is what is used) and decoded as a record of @kind: 1 with @m

@@ -1087,6 +1087,9 @@ static unsigned ring_take(conn_t *c, unsigned max)
     uint64_t now = 0;
     char why[160];
 
+    /* the answers this pass writes into the client's ring share one fence
+     * (rdmx__ring_settle below) */
+    c->ans.defer = 1;
     while (n < max) {
         rdmx_rpc_msg_t m;
         uint32_t after = 0;
@@ -1107,6 +1110,9 @@ static unsigned ring_take(conn_t *c, unsigned max)
         if (c->ep == NULL || c->ring_mr == NULL)
             break; /* closed by the handler */
     }
+    c->ans.defer = 0;
+    if (rdmx__ring_settle(&c->ans) && c->ep != NULL)
+        rdmx__rpc_send_ctl(c->ep, RDMX_RPC_MSG_WAKE, 0, 0);
     return n;
 }
 
