@@ -28,6 +28,7 @@
 #define RDMX_RPC_RING_H
 
 #include "rpc/internal.h"
+#include "util/fence.h"
 
 #define RDMX_RING_SLOTS  64u
 #define RDMX_RING_STRIDE 256u
@@ -98,7 +99,7 @@ static inline int rdmx__ring_settle(rdmx_ring_t *o)
     /* (orders every store of the burst before the load: with the reader's
      * sequentially consistent exchange of `sleeping` and load of the
      * sequence, one of the two sides sees the other) */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    rdmx_fence_full();
     return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0;
 }
 
