@@ -745,8 +745,16 @@ static void phase_kill_restart(rdmx_worker_t *w)
     }
     CHECK(n == A_N);
 
-    /* Let the server take the first spin or two. */
-    progress_for(w, 300, "A: before the kill");
+    /* Let the server finish the first spin, then kill it at once: the
+     * second spin then has ~200 ms to go, so no answer is on its way at
+     * the kill. (A fixed wait of 300 ms let a first spin that started late,
+     * on a loaded machine, answer just before the kill; its answer arrived
+     * after it, and the call counted as pending ended with RDMX_OK.) */
+    while (rec[0].cb_calls == 0) {
+        CHECKF(th_now_ms() - t0 < 10000.0 * TH_SLOW,
+               "A: the first spin did not end within 10 s");
+        wstep(w, 1, "A: before the kill");
+    }
     for (i = 0; i < A_N; i++) {
         if (rec[i].cb_calls) {
             CHECKF(rec[i].status == RDMX_OK && rec[i].resp_ok,
