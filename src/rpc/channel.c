@@ -1037,7 +1037,8 @@ static void answer_arrived(rdmx_channel_t *ch, call_t *c, rdmx_status_t st,
     }
     call_unlink(ch, c);
     call_free(c);
-    pump(ch);
+    if (!rdmx_list_empty(&ch->queue)) /* (the common case: nothing waits) */
+        pump(ch);
 }
 
 static void resp_rndv_done(rdmx_status_t status, size_t length, void *arg)
