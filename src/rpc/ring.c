@@ -93,6 +93,7 @@ int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
     unsigned char *d =
         rec + 8 + rdmx_rpc_ring_record_encode(h, len + blen, after, rec + 8);
     size_t end;
+    int lean;
 
     if (len != 0)
         memcpy(d, data, len);
@@ -114,28 +115,23 @@ int rdmx__ring_write(rdmx_ring_t *o, const rdmx_rpc_hdr_t *h, uint32_t after,
      * (docs/RPC_RINGS.md, "Sleeping"). Where the reader makes the heavy
      * fence before its last look and this process is registered for it, a
      * release store and a plain load, kept in this order by the compiler
-     * (the reader's fence orders them in the CPU); elsewhere sequentially
-     * consistent operations on both sides, in whose one total order the
-     * same holds. */
-    if (o->lean &&
-        __atomic_load_n((const uint32_t *)(o->base + RDMX_RING_FENCES),
-                        __ATOMIC_RELAXED) != 0) {
+     * (the reader's fence orders them in the CPU). In a burst (@o->defer)
+     * the same, and the fence the reader does not make is owed, once for
+     * the burst, to rdmx__ring_settle: a sequentially consistent exchange
+     * per record waited each time for the slot's lines to come back from
+     * the polling reader. Elsewhere sequentially consistent operations on
+     * both sides, in whose one total order the same holds. */
+    lean = o->lean &&
+           __atomic_load_n((const uint32_t *)(o->base + RDMX_RING_FENCES),
+                           __ATOMIC_RELAXED) != 0;
+    if (lean || o->defer) {
         __atomic_store_n((uint64_t *)s, o->next, __ATOMIC_RELEASE);
         __atomic_signal_fence(__ATOMIC_SEQ_CST);
         o->next++;
-        return __atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) !=
-               0;
-    }
-    if (o->defer) {
-        /* One fence for the burst (rdmx__ring_settle): a sequentially
-         * consistent exchange per record waited each time for the slot's
-         * lines to come back from the polling reader. A reader already
-         * asleep is seen now, without the fence. */
-        __atomic_store_n((uint64_t *)s, o->next, __ATOMIC_RELEASE);
-        o->next++;
         if (__atomic_load_n((const uint32_t *)o->base, __ATOMIC_RELAXED) != 0)
-            return 1;
-        o->owed = 1;
+            return 1; /* (asleep already: woken now, nothing owed) */
+        if (!lean)
+            o->owed = 1;
         return 0;
     }
     __atomic_exchange_n((uint64_t *)s, o->next, __ATOMIC_SEQ_CST);
