@@ -396,6 +396,45 @@ void th_kill(th_proc_t *proc, int sig)
         kill(proc->pid, sig);
 }
 
+void th_wait_stopped(pid_t pid, int timeout_ms)
+{
+    double deadline = th_now_ms() + (double)timeout_ms * TH_SLOW;
+    char path[64];
+
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    for (;;) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        int threads = 0, stopped = 0;
+
+        CHECKF(d != NULL, "opendir %s: %s", path, strerror(errno));
+        while ((e = readdir(d)) != NULL) {
+            char stat[384], buf[512], *rp;
+            FILE *f;
+
+            if (e->d_name[0] == '.')
+                continue;
+            snprintf(stat, sizeof(stat), "%s/%s/stat", path, e->d_name);
+            if ((f = fopen(stat, "r")) == NULL)
+                continue; /* thread gone */
+            buf[0] = '\0';
+            if (fgets(buf, sizeof(buf), f) == NULL)
+                buf[0] = '\0';
+            fclose(f);
+            threads++;
+            /* (the state follows the command's closing parenthesis) */
+            rp = strrchr(buf, ')');
+            stopped += rp != NULL && rp[1] == ' ' && rp[2] == 'T';
+        }
+        closedir(d);
+        if (threads > 0 && stopped == threads)
+            return;
+        CHECKF(th_now_ms() < deadline, "process %d: %d of %d threads stopped",
+               (int)pid, stopped, threads);
+        th_sleep_ms(1);
+    }
+}
+
 void th_check_exit_ok(const char *what, int ws)
 {
     if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)

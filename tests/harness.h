@@ -179,6 +179,12 @@ int th_alive(th_proc_t *proc);
 
 void th_kill(th_proc_t *proc, int sig);
 
+/* Wait until every thread of process @p pid shows as stopped in /proc
+ * (after a SIGSTOP: the signal takes effect only when a thread returns
+ * to user space, so a send in progress finishes first); fail after
+ * @p timeout_ms (x TH_SLOW). */
+void th_wait_stopped(pid_t pid, int timeout_ms);
+
 /* Fail unless the wait status says "exited with 0". */
 void th_check_exit_ok(const char *what, int wstatus);
 

@@ -201,9 +201,23 @@ int main(int argc, char **argv)
     th_progress_for(worker, 5);
     /* Stop A, then take in what it answered before it stopped: an answer
      * already on its way at the kill would otherwise complete an operation
-     * with RDMX_OK after it (seen over ofi:tcp on a loaded machine). */
+     * with RDMX_OK after it (seen over ofi:tcp on a loaded machine). Once
+     * every thread of A is stopped, all it sent is in this side's socket
+     * or memory; passes, not milliseconds, take it in (a loaded machine
+     * may give this process no CPU for a while): until 1,000 passes in a
+     * row complete nothing more. */
     th_kill(&a, SIGSTOP);
-    th_progress_for(worker, 20);
+    th_wait_stopped(a.pid, 2000);
+    for (int idle = 0; idle < 1000;) {
+        size_t done = 0, before = 0;
+
+        for (i = 0; i < N_OPS; i++)
+            before += (size_t)atomic_load(&reqs[i].done);
+        rdmx_worker_progress(worker);
+        for (i = 0; i < N_OPS; i++)
+            done += (size_t)atomic_load(&reqs[i].done);
+        idle = done == before ? idle + 1 : 0;
+    }
     for (i = 0; i < N_OPS; i++) {
         if (atomic_load(&reqs[i].done))
             CHECKF(reqs[i].status == RDMX_OK,

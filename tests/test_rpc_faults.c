@@ -67,7 +67,6 @@
 #include "harness.h"
 #include "rpc_server.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -336,40 +335,7 @@ static void server_signal(int sig)
  * /proc says all of the server's threads are stopped ('T'). */
 static void server_wait_stopped(void)
 {
-    double deadline = th_now_ms() + 2000.0 * TH_SLOW;
-    char path[64];
-
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)server.pid);
-    for (;;) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        int threads = 0, stopped = 0;
-
-        CHECKF(d != NULL, "opendir %s: %s", path, strerror(errno));
-        while ((e = readdir(d)) != NULL) {
-            char stat[384], buf[512], *rp;
-            FILE *f;
-
-            if (e->d_name[0] == '.')
-                continue;
-            snprintf(stat, sizeof(stat), "%s/%s/stat", path, e->d_name);
-            if ((f = fopen(stat, "r")) == NULL)
-                continue; /* thread gone */
-            buf[0] = '\0';
-            if (fgets(buf, sizeof(buf), f) == NULL)
-                buf[0] = '\0';
-            fclose(f);
-            threads++;
-            rp = strrchr(buf, ')');
-            stopped += rp != NULL && rp[1] == ' ' && rp[2] == 'T';
-        }
-        closedir(d);
-        if (threads > 0 && stopped == threads)
-            return;
-        CHECKF(th_now_ms() < deadline, "server: %d of %d threads stopped",
-               stopped, threads);
-        th_sleep_ms(1);
-    }
+    th_wait_stopped(server.pid, 2000);
 }
 
 /* SIGKILL the server and reap it; returns the kill time. */
