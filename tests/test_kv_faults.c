@@ -253,6 +253,12 @@ int main(void)
         rdmx_status_t st;
         char small[64];
 
+        /* (a deadline of its own, far beyond the failure's chain: the
+         * reset, a retry of the idempotent GET, the reconnect's backoff
+         * and its refusal, which a loaded machine may stretch past the
+         * client's 300 ms) */
+        op_nb.field_mask |= RDMX_KV_OP_PARAM_FIELD_TIMEOUT;
+        op_nb.timeout_ms = 5000 * TH_SLOW;
         CHECK_OK(rdmx_kv_wait_ready(kv, 10000 * TH_SLOW));
         stop_server(&k);
         CHECK(rdmx_kv_get_nb(kv, "big", 3, buf, VLEN, &op_nb) ==
