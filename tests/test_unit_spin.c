@@ -59,8 +59,8 @@ static void *claimer(void *arg)
     return NULL;
 }
 
-/* A child process that claims every slot, says so, then waits to be
- * stopped or killed (@stay) or exits without giving them back. */
+/* A child process that claims every slot, says so, then confirms them until
+ * it is killed (@stay) or exits without giving them back. */
 static pid_t child_claiming_all(int stay)
 {
     int pfd[2];
@@ -78,9 +78,14 @@ static pid_t child_claiming_all(int stay)
         c = (char)n;
         if (write(pfd[1], &c, 1) != 1)
             _exit(2);
-        if (stay)
-            for (;;)
-                pause();
+        /* A staying child confirms its slots as a live poller does, so
+         * that they stay its own however long the parent is held up
+         * (unconfirmed ones may be taken over after 2 s). */
+        while (stay) {
+            for (int i = 0; i < NSLOTS; i++)
+                rdmx__spin_confirm(&s[i]);
+            usleep(100 * 1000);
+        }
         _exit(0);
     }
     CHECK(pid > 0);
