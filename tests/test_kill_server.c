@@ -208,15 +208,14 @@ int main(int argc, char **argv)
      * row complete nothing more. */
     th_kill(&a, SIGSTOP);
     th_wait_stopped(a.pid, 2000);
-    for (int idle = 0; idle < 1000;) {
-        size_t done = 0, before = 0;
+    for (int idle = 0, seen = 0; idle < 1000;) {
+        int done = 0;
 
-        for (i = 0; i < N_OPS; i++)
-            before += (size_t)atomic_load(&reqs[i].done);
         rdmx_worker_progress(worker);
         for (i = 0; i < N_OPS; i++)
-            done += (size_t)atomic_load(&reqs[i].done);
-        idle = done == before ? idle + 1 : 0;
+            done += atomic_load(&reqs[i].done) != 0;
+        idle = done == seen ? idle + 1 : 0;
+        seen = done;
     }
     for (i = 0; i < N_OPS; i++) {
         if (atomic_load(&reqs[i].done))

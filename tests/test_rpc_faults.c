@@ -330,14 +330,6 @@ static void server_signal(int sig)
            strerror(errno));
 }
 
-/* After SIGSTOP: kill() returns before every thread has stopped (a thread
- * running on another CPU stops at its next kernel entry). Wait until
- * /proc says all of the server's threads are stopped ('T'). */
-static void server_wait_stopped(void)
-{
-    th_wait_stopped(server.pid, 2000);
-}
-
 /* SIGKILL the server and reap it; returns the kill time. */
 static double server_kill(rdmx_worker_t *w)
 {
@@ -1043,7 +1035,8 @@ static void phase_stop_cont(rdmx_worker_t *w)
 
     ev_stop = lg.n;
     server_signal(SIGSTOP);
-    server_wait_stopped();
+    /* (kill() returns before a thread on another CPU has stopped) */
+    th_wait_stopped(server.pid, 2000);
     t_stop = th_now_ms();
     hiccup_reset();
     for (i = 0; i < C_N; i++) {
